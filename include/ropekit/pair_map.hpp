@@ -1,0 +1,34 @@
+// ropekit/pair_map.hpp — the one place that says which lanes pair, with which frequency, driven by
+// which position stream.
+//
+// Every kernel, oracle and test reads lanes through this map; nobody re-derives the layout. It
+// covers both pairings, partial rotary (lanes >= rotary_dim pass through), proportional RoPE
+// (zero-frequency pairs still appear; their angle is 0) and both M-RoPE layouts.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ropekit/spec.hpp"
+
+namespace ropekit {
+
+struct PairMap {
+  int head_dim = 0;
+  int rotary_dim = 0;
+  // For pair j in [0, rotary_dim/2): its two lanes, the index of its frequency in
+  // Plan::inv_freq (always j today: M-RoPE keeps the global frequency index) and the position
+  // stream it reads (0 unless M-RoPE: 0 = t, 1 = h, 2 = w).
+  std::vector<int> lane_a;  // rotated as a' = a·cos − b·sin
+  std::vector<int> lane_b;  // rotated as b' = b·cos + a·sin
+  std::vector<int> freq;
+  std::vector<std::uint8_t> axis;
+  int num_axes = 1;
+
+  int num_pairs() const { return static_cast<int>(lane_a.size()); }
+};
+
+// Builds the map for a validated spec (throws ropekit::Error if the spec is invalid).
+PairMap make_pair_map(const Spec& spec);
+
+}  // namespace ropekit

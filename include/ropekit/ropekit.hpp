@@ -1,0 +1,12 @@
+// ropekit/ropekit.hpp — everything public.
+#pragma once
+
+#include "ropekit/apply.hpp"
+#include "ropekit/dtype.hpp"
+#include "ropekit/error.hpp"
+#include "ropekit/pair_map.hpp"
+#include "ropekit/plan.hpp"
+#include "ropekit/rope.hpp"
+#include "ropekit/spec.hpp"
+#include "ropekit/table.hpp"
+#include "ropekit/tensor.hpp"

@@ -1,0 +1,133 @@
+// ropekit/spec.hpp — what a model says about its rotary embedding.
+//
+// A Spec is a plain value: head_dim, rotary_dim (partial rotary), base θ, the pairing of lanes,
+// one scaling variant and optional M-RoPE sections. There are no hidden defaults: the pairing has
+// none, and each scaling struct carries every number its formula uses. Field defaults that do
+// exist are the published defaults of the reference (Hugging Face transformers) and are named in
+// the comment next to them. Call validate() (make_plan does) to get a ropekit::Error naming the
+// first bad field.
+//
+// Which reference each variant matches, and where HF, vLLM and llama.cpp differ: docs/numerics.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ropekit {
+
+// Which two lanes of a head form one rotated pair (docs/conventions.md has the diagrams).
+//   Interleaved: pair j = lanes (2j, 2j+1)                  — GPT-J, "NORMAL" in ggml, complex view.
+//   Half:        pair j = lanes (j, j + rotary_dim/2)       — GPT-NeoX/Llama `rotate_half`, "NEOX".
+// The enumerators start at 1 so that a Spec whose pairing was never set (value-initialised to 0)
+// fails validate() instead of silently meaning one of them.
+enum class Pairing { Interleaved = 1, Half = 2 };
+
+namespace scaling {
+
+// Plain RoPE: inv_freq[i] = base^(-2i/rotary_dim).
+struct None {};
+
+// Position interpolation (Chen et al. 2023): every frequency divided by `factor`.
+struct Linear {
+  double factor;
+};
+
+// Fixed NTK-aware base change: base' = base · factor^(d/(d−2)), d = rotary_dim.
+struct Ntk {
+  double factor;
+};
+
+// Dynamic NTK (Hugging Face "dynamic"): for current length L,
+// base' = base · ((factor·L/Lmax) − (factor−1))^(d/(d−2)) with L = max(L, Lmax).
+// Lmax is config.max_position_embeddings — not the original length, as in HF.
+struct DynamicNtk {
+  double factor;
+  std::int64_t max_position_embeddings;
+};
+
+// YaRN (Peng et al. 2023) as Hugging Face computes it: a linear ramp between interpolated and
+// extrapolated frequencies over the pair range set by beta_fast/beta_slow, and a magnitude
+// (attention factor) multiplied into cos and sin. Magnitude precedence, applied exactly once:
+//   attention_factor if set, else get_mscale(f, mscale)/get_mscale(f, mscale_all_dim) when both are
+//   set and non-zero, else 0.1·ln(f) + 1.
+// When mscale_all_dim is set and non-zero, the plan's softmax_scale_mult is get_mscale(f, mscale_all_dim)²
+// (DeepSeek's softmax-scale correction), kept separate from the cos/sin magnitude.
+struct Yarn {
+  double factor;
+  std::int64_t original_max_position_embeddings;
+  double beta_fast = 32.0;  // HF default
+  double beta_slow = 1.0;   // HF default
+  bool truncate = true;     // HF default: floor/ceil the correction range (gpt-oss sets false)
+  std::optional<double> attention_factor;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+};
+
+// Llama 3 / 3.1 frequency smoothing: low-frequency pairs divided by `factor`, high-frequency pairs
+// kept, a smooth blend between wavelengths L0/high_freq_factor and L0/low_freq_factor.
+struct Llama3 {
+  double factor;
+  double low_freq_factor;
+  double high_freq_factor;
+  std::int64_t original_max_position_embeddings;
+};
+
+// LongRoPE / "su" (Phi-3): per-pair divisors; long_factor only when the current length is strictly
+// greater than original_max_position_embeddings, short_factor otherwise. `factor` only sets the
+// magnitude: attention_factor if set, else sqrt(1 + ln(factor)/ln(L0)) (1 when factor <= 1).
+struct LongRope {
+  std::vector<double> short_factor;  // rotary_dim/2 entries
+  std::vector<double> long_factor;   // rotary_dim/2 entries
+  std::int64_t original_max_position_embeddings;
+  double factor;  // HF: config factor, else max_position_embeddings / original
+  std::optional<double> attention_factor;
+};
+
+// Hugging Face "proportional" (Gemma 4): the first floor(partial_rotary_factor·head_dim/2) pairs get
+// base^(-2i/head_dim)/factor, the remaining pairs angle 0 (zero-padded, so they pass through). The
+// exponent's denominator is head_dim, and rotary_dim must equal head_dim.
+struct Proportional {
+  double partial_rotary_factor = 1.0;
+  double factor = 1.0;  // HF default
+};
+
+}  // namespace scaling
+
+using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk,
+                             scaling::Yarn, scaling::Llama3, scaling::LongRope, scaling::Proportional>;
+
+// The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
+// "llama3", "longrope", "proportional").
+std::string_view rope_type_name(const Scaling& scaling);
+std::string_view to_string(Pairing pairing);
+
+// Multimodal RoPE: each pair takes its angle from one of three position streams (t, h, w).
+//   Sectioned (Qwen2-VL, Qwen2.5-VL): pairs [0, s0) use t, [s0, s0+s1) h, [s0+s1, s0+s1+s2) w.
+//   Interleaved (Qwen3-VL): pair j uses h if j%3==1 and j < 3·s1, w if j%3==2 and j < 3·s2, else t.
+// sections count pairs and must sum to rotary_dim/2. The frequency index is global (pair j always
+// has inv_freq[j]); only the position stream changes.
+enum class MRopeLayout { Sectioned, Interleaved };
+struct MRope {
+  std::vector<int> sections;  // exactly 3: t, h, w
+  MRopeLayout layout = MRopeLayout::Sectioned;
+};
+
+struct Spec {
+  int head_dim = 0;    // lanes per head
+  int rotary_dim = 0;  // lanes that rotate (partial rotary: < head_dim; the rest pass through)
+  double base = 0.0;   // θ, config rope_theta
+  Pairing pairing;     // no default on purpose: Interleaved vs Half is the classic silent bug
+  Scaling scaling = scaling::None{};
+  std::optional<MRope> mrope;
+
+  int num_pairs() const { return rotary_dim / 2; }
+
+  // Throws ropekit::Error naming the first invalid field and its value.
+  void validate() const;
+};
+
+}  // namespace ropekit

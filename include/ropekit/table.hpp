@@ -1,0 +1,62 @@
+// ropekit/table.hpp — float32 cos/sin per (position, pair), immutable once built.
+//
+// Angle modes (every test says which one it checks):
+//   Accurate  — the angle p·inv_freq[j] is formed from the double inv_freq without ever rounding
+//               the product: inv_freq/2π is held as a double-double, p·(inv_freq/2π) is split
+//               exactly with an FMA, and only its fractional turn is turned into radians in
+//               [−π, π]; cos and sin are then evaluated in double and rounded once to float32.
+//               Contract: |table − cos(p·inv_freq)| ≤ 1e-6 (measured: ≤ 6.0e-8, one float32
+//               rounding) for every 0 ≤ p < 2^31 and any base up to 1e7, against a __float128
+//               oracle. Valid to p < 2^47.
+//   HfCompat  — reproduces Hugging Face's float32 arithmetic: angle = float32(float32(p) ·
+//               float32(inv_freq[j])), then cos/sin of that float32 angle, rounded to float32.
+//               Bit-for-bit HF's angle whenever the float32 inv_freq is HF's; its error against
+//               the true angle grows with p (≈ 3e-2 rad at p = 10^6, 0.5 at 10^7).
+//
+// The cos/sin magnitude (Plan::cos_sin_scale) is not in the table: apply multiplies it in, so a
+// table also serves pure rotations (inverse, K-shift). A Table is safe to read from many threads.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "ropekit/plan.hpp"
+
+namespace ropekit {
+
+enum class AngleMode { Accurate, HfCompat };
+std::string_view to_string(AngleMode mode);
+
+// Largest table ropekit builds, in bytes (cos + sin). Positions beyond what fits are computed on
+// the fly by Rope::apply.
+inline constexpr std::int64_t kMaxTableBytes = std::int64_t{1} << 30;
+
+class Table {
+ public:
+  // Rows for positions [0, num_positions). Throws ropekit::Error if num_positions is negative or
+  // the table would exceed kMaxTableBytes.
+  Table(const Plan& plan, AngleMode mode, std::int64_t num_positions);
+  // The same table grown to num_positions (>= previous.num_positions()), reusing its rows.
+  Table(const Table& previous, std::int64_t num_positions);
+
+  std::int64_t num_positions() const { return num_positions_; }
+  int num_pairs() const { return static_cast<int>(inv_freq_.size()); }
+  AngleMode mode() const { return mode_; }
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
+
+  // Row of num_pairs() values for position p; p must be in [0, num_positions()).
+  const float* cos_row(std::int64_t p) const { return cos_.data() + p * num_pairs(); }
+  const float* sin_row(std::int64_t p) const { return sin_.data() + p * num_pairs(); }
+
+ private:
+  void fill(std::int64_t first, std::int64_t last);  // rows [first, last)
+
+  std::vector<double> inv_freq_;
+  AngleMode mode_;
+  std::int64_t num_positions_ = 0;
+  std::vector<float> cos_;
+  std::vector<float> sin_;
+};
+
+}  // namespace ropekit

@@ -1,0 +1,72 @@
+// ropekit/tensor.hpp — views of q/k heads and of positions, with explicit strides.
+//
+// A Heads view is a [batch, seq, heads, head_dim] array whose head_dim lanes are contiguous;
+// batch, seq and head strides are free (in elements, not bytes), so every common layout is one
+// view:
+//   BSHD (HF after view, vLLM):  batch_stride = S·H·D, seq_stride = H·D, head_stride = D
+//   BHSD (HF after transpose):   batch_stride = H·S·D, seq_stride = D,   head_stride = S·D
+//   packed tokens (THD, varlen): batch = 1, seq = T, seq_stride = H·D, head_stride = D
+//   a slice of each head (DeepSeek's rope part after the nope part): data points at the slice,
+//   head_dim = its width, the strides stay those of the full tensor.
+// Token t = (b, s) reads position positions[b·seq + s]. Views are checked (ropekit::Error) for
+// negative extents or strides, rows that overlap each other, and int64 overflow; ropekit cannot
+// check that a raw pointer really holds the elements a view describes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "ropekit/dtype.hpp"
+
+namespace ropekit {
+
+struct Heads {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  std::int64_t batch = 1;
+  std::int64_t seq = 0;
+  std::int64_t heads = 0;
+  std::int64_t batch_stride = 0;  // elements
+  std::int64_t seq_stride = 0;
+  std::int64_t head_stride = 0;
+
+  // A view with no elements (the default) is absent: that tensor is not rotated.
+  bool empty() const { return batch == 0 || seq == 0 || heads == 0; }
+  std::int64_t tokens() const { return batch * seq; }
+};
+
+// Contiguous layouts (head_dim is the full row width of each head).
+Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
+           std::int64_t head_dim);
+Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
+           std::int64_t head_dim);
+
+enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
+
+// One position per token (axes = 1) or, for M-RoPE, three streams t, h, w (axes = 3) stored one
+// after the other: stream a of token t is at data[a·count + t]. Any order, duplicates allowed
+// (packed batches, speculative decoding); every position must be in [0, 2^47).
+struct Positions {
+  const void* data = nullptr;
+  IndexType type = IndexType::I64;
+  std::int64_t count = 0;  // tokens
+  int axes = 1;
+
+  std::int64_t at(int axis, std::int64_t token) const {
+    const std::int64_t i = axis * count + token;
+    return type == IndexType::I32 ? static_cast<const std::int32_t*>(data)[i]
+                                  : static_cast<const std::int64_t*>(data)[i];
+  }
+};
+
+inline Positions positions(std::span<const std::int32_t> p) {
+  return {p.data(), IndexType::I32, static_cast<std::int64_t>(p.size()), 1};
+}
+inline Positions positions(std::span<const std::int64_t> p) {
+  return {p.data(), IndexType::I64, static_cast<std::int64_t>(p.size()), 1};
+}
+// M-RoPE: p holds 3·count values, the t stream, then h, then w.
+Positions mrope_positions(std::span<const std::int64_t> p);
+Positions mrope_positions(std::span<const std::int32_t> p);
+
+}  // namespace ropekit

@@ -1,0 +1,2 @@
+// Anchors ropekit::Error's vtable in the library.
+#include "ropekit/error.hpp"

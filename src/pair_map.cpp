@@ -1,0 +1,43 @@
+#include "ropekit/pair_map.hpp"
+
+namespace ropekit {
+namespace {
+
+// Which M-RoPE position stream (0 = t, 1 = h, 2 = w) drives pair j.
+std::uint8_t mrope_axis(const MRope& mrope, int pair) {
+  const std::vector<int>& s = mrope.sections;
+  if (mrope.layout == MRopeLayout::Interleaved) {
+    // HF Qwen3-VL apply_interleaved_mrope: freqs_t[..., offset : 3·s[axis] : 3] = freqs[axis].
+    if (pair % 3 == 1 && pair < 3 * s[1]) return 1;
+    if (pair % 3 == 2 && pair < 3 * s[2]) return 2;
+    return 0;
+  }
+  // HF Qwen2-VL apply_multimodal_rotary_pos_emb: consecutive chunks of the frequency axis.
+  int end = 0;
+  for (std::size_t axis = 0; axis < s.size(); ++axis) {
+    end += s[axis];
+    if (pair < end) return static_cast<std::uint8_t>(axis);
+  }
+  return static_cast<std::uint8_t>(s.size() - 1);  // unreachable for a validated spec
+}
+
+}  // namespace
+
+PairMap make_pair_map(const Spec& spec) {
+  spec.validate();
+  PairMap map;
+  map.head_dim = spec.head_dim;
+  map.rotary_dim = spec.rotary_dim;
+  map.num_axes = spec.mrope ? 3 : 1;
+  const int pairs = spec.num_pairs();
+  for (int j = 0; j < pairs; ++j) {
+    const bool interleaved = spec.pairing == Pairing::Interleaved;
+    map.lane_a.push_back(interleaved ? 2 * j : j);
+    map.lane_b.push_back(interleaved ? 2 * j + 1 : j + pairs);
+    map.freq.push_back(j);
+    map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : 0);
+  }
+  return map;
+}
+
+}  // namespace ropekit

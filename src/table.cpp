@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include "angles.hpp"
+#include "ropekit/error.hpp"
+#include "ropekit/table.hpp"
+
+namespace ropekit {
+
+std::string_view to_string(AngleMode mode) {
+  return mode == AngleMode::Accurate ? "accurate" : "hf_compat";
+}
+
+namespace {
+
+void check_size(std::int64_t num_positions, std::size_t num_pairs) {
+  if (num_positions < 0) {
+    throw Error(fmt::format("table num_positions = {}: must be >= 0", num_positions));
+  }
+  const std::int64_t row_bytes = static_cast<std::int64_t>(num_pairs) * 2 * sizeof(float);
+  if (row_bytes > 0 && num_positions > kMaxTableBytes / row_bytes) {
+    throw Error(fmt::format("table num_positions = {}: {} pairs would need more than {} bytes; "
+                            "use on-the-fly angles (Rope::apply chooses them by itself)",
+                            num_positions, num_pairs, kMaxTableBytes));
+  }
+}
+
+}  // namespace
+
+Table::Table(const Plan& plan, AngleMode mode, std::int64_t num_positions)
+    : inv_freq_(plan.inv_freq), mode_(mode) {
+  check_size(num_positions, inv_freq_.size());
+  num_positions_ = num_positions;
+  cos_.resize(static_cast<std::size_t>(num_positions) * inv_freq_.size());
+  sin_.resize(cos_.size());
+  fill(0, num_positions);
+}
+
+Table::Table(const Table& previous, std::int64_t num_positions)
+    : inv_freq_(previous.inv_freq_), mode_(previous.mode_) {
+  check_size(num_positions, inv_freq_.size());
+  if (num_positions < previous.num_positions_) {
+    throw Error(fmt::format("table num_positions = {}: a grown table cannot be smaller than the "
+                            "previous one ({})",
+                            num_positions, previous.num_positions_));
+  }
+  num_positions_ = num_positions;
+  cos_.resize(static_cast<std::size_t>(num_positions) * inv_freq_.size());
+  sin_.resize(cos_.size());
+  std::copy(previous.cos_.begin(), previous.cos_.end(), cos_.begin());
+  std::copy(previous.sin_.begin(), previous.sin_.end(), sin_.begin());
+  fill(previous.num_positions_, num_positions);
+}
+
+void Table::fill(std::int64_t first, std::int64_t last) {
+  const detail::AngleEvaluator angles(inv_freq_, mode_);
+  for (std::int64_t p = first; p < last; ++p) {
+    angles.row(p, cos_.data() + p * num_pairs(), sin_.data() + p * num_pairs());
+  }
+}
+
+}  // namespace ropekit
