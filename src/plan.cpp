@@ -1,6 +1,8 @@
 // One function per scaling variant, each a transcription of the Hugging Face transformers formula
-// (modeling_rope_utils.py at the commit named in ../shared/golden/hf/README.md) in double.
-// docs/numerics.md lists where vLLM and llama.cpp differ.
+// (modeling_rope_utils.py at the commit named in ../shared/golden/hf/README.md). Scalars (bases,
+// correction ranges, magnitudes) are double, as in HF's Python; per-pair values follow HF's float32
+// tensor operations one rounding at a time. docs/numerics.md says why and where vLLM and llama.cpp
+// differ.
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -14,22 +16,30 @@ namespace {
 
 constexpr std::int64_t kMaxLength = std::int64_t{1} << 47;
 
-// The exponent 2i/d exactly as the references form it: a float32 division of float32 values.
-// (Exact whenever d is a power of two; for d = 96 it differs from 2i/d by up to half a float32 ulp.)
-double pair_exponent(int pair, int dim) {
-  return static_cast<double>(static_cast<float>(2 * pair) / static_cast<float>(dim));
+// Per-pair quantities are float32 tensors in the reference; f32() marks each point where it
+// rounds. Between those points every operation is a single IEEE operation (correctly rounded in
+// double, then rounded to float32), which reproduces the float32 result of the same operation.
+float f32(double x) { return static_cast<float>(x); }
+
+// torch evaluates `scalar / tensor` as tensor.reciprocal() * scalar: two float32 roundings.
+float scalar_over(double scalar, double tensor_value) {
+  return f32(double(f32(1.0 / tensor_value)) * double(f32(scalar)));
 }
 
-// base^(2i/dim) for i in [0, num_pairs).
-std::vector<double> wavelength_denominators(double base, int dim, int num_pairs) {
-  std::vector<double> out(num_pairs);
-  for (int i = 0; i < num_pairs; ++i) out[i] = std::pow(base, pair_exponent(i, dim));
-  return out;
+// arange(0, dim, 2).float() / dim — a float32 division (exact when dim is a power of two).
+float pair_exponent(int pair, int dim) { return f32(2 * pair) / f32(dim); }
+
+// base ** exponent with a Python-float base and a float32 exponent tensor: torch casts the base to
+// float32 and evaluates pow in float32 (within 1 ulp; glibc's pow is correctly rounded, torch's
+// vectorised pow may differ by an ulp on rare pairs — the golden tests bound that at 2 ulp).
+float base_power(double base, int pair, int dim) {
+  return f32(std::pow(double(f32(base)), double(pair_exponent(pair, dim))));
 }
 
+// HF's default inv_freq: 1.0 / (base ** (arange(0, dim, 2).float() / dim)).
 std::vector<double> default_inv_freq(double base, int dim, int num_pairs) {
-  std::vector<double> inv = wavelength_denominators(base, dim, num_pairs);
-  for (double& v : inv) v = 1.0 / v;
+  std::vector<double> inv(num_pairs);
+  for (int i = 0; i < num_pairs; ++i) inv[i] = f32(1.0 / double(base_power(base, i, dim)));
   return inv;
 }
 
@@ -45,20 +55,22 @@ struct Planner {
     plan.inv_freq = default_inv_freq(spec.base, d(), pairs());
   }
 
+  // HF: inv_freq /= factor.
   void operator()(const scaling::Linear& s) const {
     plan.inv_freq = default_inv_freq(spec.base, d(), pairs());
-    for (double& v : plan.inv_freq) v /= s.factor;
+    for (double& v : plan.inv_freq) v = f32(v / double(f32(s.factor)));
   }
 
-  // base' = base · f^(d/(d−2)) (the NTK-aware base change of bloc97; HF has no fixed variant,
-  // this is the formula of its dynamic variant at its end point and of vLLM's NTK-alpha).
+  // base' = base · f^(d/(d−2)) (the NTK-aware base change of bloc97; HF has no fixed variant:
+  // this is its dynamic formula at factor·Lmax, and vLLM's NTK-alpha), base' in double.
   void operator()(const scaling::Ntk& s) const {
     const double base = spec.base * std::pow(s.factor, double(d()) / double(d() - 2));
     plan.inv_freq = default_inv_freq(base, d(), pairs());
   }
 
-  // HF _compute_dynamic_ntk_parameters: the length is clamped below at max_position_embeddings,
-  // so the base only changes past it (and the formula never sees a negative argument).
+  // HF _compute_dynamic_ntk_parameters with a Python-int seq_len (the new base in double): the
+  // length is clamped below at max_position_embeddings, so the base only changes past it (and the
+  // formula never sees a negative argument).
   void operator()(const scaling::DynamicNtk& s) const {
     const double lmax = double(s.max_position_embeddings);
     const double len = std::max(double(length.value_or(s.max_position_embeddings)), lmax);
@@ -67,7 +79,8 @@ struct Planner {
     plan.inv_freq = default_inv_freq(base, d(), pairs());
   }
 
-  // HF _compute_yarn_parameters.
+  // HF _compute_yarn_parameters: the correction range in double (Python math), the ramp and the
+  // blend as float32 tensors.
   void operator()(const scaling::Yarn& s) const {
     const double f = s.factor;
     const double l0 = double(s.original_max_position_embeddings);
@@ -86,17 +99,21 @@ struct Planner {
     high = std::min(high, double(d() - 1));  // HF clamps with d−1 although pairs end at d/2−1
     plan.yarn_low = low;
     plan.yarn_high = high;
-    const double span = (low == high) ? 0.001 : high - low;  // HF: max += 0.001 when equal
+    if (low == high) high += 0.001;  // HF linear_ramp_factor: avoid a zero division
 
-    const std::vector<double> denominators = wavelength_denominators(spec.base, d(), pairs());
     plan.inv_freq.resize(pairs());
     for (int i = 0; i < pairs(); ++i) {
-      const double inv_extrapolation = 1.0 / denominators[i];
-      const double inv_interpolation = 1.0 / (f * denominators[i]);
-      const double ramp = std::clamp((double(i) - low) / span, 0.0, 1.0);
-      const double extrapolation_weight = 1.0 - ramp;  // 1 = keep the original (high frequency)
-      plan.inv_freq[i] = inv_interpolation * (1.0 - extrapolation_weight) +
-                         inv_extrapolation * extrapolation_weight;
+      const float pos_freq = base_power(spec.base, i, d());
+      const float inv_extrapolation = f32(1.0 / double(pos_freq));
+      const float inv_interpolation = f32(1.0 / double(f32(double(f32(f)) * pos_freq)));
+      const float ramp = std::clamp(f32(double(f32(double(f32(i)) - double(f32(low)))) /
+                                        double(f32(high - low))),
+                                    0.0f, 1.0f);
+      const float extrapolation_weight = f32(1.0 - double(ramp));  // 1 = keep (high frequency)
+      const float interpolated_part =
+          f32(double(inv_interpolation) * double(f32(1.0 - double(extrapolation_weight))));
+      const float extrapolated_part = f32(double(inv_extrapolation) * double(extrapolation_weight));
+      plan.inv_freq[i] = f32(double(interpolated_part) + double(extrapolated_part));
     }
 
     // HF tests truthiness: a 0 mscale or mscale_all_dim counts as unset.
@@ -115,34 +132,40 @@ struct Planner {
     }
   }
 
-  // HF _compute_llama3_parameters.
+  // HF _compute_llama3_parameters (as Meta's apply_scaling): wavelength thresholds in double, the
+  // per-pair smoothing as float32 tensors. Near the band edges the smoothing cancels
+  // (L0/wavelen − low_freq_factor), so float32 and exact arithmetic differ by up to ~30 ulp there;
+  // the model was trained with the float32 values, which is what this reproduces.
   void operator()(const scaling::Llama3& s) const {
     const double l0 = double(s.original_max_position_embeddings);
-    const double low_freq_wavelen = l0 / s.low_freq_factor;
-    const double high_freq_wavelen = l0 / s.high_freq_factor;
+    const float low_freq_wavelen = f32(l0 / s.low_freq_factor);
+    const float high_freq_wavelen = f32(l0 / s.high_freq_factor);
+    const double factor = f32(s.factor);
     plan.inv_freq = default_inv_freq(spec.base, d(), pairs());
     for (double& inv : plan.inv_freq) {
-      const double wavelen = 2.0 * std::numbers::pi / inv;
-      if (wavelen < high_freq_wavelen) continue;  // high frequency: kept
-      if (wavelen > low_freq_wavelen) {           // low frequency: interpolated
-        inv /= s.factor;
+      const float wavelen = scalar_over(2.0 * std::numbers::pi, inv);
+      const double inv_llama = wavelen > low_freq_wavelen ? double(f32(inv / factor)) : inv;
+      if (wavelen < high_freq_wavelen || wavelen > low_freq_wavelen) {
+        inv = inv_llama;  // high frequency kept, low frequency interpolated
         continue;
       }
-      const double smooth =
-          (l0 / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-      inv = (1.0 - smooth) * inv / s.factor + smooth * inv;
+      const float smooth =
+          f32(double(f32(double(scalar_over(l0, wavelen)) - double(f32(s.low_freq_factor)))) /
+              double(f32(s.high_freq_factor - s.low_freq_factor)));
+      const float interpolated = f32(double(f32(double(f32(1.0 - double(smooth))) * inv_llama)) / factor);
+      inv = f32(double(interpolated) + double(f32(double(smooth) * inv_llama)));
     }
   }
 
   // HF _compute_longrope_parameters + longrope_frequency_update: long factors strictly past the
-  // original length. The factor lists are float32 tensors in HF, so they are rounded to float32.
+  // original length; 1.0 / (ext_factors * base ** exponent) with float32 factor tensors.
   void operator()(const scaling::LongRope& s) const {
     plan.uses_long_factors = length && *length > s.original_max_position_embeddings;
     const std::vector<double>& ext = plan.uses_long_factors ? s.long_factor : s.short_factor;
-    const std::vector<double> denominators = wavelength_denominators(spec.base, d(), pairs());
     plan.inv_freq.resize(pairs());
     for (int i = 0; i < pairs(); ++i) {
-      plan.inv_freq[i] = 1.0 / (double(static_cast<float>(ext[i])) * denominators[i]);
+      const float denominator = f32(double(f32(ext[i])) * double(base_power(spec.base, i, d())));
+      plan.inv_freq[i] = f32(1.0 / double(denominator));
     }
     if (s.attention_factor) {
       plan.cos_sin_scale = *s.attention_factor;
@@ -155,13 +178,12 @@ struct Planner {
   }
 
   // HF _compute_proportional_rope_parameters: the exponent's denominator is head_dim and pairs past
-  // floor(partial_rotary_factor·head_dim/2) get frequency 0.
+  // floor(partial_rotary_factor·head_dim/2) get frequency 0; then inv_freq / factor.
   void operator()(const scaling::Proportional& s) const {
     const int rotated = static_cast<int>(std::floor(s.partial_rotary_factor * spec.head_dim / 2.0));
+    const std::vector<double> inv = default_inv_freq(spec.base, spec.head_dim, pairs());
     plan.inv_freq.assign(pairs(), 0.0);
-    for (int i = 0; i < rotated && i < pairs(); ++i) {
-      plan.inv_freq[i] = 1.0 / std::pow(spec.base, pair_exponent(i, spec.head_dim)) / s.factor;
-    }
+    for (int i = 0; i < rotated && i < pairs(); ++i) plan.inv_freq[i] = f32(inv[i] / double(f32(s.factor)));
   }
 };
 
