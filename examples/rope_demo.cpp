@@ -1,6 +1,7 @@
 // rope_demo — the main job until the CLI lands: prints Llama-3.1-8B's RoPE plan and rotates a
 // query/key pair with it, showing the relative-position property and the angle accuracy at large
 // positions. Run: build/release/examples/rope_demo
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <numbers>
