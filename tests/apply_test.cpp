@@ -292,9 +292,11 @@ TEST(ApplyProperties, InverseUndoesForwardAndBackwardIsTheTranspose) {
       // <F x, y> == <x, B y>
       const auto by = rotate_rows(rope, y, 1, streams(p, axes), Direction::Backward);
       EXPECT_NEAR(dot(fwd, y), dot(x, by), 1e-6 * m * std::sqrt(dot(x, x) * dot(y, y)));
-      // Norm: preserved on the rotary lanes up to the magnitude m.
-      EXPECT_NEAR(std::sqrt(dot(fwd, fwd)), std::sqrt(dot(x, x)) * (c.spec.rotary_dim == d ? m : 1.0),
-                  c.spec.rotary_dim == d ? 1e-6 * m * std::sqrt(dot(x, x)) : 1.0)
+      // Norm: the rotary lanes [0, rotary_dim) scale by m, the pass-through lanes keep theirs.
+      double rotary_sq = 0, pass_sq = 0;
+      for (int i = 0; i < d; ++i) (i < c.spec.rotary_dim ? rotary_sq : pass_sq) += double(x[i]) * x[i];
+      EXPECT_NEAR(std::sqrt(dot(fwd, fwd)), std::sqrt(m * m * rotary_sq + pass_sq),
+                  1e-6 * std::max(m, 1.0) * std::sqrt(dot(x, x)))
           << "position " << p;
     }
   }

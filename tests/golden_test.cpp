@@ -180,6 +180,8 @@ TEST(E2eGolden, OwnPlanDiffersFromHfOnlyByHfAngleError) {
               const int j = i % half;
               const float hf_angle = float(p) * float(c.hf_inv_freq[j]);
               const double hf_rounding = 0.5 * std::abs(std::nextafter(hf_angle, INFINITY) - hf_angle);
+              // HF's product rounding, the ω difference times p, and in HfCompat our own product
+              // rounding (another half ulp) plus the float32 rounding of our ω.
               angle_bound = p * std::abs(rope.plan().inv_freq[j] - c.hf_inv_freq[j]) + hf_rounding +
                             (mode == ropekit::AngleMode::HfCompat
                                  ? 0.5 * std::abs(std::nextafter(hf_angle, INFINITY) - hf_angle) +
