@@ -185,6 +185,12 @@ struct Planner {
     plan.inv_freq.assign(pairs(), 0.0);
     for (int i = 0; i < rotated && i < pairs(); ++i) plan.inv_freq[i] = f32(inv[i] / double(f32(s.factor)));
   }
+
+  // llama.cpp's rope_freqs: theta / freq_factor in float32 on top of the default frequencies.
+  void operator()(const scaling::FreqFactors& s) const {
+    plan.inv_freq = default_inv_freq(spec.base, d(), pairs());
+    for (int i = 0; i < pairs(); ++i) plan.inv_freq[i] = f32(plan.inv_freq[i] / double(f32(s.divisors[i])));
+  }
 };
 
 }  // namespace

@@ -105,6 +105,9 @@ struct ScalingValidator {
     require_positive_finite("longrope.factor", s.factor);
     require_optional_positive("longrope.attention_factor", s.attention_factor);
   }
+  void operator()(const scaling::FreqFactors& s) const {
+    require_factor_list("freq_factors.divisors", s.divisors, spec.num_pairs());
+  }
   void operator()(const scaling::Proportional& s) const {
     if (!std::isfinite(s.partial_rotary_factor) || s.partial_rotary_factor <= 0.0 ||
         s.partial_rotary_factor > 1.0) {
@@ -139,6 +142,7 @@ std::string_view rope_type_name(const Scaling& scaling) {
     std::string_view operator()(const scaling::Llama3&) const { return "llama3"; }
     std::string_view operator()(const scaling::LongRope&) const { return "longrope"; }
     std::string_view operator()(const scaling::Proportional&) const { return "proportional"; }
+    std::string_view operator()(const scaling::FreqFactors&) const { return "freq_factors"; }
   };
   return std::visit(Namer{}, scaling);
 }

@@ -1,7 +1,9 @@
 // ropekit/ropekit.hpp — everything public.
 #pragma once
 
+#include "ropekit/analysis.hpp"
 #include "ropekit/apply.hpp"
+#include "ropekit/config.hpp"
 #include "ropekit/dtype.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/pair_map.hpp"

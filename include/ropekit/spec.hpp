@@ -95,13 +95,21 @@ struct Proportional {
   double factor = 1.0;  // HF default
 };
 
+// Per-pair divisors of the default frequencies: inv_freq[i] = base^(-2i/d) / divisors[i]. This is how
+// llama.cpp ships Llama 3 smoothing in GGUF files (the `rope_freqs` tensor, computed at conversion);
+// a GGUF Llama 3.1 therefore reads as FreqFactors, not Llama3 (the values agree to float32 rounding).
+struct FreqFactors {
+  std::vector<double> divisors;  // rotary_dim/2 entries, each finite and > 0
+};
+
 }  // namespace scaling
 
 using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk,
-                             scaling::Yarn, scaling::Llama3, scaling::LongRope, scaling::Proportional>;
+                             scaling::Yarn, scaling::Llama3, scaling::LongRope, scaling::Proportional,
+                             scaling::FreqFactors>;
 
 // The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
-// "llama3", "longrope", "proportional").
+// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors, which HF has no name for).
 std::string_view rope_type_name(const Scaling& scaling);
 std::string_view to_string(Pairing pairing);
 

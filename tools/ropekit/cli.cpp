@@ -1,0 +1,75 @@
+#include "cli.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include "ropekit/error.hpp"
+
+namespace ropekit::cli {
+
+void ModelOptions::add_to(CLI::App& app, bool with_gguf) {
+  auto* group = app.add_option_group("model", "where the model's RoPE comes from (exactly one)");
+  group->add_option("--config", config, "Hugging Face config.json");
+  group->add_option("--preset", preset, "a built-in preset (ropekit presets lists them)");
+  if (with_gguf) group->add_option("--gguf", gguf, "llama.cpp GGUF file (metadata only is read)");
+  group->require_option(1);
+  app.add_option("--pairing", pairing, "override the lane pairing: half (rotate_half) or interleaved (GPT-J)")
+      ->check(CLI::IsMember({"half", "interleaved"}));
+  app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
+  app.add_option("--seq-len", seq_len,
+                 "current sequence length (dynamic NTK, LongRoPE); default: the plan at initialisation")
+      ->check(CLI::Range(std::int64_t{1}, (std::int64_t{1} << 47) - 1));
+}
+
+ModelRope ModelOptions::load() const {
+  ConfigOptions options;
+  if (pairing == "half") options.pairing = Pairing::Half;
+  if (pairing == "interleaved") options.pairing = Pairing::Interleaved;
+  if (!config.empty()) return read_config_file(config, options);
+  if (!preset.empty()) return read_preset(preset, options);
+  return read_gguf_file(gguf, options);
+}
+
+void print_warnings(const ModelRope& model, std::ostream& err) {
+  for (const std::string& w : model.warnings) fmt::print(err, "ropekit: warning: {}\n", w);
+}
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"ropekit: rotary position embeddings exactly as the model's reference implementation "
+               "computes them",
+               "ropekit"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every sub-command");
+  Streams io{out, err};
+  add_inspect(app, io);
+  add_freqs(app, io);
+  add_apply(app, io);
+  add_presets(app, io);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+  try {
+    app.parse(reversed);
+    return 0;
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    fmt::print(err, "ropekit: {} (see ropekit --help)\n", message);
+    return 2;
+  } catch (const Error& e) {
+    std::string message = e.what();
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    fmt::print(err, "ropekit: {}\n", message);
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(err, "ropekit: internal error: {}\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace ropekit::cli

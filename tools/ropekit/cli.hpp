@@ -1,0 +1,48 @@
+// The `ropekit` command line: one file per sub-command (inspect.cpp, freqs.cpp, apply.cpp,
+// presets.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
+// streams passed in, so tests run it in-process; main.cpp only forwards argv.
+//
+// Exit codes: 0 success, 2 bad usage or bad input (one line on stderr naming the problem),
+// 1 anything unexpected.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ropekit/config.hpp"
+
+namespace ropekit::cli {
+
+int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Where a model's RoPE comes from, shared by the sub-commands that need one.
+struct ModelOptions {
+  std::string config;
+  std::string preset;
+  std::string gguf;
+  std::string pairing;     // "", "half" or "interleaved"
+  std::string layer_type;  // "" = the only one
+  std::optional<std::int64_t> seq_len;
+
+  // Adds --config/--preset/--gguf (exactly one required), --pairing, --layer-type, --seq-len.
+  void add_to(CLI::App& app, bool with_gguf = true);
+  ModelRope load() const;
+};
+
+struct Streams {
+  std::ostream& out;
+  std::ostream& err;
+};
+
+void add_inspect(CLI::App& app, Streams io);
+void add_freqs(CLI::App& app, Streams io);
+void add_apply(CLI::App& app, Streams io);
+void add_presets(CLI::App& app, Streams io);
+
+// Prints ModelRope::warnings to err, one per line, as "ropekit: warning: ...".
+void print_warnings(const ModelRope& model, std::ostream& err);
+
+}  // namespace ropekit::cli
