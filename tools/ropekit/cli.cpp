@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 
 #include "ropekit/error.hpp"
 
@@ -46,6 +47,13 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_apply(app, io);
   add_presets(app, io);
 
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (!args.empty() && !args[0].starts_with("-") &&
+      std::find(names.begin(), names.end(), args[0]) == names.end()) {
+    fmt::print(err, "ropekit: unknown sub-command {} (known: {})\n", args[0], fmt::join(names, ", "));
+    return 2;
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
   try {
     app.parse(reversed);

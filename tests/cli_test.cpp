@@ -1,0 +1,366 @@
+// The ropekit CLI, run in-process through run_cli (the same code main() calls), and the .npy codec.
+//
+// `apply` must equal the library call bit for bit; `freqs --json` must print the plan exactly
+// (doubles round-trip); every bad input must exit 2 with one stderr line naming the problem.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli.hpp"
+#include "npy.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ropekit::cli::NpyArray;
+using ropekit::cli::NpyType;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = ropekit::cli::run_cli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("ropekit_cli_test_" + std::to_string(std::random_device{}()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+template <class T>
+NpyArray array(NpyType type, std::vector<std::int64_t> shape, const std::vector<T>& values) {
+  NpyArray a{type, std::move(shape), {}};
+  a.data.resize(values.size() * sizeof(T));
+  std::memcpy(a.data.data(), values.data(), a.data.size());
+  return a;
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+TEST(Npy, RoundTripsEveryTypeAndShape) {
+  for (NpyType type : {NpyType::F32, NpyType::F16, NpyType::U16, NpyType::I32, NpyType::I64}) {
+    for (const std::vector<std::int64_t>& shape :
+         {std::vector<std::int64_t>{}, {5}, {2, 3}, {1, 4, 3, 2}, {0, 3}}) {
+      NpyArray a{type, shape, {}};
+      a.data.resize(std::size_t(a.count()) * ropekit::cli::npy_item_size(type));
+      for (std::size_t i = 0; i < a.data.size(); ++i) a.data[i] = std::byte(i * 7 + 3);
+      const std::vector<std::byte> bytes = ropekit::cli::serialize_npy(a);
+      EXPECT_EQ((bytes.size() - a.data.size()) % 64, 0u);  // data 64-byte aligned, as numpy writes
+      const NpyArray b = ropekit::cli::parse_npy(bytes, "x.npy");
+      EXPECT_EQ(b.type, a.type);
+      EXPECT_EQ(b.shape, a.shape);
+      EXPECT_EQ(b.data, a.data);
+    }
+  }
+}
+
+TEST(Npy, ReadsWhatNumpyWrites) {
+  // numpy.save(np.arange(3, dtype='<i8')) — version 1.0, header padded to 64 bytes.
+  std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  ASSERT_EQ((10 + header.size()) % 64, 0u);
+  std::string file = std::string("\x93NUMPY\x01\x00", 8) + char(header.size()) + char(0) + header;
+  for (std::int64_t v : {0, 1, 2}) file.append(reinterpret_cast<const char*>(&v), 8);
+  const NpyArray a = ropekit::cli::parse_npy(std::as_bytes(std::span(file)), "arange.npy");
+  EXPECT_EQ(a.type, NpyType::I64);
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3}));
+}
+
+void expect_npy_error(const std::vector<std::byte>& bytes, const std::string& fragment) {
+  try {
+    ropekit::cli::parse_npy(bytes, "bad.npy");
+    ADD_FAILURE() << "no error, expected " << fragment;
+  } catch (const ropekit::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+std::vector<std::byte> npy_with_header(const std::string& dict, std::size_t data_bytes) {
+  std::string header = dict;
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::string file = std::string("\x93NUMPY\x01\x00", 8) + char(header.size() & 0xff) + char(header.size() >> 8) + header;
+  file.append(data_bytes, '\0');
+  const auto b = std::as_bytes(std::span(file));
+  return {b.begin(), b.end()};
+}
+
+TEST(Npy, EveryMalformedInputIsNamed) {
+  const std::vector<std::byte> good = ropekit::cli::serialize_npy(array(NpyType::F32, {2, 2}, std::vector<float>(4, 1.0f)));
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    EXPECT_THROW(ropekit::cli::parse_npy({good.data(), n}, "cut.npy"), ropekit::Error) << n;
+  }
+  std::vector<std::byte> bad = good;
+  bad[1] = std::byte{'X'};
+  expect_npy_error(bad, "not a .npy file");
+  bad = good;
+  bad[6] = std::byte{9};
+  expect_npy_error(bad, ".npy format version = 9");
+  expect_npy_error(npy_with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", 4), "dtype = '>f4'");
+  expect_npy_error(npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 8), "dtype = '<f8'");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", 4), "fortran_order = True");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'shape': (1,), }", 4), "no 'fortran_order'");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,) ", 4), "malformed .npy header");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 4), "non-negative integer");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12), "4 bytes after the data");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576, 1048576), }", 0),
+                   "more than 2^40 elements");
+}
+
+TEST(Cli, PresetsListsEveryPreset) {
+  const Result r = run({"presets"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const ropekit::Preset& p : ropekit::presets()) EXPECT_NE(r.out.find(p.name), std::string::npos) << p.name;
+}
+
+TEST(Cli, FreqsJsonPrintsThePlanExactly) {
+  for (const ropekit::Preset& p : ropekit::presets()) {
+    SCOPED_TRACE(p.name);
+    const Result r = run({"freqs", "--preset", std::string(p.name), "--json", "--seq-len", "200000"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const ropekit::ModelRope model = ropekit::read_preset(p.name);
+    ASSERT_EQ(j.is_array(), model.layers.size() > 1);
+    for (std::size_t i = 0; i < model.layers.size(); ++i) {
+      const nlohmann::json& o = j.is_array() ? j[i] : j;
+      const ropekit::LayerRope& layer = j.is_array() ? model.layer(o["layer_type"].get<std::string>()) : model.layer();
+      const ropekit::Plan plan = ropekit::make_plan(layer.spec, 200000);
+      EXPECT_EQ(o["inv_freq"].get<std::vector<double>>(), plan.inv_freq);
+      EXPECT_EQ(o["cos_sin_scale"].get<double>(), plan.cos_sin_scale);
+      EXPECT_EQ(o["softmax_scale_mult"].get<double>(), plan.softmax_scale_mult);
+      EXPECT_EQ(o["rotary_dim"].get<int>(), layer.spec.rotary_dim);
+      EXPECT_EQ(o["head_dim"].get<int>(), layer.spec.head_dim);
+      EXPECT_EQ(o["pairing"].get<std::string>(), ropekit::to_string(layer.spec.pairing));
+      EXPECT_EQ(o["rope_type"].get<std::string>(), ropekit::rope_type_name(layer.spec.scaling));
+    }
+  }
+  // --seq-len is the current length: Phi-3 switches to its long factors past 4096.
+  const auto short_f = nlohmann::json::parse(run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--json"}).out);
+  const auto long_f = nlohmann::json::parse(run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--json", "--seq-len", "4097"}).out);
+  EXPECT_NE(short_f["inv_freq"], long_f["inv_freq"]);
+}
+
+TEST(Cli, InspectShowsBandsAndMagnitudes) {
+  const Result yarn = run({"inspect", "--preset", "qwen2.5-7b-instruct-yarn4"});
+  ASSERT_EQ(yarn.code, 0) << yarn.err;
+  for (const char* word : {"extrapolated", "blended", "interpolated", "cos_sin_scale 1.13862944", "wavelength"}) {
+    EXPECT_NE(yarn.out.find(word), std::string::npos) << word;
+  }
+  const Result gemma = run({"inspect", "--preset", "gemma-3-4b", "--layer-type", "sliding_attention"});
+  EXPECT_EQ(gemma.code, 0);
+  EXPECT_NE(gemma.out.find("base 10000"), std::string::npos);
+  EXPECT_EQ(gemma.out.find("full_attention"), std::string::npos);
+  const Result ds = run({"inspect", "--preset", "deepseek-v3"});
+  EXPECT_NE(ds.out.find("softmax_scale_mult 1.87385421"), std::string::npos) << ds.out.substr(0, 600);
+  EXPECT_NE(ds.out.find("rope slice    lanes [128, 192)"), std::string::npos);
+}
+
+// apply through the CLI equals the library call on the same arrays, bit for bit.
+struct ApplyCase {
+  std::string preset, layout, dtype;  // dtype: f32 | f16 | bf16
+  std::int64_t batch, seq, q_heads, k_heads;
+  bool explicit_positions;
+  std::string angles = "accurate";
+};
+
+void check_apply(const ApplyCase& c) {
+  SCOPED_TRACE(c.preset + " " + c.layout + " " + c.dtype + " " + c.angles);
+  TempDir dir;
+  const ropekit::ModelRope model = ropekit::read_preset(c.preset);
+  const ropekit::LayerRope& layer = model.layer();
+  const std::int64_t d = model.qk_head_dim;
+  const NpyType type = c.dtype == "f32" ? NpyType::F32 : c.dtype == "f16" ? NpyType::F16 : NpyType::U16;
+  const ropekit::DType dtype = c.dtype == "f32" ? ropekit::DType::F32 : c.dtype == "f16" ? ropekit::DType::F16 : ropekit::DType::BF16;
+  auto make = [&](std::int64_t heads, unsigned seed) {
+    const std::vector<float> v = random_floats(std::size_t(c.batch * c.seq * heads * d), seed);
+    std::vector<std::int64_t> shape = c.layout == "bhsd" ? std::vector<std::int64_t>{c.batch, heads, c.seq, d}
+                                                         : std::vector<std::int64_t>{c.batch, c.seq, heads, d};
+    if (type == NpyType::F32) return array(type, shape, v);
+    std::vector<std::uint16_t> bits;
+    for (float x : v) bits.push_back(type == NpyType::F16 ? ropekit::float_to_f16(x) : ropekit::float_to_bf16(x));
+    return array(type, shape, bits);
+  };
+  NpyArray q = make(c.q_heads, 1), k = make(c.k_heads, 2);
+  ropekit::cli::write_npy_file(dir.file("q.npy"), q);
+  ropekit::cli::write_npy_file(dir.file("k.npy"), k);
+  const int axes = layer.spec.mrope ? 3 : 1;
+  std::vector<std::int64_t> pos;  // stream-major, per (batch, seq) token
+  std::vector<std::string> args = {"apply", "--preset", c.preset, "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+                                   "--layout", c.layout, "--angles", c.angles};
+  if (c.explicit_positions) {
+    std::mt19937 rng(7);
+    std::vector<std::int32_t> p32;
+    for (int a = 0; a < axes; ++a) {
+      for (std::int64_t t = 0; t < c.batch * c.seq; ++t) p32.push_back(std::int32_t(rng() % 300000));
+    }
+    pos.assign(p32.begin(), p32.end());
+    std::vector<std::int64_t> shape = {c.batch, c.seq};
+    if (axes == 3) shape.insert(shape.begin(), 3);
+    ropekit::cli::write_npy_file(dir.file("p.npy"), array(NpyType::I32, shape, p32));
+    args.insert(args.end(), {"--positions", dir.file("p.npy")});
+  } else {
+    for (int a = 0; a < axes; ++a) {
+      for (std::int64_t t = 0; t < c.batch * c.seq; ++t) pos.push_back(t % c.seq);
+    }
+  }
+  if (c.dtype == "bf16") args.push_back("--bf16");
+  const Result r = run(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // The library call: same positions, current length max(position) + 1, rope slice at rope_offset.
+  const std::int64_t current = *std::max_element(pos.begin(), pos.end()) + 1;
+  const ropekit::Rope rope(layer.spec, c.angles == "hf" ? ropekit::AngleMode::HfCompat : ropekit::AngleMode::Accurate,
+                           current);
+  auto view = [&](NpyArray& a, std::int64_t heads) {
+    ropekit::Heads h = c.layout == "bhsd" ? ropekit::bhsd(a.data.data(), dtype, c.batch, c.seq, heads, d)
+                                          : ropekit::bshd(a.data.data(), dtype, c.batch, c.seq, heads, d);
+    h.data = a.data.data() + layer.rope_offset * ropekit::element_size(dtype);
+    return h;
+  };
+  rope.apply({.q = view(q, c.q_heads), .k = view(k, c.k_heads), .q_out = {}, .k_out = {},
+              .positions = axes == 3 ? ropekit::mrope_positions(pos) : ropekit::positions(std::span<const std::int64_t>(pos)),
+              .direction = ropekit::Direction::Forward});
+  const NpyArray q_cli = ropekit::cli::read_npy_file(dir.file("q.rope.npy"));
+  const NpyArray k_cli = ropekit::cli::read_npy_file(dir.file("k.rope.npy"));
+  EXPECT_EQ(q_cli.shape, q.shape);
+  EXPECT_TRUE(q_cli.data == q.data) << "q differs from the library call";
+  EXPECT_TRUE(k_cli.data == k.data) << "k differs from the library call";
+}
+
+TEST(Cli, ApplyEqualsTheLibraryCall) {
+  for (const ApplyCase& c : std::vector<ApplyCase>{
+           {"llama-3.1-8b", "bhsd", "f32", 1, 9, 4, 2, false},
+           {"llama-3.1-8b", "bshd", "bf16", 2, 5, 4, 1, true},
+           {"llama-3.1-8b", "bshd", "f32", 2, 5, 4, 1, true, "hf"},
+           {"mistral-7b-instruct-v0.2", "bhsd", "f16", 1, 7, 2, 2, true},
+           {"gpt-neox-20b", "bhsd", "f32", 1, 6, 3, 3, false},   // partial rotary: 72 lanes pass through
+           {"gpt-j-6b", "bshd", "f32", 1, 4, 2, 2, true},        // interleaved
+           {"deepseek-v3", "bshd", "bf16", 1, 3, 2, 1, true},    // rope slice after 128 nope lanes
+           {"qwen2-vl-7b", "bhsd", "f32", 1, 4, 2, 1, true},     // M-RoPE (3, B, S) positions
+           {"phi-3-mini-128k-instruct", "bhsd", "f32", 1, 3, 1, 1, true},  // long factors (positions > 4096)
+       }) {
+    check_apply(c);
+  }
+}
+
+TEST(Cli, ApplyInverseUndoesApply) {
+  TempDir dir;
+  const NpyArray q = array(NpyType::F32, {1, 2, 3, 128}, random_floats(768, 3));
+  ropekit::cli::write_npy_file(dir.file("q.npy"), q);
+  ropekit::cli::write_npy_file(dir.file("k.npy"), q);
+  ASSERT_EQ(run({"apply", "--preset", "qwen2.5-7b-instruct-yarn4", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+                 "--layout", "bhsd", "--out-q", dir.file("rq.npy"), "--out-k", dir.file("rk.npy")}).code, 0);
+  ASSERT_EQ(run({"apply", "--preset", "qwen2.5-7b-instruct-yarn4", "--q", dir.file("rq.npy"), "--k", dir.file("rk.npy"),
+                 "--layout", "bhsd", "--inverse", "--out-q", dir.file("q2.npy"), "--out-k", dir.file("k2.npy")}).code, 0);
+  const NpyArray back = ropekit::cli::read_npy_file(dir.file("q2.npy"));
+  const float* a = reinterpret_cast<const float*>(q.data.data());
+  const float* b = reinterpret_cast<const float*>(back.data.data());
+  for (int i = 0; i < 768; ++i) EXPECT_NEAR(b[i], a[i], 1e-5f * (1 + std::abs(a[i]))) << i;
+}
+
+// Every bad input: exit code 2, one line on stderr that names the problem.
+void expect_usage_error(const std::vector<std::string>& args, const std::string& fragment) {
+  const Result r = run(args);
+  std::string joined;
+  for (const auto& a : args) joined += a + " ";
+  EXPECT_EQ(r.code, 2) << joined << "\n" << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << joined << "\nstderr: " << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("ropekit: ", 0), 0u) << r.err;
+}
+
+TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
+  TempDir dir;
+  const NpyArray q = array(NpyType::F32, {1, 2, 3, 128}, random_floats(768, 4));
+  ropekit::cli::write_npy_file(dir.file("q.npy"), q);
+  const std::vector<std::byte> good = ropekit::cli::serialize_npy(q);
+  std::ofstream(dir.file("cut.npy"), std::ios::binary).write(reinterpret_cast<const char*>(good.data()), 100);
+  ropekit::cli::write_npy_file(dir.file("i32.npy"), array(NpyType::I32, {1, 2, 3, 128}, std::vector<std::int32_t>(768, 1)));
+  ropekit::cli::write_npy_file(dir.file("u16.npy"), array(NpyType::U16, {1, 2, 3, 128}, std::vector<std::uint16_t>(768, 1)));
+  ropekit::cli::write_npy_file(dir.file("hd64.npy"), array(NpyType::F32, {1, 2, 3, 64}, random_floats(384, 5)));
+  ropekit::cli::write_npy_file(dir.file("seq4.npy"), array(NpyType::F32, {1, 2, 4, 128}, random_floats(1024, 6)));
+  ropekit::cli::write_npy_file(dir.file("3d.npy"), array(NpyType::F32, {2, 3, 128}, random_floats(768, 7)));
+  ropekit::cli::write_npy_file(dir.file("p_bad.npy"), array(NpyType::I64, {4}, std::vector<std::int64_t>{0, 1, 2, 3}));
+  ropekit::cli::write_npy_file(dir.file("p_neg.npy"), array(NpyType::I64, {3}, std::vector<std::int64_t>{0, -1, 2}));
+  ropekit::cli::write_npy_file(dir.file("p_f32.npy"), array(NpyType::F32, {3}, std::vector<float>{0, 1, 2}));
+  write_text(dir.file("bad.json"), "{\"model_type\": \"llama\", ");
+  write_text(dir.file("types.json"), R"({"model_type": "llama", "hidden_size": "big", "num_attention_heads": 8})");
+  write_text(dir.file("nokey.json"), R"({"model_type": "llama", "num_attention_heads": 8})");
+  write_text(dir.file("trunc.gguf"), "GGUF\x03\x00");
+  const std::string Q = dir.file("q.npy");
+  const std::vector<std::string> apply = {"apply", "--preset", "mistral-7b-instruct-v0.2", "--layout", "bhsd"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = apply;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+
+  // Usage.
+  expect_usage_error({}, "A subcommand is required");
+  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets)");
+  expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
+  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
+  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
+  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--pairing", "diagonal"}, "--pairing");
+  expect_usage_error({"apply", "--preset", "llama-3.1-8b", "--q", Q, "--k", Q, "--layout", "sbhd"}, "--layout");
+  // Models.
+  expect_usage_error({"freqs", "--preset", "llama-9"}, "preset = llama-9: unknown");
+  expect_usage_error({"inspect", "--config", dir.file("missing.json")}, "missing.json: cannot open");
+  expect_usage_error({"inspect", "--config", dir.file("bad.json")}, "invalid JSON");
+  expect_usage_error({"inspect", "--config", dir.file("types.json")}, "hidden_size = \"big\": expected a number");
+  expect_usage_error({"inspect", "--config", dir.file("nokey.json")}, "head_dim (and hidden_size");
+  expect_usage_error({"inspect", "--gguf", dir.file("trunc.gguf")}, "truncated GGUF");
+  expect_usage_error({"inspect", "--preset", "gemma-3-4b", "--layer-type", "global"}, "layer type = global: not in this model");
+  expect_usage_error({"apply", "--preset", "gemma-3-4b", "--q", Q, "--k", Q, "--layout", "bhsd"}, "choose one with --layer-type");
+  // Arrays.
+  expect_usage_error(with({"--q", dir.file("cut.npy"), "--k", Q}), "truncated .npy");
+  expect_usage_error(with({"--q", dir.file("nope.npy"), "--k", Q}), "nope.npy: cannot open");
+  expect_usage_error(with({"--q", dir.file("i32.npy"), "--k", Q}), "dtype int32: expected float32, float16");
+  expect_usage_error(with({"--q", dir.file("u16.npy"), "--k", Q}), "pass --bf16");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--bf16"}), "--bf16 expects uint16");
+  expect_usage_error(with({"--q", dir.file("hd64.npy"), "--k", Q}), "head_dim = 64: the model's q/k heads have 128 lanes");
+  expect_usage_error(with({"--q", Q, "--k", dir.file("seq4.npy")}), "batch and seq must match");
+  expect_usage_error(with({"--q", dir.file("3d.npy"), "--k", Q}), "expected 4 dimensions");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_bad.npy")}), "p_bad.npy: shape (4,): expected (3) or (1, 3)");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_f32.npy")}), "positions must be int32 or int64");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_neg.npy"), "--seq-len", "10"}), "-1");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--out-q", dir.file("no/such/dir/q.npy")}), "cannot write");
+}
+
+TEST(Cli, HelpExitsZero) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--help"}, {"apply", "--help"}, {"freqs", "--help"}}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("--"), std::string::npos);
+  }
+  EXPECT_NE(run({"apply", "--help"}).out.find("--layout"), std::string::npos);
+}
+
+}  // namespace
