@@ -6,8 +6,10 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libfmt-dev          # error messages
-  nlohmann-json3-dev  # golden-vector reader in tests (config reader later)
+  nlohmann-json3-dev  # config.json reader, golden-vector tests
+  libcli11-dev        # the ropekit command line
   libgtest-dev libgmock-dev
+  clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
 )
 
 missing=()

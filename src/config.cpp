@@ -574,6 +574,8 @@ ModelRope read_config(std::string_view json_text, const ConfigOptions& options,
   } catch (const json::parse_error& e) {
     // nlohmann's message names the byte and what it expected; keep it on one line.
     throw Error(fmt::format("{}: invalid JSON at byte {}: {}", origin, e.byte, e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond double (found by fuzzing)
+    throw Error(fmt::format("{}: invalid JSON: {}", origin, e.what()));
   }
   return ModelReader(root, options, std::string(origin)).read();
 }

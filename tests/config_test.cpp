@@ -325,6 +325,8 @@ TEST(ConfigErrors, EachClassNamesTheKey) {
   // Invalid JSON and a non-object document.
   expect_error("{\"model_type\": \"llama\",", "bad.json: invalid JSON at byte");
   expect_error("[1, 2]", "the top level = [1,2]: expected a JSON object");
+  // A number beyond double: nlohmann throws out_of_range, not parse_error (found by config_fuzz).
+  expect_error(R"({"model_type": "llama", "rope_theta": 1e999})", "bad.json: invalid JSON");
   // Wrong types.
   expect_error(with(kLlama31, P("/rope_scaling/factor"), "eight"), "rope_scaling.factor = \"eight\": expected a number");
   expect_error(with(kLlama31, P("/rope_scaling"), 8), "rope_scaling = 8: expected a JSON object");

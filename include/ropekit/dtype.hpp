@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace ropekit {
@@ -29,14 +30,26 @@ inline std::uint16_t float_to_bf16(float value) {
   return static_cast<std::uint16_t>(bits >> 16);
 }
 
-// IEEE binary16 through the compiler's _Float16 (GCC >= 12 on x86-64 and AArch64), whose
-// conversions are correctly rounded.
+// IEEE binary16 through the compiler's half type, whose conversions are correctly rounded:
+// _Float16 (GCC >= 12, clang >= 15 on x86-64 and AArch64), or clang 14's storage-only __fp16 (the
+// fuzz build uses Debian 12's clang 14).
+#if defined(__clang__) && __clang_major__ < 15
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 inline float f16_to_float(std::uint16_t bits) {
-  return static_cast<float>(std::bit_cast<_Float16>(bits));
+  Half h;
+  std::memcpy(&h, &bits, sizeof h);  // memcpy, not bit_cast: clang 14's libstdc++ bit_cast rejects __fp16
+  return static_cast<float>(h);
 }
 
 inline std::uint16_t float_to_f16(float value) {
-  return std::bit_cast<std::uint16_t>(static_cast<_Float16>(value));
+  const Half h = static_cast<Half>(value);
+  std::uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
 }
 
 }  // namespace ropekit

@@ -1,0 +1,55 @@
+// Writes starting corpora for the GGUF and .npy fuzzers: a few valid files of the shapes the
+// readers accept (config.json seeds are the presets themselves).
+#include <filesystem>
+#include <fstream>
+
+#include "gguf_writer.hpp"
+#include "npy.hpp"
+
+namespace {
+
+void save(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  const std::filesystem::path dir(argv[1]);
+  std::filesystem::create_directories(dir / "gguf");
+  std::filesystem::create_directories(dir / "npy");
+
+  gguf_test::Writer llama;
+  llama.str("general.architecture", "llama");
+  llama.u32("llama.context_length", 131072);
+  llama.u32("llama.embedding_length", 4096);
+  llama.u32("llama.attention.head_count", 32);
+  llama.f32("llama.rope.freq_base", 500000.0f);
+  llama.u32("llama.rope.dimension_count", 128);
+  gguf_test::Writer yarn = llama;
+  llama.tensor_f32("rope_freqs.weight", std::vector<float>(64, 2.0f));
+  save(dir / "gguf" / "llama3.gguf", llama.bytes());
+  yarn.str("llama.rope.scaling.type", "yarn");
+  yarn.f32("llama.rope.scaling.factor", 4.0f);
+  yarn.u32("llama.rope.scaling.original_context_length", 32768);
+  yarn.f32("llama.rope.scaling.yarn_log_multiplier", 0.1f);
+  save(dir / "gguf" / "yarn.gguf", yarn.bytes(2));
+  gguf_test::Writer vl;
+  vl.str("general.architecture", "qwen2vl");
+  vl.u32("qwen2vl.attention.key_length", 128);
+  vl.i32_array("qwen2vl.rope.dimension_sections", {16, 24, 24, 0});
+  vl.str("qwen2vl.rope.scaling.type", "longrope");
+  vl.u32("qwen2vl.rope.scaling.original_context_length", 4096);
+  vl.tensor_f32("rope_factors_long.weight", std::vector<float>(64, 3.0f));
+  vl.tensor_f32("rope_factors_short.weight", std::vector<float>(64, 1.0f));
+  save(dir / "gguf" / "mrope_longrope.gguf", vl.bytes());
+
+  using ropekit::cli::NpyArray;
+  using ropekit::cli::NpyType;
+  save(dir / "npy" / "f32.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::F32, {1, 2, 3, 4}, std::vector<std::byte>(96)}));
+  save(dir / "npy" / "i64.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::I64, {3}, std::vector<std::byte>(24)}));
+  save(dir / "npy" / "u16.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::U16, {}, std::vector<std::byte>(2)}));
+  return 0;
+}
