@@ -195,7 +195,8 @@ TEST(ConfigSpellings, SuIsLongRopeAndTopLevelOriginalWins) {
   // HF: the top-level original_max_position_embeddings (Phi-3) takes priority over the dict's.
   json both = phi;
   both["rope_scaling"]["original_max_position_embeddings"] = 8192;
-  const auto& lr = std::get<scaling::LongRope>(read(both).layer().spec.scaling);
+  const ropekit::ModelRope model = read(both);
+  const auto& lr = std::get<scaling::LongRope>(model.layer().spec.scaling);
   EXPECT_EQ(lr.original_max_position_embeddings, 4096);
   EXPECT_EQ(lr.factor, 32.0);  // max_position_embeddings / original
 }
