@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -135,32 +136,27 @@ struct RopeParams {
   }
 };
 
-// Keys each rope type reads (HF's validation lists), for the unrecognised-key warning.
+// Keys each rope type reads (HF's validation lists), for the unrecognised-key warning. Built once,
+// immutable afterwards (read_config may run on several threads).
 const std::set<std::string_view>& known_keys(std::string_view rope_type) {
-  static const std::set<std::string_view> common{"rope_type", "type", "rope_theta",
-                                                 "partial_rotary_factor", "mrope_section",
-                                                 "mrope_interleaved"};
-  static const std::map<std::string_view, std::set<std::string_view>> by_type{
-      {"default", {}},
-      {"linear", {"factor"}},
-      {"dynamic", {"factor"}},
-      {"ntk", {"factor"}},
-      {"yarn", {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
-                "beta_slow", "mscale", "mscale_all_dim", "truncate"}},
-      {"llama3", {"factor", "original_max_position_embeddings", "low_freq_factor",
-                  "high_freq_factor"}},
-      {"longrope", {"short_factor", "long_factor", "factor", "attention_factor",
-                    "original_max_position_embeddings"}},
-      {"proportional", {"factor"}},
-  };
-  static std::map<std::string_view, std::set<std::string_view>> merged;
-  if (merged.empty()) {
-    for (const auto& [type, keys] : by_type) {
-      auto& all = merged[type];
-      all = common;
-      all.insert(keys.begin(), keys.end());
-    }
-  }
+  static const std::map<std::string_view, std::set<std::string_view>> merged = [] {
+    const std::set<std::string_view> common{"rope_type", "type", "rope_theta", "partial_rotary_factor",
+                                            "mrope_section", "mrope_interleaved"};
+    std::map<std::string_view, std::set<std::string_view>> by_type{
+        {"default", {}},
+        {"linear", {"factor"}},
+        {"dynamic", {"factor"}},
+        {"ntk", {"factor"}},
+        {"yarn", {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
+                  "beta_slow", "mscale", "mscale_all_dim", "truncate"}},
+        {"llama3", {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}},
+        {"longrope", {"short_factor", "long_factor", "factor", "attention_factor",
+                      "original_max_position_embeddings"}},
+        {"proportional", {"factor"}},
+    };
+    for (auto& [type, keys] : by_type) keys.insert(common.begin(), common.end());
+    return by_type;
+  }();
   return merged.at(rope_type);
 }
 
@@ -450,9 +446,8 @@ class ModelReader {
                                   ? double(out_.max_position_embeddings) / double(l0)
                                   : 1.0;
       if (!factor) {
-        if (!p.get("factor") && !(p.dict && p.dict->contains("factor"))) {
-          required_number(p, "factor", type);  // absent entirely: HF requires it
-        }
+        // An explicit null falls back to the ratio (with HF's warning); an absent key is an error.
+        if (!(p.dict && p.dict->contains("factor"))) required_number(p, "factor", type);
         out_.warnings.push_back(fmt::format(
             "{}: {}.factor is null: using max_position_embeddings / original_max_position_embeddings "
             "= {} (as Hugging Face)",

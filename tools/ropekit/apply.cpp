@@ -1,6 +1,7 @@
 // `ropekit apply`: rotate q and k stored as NumPy arrays, exactly as the library call does (the
 // tests check that the two agree bit for bit).
 #include <algorithm>
+#include <cstring>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
