@@ -212,8 +212,10 @@ class ModelReader {
       head_dim_ = r_.small_int(rope);
       if (head_dim_ <= 0) r_.fail(rope.path, *rope.node, "must be > 0");
       int nope = 0;
-      if (Value v = r_.model_key("qk_nope_head_dim")) nope = r_.small_int(v);
-      if (nope < 0) r_.fail("qk_nope_head_dim", nope, "must be >= 0");
+      if (Value v = r_.model_key("qk_nope_head_dim")) {
+        nope = r_.small_int(v);
+        if (nope < 0) r_.fail(v.path, *v.node, "must be >= 0");  // names text_config.* when nested
+      }
       rope_offset_ = nope;
       out_.qk_head_dim = nope + head_dim_;
       return;

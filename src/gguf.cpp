@@ -49,7 +49,7 @@ class MemorySource final : public Source {
 
 class FileSource final : public Source {
  public:
-  explicit FileSource(const std::filesystem::path& path) : in_(path, std::ios::binary) {
+  explicit FileSource(const std::filesystem::path& path) : path_(path.string()), in_(path, std::ios::binary) {
     if (!in_) throw Error(fmt::format("gguf = {}: cannot open the file", path.string()));
     in_.seekg(0, std::ios::end);
     size_ = static_cast<std::uint64_t>(in_.tellg());
@@ -59,11 +59,12 @@ class FileSource final : public Source {
   void read(std::uint64_t offset, void* dst, std::size_t n) override {
     if (offset != pos_) in_.seekg(static_cast<std::streamoff>(offset));
     in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-    if (!in_) throw Error("gguf: read error");
+    if (!in_) throw Error(fmt::format("{}: read error at byte {}", path_, offset));
     pos_ = offset + n;
   }
 
  private:
+  std::string path_;
   std::ifstream in_;
   std::uint64_t size_ = 0;
   std::uint64_t pos_ = 0;
