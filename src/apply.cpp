@@ -101,6 +101,7 @@ void check_output(const Heads& in, const Heads& out, std::string_view in_name,
 
 CallShape validate_call(const RotateArgs& args, const PairMap& map) {
   const int d = map.head_dim;
+  if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
   if (args.direction != Direction::Forward && args.direction != Direction::Inverse &&
       args.direction != Direction::Backward) {
     throw Error(fmt::format("direction = {}: not a Direction", static_cast<int>(args.direction)));
@@ -149,6 +150,9 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map) {
 
   CallShape shape;
   shape.tokens = !args.q.empty() ? args.q.tokens() : (!args.k.empty() ? args.k.tokens() : 0);
+  const auto written = [d](const Heads& v) { return v.tokens() * v.heads * d * element_size(v.dtype); };
+  if (q_out) shape.bytes_written += written(args.q_out);
+  if (k_out) shape.bytes_written += written(args.k_out);
   if (shape.tokens == 0) return shape;
 
   const Positions& pos = args.positions;
@@ -229,15 +233,33 @@ void rotate_heads(const Heads& in, const Heads& out, std::int64_t b, std::int64_
 
 }  // namespace
 
-void rotate_reference(const RotateArgs& args, const PairMap& map, const Plan& plan,
-                      const Table* table, const AngleEvaluator* angles) {
-  const int pairs = map.num_pairs();
-  const Heads& any = !args.q.empty() ? args.q : args.k;
+cpu::RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan,
+                        const CallShape& shape, const Table* table, const AngleEvaluator* angles) {
+  cpu::RotateJob job;
+  job.args = &args;
+  job.map = &map;
+  job.pairing = map.pairing;
   // Magnitude and sign of the sine per direction (see apply.hpp). Formed in float32 like HF's
   // cos·attention_scaling, so Forward with HfCompat angles reproduces HF's coefficients.
   const double m = args.direction == Direction::Inverse ? 1.0 / plan.cos_sin_scale : plan.cos_sin_scale;
-  const float magnitude = static_cast<float>(m);
-  const float sin_sign = args.direction == Direction::Forward ? 1.0f : -1.0f;
+  job.magnitude = static_cast<float>(m);
+  job.sin_sign = args.direction == Direction::Forward ? 1.0f : -1.0f;
+  job.table = table;
+  job.angles = angles;
+  job.tokens = shape.tokens;
+  const Heads& any = !args.q.empty() ? args.q : args.k;
+  job.seq = any.seq;
+  job.q_heads = args.q.empty() ? 0 : args.q.heads;
+  job.k_heads = args.k.empty() ? 0 : args.k.heads;
+  job.stream_stores = shape.bytes_written > 0 && shape.bytes_written >= cpu::stream_threshold_bytes();
+  return job;
+}
+
+void rotate_reference(const cpu::RotateJob& job) {
+  const RotateArgs& args = *job.args;
+  const PairMap& map = *job.map;
+  const int pairs = map.num_pairs();
+  const Heads& any = !args.q.empty() ? args.q : args.k;
 
   std::vector<float> row_cos(static_cast<std::size_t>(map.num_axes) * pairs);
   std::vector<float> row_sin(row_cos.size());
@@ -249,19 +271,19 @@ void rotate_reference(const RotateArgs& args, const PairMap& map, const Plan& pl
       const std::int64_t token = b * any.seq + s;
       for (int a = 0; a < map.num_axes; ++a) {
         const std::int64_t p = args.positions.at(a, token);
-        if (table != nullptr) {
-          axis_cos[a] = table->cos_row(p);
-          axis_sin[a] = table->sin_row(p);
+        if (job.table != nullptr) {
+          axis_cos[a] = job.table->cos_row(p);
+          axis_sin[a] = job.table->sin_row(p);
         } else {
-          angles->row(p, row_cos.data() + a * pairs, row_sin.data() + a * pairs);
+          job.angles->row(p, row_cos.data() + a * pairs, row_sin.data() + a * pairs);
           axis_cos[a] = row_cos.data() + a * pairs;
           axis_sin[a] = row_sin.data() + a * pairs;
         }
       }
       for (int j = 0; j < pairs; ++j) {
         const int a = map.axis[j];
-        c[j] = axis_cos[a][map.freq[j]] * magnitude;
-        sn[j] = axis_sin[a][map.freq[j]] * magnitude * sin_sign;
+        c[j] = axis_cos[a][map.freq[j]] * job.magnitude;
+        sn[j] = axis_sin[a][map.freq[j]] * job.magnitude * job.sin_sign;
       }
       rotate_heads(args.q, args.q_out, b, s, map, c.data(), sn.data());
       rotate_heads(args.k, args.k_out, b, s, map, c.data(), sn.data());

@@ -28,6 +28,7 @@ PairMap make_pair_map(const Spec& spec) {
   PairMap map;
   map.head_dim = spec.head_dim;
   map.rotary_dim = spec.rotary_dim;
+  map.pairing = spec.pairing;
   map.num_axes = spec.mrope ? 3 : 1;
   const int pairs = spec.num_pairs();
   for (int j = 0; j < pairs; ++j) {

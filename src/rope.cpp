@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "kernel.hpp"
+#include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/rope.hpp"
 
@@ -14,6 +15,7 @@ namespace ropekit {
 struct Rope::TableCache {
   std::mutex mutex;
   std::shared_ptr<const Table> table;
+  std::unique_ptr<detail::AngleEvaluator> angles;  // on-the-fly angles of the current plan
 };
 
 namespace {
@@ -23,6 +25,12 @@ constexpr std::int64_t kSmallTablePositions = 2048;
 // A call may grow the table to at most this many positions per row it rotates; beyond that the
 // rows it needs are computed on the fly (a few tokens at huge positions never build a table).
 constexpr std::int64_t kGrowthPerRow = 64;
+
+void run(const RotateArgs& args, const PairMap& map, const Plan& plan,
+         const detail::CallShape& shape, const Table* table, const detail::AngleEvaluator* angles) {
+  const cpu::RotateJob job = detail::make_job(args, map, plan, shape, table, angles);
+  cpu::rotate(job, args.threads > 0 ? args.threads : default_threads());
+}
 
 void check_plan_fits(const Spec& spec, const Plan& plan) {
   if (static_cast<int>(plan.inv_freq.size()) != spec.num_pairs()) {
@@ -48,6 +56,7 @@ Rope::Rope(Spec spec, Plan plan, AngleMode mode)
     : spec_(std::move(spec)), plan_(std::move(plan)), mode_(mode),
       pair_map_(make_pair_map(spec_)), cache_(std::make_unique<TableCache>()) {
   check_plan_fits(spec_, plan_);
+  cache_->angles = std::make_unique<detail::AngleEvaluator>(plan_.inv_freq, mode_);
   if (mode_ != AngleMode::Accurate && mode_ != AngleMode::HfCompat) {
     throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode_)));
   }
@@ -61,7 +70,10 @@ bool Rope::set_current_length(std::int64_t current_length) {
   Plan next = make_plan(spec_, current_length);
   const bool changed = needs_rerotation(plan_, next);
   plan_ = std::move(next);
-  if (changed) cache_->table.reset();
+  if (changed) {
+    cache_->table.reset();
+    cache_->angles = std::make_unique<detail::AngleEvaluator>(plan_.inv_freq, mode_);
+  }
   return changed;
 }
 
@@ -97,18 +109,16 @@ void Rope::apply(const RotateArgs& args) const {
   const bool worth_it = needed <= std::max({kSmallTablePositions, 2 * have, kGrowthPerRow * rows});
   if (needed > have && fits && worth_it) snapshot = table(needed);
   if (snapshot && needed <= snapshot->num_positions()) {
-    detail::rotate_reference(args, pair_map_, plan_, snapshot.get(), nullptr);
+    run(args, pair_map_, plan_, shape, snapshot.get(), nullptr);
     return;
   }
-  const detail::AngleEvaluator angles(plan_.inv_freq, mode_);
-  detail::rotate_reference(args, pair_map_, plan_, nullptr, &angles);
+  run(args, pair_map_, plan_, shape, nullptr, cache_->angles.get());
 }
 
 void Rope::apply_on_the_fly(const RotateArgs& args) const {
   const detail::CallShape shape = detail::validate_call(args, pair_map_);
   if (shape.tokens == 0) return;
-  const detail::AngleEvaluator angles(plan_.inv_freq, mode_);
-  detail::rotate_reference(args, pair_map_, plan_, nullptr, &angles);
+  run(args, pair_map_, plan_, shape, nullptr, cache_->angles.get());
 }
 
 void Rope::apply(const RotateArgs& args, const Table& table) const {
@@ -125,7 +135,7 @@ void Rope::apply(const RotateArgs& args, const Table& table) const {
     throw Error(fmt::format("position {} is outside the table, which covers [0, {})",
                             shape.max_position, table.num_positions()));
   }
-  detail::rotate_reference(args, pair_map_, plan_, &table, nullptr);
+  run(args, pair_map_, plan_, shape, &table, nullptr);
 }
 
 }  // namespace ropekit

@@ -225,6 +225,17 @@ TEST(BadViews, NegativeOverflowingNullOrOverlapping) {
   EXPECT_ERROR(rope.apply(a), "direction = 7");
 }
 
+TEST(BadViews, NegativeThreadCount) {
+  const Rope rope(good());
+  std::vector<float> q(64);
+  const std::vector<std::int64_t> pos = {0};
+  EXPECT_ERROR(rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(pos),
+                           .threads = -1}),
+               "threads = -1");
+  EXPECT_ERROR(set_default_threads(0), "threads = 0");
+  EXPECT_ERROR(set_simd_target("NEON9"), "simd target = \"NEON9\"");
+}
+
 TEST(BadViews, NothingToRotateIsNotAnError) {
   const Rope rope(good());
   EXPECT_NO_THROW(rope.apply(RotateArgs{}));

@@ -24,6 +24,7 @@ struct RotateArgs {
   Heads k_out;  // data == nullptr: rotate k in place
   Positions positions;
   Direction direction = Direction::Forward;
+  int threads = 0;  // 0: ropekit::default_threads() (see ropekit/cpu.hpp); results never depend on it
 };
 
 }  // namespace ropekit

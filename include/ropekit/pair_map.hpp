@@ -16,6 +16,7 @@ namespace ropekit {
 struct PairMap {
   int head_dim = 0;
   int rotary_dim = 0;
+  Pairing pairing = Pairing::Half;  // the lane layout below, for kernels that specialize on it
   // For pair j in [0, rotary_dim/2): its two lanes, the index of its frequency in
   // Plan::inv_freq (always j today: M-RoPE keeps the global frequency index) and the position
   // stream it reads (0 unless M-RoPE: 0 = t, 1 = h, 2 = w).

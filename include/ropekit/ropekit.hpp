@@ -4,6 +4,7 @@
 #include "ropekit/analysis.hpp"
 #include "ropekit/apply.hpp"
 #include "ropekit/config.hpp"
+#include "ropekit/cpu.hpp"
 #include "ropekit/dtype.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/pair_map.hpp"

@@ -1,0 +1,285 @@
+// src/cpu/rotate-inl.h — the per-target RoPE kernels. src/cpu/rotate.cpp compiles this once per
+// Highway target (foreach_target.h) and dispatches to the best one once per call.
+//
+// Per token the kernel forms the float32 coefficients c = m·cos, s = sign·m·sin for every pair
+// (m = cos_sin_scale, as the scalar reference does), then streams through that token's q and k
+// heads: each element is read once and written once. Per pair (a, b):
+//   a' = fma(a, c, −(b·s)),  b' = fma(b, c, a·s)      in float32, one rounding to storage.
+// Half pairing (NeoX, Llama): a and b are vectors at lanes i and i + rotary_dim/2.
+// Interleaved pairing (GPT-J): one vector holds whole pairs; Reverse2 swaps each pair's lanes and
+// the coefficients are stored per lane with the sine's sign folded in, so x' = fma(x, C, swap(x)·S).
+// Tails shorter than a vector go through a bounce buffer: no access outside the row and no masked
+// store (which may rewrite neighbouring bytes another thread is writing), and the same arithmetic
+// as the body.
+#if defined(ROPEKIT_CPU_ROTATE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ROPEKIT_CPU_ROTATE_INL_H_
+#undef ROPEKIT_CPU_ROTATE_INL_H_
+#else
+#define ROPEKIT_CPU_ROTATE_INL_H_
+#endif
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cpu/rotate.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace ropekit::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The SIMD kernels need a fused multiply-add (else the second rounding changes the numbers) and
+// vector lanes to pair up; other targets run the scalar reference (see rotate.hpp).
+#undef ROPEKIT_SIMD_KERNELS
+#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+#define ROPEKIT_SIMD_KERNELS 1
+#else
+#define ROPEKIT_SIMD_KERNELS 0
+#endif
+
+bool HasSimdKernels() { return ROPEKIT_SIMD_KERNELS; }
+std::int64_t CurrentTarget() { return HWY_TARGET; }
+
+#if ROPEKIT_SIMD_KERNELS
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+constexpr std::size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// Storage codecs: load to float32 lanes, store with one rounding (round to nearest, ties to even).
+struct F32Codec {
+  using T = float;
+  static VF Load(DF d, const T* p) { return hn::LoadU(d, p); }
+  template <bool kStream>
+  static void Store(VF v, DF d, T* p) {
+    if constexpr (kStream) hn::Stream(v, d, p); else hn::StoreU(v, d, p);
+  }
+};
+
+struct BF16Codec {
+  using T = std::uint16_t;
+  static VF Load(DF d, const T* p) {
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::Rebind<std::uint16_t, DF> du16;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
+  }
+  // float_to_bf16 in vectors (Highway 1.0's bf16 demotion truncates instead of rounding).
+  static auto Demote(VF v) {
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::RebindToSigned<DF> di32;
+    const hn::Rebind<std::uint16_t, DF> du16;
+    const auto bits = hn::BitCast(du32, v);
+    const auto high = hn::ShiftRight<16>(bits);
+    const auto lsb = hn::And(high, hn::Set(du32, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7fffu), lsb)));
+    const auto quiet_nan = hn::Or(high, hn::Set(du32, 0x0040u));
+    const auto out = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet_nan, rounded);
+    return hn::DemoteTo(du16, hn::BitCast(di32, out));
+  }
+  template <bool kStream>
+  static void Store(VF v, DF, T* p) {
+    const hn::Rebind<std::uint16_t, DF> du16;
+    if constexpr (kStream) hn::Stream(Demote(v), du16, p); else hn::StoreU(Demote(v), du16, p);
+  }
+};
+
+struct F16Codec {
+  using T = std::uint16_t;
+  static VF Load(DF d, const T* p) {
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    return hn::PromoteTo(d, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  template <bool kStream>
+  static void Store(VF v, DF, T* p) {
+    const hn::Rebind<hwy::float16_t, DF> df16;
+    const hn::Rebind<std::uint16_t, DF> du16;
+    const auto bits = hn::BitCast(du16, hn::DemoteTo(df16, v));
+    if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
+  }
+};
+
+// One vector step of each pairing. c and s are aligned coefficient pointers.
+template <class Codec, bool kStream>
+HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in,
+                         typename Codec::T* a_out, typename Codec::T* b_out, const float* c,
+                         const float* s) {
+  const VF a = Codec::Load(d, a_in);
+  const VF b = Codec::Load(d, b_in);
+  const VF vc = hn::Load(d, c);
+  const VF vs = hn::Load(d, s);
+  Codec::template Store<kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), d, a_out);
+  Codec::template Store<kStream>(hn::MulAdd(b, vc, hn::Mul(a, vs)), d, b_out);
+}
+
+template <class Codec, bool kStream>
+HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Codec::T* out,
+                                const float* c, const float* s) {
+  const VF x = Codec::Load(d, in);
+  Codec::template Store<kStream>(hn::MulAdd(x, hn::Load(d, c), hn::Mul(hn::Reverse2(d, x), hn::Load(d, s))),
+                                 d, out);
+}
+
+// Rotates the rotary lanes of one row. Half: c, s hold one value per pair (h = rotary_dim/2).
+// Interleaved: one value per lane, s[2j] = −s_j, s[2j+1] = s_j. Both are padded to whole vectors.
+template <class Codec, Pairing kPairing, bool kStream>
+void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float* c,
+               const float* s, std::size_t rotary_dim) {
+  using T = typename Codec::T;
+  const DF d;
+  const std::size_t n = hn::Lanes(d);
+  const std::size_t width = kPairing == Pairing::Half ? rotary_dim / 2 : rotary_dim;
+  std::size_t i = 0;
+  for (; i + n <= width; i += n) {
+    if constexpr (kPairing == Pairing::Half) {
+      HalfStep<Codec, kStream>(d, src + i, src + width + i, dst + i, dst + width + i, c + i, s + i);
+    } else {
+      InterleavedStep<Codec, kStream>(d, src + i, dst + i, c + i, s + i);
+    }
+  }
+  if (i == width) return;
+  const std::size_t rest = width - i;
+  HWY_ALIGN T a[kMaxLanes] = {};
+  if constexpr (kPairing == Pairing::Half) {
+    HWY_ALIGN T b[kMaxLanes] = {};
+    std::memcpy(a, src + i, rest * sizeof(T));
+    std::memcpy(b, src + width + i, rest * sizeof(T));
+    HalfStep<Codec, false>(d, a, b, a, b, c + i, s + i);
+    std::memcpy(dst + i, a, rest * sizeof(T));
+    std::memcpy(dst + width + i, b, rest * sizeof(T));
+  } else {
+    std::memcpy(a, src + i, rest * sizeof(T));
+    InterleavedStep<Codec, false>(d, a, a, c + i, s + i);
+    std::memcpy(dst + i, a, rest * sizeof(T));
+  }
+}
+
+// Per-thread scratch: coefficients (padded to whole vectors) and on-the-fly angle rows.
+struct Scratch {
+  explicit Scratch(const PairMap& map) {
+    // Whole vectors, plus one of padding for the tail; s stays vector-aligned after c.
+    const std::size_t lanes = (static_cast<std::size_t>(map.rotary_dim) / kMaxLanes + 2) * kMaxLanes;
+    coef = hwy::AllocateAligned<float>(2 * lanes);
+    std::memset(coef.get(), 0, 2 * lanes * sizeof(float));
+    c = coef.get();
+    s = coef.get() + lanes;
+    angles.resize(static_cast<std::size_t>(2 * map.num_axes * map.num_pairs()));
+  }
+  hwy::AlignedFreeUniquePtr<float[]> coef;
+  float* c;
+  float* s;
+  std::vector<float> angles;
+};
+
+template <Pairing kPairing>
+void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
+  const PairMap& map = *job.map;
+  const int pairs = map.num_pairs();
+  const float* cos_row[3] = {};
+  const float* sin_row[3] = {};
+  for (int a = 0; a < map.num_axes; ++a) {
+    const std::int64_t p = job.args->positions.at(a, token);
+    if (job.table != nullptr) {
+      cos_row[a] = job.table->cos_row(p);
+      sin_row[a] = job.table->sin_row(p);
+    } else {
+      float* row = scratch.angles.data() + 2 * a * pairs;
+      job.angles->row(p, row, row + pairs);
+      cos_row[a] = row;
+      sin_row[a] = row + pairs;
+    }
+  }
+  // The reference's float32 products: c = cos·m, s = (sin·m)·sign (exact: sign is ±1).
+  const float m = job.magnitude, sign = job.sin_sign;
+  for (int j = 0; j < pairs; ++j) {
+    const int a = map.axis[j];
+    const float cj = cos_row[a][j] * m;
+    const float sj = sin_row[a][j] * m * sign;
+    if constexpr (kPairing == Pairing::Half) {
+      scratch.c[j] = cj;
+      scratch.s[j] = sj;
+    } else {
+      scratch.c[2 * j] = scratch.c[2 * j + 1] = cj;
+      scratch.s[2 * j] = -sj;
+      scratch.s[2 * j + 1] = sj;
+    }
+  }
+}
+
+// Rotates one head row of `in` (writing `out`, or in place when out.data is null).
+template <class Codec, Pairing kPairing>
+void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::int64_t b,
+                std::int64_t s, std::int64_t head, const Scratch& scratch, bool& streamed) {
+  using T = typename Codec::T;
+  const PairMap& map = *job.map;
+  T* src = static_cast<T*>(in.data) + b * in.batch_stride + s * in.seq_stride + head * in.head_stride;
+  if (out.data == nullptr) {
+    RotateRow<Codec, kPairing, false>(src, src, scratch.c, scratch.s, map.rotary_dim);
+    return;
+  }
+  T* dst = static_cast<T*>(out.data) + b * out.batch_stride + s * out.seq_stride +
+           head * out.head_stride;
+  std::memcpy(dst + map.rotary_dim, src + map.rotary_dim,
+              static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(T));
+  // Non-temporal stores need every full vector store aligned to the vector size.
+  const std::size_t vector_bytes = hn::Lanes(DF()) * sizeof(T);
+  const auto aligned = [&](const T* p) { return reinterpret_cast<std::uintptr_t>(p) % vector_bytes == 0; };
+  if (job.stream_stores && aligned(dst) &&
+      (kPairing == Pairing::Interleaved || aligned(dst + map.rotary_dim / 2))) {
+    streamed = true;
+    RotateRow<Codec, kPairing, true>(src, dst, scratch.c, scratch.s, map.rotary_dim);
+  } else {
+    RotateRow<Codec, kPairing, false>(src, dst, scratch.c, scratch.s, map.rotary_dim);
+  }
+}
+
+template <Pairing kPairing>
+void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  Scratch scratch(*job.map);
+  const std::int64_t heads = job.q_heads + job.k_heads;
+  std::int64_t built = -1;
+  bool streamed = false;
+  for (std::int64_t row = first; row < last; ++row) {
+    const std::int64_t token = row / heads;
+    const std::int64_t h = row % heads;
+    if (token != built) {
+      BuildCoefficients<kPairing>(job, token, scratch);
+      built = token;
+    }
+    const bool is_q = h < job.q_heads;
+    const Heads& in = is_q ? job.args->q : job.args->k;
+    const Heads& out = is_q ? job.args->q_out : job.args->k_out;
+    const std::int64_t head = is_q ? h : h - job.q_heads;
+    const std::int64_t b = token / job.seq, s = token % job.seq;
+    switch (in.dtype) {
+      case DType::F32: RotateHead<F32Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
+      case DType::BF16: RotateHead<BF16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
+      case DType::F16: RotateHead<F16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
+    }
+  }
+  if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
+}
+
+void RotateRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  if (job.pairing == Pairing::Interleaved) {
+    RotateRowsFor<Pairing::Interleaved>(job, first, last);
+  } else {
+    RotateRowsFor<Pairing::Half>(job, first, last);
+  }
+}
+
+#else  // !ROPEKIT_SIMD_KERNELS: rotate() runs the scalar reference instead.
+
+void RotateRows(const RotateJob&, std::int64_t, std::int64_t) {
+  HWY_ABORT("ropekit: RotateRows called on a target without SIMD kernels");
+}
+
+#endif  // ROPEKIT_SIMD_KERNELS
+
+}  // namespace ropekit::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle
