@@ -121,25 +121,27 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map) {
 
   // Every view that is written must not overlap itself, and no two views may share memory (an
   // in-place q that overlaps k would be rotated twice).
-  std::vector<ByteRange> ranges;
+  // (A fixed array, not a vector: a decode call is a microsecond, an allocation is not free.)
+  std::array<ByteRange, 4> ranges;
+  std::size_t num_ranges = 0;
   if (!args.q.empty()) {
     if (!q_out) require_no_self_overlap(args.q, "q", d);
-    ranges.push_back(byte_range(args.q, "q", d));
+    ranges[num_ranges++] = byte_range(args.q, "q", d);
   }
   if (!args.k.empty()) {
     if (!k_out) require_no_self_overlap(args.k, "k", d);
-    ranges.push_back(byte_range(args.k, "k", d));
+    ranges[num_ranges++] = byte_range(args.k, "k", d);
   }
   if (q_out) {
     require_no_self_overlap(args.q_out, "q_out", d);
-    ranges.push_back(byte_range(args.q_out, "q_out", d));
+    ranges[num_ranges++] = byte_range(args.q_out, "q_out", d);
   }
   if (k_out) {
     require_no_self_overlap(args.k_out, "k_out", d);
-    ranges.push_back(byte_range(args.k_out, "k_out", d));
+    ranges[num_ranges++] = byte_range(args.k_out, "k_out", d);
   }
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    for (std::size_t j = i + 1; j < ranges.size(); ++j) {
+  for (std::size_t i = 0; i < num_ranges; ++i) {
+    for (std::size_t j = i + 1; j < num_ranges; ++j) {
       if (ranges[i].begin < ranges[j].end && ranges[j].begin < ranges[i].end) {
         throw Error(fmt::format("{} and {} share memory: rotate in place by leaving the output "
                                 "empty, and keep q and k in separate buffers",

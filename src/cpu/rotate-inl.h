@@ -123,24 +123,13 @@ HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Code
                                  d, out);
 }
 
-// Rotates the rotary lanes of one row. Half: c, s hold one value per pair (h = rotary_dim/2).
-// Interleaved: one value per lane, s[2j] = −s_j, s[2j+1] = s_j. Both are padded to whole vectors.
-template <class Codec, Pairing kPairing, bool kStream>
-void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float* c,
-               const float* s, std::size_t rotary_dim) {
+// The last rotary lanes of a row that do not fill a vector (see the file comment). Out of line, so
+// that the hot path below keeps a small frame.
+template <class Codec, Pairing kPairing>
+HWY_NOINLINE void RotateTail(const typename Codec::T* src, typename Codec::T* dst, const float* c,
+                             const float* s, std::size_t width, std::size_t i) {
   using T = typename Codec::T;
   const DF d;
-  const std::size_t n = hn::Lanes(d);
-  const std::size_t width = kPairing == Pairing::Half ? rotary_dim / 2 : rotary_dim;
-  std::size_t i = 0;
-  for (; i + n <= width; i += n) {
-    if constexpr (kPairing == Pairing::Half) {
-      HalfStep<Codec, kStream>(d, src + i, src + width + i, dst + i, dst + width + i, c + i, s + i);
-    } else {
-      InterleavedStep<Codec, kStream>(d, src + i, dst + i, c + i, s + i);
-    }
-  }
-  if (i == width) return;
   const std::size_t rest = width - i;
   HWY_ALIGN T a[kMaxLanes] = {};
   if constexpr (kPairing == Pairing::Half) {
@@ -157,22 +146,100 @@ void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float
   }
 }
 
-// Per-thread scratch: coefficients (padded to whole vectors) and on-the-fly angle rows.
-struct Scratch {
-  explicit Scratch(const PairMap& map) {
-    // Whole vectors, plus one of padding for the tail; s stays vector-aligned after c.
-    const std::size_t lanes = (static_cast<std::size_t>(map.rotary_dim) / kMaxLanes + 2) * kMaxLanes;
-    coef = hwy::AllocateAligned<float>(2 * lanes);
-    std::memset(coef.get(), 0, 2 * lanes * sizeof(float));
-    c = coef.get();
-    s = coef.get() + lanes;
-    angles.resize(static_cast<std::size_t>(2 * map.num_axes * map.num_pairs()));
+// Rotates the rotary lanes of one row. Half: c, s hold one value per pair (h = rotary_dim/2).
+// Interleaved: one value per lane, s[2j] = −s_j, s[2j+1] = s_j. Both are padded to whole vectors.
+template <class Codec, Pairing kPairing, bool kStream>
+HWY_INLINE void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float* c,
+                          const float* s, std::size_t rotary_dim) {
+  const DF d;
+  const std::size_t n = hn::Lanes(d);
+  const std::size_t width = kPairing == Pairing::Half ? rotary_dim / 2 : rotary_dim;
+  std::size_t i = 0;
+  for (; i + n <= width; i += n) {
+    if constexpr (kPairing == Pairing::Half) {
+      HalfStep<Codec, kStream>(d, src + i, src + width + i, dst + i, dst + width + i, c + i, s + i);
+    } else {
+      InterleavedStep<Codec, kStream>(d, src + i, dst + i, c + i, s + i);
+    }
   }
-  hwy::AlignedFreeUniquePtr<float[]> coef;
+  if (i != width) RotateTail<Codec, kPairing>(src, dst, c, s, width, i);
+}
+
+// Per-thread scratch: coefficients (whole vectors plus one of padding for the tail, s vector-
+// aligned after c) and on-the-fly angle rows. On the stack for common head sizes: a decode call
+// takes about a microsecond, a heap allocation a noticeable part of that.
+struct Scratch {
+  static constexpr std::size_t kStackLanes = 512 + 2 * kMaxLanes;
+
+  explicit Scratch(const PairMap& map) {
+    const std::size_t lanes = (static_cast<std::size_t>(map.rotary_dim) / kMaxLanes + 2) * kMaxLanes;
+    const std::size_t angle_floats = static_cast<std::size_t>(2 * map.num_axes * map.num_pairs());
+    if (lanes <= kStackLanes && angle_floats <= kStackLanes) {
+      c = stack_coef;
+      angles = stack_angles;
+    } else {
+      heap = hwy::AllocateAligned<float>(2 * lanes + angle_floats);
+      c = heap.get();
+      angles = heap.get() + 2 * lanes;
+    }
+    s = c + lanes;
+    std::memset(c, 0, 2 * lanes * sizeof(float));
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  HWY_ALIGN float stack_coef[2 * kStackLanes];
+  float stack_angles[kStackLanes];
+  hwy::AlignedFreeUniquePtr<float[]> heap;
   float* c;
   float* s;
-  std::vector<float> angles;
+  float* angles;
 };
+
+// The reference's float32 coefficients c = cos·m, s = (sin·m)·sign (exact: sign is ±1), for one
+// position stream with pair j reading frequency j: vectors of pairs, expanded to lanes for the
+// Interleaved pairing. Pure products, so vector and scalar lanes round alike.
+template <Pairing kPairing>
+void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, float m, float sign,
+                       float* c, float* s) {
+  int j = 0;
+  if constexpr (kPairing == Pairing::Half) {
+    const DF d;
+    const int n = static_cast<int>(hn::Lanes(d));
+    for (; j + n <= pairs; j += n) {
+      hn::Store(hn::Mul(hn::LoadU(d, cos_row + j), hn::Set(d, m)), d, c + j);
+      hn::Store(hn::Mul(hn::Mul(hn::LoadU(d, sin_row + j), hn::Set(d, m)), hn::Set(d, sign)), d, s + j);
+    }
+  } else {
+    // Half a vector of pairs becomes a vector of lanes: each 32-bit value is zero-extended to 64
+    // bits and copied into the upper half; the lower (a-lane) sine gets its sign flipped.
+    const DF d;
+    const hn::Half<DF> dh;
+    const hn::RebindToUnsigned<decltype(dh)> duh;
+    const hn::Rebind<std::uint64_t, decltype(duh)> du64;
+    const int n = static_cast<int>(hn::Lanes(dh));
+    for (; j + n <= pairs; j += n) {
+      const auto cj = hn::PromoteTo(du64, hn::BitCast(duh, hn::Mul(hn::LoadU(dh, cos_row + j), hn::Set(dh, m))));
+      const auto sj = hn::PromoteTo(
+          du64, hn::BitCast(duh, hn::Mul(hn::Mul(hn::LoadU(dh, sin_row + j), hn::Set(dh, m)), hn::Set(dh, sign))));
+      hn::Store(hn::BitCast(d, hn::Or(cj, hn::ShiftLeft<32>(cj))), d, c + 2 * j);
+      hn::Store(hn::BitCast(d, hn::Or(hn::Xor(sj, hn::Set(du64, 0x80000000ull)), hn::ShiftLeft<32>(sj))), d,
+                s + 2 * j);
+    }
+  }
+  for (; j < pairs; ++j) {
+    const float cj = cos_row[j] * m;
+    const float sj = sin_row[j] * m * sign;
+    if constexpr (kPairing == Pairing::Half) {
+      c[j] = cj;
+      s[j] = sj;
+    } else {
+      c[2 * j] = c[2 * j + 1] = cj;
+      s[2 * j] = -sj;
+      s[2 * j + 1] = sj;
+    }
+  }
+}
 
 template <Pairing kPairing>
 void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
@@ -186,14 +253,18 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
       cos_row[a] = job.table->cos_row(p);
       sin_row[a] = job.table->sin_row(p);
     } else {
-      float* row = scratch.angles.data() + 2 * a * pairs;
+      float* row = scratch.angles + 2 * a * pairs;
       job.angles->row(p, row, row + pairs);
       cos_row[a] = row;
       sin_row[a] = row + pairs;
     }
   }
-  // The reference's float32 products: c = cos·m, s = (sin·m)·sign (exact: sign is ±1).
   const float m = job.magnitude, sign = job.sin_sign;
+  if (map.num_axes == 1) {
+    ScaleCoefficients<kPairing>(cos_row[0], sin_row[0], pairs, m, sign, scratch.c, scratch.s);
+    return;
+  }
+  // M-RoPE: pair j takes frequency j of the stream map.axis[j] drives.
   for (int j = 0; j < pairs; ++j) {
     const int a = map.axis[j];
     const float cj = cos_row[a][j] * m;
@@ -211,7 +282,7 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
 
 // Rotates one head row of `in` (writing `out`, or in place when out.data is null).
 template <class Codec, Pairing kPairing>
-void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::int64_t b,
+HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::int64_t b,
                 std::int64_t s, std::int64_t head, const Scratch& scratch, bool& streamed) {
   using T = typename Codec::T;
   const PairMap& map = *job.map;
@@ -238,26 +309,33 @@ void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::in
 
 template <Pairing kPairing>
 void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  if (first >= last) return;
   Scratch scratch(*job.map);
   const std::int64_t heads = job.q_heads + job.k_heads;
-  std::int64_t built = -1;
+  // Walk (token, head) and (batch, seq) by increments: divisions per row would cost as much as
+  // the row's memory traffic.
+  std::int64_t token = first / heads, h = first % heads;
+  std::int64_t b = token / job.seq, s = token % job.seq;
   bool streamed = false;
+  BuildCoefficients<kPairing>(job, token, scratch);
   for (std::int64_t row = first; row < last; ++row) {
-    const std::int64_t token = row / heads;
-    const std::int64_t h = row % heads;
-    if (token != built) {
-      BuildCoefficients<kPairing>(job, token, scratch);
-      built = token;
-    }
     const bool is_q = h < job.q_heads;
     const Heads& in = is_q ? job.args->q : job.args->k;
     const Heads& out = is_q ? job.args->q_out : job.args->k_out;
     const std::int64_t head = is_q ? h : h - job.q_heads;
-    const std::int64_t b = token / job.seq, s = token % job.seq;
     switch (in.dtype) {
       case DType::F32: RotateHead<F32Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
       case DType::BF16: RotateHead<BF16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
       case DType::F16: RotateHead<F16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
+    }
+    if (++h == heads) {
+      h = 0;
+      ++token;
+      if (++s == job.seq) {
+        s = 0;
+        ++b;
+      }
+      if (row + 1 < last) BuildCoefficients<kPairing>(job, token, scratch);
     }
   }
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads

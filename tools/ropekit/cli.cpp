@@ -46,6 +46,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_freqs(app, io);
   add_apply(app, io);
   add_presets(app, io);
+  add_bench(app, io);
 
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());

@@ -1,5 +1,5 @@
 // The `ropekit` command line: one file per sub-command (inspect.cpp, freqs.cpp, apply.cpp,
-// presets.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
+// presets.cpp, bench.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
 // streams passed in, so tests run it in-process; main.cpp only forwards argv.
 //
 // Exit codes: 0 success, 2 bad usage or bad input (one line on stderr naming the problem),
@@ -41,6 +41,7 @@ void add_inspect(CLI::App& app, Streams io);
 void add_freqs(CLI::App& app, Streams io);
 void add_apply(CLI::App& app, Streams io);
 void add_presets(CLI::App& app, Streams io);
+void add_bench(CLI::App& app, Streams io);
 
 // Prints ModelRope::warnings to err, one per line, as "ropekit: warning: ...".
 void print_warnings(const ModelRope& model, std::ostream& err);
