@@ -8,6 +8,8 @@ packages=(
   libfmt-dev          # error messages
   nlohmann-json3-dev  # config.json reader, golden-vector tests
   libcli11-dev        # the ropekit command line
+  libhwy-dev          # Highway: the SIMD kernels, dispatched at run time
+  libbenchmark-dev    # Google Benchmark: bench/rope_bench
   libgtest-dev libgmock-dev
   clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
 )
