@@ -324,11 +324,12 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
 
   // Usage.
   expect_usage_error({}, "A subcommand is required");
-  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets)");
+  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--pairing", "diagonal"}, "--pairing");
+  expect_usage_error({"bench", "--filter", "no-such-case"}, "--filter matches no case");
   expect_usage_error({"apply", "--preset", "llama-3.1-8b", "--q", Q, "--k", Q, "--layout", "sbhd"}, "--layout");
   // Models.
   expect_usage_error({"freqs", "--preset", "llama-9"}, "preset = llama-9: unknown");
