@@ -311,6 +311,14 @@ TEST(Simd, EveryBf16AndFp16BitPatternMatchesTheReference) {
   }
 }
 
+TEST(Simd, ListingTargetsKeepsARestriction) {
+  TargetGuard guard;
+  const std::vector<std::string> targets = simd_targets();
+  set_simd_target(targets.back());
+  EXPECT_EQ(simd_targets(), targets);  // still every target the CPU has...
+  EXPECT_EQ(simd_target(), targets.back());  // ...and dispatch still restricted
+}
+
 TEST(Simd, BadTargetNamesAndThreadCounts) {
   EXPECT_THROW(set_simd_target("AVX9000"), Error);
   try {

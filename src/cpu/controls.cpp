@@ -18,10 +18,22 @@ std::atomic<int>& default_thread_count() {
   return threads;
 }
 
-// Targets compiled in (HWY_TARGETS) and supported by this CPU, best (lowest bit) first.
+// The target set_simd_target() restricted dispatch to (0: none).
+std::atomic<std::int64_t> g_forced_target{0};
+
+void restrict_dispatch(std::int64_t target) {
+  hwy::SetSupportedTargetsForTest(target);  // 0 lifts the restriction
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  g_forced_target.store(target);
+}
+
+// Targets compiled in (HWY_TARGETS) and supported by this CPU, best (lowest bit) first — what the
+// CPU really has, whatever set_simd_target() restricted dispatch to (the restriction is kept).
 std::vector<std::int64_t> available() {
-  std::vector<std::int64_t> targets;
-  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) targets.push_back(t);
+  const std::int64_t forced = g_forced_target.load();
+  hwy::SetSupportedTargetsForTest(0);
+  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  if (forced != 0) restrict_dispatch(forced);
   return targets;
 }
 
@@ -37,23 +49,20 @@ void set_default_threads(int threads) {
 std::string simd_target() { return hwy::TargetName(cpu::dispatched_target()); }
 
 std::vector<std::string> simd_targets() {
-  hwy::SetSupportedTargetsForTest(0);  // list what the CPU really has, not a current restriction
   std::vector<std::string> names;
   for (std::int64_t t : available()) names.emplace_back(hwy::TargetName(t));
   return names;
 }
 
 void set_simd_target(std::string_view name) {
-  hwy::SetSupportedTargetsForTest(0);
   if (name.empty()) {
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    restrict_dispatch(0);
     return;
   }
   std::vector<std::string> names;
   for (std::int64_t t : available()) {
     if (name == hwy::TargetName(t)) {
-      hwy::SetSupportedTargetsForTest(t);
-      hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+      restrict_dispatch(t);
       return;
     }
     names.emplace_back(hwy::TargetName(t));

@@ -196,6 +196,19 @@ struct Scratch {
   float* angles;
 };
 
+// Stores pair j's coefficients in the layout of the pairing (see RotateRow).
+template <Pairing kPairing>
+HWY_INLINE void StorePair(int j, float cj, float sj, float* c, float* s) {
+  if constexpr (kPairing == Pairing::Half) {
+    c[j] = cj;
+    s[j] = sj;
+  } else {
+    c[2 * j] = c[2 * j + 1] = cj;
+    s[2 * j] = -sj;
+    s[2 * j + 1] = sj;
+  }
+}
+
 // The reference's float32 coefficients c = cos·m, s = (sin·m)·sign (exact: sign is ±1), for one
 // position stream with pair j reading frequency j: vectors of pairs, expanded to lanes for the
 // Interleaved pairing. Pure products, so vector and scalar lanes round alike.
@@ -227,18 +240,7 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
                 s + 2 * j);
     }
   }
-  for (; j < pairs; ++j) {
-    const float cj = cos_row[j] * m;
-    const float sj = sin_row[j] * m * sign;
-    if constexpr (kPairing == Pairing::Half) {
-      c[j] = cj;
-      s[j] = sj;
-    } else {
-      c[2 * j] = c[2 * j + 1] = cj;
-      s[2 * j] = -sj;
-      s[2 * j + 1] = sj;
-    }
-  }
+  for (; j < pairs; ++j) StorePair<kPairing>(j, cos_row[j] * m, sin_row[j] * m * sign, c, s);
 }
 
 template <Pairing kPairing>
@@ -267,16 +269,7 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   // M-RoPE: pair j takes frequency j of the stream map.axis[j] drives.
   for (int j = 0; j < pairs; ++j) {
     const int a = map.axis[j];
-    const float cj = cos_row[a][j] * m;
-    const float sj = sin_row[a][j] * m * sign;
-    if constexpr (kPairing == Pairing::Half) {
-      scratch.c[j] = cj;
-      scratch.s[j] = sj;
-    } else {
-      scratch.c[2 * j] = scratch.c[2 * j + 1] = cj;
-      scratch.s[2 * j] = -sj;
-      scratch.s[2 * j + 1] = sj;
-    }
+    StorePair<kPairing>(j, cos_row[a][j] * m, sin_row[a][j] * m * sign, scratch.c, scratch.s);
   }
 }
 
