@@ -70,11 +70,6 @@ void parallel_ranges(int threads, std::int64_t n, const std::function<void(std::
   f(0, n);
 }
 
-// The thread count apply() really uses for this many bytes (see cpu::kMinBytesPerThread).
-int effective_threads(int threads, std::int64_t bytes) {
-  return static_cast<int>(std::clamp<std::int64_t>(bytes / (256 * 1024), 1, threads));
-}
-
 std::string dtype_name(DType d) { return d == DType::F32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16"; }
 
 }  // namespace
@@ -185,7 +180,7 @@ void Workload::run() {
 
 void Workload::run_ceiling() {
   Impl& w = *impl_;
-  const int threads = effective_threads(w.c.threads, w.c.bytes());
+  const int threads = threads_for_bytes(w.c.threads, w.c.bytes());  // as apply() decides;
   const auto kernel = HWY_DYNAMIC_DISPATCH(XorStream);
   const std::uint32_t mask = g_zero_mask;
   for (auto* buf : {&w.q, &w.k}) {

@@ -6,6 +6,7 @@
 // computed alike whatever the split (tests/simd_test.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,9 @@ namespace ropekit {
 int default_threads();
 // Throws ropekit::Error unless threads >= 1. Safe to call while other threads call apply().
 void set_default_threads(int threads);
+// How many of `threads` (>= 1) a call moving `bytes` (read + written) really uses: waking a thread
+// costs more than it saves below ~256 KiB per thread.
+int threads_for_bytes(int threads, std::int64_t bytes);
 
 // The SIMD target apply() dispatches to now, e.g. "AVX3" (AVX-512) or "AVX2"; targets without a
 // fused multiply-add ("SSE4", "EMU128") run the scalar reference kernel.

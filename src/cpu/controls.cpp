@@ -1,6 +1,7 @@
 // Thread-count and SIMD-target controls (ropekit/cpu.hpp).
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -44,6 +45,11 @@ int default_threads() { return default_thread_count().load(); }
 void set_default_threads(int threads) {
   if (threads < 1) throw Error(fmt::format("threads = {}: must be >= 1", threads));
   default_thread_count().store(threads);
+}
+
+int threads_for_bytes(int threads, std::int64_t bytes) {
+  constexpr std::int64_t kMinBytesPerThread = 256 * 1024;
+  return static_cast<int>(std::clamp<std::int64_t>(bytes / kMinBytesPerThread, 1, std::max(threads, 1)));
 }
 
 std::string simd_target() { return hwy::TargetName(cpu::dispatched_target()); }

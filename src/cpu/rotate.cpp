@@ -16,6 +16,7 @@
 #include <atomic>
 
 #include "kernel.hpp"
+#include "ropekit/cpu.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -71,8 +72,7 @@ void rotate(const RotateJob& job, int threads) {
   const std::int64_t bytes =  // read + written
       job.tokens * job.map->head_dim * 2 *
       (job.q_heads * element_size(job.args->q.dtype) + job.k_heads * element_size(job.args->k.dtype));
-  std::int64_t n = std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(1, bytes / kMinBytesPerThread));
-  n = std::min(n, rows);
+  const std::int64_t n = std::min<std::int64_t>(threads_for_bytes(threads, bytes), rows);
 #ifdef _OPENMP
   if (n > 1) {
     // Contiguous row ranges: each thread streams through whole tokens of q and k. Every row is

@@ -38,7 +38,7 @@ struct RotateJob {
   bool stream_stores = false;  // non-temporal stores for out-of-place rows (large calls)
 };
 
-// Rotates a validated call on `threads` threads (>= 1; fewer are used for small calls).
+// Rotates a validated call on up to `threads` threads (>= 1; see ropekit::threads_for_bytes).
 void rotate(const RotateJob& job, int threads);
 
 // The Highway target (HWY_* bit) rotate() dispatches to, and whether it has SIMD kernels.
@@ -49,9 +49,5 @@ bool dispatched_target_has_simd_kernels();
 // the last-level cache, as glibc's memcpy decides; tests lower it to exercise that path).
 std::int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(std::int64_t bytes);
-
-// Calls smaller than this many bytes (read + written) per thread run on fewer threads: waking a
-// thread costs more than it saves.
-inline constexpr std::int64_t kMinBytesPerThread = 256 * 1024;
 
 }  // namespace ropekit::cpu
