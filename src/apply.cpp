@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::int64_t kMaxPosition = (std::int64_t{1} << 47) - 1;
 
+}  // namespace
+
 bool valid_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
 
 // Element offset one past the last element the view touches; throws on overflow.
@@ -69,17 +71,54 @@ void check_view(const Heads& v, std::string_view name, int head_dim) {
   }
 }
 
-struct ByteRange {
-  std::uintptr_t begin = 0, end = 0;
-  std::string_view name;
-};
-
 ByteRange byte_range(const Heads& v, std::string_view name, int head_dim) {
   const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
   const auto bytes = static_cast<std::uintptr_t>(view_extent(v, name, head_dim) *
                                                  element_size(v.dtype));
   return {begin, begin + bytes, name};
 }
+
+void require_disjoint(std::span<const ByteRange> ranges) {
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    for (std::size_t j = i + 1; j < ranges.size(); ++j) {
+      if (ranges[i].begin < ranges[j].end && ranges[j].begin < ranges[i].end) {
+        throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate "
+                                "buffers (to rotate in place, leave the output view empty)",
+                                ranges[i].name, ranges[j].name));
+      }
+    }
+  }
+}
+
+std::int64_t check_positions(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
+  if (pos.type != IndexType::I32 && pos.type != IndexType::I64) {
+    throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
+  }
+  if (pos.axes != axes) {
+    throw Error(fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
+                            axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w"
+                                      : "one position per token"));
+  }
+  if (pos.count != tokens) {
+    throw Error(fmt::format("{}.count = {}: must equal the number of tokens, batch x seq = {}", name,
+                            pos.count, tokens));
+  }
+  if (pos.data == nullptr) throw Error(fmt::format("{}.data is null", name));
+  std::int64_t max_position = -1;
+  for (int a = 0; a < pos.axes; ++a) {
+    for (std::int64_t t = 0; t < pos.count; ++t) {
+      const std::int64_t p = pos.at(a, t);
+      if (p < 0 || p > kMaxPosition) {
+        throw Error(fmt::format("{}[{}{}] = {}: must be in [0, 2^47)", name,
+                                pos.axes > 1 ? fmt::format("{}, ", a) : std::string(), t, p));
+      }
+      max_position = std::max(max_position, p);
+    }
+  }
+  return max_position;
+}
+
+namespace {
 
 void check_output(const Heads& in, const Heads& out, std::string_view in_name,
                   std::string_view out_name, int head_dim) {
@@ -140,15 +179,7 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map) {
     require_no_self_overlap(args.k_out, "k_out", d);
     ranges[num_ranges++] = byte_range(args.k_out, "k_out", d);
   }
-  for (std::size_t i = 0; i < num_ranges; ++i) {
-    for (std::size_t j = i + 1; j < num_ranges; ++j) {
-      if (ranges[i].begin < ranges[j].end && ranges[j].begin < ranges[i].end) {
-        throw Error(fmt::format("{} and {} share memory: rotate in place by leaving the output "
-                                "empty, and keep q and k in separate buffers",
-                                ranges[i].name, ranges[j].name));
-      }
-    }
-  }
+  require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
 
   CallShape shape;
   shape.tokens = !args.q.empty() ? args.q.tokens() : (!args.k.empty() ? args.k.tokens() : 0);
@@ -157,30 +188,7 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map) {
   if (k_out) shape.bytes_written += written(args.k_out);
   if (shape.tokens == 0) return shape;
 
-  const Positions& pos = args.positions;
-  if (pos.type != IndexType::I32 && pos.type != IndexType::I64) {
-    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(pos.type)));
-  }
-  if (pos.axes != map.num_axes) {
-    throw Error(fmt::format("positions.axes = {}: this spec needs {} ({})", pos.axes, map.num_axes,
-                            map.num_axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w"
-                                              : "one position per token"));
-  }
-  if (pos.count != shape.tokens) {
-    throw Error(fmt::format("positions.count = {}: must equal the number of tokens, batch x seq = {}",
-                            pos.count, shape.tokens));
-  }
-  if (pos.data == nullptr) throw Error("positions.data is null");
-  for (int a = 0; a < pos.axes; ++a) {
-    for (std::int64_t t = 0; t < pos.count; ++t) {
-      const std::int64_t p = pos.at(a, t);
-      if (p < 0 || p > kMaxPosition) {
-        throw Error(fmt::format("positions[{}{}] = {}: must be in [0, 2^47)",
-                                pos.axes > 1 ? fmt::format("{}, ", a) : std::string(), t, p));
-      }
-      shape.max_position = std::max(shape.max_position, p);
-    }
-  }
+  shape.max_position = check_positions(args.positions, "positions", shape.tokens, map.num_axes);
   return shape;
 }
 

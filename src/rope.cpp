@@ -93,22 +93,33 @@ std::shared_ptr<const Table> Rope::table(std::int64_t num_positions) const {
   return cache_->table;
 }
 
-void Rope::apply(const RotateArgs& args) const {
-  const detail::CallShape shape = detail::validate_call(args, pair_map_);
-  if (shape.tokens == 0) return;
-  const std::int64_t needed = shape.max_position + 1;
+std::shared_ptr<const Table> Rope::table_for(std::int64_t max_position, std::int64_t rows) const {
+  const std::int64_t needed = max_position + 1;
   std::shared_ptr<const Table> snapshot;
   {
     std::lock_guard lock(cache_->mutex);
     snapshot = cache_->table;
   }
   const std::int64_t have = snapshot ? snapshot->num_positions() : 0;
-  const std::int64_t rows = shape.tokens * pair_map_.num_axes;
   const std::int64_t row_bytes = std::int64_t{spec_.num_pairs()} * 8;
   const bool fits = needed <= kMaxTableBytes / row_bytes;
   const bool worth_it = needed <= std::max({kSmallTablePositions, 2 * have, kGrowthPerRow * rows});
   if (needed > have && fits && worth_it) snapshot = table(needed);
-  if (snapshot && needed <= snapshot->num_positions()) {
+  if (snapshot && needed <= snapshot->num_positions()) return snapshot;
+  return nullptr;
+}
+
+void Rope::prepare(std::int64_t max_position, std::int64_t tokens) const {
+  if (max_position < 0 || tokens <= 0) return;
+  table_for(max_position, tokens * pair_map_.num_axes);
+}
+
+void Rope::apply(const RotateArgs& args) const {
+  const detail::CallShape shape = detail::validate_call(args, pair_map_);
+  if (shape.tokens == 0) return;
+  const std::shared_ptr<const Table> snapshot =
+      table_for(shape.max_position, shape.tokens * pair_map_.num_axes);
+  if (snapshot) {
     run(args, pair_map_, plan_, shape, snapshot.get(), nullptr);
     return;
   }

@@ -4,24 +4,12 @@
 #include <cmath>
 #include <limits>
 
+#include "expect_error.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
 
 using namespace ropekit;
-
-#define EXPECT_ERROR(statement, ...)                                                  \
-  do {                                                                                \
-    try {                                                                             \
-      statement;                                                                      \
-      ADD_FAILURE() << "no ropekit::Error from " #statement;                          \
-    } catch (const ropekit::Error& e) {                                               \
-      for (const char* needle : {__VA_ARGS__}) {                                      \
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)              \
-            << "message \"" << e.what() << "\" lacks \"" << needle << "\"";           \
-      }                                                                               \
-    }                                                                                 \
-  } while (0)
 
 Spec good() { return {.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half}; }
 

@@ -57,8 +57,16 @@ class Rope {
   // A table covering at least [0, num_positions), grown from the current one if needed.
   std::shared_ptr<const Table> table(std::int64_t num_positions) const;
 
+  // Grows the table now if apply() would grow it for a call of `tokens` tokens reaching
+  // max_position. Callers that split one logical call into many small ones (attention's tiles)
+  // call it first, so that every tile finds the table and none of them waits on its growth.
+  void prepare(std::int64_t max_position, std::int64_t tokens) const;
+
  private:
   struct TableCache;
+  // The table apply() uses for a call reaching max_position over `rows` position rows (grown if
+  // that is worth it), or null when the angles are to be computed on the fly.
+  std::shared_ptr<const Table> table_for(std::int64_t max_position, std::int64_t rows) const;
   Spec spec_;
   Plan plan_;
   AngleMode mode_;

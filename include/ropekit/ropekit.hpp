@@ -3,9 +3,11 @@
 
 #include "ropekit/analysis.hpp"
 #include "ropekit/apply.hpp"
+#include "ropekit/attention.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/dtype.hpp"
+#include "ropekit/encodings.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"

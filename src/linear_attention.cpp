@@ -1,0 +1,147 @@
+// Linear attention with RoPE on the numerator (RoFormer §3.3, eq. 19), recurrent and parallel.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention_internal.hpp"
+#include "kernel.hpp"
+#include "ropekit/attention.hpp"
+#include "ropekit/cpu.hpp"
+#include "ropekit/error.hpp"
+
+namespace ropekit {
+namespace {
+
+// φ(x) = elu(x) + 1: x + 1 for x > 0, exp(x) otherwise — positive, so the denominator is too.
+float feature(float x) { return x > 0.0f ? x + 1.0f : std::exp(x); }
+
+struct Features {
+  std::vector<float> phi;      // tokens × head_dim: φ(x), for the denominator
+  std::vector<float> rotated;  // tokens × head_dim: R φ(x), for the numerator
+};
+
+// φ of `heads` heads of batch b, laid out (token, head, lane), and its rotation by `rope`.
+void features(const Rope& rope, const Heads& x, const Positions& positions, std::int64_t b,
+              std::int64_t head, std::int64_t heads, int d, Features& f) {
+  const std::int64_t n = x.seq;
+  f.phi.resize(std::size_t(n * heads * d));
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      float* row = f.phi.data() + (t * heads + h) * d;
+      const auto* src = static_cast<const char*>(x.data) + detail::index_of(x, b, t, head + h) * element_size(x.dtype);
+      detail::widen(src, x.dtype, d, row);
+      for (int l = 0; l < d; ++l) row[l] = feature(row[l]);
+    }
+  }
+  f.rotated.resize(f.phi.size());
+  std::vector<std::int64_t> storage;
+  RotateArgs rotate;
+  rotate.q = bshd(f.phi.data(), DType::F32, 1, n, heads, d);
+  rotate.q_out = bshd(f.rotated.data(), DType::F32, 1, n, heads, d);
+  rotate.positions = detail::sub_positions(positions, b * n, n, storage);
+  rotate.threads = 1;
+  rope.apply(rotate);
+}
+
+float dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+}  // namespace
+
+void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, LinearAttentionForm form) {
+  if (form != LinearAttentionForm::Recurrent && form != LinearAttentionForm::Parallel) {
+    throw Error(fmt::format("linear_attention: form = {}: not a LinearAttentionForm", static_cast<int>(form)));
+  }
+  AttentionOptions options;
+  options.causal = false;  // causality here is token order, not a positional mask
+  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, true);
+  if (causal && args.q.seq != args.k.seq) {
+    throw Error(fmt::format("linear_attention: causal needs q.seq = k.seq (self-attention), got {} and {}",
+                            args.q.seq, args.k.seq));
+  }
+  const int d = r.head_dim, dv = r.v_head_dim;
+  const std::int64_t q_seq = args.q.seq, k_seq = args.k.seq;
+  const std::int64_t group = args.q.heads / args.k.heads;
+  const std::int64_t items = args.q.batch * args.k.heads;
+  rope.prepare(std::max(r.max_q_position, r.max_k_position), args.q.tokens() + args.k.tokens());
+
+  const auto item = [&](std::int64_t i) {
+    const std::int64_t b = i / args.k.heads, kv_head = i % args.k.heads;
+    Features k, q;
+    features(rope, args.k, args.k_positions, b, kv_head, 1, d, k);
+    features(rope, args.q, args.q_positions, b, kv_head * group, group, d, q);
+    std::vector<float> v(std::size_t(k_seq * dv));
+    for (std::int64_t t = 0; t < k_seq; ++t) {
+      const auto* src = static_cast<const char*>(args.v.data) + detail::index_of(args.v, b, t, kv_head) * element_size(args.v.dtype);
+      detail::widen(src, args.v.dtype, dv, v.data() + t * dv);
+    }
+    std::vector<float> out(static_cast<std::size_t>(dv));
+    const auto store = [&](std::int64_t t, std::int64_t g, float denominator) {
+      for (int l = 0; l < dv; ++l) out[l] = denominator > 0.0f ? out[l] / denominator : 0.0f;
+      auto* dst = static_cast<char*>(args.out.data) +
+                  detail::index_of(args.out, b, t, kv_head * group + g) * element_size(args.out.dtype);
+      detail::narrow(out.data(), dv, args.out.dtype, dst);
+    };
+
+    if (form == LinearAttentionForm::Parallel) {
+      for (std::int64_t g = 0; g < group; ++g) {
+        for (std::int64_t m = 0; m < q_seq; ++m) {
+          const float* rq = q.rotated.data() + (m * group + g) * d;
+          const float* pq = q.phi.data() + (m * group + g) * d;
+          std::fill(out.begin(), out.end(), 0.0f);
+          float denominator = 0.0f;
+          const std::int64_t last = causal ? m + 1 : k_seq;
+          for (std::int64_t n = 0; n < last; ++n) {
+            const float weight = dot(rq, k.rotated.data() + n * d, d);
+            denominator += dot(pq, k.phi.data() + n * d, d);
+            for (int l = 0; l < dv; ++l) out[l] = std::fma(weight, v[n * dv + l], out[l]);
+          }
+          store(m, g, denominator);
+        }
+      }
+      return;
+    }
+    // Recurrent: state = Σ_n R φ(k_n) v_nᵀ (d × dv) and z = Σ_n φ(k_n), shared by the group's heads.
+    std::vector<float> state(std::size_t(d) * dv, 0.0f), z(std::size_t(d), 0.0f);
+    const auto absorb = [&](std::int64_t n) {
+      const float* rk = k.rotated.data() + n * d;
+      const float* pk = k.phi.data() + n * d;
+      for (int i = 0; i < d; ++i) {
+        z[i] += pk[i];
+        float* row = state.data() + std::size_t(i) * dv;
+        for (int l = 0; l < dv; ++l) row[l] = std::fma(rk[i], v[n * dv + l], row[l]);
+      }
+    };
+    const auto emit = [&](std::int64_t m) {
+      for (std::int64_t g = 0; g < group; ++g) {
+        const float* rq = q.rotated.data() + (m * group + g) * d;
+        const float* pq = q.phi.data() + (m * group + g) * d;
+        std::fill(out.begin(), out.end(), 0.0f);
+        for (int i = 0; i < d; ++i) {
+          const float* row = state.data() + std::size_t(i) * dv;
+          for (int l = 0; l < dv; ++l) out[l] = std::fma(rq[i], row[l], out[l]);
+        }
+        store(m, g, dot(pq, z.data(), d));
+      }
+    };
+    if (causal) {
+      for (std::int64_t m = 0; m < q_seq; ++m) {
+        absorb(m);
+        emit(m);
+      }
+    } else {
+      for (std::int64_t n = 0; n < k_seq; ++n) absorb(n);
+      for (std::int64_t m = 0; m < q_seq; ++m) emit(m);
+    }
+  };
+
+  const int threads = int(std::min<std::int64_t>(default_threads(), items));
+  detail::parallel_items(threads, items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
+}
+
+}  // namespace ropekit
