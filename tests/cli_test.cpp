@@ -324,13 +324,19 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
 
   // Usage.
   expect_usage_error({}, "A subcommand is required");
-  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench)");
+  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--pairing", "diagonal"}, "--pairing");
   expect_usage_error({"bench", "--filter", "no-such-case"}, "--filter matches no case");
   expect_usage_error({"apply", "--preset", "llama-3.1-8b", "--q", Q, "--k", Q, "--layout", "sbhd"}, "--layout");
+  expect_usage_error({"decay", "--csv", dir.file("d.csv")}, "at least one --config or --preset");
+  expect_usage_error({"decay", "--preset", "llama-3.1-8b"}, "--csv FILE, --svg FILE or both");
+  expect_usage_error({"decay", "--preset", "llama-3.1-8b", "--csv", dir.file("d.csv"), "--max-distance", "0"}, "--max-distance");
+  expect_usage_error({"decay", "--preset", "llama-9", "--csv", dir.file("d.csv")}, "preset = llama-9: unknown");
+  expect_usage_error({"decay", "--preset", "llama-3.1-8b", "--svg", dir.file("no/such/dir/d.svg")}, "cannot write");
+  expect_usage_error({"verify"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   // Models.
   expect_usage_error({"freqs", "--preset", "llama-9"}, "preset = llama-9: unknown");
   expect_usage_error({"inspect", "--config", dir.file("missing.json")}, "missing.json: cannot open");
@@ -353,6 +359,51 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_f32.npy")}), "positions must be int32 or int64");
   expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_neg.npy"), "--seq-len", "10"}), "-1");
   expect_usage_error(with({"--q", Q, "--k", Q, "--out-q", dir.file("no/such/dir/q.npy")}), "cannot write");
+}
+
+TEST(Cli, DecayWritesOneColumnPerCurveAndAnSvgChart) {
+  TempDir dir;
+  const Result r = run({"decay", "--preset", "llama-3.2-1b", "--preset", "gemma-3-4b", "--max-distance", "300",
+                        "--csv", dir.file("d.csv"), "--svg", dir.file("d.svg")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream csv(dir.file("d.csv"));
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "distance,\"llama-3.2-1b\",\"gemma-3-4b (full_attention)\",\"gemma-3-4b (sliding_attention)\"");
+  const ropekit::Plan plan = ropekit::make_plan(ropekit::read_preset("llama-3.2-1b").layer().spec);
+  const std::vector<double> want = ropekit::decay_bound(plan, 300);
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    std::istringstream fields(line);
+    std::string distance, value;
+    std::getline(fields, distance, ',');
+    std::getline(fields, value, ',');
+    EXPECT_EQ(std::stoll(distance), rows);
+    EXPECT_NEAR(std::stod(value), want[rows], 1e-8 * want[rows]) << "distance " << rows;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 301);
+  std::ifstream svg(dir.file("d.svg"));
+  const std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<svg"), std::string::npos);
+  EXPECT_GE(std::count(text.begin(), text.end(), '\n'), 100);  // axes, three curves, legend
+  EXPECT_NE(text.find("polyline"), std::string::npos);
+}
+
+TEST(Cli, VerifyPassesOnPresetsAndPrintsEachCheck) {
+  for (const char* preset : {"llama-3.1-8b", "qwen2.5-7b-instruct-yarn4", "phi-3-mini-128k-instruct", "qwen2-vl-7b"}) {
+    const Result r = run({"verify", "--preset", preset, "--json"});
+    ASSERT_EQ(r.code, 0) << preset << ": " << r.out << r.err;
+    const nlohmann::json checks = nlohmann::json::parse(r.out);
+    ASSERT_GE(checks.size(), 7u);
+    for (const auto& c : checks) {
+      EXPECT_TRUE(c["passed"].get<bool>() || c["skipped"].get<bool>()) << preset << ": " << c.dump();
+      EXPECT_LE(c["figure"].get<double>(), c["bound"].get<double>()) << preset << ": " << c.dump();
+    }
+  }
+  const Result text = run({"verify", "--preset", "llama-3.1-8b"});
+  EXPECT_NE(text.out.find("PASS  relative_position"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Hugging Face's float32 angles"), std::string::npos);
 }
 
 TEST(Cli, HelpExitsZero) {

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,5 +42,33 @@ std::int64_t original_context(const Spec& spec, std::int64_t fallback);
 
 // One entry per pair of plan.inv_freq; `context` sets PairBand::turns (0 = leave turns at 0).
 std::vector<PairBand> pair_bands(const Spec& spec, const Plan& plan, std::int64_t context);
+
+// RoFormer's long-term decay (Su et al. 2021, §3.4.3): for a relative distance r, the logit
+// Σ_j h_j e^{i r θ_j} is bounded by max_j |h_{j+1} − h_j| · Σ_{j=1}^{d/2} |S_j| with the partial sums
+// S_j = Σ_{k<j} e^{i r θ_k}. decay_bound returns the paper's relative upper bound
+// (1/(d/2)) · Σ_j |S_j| for r = 0, 1, …, max_distance (entry r), θ_k = plan.inv_freq[k] — so it
+// shows what a scaling variant does to the decay. Precision: double; r·θ_k is formed in double
+// (error ≤ r·2^−53 ≤ 2e-9 rad for r ≤ 2^24), so each entry is within (d/2)·2e-9 of the exact value. Errors: max_distance
+// outside [0, 2^24], an empty plan.
+std::vector<double> decay_bound(const Plan& plan, std::int64_t max_distance);
+
+// One self-check of a model's RoPE as ropekit computes it (`ropekit verify`): a measured figure
+// against the bound the library's contract states. Skipped checks say why in `detail`.
+struct Check {
+  std::string name;
+  std::string what;    // what the figure measures
+  double figure = 0.0;
+  double bound = 0.0;  // passes when figure ≤ bound
+  bool passed = false;
+  bool skipped = false;
+  std::string detail;
+};
+
+// Runs the invariance and accuracy checks on a spec (the plan at current_length): logits depend
+// only on m − n (offsets up to 2^30), table accuracy up to position 2^31 − 1 against a long-double
+// oracle (and HF's float32 angles for comparison), on-the-fly = table, Inverse ∘ Forward = identity,
+// the magnitude applied once, K-shift = rotating at the shifted position, fused attention = apply
+// then attention. Deterministic (fixed seeds).
+std::vector<Check> verify(const Spec& spec, std::optional<std::int64_t> current_length = std::nullopt);
 
 }  // namespace ropekit

@@ -47,6 +47,8 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_apply(app, io);
   add_presets(app, io);
   add_bench(app, io);
+  add_decay(app, io);
+  add_verify(app, io);
 
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
@@ -59,6 +61,8 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   try {
     app.parse(reversed);
     return 0;
+  } catch (const ChecksFailed&) {
+    return 1;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return 0;
