@@ -29,6 +29,8 @@ using detail::index_of;
 using detail::sub_positions;
 using detail::sub_view;
 constexpr std::int64_t kQueryBlock = 64;
+// Items with fewer rows than this read keys as rows (no transpose); see cpu::RowTile.
+constexpr std::int64_t kTransposeRows = 8;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // What the validation resolved, shared by every item.
@@ -50,10 +52,13 @@ struct Scratch {
   std::vector<std::byte> rotated;  // a rotated q block or k tile in the storage type
   std::vector<float> q;            // rows × head_dim
   std::vector<float> keys_t;       // head_dim × kTileKeys
+  std::vector<float> keys;         // kTileKeys × head_dim (row layout, non-F32 keys)
+  std::vector<const float*> k_rows;
   std::vector<float> v;            // kTileKeys × v_head_dim (non-F32 values)
   std::vector<const float*> v_rows;
   std::vector<float> bias, scores;
   std::vector<float> max, sum, acc;  // per row; acc rows × v_head_dim
+  std::vector<cpu::RowState> states;
   std::vector<std::int64_t> positions;
 
   explicit Scratch(const Problem& p) {
@@ -62,10 +67,13 @@ struct Scratch {
     rotated.resize(widest * p.head_dim * 4);
     q.resize(rows * p.head_dim);
     keys_t.resize(std::size_t(p.head_dim) * kTileKeys);
+    keys.resize(std::size_t(p.head_dim) * kTileKeys);
+    k_rows.resize(kTileKeys);
     v.resize(std::size_t(kTileKeys) * p.v_head_dim);
     v_rows.resize(kTileKeys);
-    bias.resize(kTileKeys);
-    scores.resize(kTileKeys);
+    bias.resize(std::size_t(cpu::kMaxRows) * kTileKeys);
+    scores.resize(std::size_t(cpu::kMaxRows) * kTileKeys);
+    states.resize(cpu::kMaxRows);
     max.resize(rows);
     sum.resize(rows);
     acc.resize(rows * p.v_head_dim);
@@ -113,6 +121,7 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
   const std::int64_t rows = tokens * p.group;
   const std::int64_t q_token0 = b * p.q_seq + q_first;
   const bool need_mask = p.q_mask.data != nullptr;
+  const bool transpose = rows >= kTransposeRows;
 
   // Q block: rows ordered (token, head within the group).
   {
@@ -156,22 +165,36 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
       if (o.window > 0 && q_min - k_max >= o.window) continue;
     }
 
-    // K tile: rotated in the storage type, widened, transposed; padding keys are zero.
+    // K tile: rotated in the storage type, widened, and transposed (padding keys zero) or kept as
+    // rows.
     {
       const Heads view = sub_view(a.k, b, k_first, keys, kv_head, 1);
       const Positions pos = p.k_rope ? sub_positions(a.k_positions, k_token0, keys, s.positions) : Positions{};
       const Heads src = load_view(p.k_rope, view, pos, s, d);
-      float widened[1024];
-      for (int j = 0; j < kTileKeys; ++j) {
-        if (j < keys) {
-          const auto* row = static_cast<const char*>(src.data) + index_of(src, 0, j, 0) * element_size(src.dtype);
-          for (int l0 = 0; l0 < d; l0 += 1024) {
-            const int n = std::min(1024, d - l0);
-            detail::widen(row + std::size_t(l0) * element_size(src.dtype), src.dtype, n, widened);
-            for (int l = 0; l < n; ++l) s.keys_t[std::size_t(l0 + l) * kTileKeys + j] = widened[l];
+      const auto row_of = [&](int j) {
+        return static_cast<const char*>(src.data) + index_of(src, 0, j, 0) * element_size(src.dtype);
+      };
+      if (transpose) {
+        float widened[1024];
+        for (int j = 0; j < kTileKeys; ++j) {
+          if (j < keys) {
+            for (int l0 = 0; l0 < d; l0 += 1024) {
+              const int n = std::min(1024, d - l0);
+              detail::widen(row_of(j) + std::size_t(l0) * element_size(src.dtype), src.dtype, n, widened);
+              for (int l = 0; l < n; ++l) s.keys_t[std::size_t(l0 + l) * kTileKeys + j] = widened[l];
+            }
+          } else {
+            for (int l = 0; l < d; ++l) s.keys_t[std::size_t(l) * kTileKeys + j] = 0.0f;
           }
-        } else {
-          for (int l = 0; l < d; ++l) s.keys_t[std::size_t(l) * kTileKeys + j] = 0.0f;
+        }
+      } else {
+        for (int j = 0; j < keys; ++j) {
+          if (src.dtype == DType::F32) {
+            s.k_rows[j] = reinterpret_cast<const float*>(row_of(j));
+          } else {
+            detail::widen(row_of(j), src.dtype, d, s.keys.data() + std::size_t(j) * d);
+            s.k_rows[j] = s.keys.data() + std::size_t(j) * d;
+          }
         }
       }
     }
@@ -187,7 +210,11 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
     }
 
     cpu::RowTile tile;
-    tile.keys_t = s.keys_t.data();
+    if (transpose) {
+      tile.keys_t = s.keys_t.data();
+    } else {
+      tile.k_rows = s.k_rows.data();
+    }
     tile.v_rows = s.v_rows.data();
     tile.bias = s.bias.data();
     tile.head_dim = d;
@@ -197,23 +224,31 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
     tile.scores = s.scores.data();
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t qp = need_mask ? p.q_mask.at(0, q_token0 + t) : 0;
-      for (std::int64_t g = 0; g < p.group; ++g) {
-        const std::int64_t head = kv_head * p.group + g;
-        for (int j = 0; j < kTileKeys; ++j) {
-          if (j >= keys) {
-            s.bias[j] = kNegInf;
-            continue;
+      for (std::int64_t g0 = 0; g0 < p.group; g0 += cpu::kMaxRows) {
+        const int rows_now = int(std::min<std::int64_t>(cpu::kMaxRows, p.group - g0));
+        for (int g = 0; g < rows_now; ++g) {
+          const std::int64_t head = kv_head * p.group + g0 + g;
+          float* bias = s.bias.data() + std::size_t(g) * kTileKeys;
+          for (int j = 0; j < kTileKeys; ++j) {
+            if (j >= keys) {
+              bias[j] = kNegInf;
+              continue;
+            }
+            const std::int64_t kp = need_mask ? p.k_mask.at(0, k_token0 + j) : 0;
+            const bool masked = (o.causal && kp > qp) || (o.window > 0 && qp - kp >= o.window);
+            bias[j] = masked ? kNegInf : bias_value(p, b, head, q_first + t, k_first + j, qp, kp);
           }
-          const std::int64_t kp = need_mask ? p.k_mask.at(0, k_token0 + j) : 0;
-          const bool masked = (o.causal && kp > qp) || (o.window > 0 && qp - kp >= o.window);
-          s.bias[j] = masked ? kNegInf : bias_value(p, b, head, q_first + t, k_first + j, qp, kp);
+          const std::int64_t r = t * p.group + g0 + g;
+          s.states[g] = cpu::RowState{s.max[r], s.sum[r], s.acc.data() + r * dv};
         }
-        const std::int64_t r = t * p.group + g;
-        tile.q = s.q.data() + r * d;
-        cpu::RowState state{s.max[r], s.sum[r], s.acc.data() + r * dv};
-        cpu::update_row(tile, state);
-        s.max[r] = state.max;
-        s.sum[r] = state.sum;
+        tile.q = s.q.data() + (t * p.group + g0) * d;
+        tile.rows = rows_now;
+        cpu::update_rows(tile, s.states.data());
+        for (int g = 0; g < rows_now; ++g) {
+          const std::int64_t r = t * p.group + g0 + g;
+          s.max[r] = s.states[g].max;
+          s.sum[r] = s.states[g].sum;
+        }
       }
     }
   }

@@ -47,7 +47,7 @@ void features(const Rope& rope, const Heads& x, const Positions& positions, std:
 
 float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
-  for (int i = 0; i < n; ++i) s = std::fma(a[i], b[i], s);
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
@@ -99,7 +99,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
           for (std::int64_t n = 0; n < last; ++n) {
             const float weight = dot(rq, k.rotated.data() + n * d, d);
             denominator += dot(pq, k.phi.data() + n * d, d);
-            for (int l = 0; l < dv; ++l) out[l] = std::fma(weight, v[n * dv + l], out[l]);
+            for (int l = 0; l < dv; ++l) out[l] += weight * v[n * dv + l];
           }
           store(m, g, denominator);
         }
@@ -114,7 +114,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
       for (int i = 0; i < d; ++i) {
         z[i] += pk[i];
         float* row = state.data() + std::size_t(i) * dv;
-        for (int l = 0; l < dv; ++l) row[l] = std::fma(rk[i], v[n * dv + l], row[l]);
+        for (int l = 0; l < dv; ++l) row[l] += rk[i] * v[n * dv + l];
       }
     };
     const auto emit = [&](std::int64_t m) {
@@ -124,7 +124,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
         std::fill(out.begin(), out.end(), 0.0f);
         for (int i = 0; i < d; ++i) {
           const float* row = state.data() + std::size_t(i) * dv;
-          for (int l = 0; l < dv; ++l) out[l] = std::fma(rq[i], row[l], out[l]);
+          for (int l = 0; l < dv; ++l) out[l] += rq[i] * row[l];
         }
         store(m, g, dot(pq, z.data(), d));
       }

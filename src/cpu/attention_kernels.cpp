@@ -1,4 +1,4 @@
-// Dispatch for cpu::update_row: Highway compiles attention-inl.h once per target.
+// Dispatch for cpu::update_rows: Highway compiles attention-inl.h once per target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/attention_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -9,9 +9,9 @@
 #if HWY_ONCE
 namespace ropekit::cpu {
 
-HWY_EXPORT(UpdateRow);
+HWY_EXPORT(UpdateRows);
 
-void update_row(const RowTile& tile, RowState& state) { HWY_DYNAMIC_DISPATCH(UpdateRow)(tile, state); }
+void update_rows(const RowTile& tile, RowState* states) { HWY_DYNAMIC_DISPATCH(UpdateRows)(tile, states); }
 
 }  // namespace ropekit::cpu
 #endif  // HWY_ONCE
