@@ -10,6 +10,7 @@ packages=(
   libcli11-dev        # the ropekit command line
   libhwy-dev          # Highway: the SIMD kernels, dispatched at run time
   libbenchmark-dev    # Google Benchmark: bench/rope_bench
+  libplplot-dev       # PLplot (SVG driver): `ropekit decay --svg`
   libgtest-dev libgmock-dev
   clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
 )

@@ -1,10 +1,11 @@
 // Softmax attention with RoPE fused into the tile loads (see ropekit/attention.hpp).
 //
-// Work is split into items of (batch, kv head, block of kQueryBlock query tokens): the rows of an
-// item are its tokens × the query heads that share the kv head, so each key tile is loaded (and
-// rotated) once for all of them. Per key tile: rotate into a thread-local buffer in the storage
+// Work is split into items of (batch, kv head, block of query tokens): the rows of an item are its
+// tokens × the query heads that share the kv head, so each key tile is loaded (and rotated) once
+// for all of them. Blocks hold about kRowsPerItem rows: the re-rotation of K tiles per block then
+// costs ~1/kRowsPerItem of the scores, and fewer rows only when the threads need more items. Per key tile: rotate into a thread-local buffer in the storage
 // type (what apply() would write), widen to float32 and transpose, then one online-softmax update
-// per row (cpu::update_row). Memory per thread: O(kQueryBlock · group · v_head_dim + tile).
+// per group of rows (cpu::update_rows). Memory per thread: O(kRowsPerItem · v_head_dim + tile).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,8 +29,10 @@ using cpu::kTileKeys;
 using detail::index_of;
 using detail::sub_positions;
 using detail::sub_view;
-constexpr std::int64_t kQueryBlock = 64;
-// Items with fewer rows than this read keys as rows (no transpose); see cpu::RowTile.
+constexpr std::int64_t kRowsPerItem = 1024;
+// Calls with fewer rows per item than this (decode) read keys as rows, without a transpose; see
+// cpu::RowTile. Decided per call from q_seq and the group size only, never from the block split,
+// so that results do not depend on the thread count.
 constexpr std::int64_t kTransposeRows = 8;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -40,6 +43,8 @@ struct Problem {
   const Rope* q_rope = nullptr;  // rotate q tiles on load (null: q is used as given)
   const Rope* k_rope = nullptr;  // rotate k tiles on load
   int head_dim = 0, v_head_dim = 0;
+  std::int64_t block_tokens = 1;  // query tokens per item
+  bool transpose = true;          // key tiles transposed (else read as rows)
   std::int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, kv_heads = 0, group = 0;
   float scale = 1.0f;
   Positions q_mask, k_mask;  // one stream each; data null when nothing needs them
@@ -62,7 +67,7 @@ struct Scratch {
   std::vector<std::int64_t> positions;
 
   explicit Scratch(const Problem& p) {
-    const std::size_t rows = std::size_t(kQueryBlock * p.group);
+    const std::size_t rows = std::size_t(p.block_tokens * p.group);
     const std::size_t widest = std::max<std::size_t>(rows, kTileKeys);
     rotated.resize(widest * p.head_dim * 4);
     q.resize(rows * p.head_dim);
@@ -117,11 +122,11 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
   const AttentionArgs& a = *p.args;
   const AttentionOptions& o = *p.options;
   const int d = p.head_dim, dv = p.v_head_dim;
-  const std::int64_t tokens = std::min(kQueryBlock, p.q_seq - q_first);
+  const std::int64_t tokens = std::min(p.block_tokens, p.q_seq - q_first);
   const std::int64_t rows = tokens * p.group;
   const std::int64_t q_token0 = b * p.q_seq + q_first;
   const bool need_mask = p.q_mask.data != nullptr;
-  const bool transpose = rows >= kTransposeRows;
+  const bool transpose = p.transpose;
 
   // Q block: rows ordered (token, head within the group).
   {
@@ -154,15 +159,15 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
     const int keys = int(std::min<std::int64_t>(kTileKeys, p.k_seq - k_first));
     const std::int64_t k_token0 = b * p.k_seq + k_first;
     // Skip tiles no row of the block can see.
+    std::int64_t tile_k_min = std::numeric_limits<std::int64_t>::max(), tile_k_max = -1;
     if (need_mask && (o.causal || o.window > 0)) {
-      std::int64_t k_min = std::numeric_limits<std::int64_t>::max(), k_max = -1;
       for (int j = 0; j < keys; ++j) {
         const std::int64_t kp = p.k_mask.at(0, k_token0 + j);
-        k_min = std::min(k_min, kp);
-        k_max = std::max(k_max, kp);
+        tile_k_min = std::min(tile_k_min, kp);
+        tile_k_max = std::max(tile_k_max, kp);
       }
-      if (o.causal && k_min > q_max) continue;
-      if (o.window > 0 && q_min - k_max >= o.window) continue;
+      if (o.causal && tile_k_min > q_max) continue;
+      if (o.window > 0 && q_min - tile_k_max >= o.window) continue;
     }
 
     // K tile: rotated in the storage type, widened, and transposed (padding keys zero) or kept as
@@ -224,6 +229,9 @@ void run_item(const Problem& p, std::int64_t b, std::int64_t kv_head, std::int64
     tile.scores = s.scores.data();
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t qp = need_mask ? p.q_mask.at(0, q_token0 + t) : 0;
+      if (need_mask && ((o.causal && tile_k_min > qp) || (o.window > 0 && qp - tile_k_max >= o.window))) {
+        continue;  // this token sees no key of the tile
+      }
       for (std::int64_t g0 = 0; g0 < p.group; g0 += cpu::kMaxRows) {
         const int rows_now = int(std::min<std::int64_t>(cpu::kMaxRows, p.group - g0));
         for (int g = 0; g < rows_now; ++g) {
@@ -485,13 +493,20 @@ void run_attention(const Rope* q_rope, const Rope* k_rope, const AttentionArgs& 
   if (q_rope != nullptr) q_rope->prepare(r.max_q_position, args.q.tokens());
   if (k_rope != nullptr) k_rope->prepare(r.max_k_position, args.k.tokens());
 
-  const std::int64_t blocks = (p.q_seq + kQueryBlock - 1) / kQueryBlock;
+  const int max_threads = options.threads > 0 ? options.threads : default_threads();
+  const auto blocks_of = [&p](std::int64_t tokens) { return (p.q_seq + tokens - 1) / tokens; };
+  p.block_tokens = std::min(p.q_seq, std::max<std::int64_t>(1, kRowsPerItem / p.group));
+  while (p.block_tokens > 16 && p.batch * p.kv_heads * blocks_of(p.block_tokens) < 4 * max_threads) {
+    p.block_tokens /= 2;
+  }
+  p.transpose = std::min<std::int64_t>(p.q_seq, 16) * p.group >= kTransposeRows;
+  const std::int64_t blocks = blocks_of(p.block_tokens);
   const std::int64_t items = p.batch * p.kv_heads * blocks;
   const auto item = [&](std::int64_t i, Scratch& s) {
     const std::int64_t block = i % blocks, kv_head = (i / blocks) % p.kv_heads, b = i / (blocks * p.kv_heads);
-    run_item(p, b, kv_head, block * kQueryBlock, s);
+    run_item(p, b, kv_head, block * p.block_tokens, s);
   };
-  const int threads = int(std::min<std::int64_t>(options.threads > 0 ? options.threads : default_threads(), items));
+  const int threads = int(std::min<std::int64_t>(max_threads, items));
   // Items write disjoint output rows: results do not depend on the thread count or the schedule.
   parallel_items(threads, items, [&p] { return Scratch(p); }, item);
 }

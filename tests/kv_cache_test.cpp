@@ -123,8 +123,8 @@ TEST(KvCache, OneShiftEqualsRotatingAtTheShiftedPosition) {
       std::printf("%s delta %lld: appended %.2f, after one shift %.2f (eps·m·|pair|)\n",
                   std::string(rope_type_name(spec.scaling)).c_str(), static_cast<long long>(delta), appended,
                   shifted);
-      EXPECT_LE(appended, 4.0);        // one rotation (attention.hpp)
-      EXPECT_LE(shifted, 4.0 + 2.5);  // and one shift
+      EXPECT_LE(appended, 5.0);        // one rotation (attention.hpp)
+      EXPECT_LE(shifted, 5.0 + 2.5);  // and one shift
     }
   }
 }
@@ -146,8 +146,8 @@ TEST(KvCache, AThousandShiftsStayARotationEvenUnderYarn) {
     cache.shift(0, 64, delta);
   }
   const double worst = worst_pair_error(cache, spec, rope.plan(), t, iota(64));
-  std::printf("after 1000 shifts: worst %.2f eps·m·|pair| (contract: %.0f)\n", worst, 4 + 1000 * 2.5);
-  EXPECT_LE(worst, 4 + 1000 * 2.5);
+  std::printf("after 1000 shifts: worst %.2f eps·m·|pair| (contract: %.0f)\n", worst, 5 + 1000 * 2.5);
+  EXPECT_LE(worst, 5 + 1000 * 2.5);
   // A regression guard on what this seeded run measures (82): successive shifts' rounding errors
   // do not line up (≈ sqrt(n) growth); a compounded magnitude would be off by a factor 1e106.
   EXPECT_LE(worst, 200.0);
@@ -198,11 +198,11 @@ void check_rerotation(const Spec& spec, std::int64_t first_length, std::int64_t 
   const double worst = worst_pair_error(cache, spec, rope.plan(), t, iota(first_length));
   std::printf("%s re-rotated %lld -> %lld: worst %.2f eps·m·|pair|\n", std::string(rope_type_name(spec.scaling)).c_str(),
               static_cast<long long>(first_length), static_cast<long long>(grown_length), worst);
-  EXPECT_LE(worst, 12.0);  // attention.hpp: three rotations' worth
+  EXPECT_LE(worst, 15.0);  // attention.hpp: three rotations' worth
   // And the rest of the sequence appends under the new plan.
   cache.append(rope, t.kv(t.k, first_length), t.kv(t.v, first_length),
                positions(iota(grown_length - first_length, first_length)));
-  EXPECT_LE(worst_pair_error(cache, spec, rope.plan(), t, iota(grown_length)), 12.0);
+  EXPECT_LE(worst_pair_error(cache, spec, rope.plan(), t, iota(grown_length)), 15.0);
 }
 
 TEST(KvCache, RerotationWhenDynamicNtkGrows) {
@@ -235,7 +235,7 @@ TEST(KvCache, ContextShiftingEqualsAppendingAtTheNewPositions) {
   std::vector<std::int64_t> source = iota(80);
   for (std::int64_t i = 10; i < 80; ++i) source[i] = i + 40;
   for (std::int64_t i = 0; i < 80; ++i) EXPECT_EQ(cache.position(i), i);
-  EXPECT_LE(worst_pair_error(cache, spec, rope.plan(), t, source), 4.0 + 2.5);  // append + one shift
+  EXPECT_LE(worst_pair_error(cache, spec, rope.plan(), t, source), 5.0 + 2.5);  // append + one shift
   const auto* values = static_cast<const float*>(cache.values().data);
   EXPECT_EQ(values[10 * 2 * 64], t.v[50 * 2 * 64]);
 }

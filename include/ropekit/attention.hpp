@@ -137,9 +137,9 @@ class KvCache {
   // rotation with magnitude 1 — cos_sin_scale is applied once, at append, never again (llama.cpp
   // multiplies YaRN's magnitude in on every shift). Precision (F32 storage), against the exact
   // m·R(p)k in double (m = cos_sin_scale, |pair| = the pair's norm in the unrotated key): append
-  // is one rotation, within 4 ε·m·|pair| (ε = 2^−24); each shift adds at most 2.5 ε·m·|pair|
+  // is one rotation, within 5 ε·m·|pair| (ε = 2^−24; numerics.md: 3e-7); each shift adds at most 2.5 ε·m·|pair|
   // (float32 cos/sin of δ·θ formed accurately, one fma rounding per lane). So n shifts stay within
-  // (4 + 2.5n) ε·m·|pair| of rotating at p + Σδ; measured: 3.6 after one shift, 82 after 1000
+  // (5 + 2.5n) ε·m·|pair| of rotating at p + Σδ; measured: 3.6 after one shift, 82 after 1000
   // (errors of successive shifts do not line up). BF16/F16 storage adds one rounding to the
   // storage type per shift. Errors: a span outside [0, size()), a position that would fall below 0
   // (shifting before position 0) or reach 2^47. A refused shift changes nothing.
@@ -153,8 +153,8 @@ class KvCache {
   // Re-rotates every cached key from plan() to rope's plan (dynamic NTK growing past its length,
   // LongRoPE switching short → long factors): each key is un-rotated (Inverse under the old plan)
   // and rotated again (Forward under the new one) in float32, then rounded once to storage.
-  // Precision (F32 storage): within 12 ε·m·|pair| of the exact rotation under the new plan — three
-  // rotations' worth (append, inverse, forward), against 4 for appending the unrotated keys anew;
+  // Precision (F32 storage): within 15 ε·m·|pair| of the exact rotation under the new plan — three
+  // rotations' worth (append, inverse, forward), against 5 for appending the unrotated keys anew;
   // measured ≤ 5.6. Returns false (and changes nothing) when the plans agree.
   bool rerotate(const Rope& rope);
 
