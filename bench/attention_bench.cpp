@@ -33,11 +33,14 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
 }
 
 // Seconds per call of each function: median over `rounds` interleaved batches of ≥ min_seconds.
+// Each batch starts with one unmeasured call of the same function, so every contender finds the
+// caches as it leaves them (not as the previous contender, e.g. a memcpy, left them).
 std::vector<double> interleaved(const std::vector<std::function<void()>>& fns, int rounds, double min_seconds) {
   std::vector<std::vector<double>> samples(fns.size());
   for (const auto& f : fns) f();  // warm up (tables, caches, thread pool)
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t i = 0; i < fns.size(); ++i) {
+      fns[i]();
       int calls = 0;
       const auto start = Clock::now();
       double elapsed = 0;
