@@ -31,6 +31,13 @@ ModelRope ModelOptions::load() const {
   return read_gguf_file(gguf, options);
 }
 
+std::vector<const LayerRope*> ModelOptions::selected_layers(const ModelRope& model) const {
+  if (!layer_type.empty()) return {&model.layer(layer_type)};
+  std::vector<const LayerRope*> layers;
+  for (const LayerRope& l : model.layers) layers.push_back(&l);
+  return layers;
+}
+
 void print_warnings(const ModelRope& model, std::ostream& err) {
   for (const std::string& w : model.warnings) fmt::print(err, "ropekit: warning: {}\n", w);
 }

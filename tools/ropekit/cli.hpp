@@ -30,6 +30,8 @@ struct ModelOptions {
   // Adds --config/--preset/--gguf (exactly one required), --pairing, --layer-type, --seq-len.
   void add_to(CLI::App& app, bool with_gguf = true);
   ModelRope load() const;
+  // The layer named by --layer-type, or every layer of the model when none was given.
+  std::vector<const LayerRope*> selected_layers(const ModelRope& model) const;
 };
 
 struct Streams {

@@ -37,12 +37,7 @@ void add_freqs(CLI::App& app, Streams io) {
   cmd->callback([io, opts, as_json] {
     const ModelRope model = opts->load();
     print_warnings(model, io.err);
-    std::vector<const LayerRope*> layers;
-    if (opts->layer_type.empty()) {
-      for (const LayerRope& l : model.layers) layers.push_back(&l);
-    } else {
-      layers.push_back(&model.layer(opts->layer_type));
-    }
+    const std::vector<const LayerRope*> layers = opts->selected_layers(model);
     const bool several = layers.size() > 1;
     nlohmann::json all = nlohmann::json::array();
     for (const LayerRope* layer : layers) {
