@@ -6,7 +6,6 @@
 #include <cstring>
 #include <random>
 
-#include "attention_internal.hpp"
 #include "ropekit/analysis.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/error.hpp"
