@@ -28,7 +28,6 @@ struct KvCache::State {
   Spec spec;
   AngleMode mode;
   Plan plan;
-  bool has_plan = false;  // false until the first append (an empty cache adopts the rope's plan)
   std::vector<std::byte> keys, values;
   std::vector<std::int64_t> positions;
   std::optional<Rope> shift_rope;
@@ -36,7 +35,6 @@ struct KvCache::State {
   State(const Rope& rope) : spec(rope.spec()), mode(rope.angle_mode()), plan(rope.plan()) {}
   void adopt(const Plan& next) {
     plan = next;
-    has_plan = true;
     shift_rope.emplace(spec, unit_magnitude(plan), mode);
   }
 };
@@ -215,10 +213,7 @@ void KvCache::erase(std::int64_t first, std::int64_t last) {
   size_ -= last - first;
 }
 
-void KvCache::clear() {
-  size_ = 0;
-  state_->has_plan = false;
-}
+void KvCache::clear() { size_ = 0; }  // the next append adopts its rope's plan
 
 bool KvCache::rerotate(const Rope& rope) {
   check_layout(rope, "KvCache::rerotate");
