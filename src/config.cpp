@@ -1,7 +1,6 @@
 // config.json → Spec, resolving parameters the way Hugging Face transformers v5 does
 // (RotaryEmbeddingConfigMixin / standardize_rope_params and the _compute_*_parameters functions in
-// modeling_rope_utils.py). ../shared/notes/formulas.md §0 has the key table; docs/config.md the
-// user-facing version.
+// modeling_rope_utils.py). docs/config.md lists every key read, for users.
 #include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>

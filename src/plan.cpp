@@ -1,5 +1,5 @@
 // One function per scaling variant, each a transcription of the Hugging Face transformers formula
-// (modeling_rope_utils.py at the commit named in ../shared/golden/hf/README.md). Scalars (bases,
+// (modeling_rope_utils.py at the commit named in tests/data/golden/hf/README.md). Scalars (bases,
 // correction ranges, magnitudes) are double, as in HF's Python; per-pair values follow HF's float32
 // tensor operations one rounding at a time. docs/numerics.md says why and where vLLM and llama.cpp
 // differ.

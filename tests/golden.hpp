@@ -1,4 +1,4 @@
-// tests/golden.hpp — reads ../shared/golden/hf/*.json (Hugging Face transformers' own outputs) and
+// tests/golden.hpp — reads tests/data/golden/hf/*.json (Hugging Face transformers' own outputs) and
 // turns an entry into a Spec the way HF resolves its config.
 //
 // This is a test-side transcription of HF's rope-parameter resolution, limited to the keys the

@@ -1,4 +1,4 @@
-// Golden vectors from Hugging Face transformers (../shared/golden/hf, README there).
+// Golden vectors from Hugging Face transformers (tests/data/golden/hf, README there).
 //
 //   inv_freq            within 2 float32 ulp of HF's float32 values, every entry of every file
 //   attention_scaling   within 1e-6 relative

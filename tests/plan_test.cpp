@@ -1,5 +1,5 @@
-// Plan semantics per variant: the worked numbers of ../shared/notes/formulas.md and the bug
-// reports in ../shared/notes/pitfalls.md, each computed independently here.
+// Plan semantics per variant: the worked numbers of the project's formula notes (formulas.md) and
+// the bug reports collected in its pitfalls notes, each computed independently here.
 #include <gtest/gtest.h>
 
 #include <cmath>

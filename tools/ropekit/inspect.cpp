@@ -1,5 +1,5 @@
 // `ropekit inspect`: the effective plan of a model, pair by pair — what a user needs to see to know
-// whether a scaling setting took effect (../shared/notes/pitfalls.md #27).
+// whether a scaling setting took effect (the project's pitfalls notes, #27).
 #include <cmath>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
