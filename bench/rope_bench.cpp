@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "bandwidth.hpp"
+#include "lib/bandwidth.hpp"
 
 namespace {
 

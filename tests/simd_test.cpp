@@ -12,7 +12,7 @@
 #include <limits>
 #include <random>
 
-#include "kernel.hpp"
+#include "rope/call.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {

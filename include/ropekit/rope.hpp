@@ -18,7 +18,7 @@
 #include <memory>
 #include <optional>
 
-#include "ropekit/apply.hpp"
+#include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
 #include "ropekit/spec.hpp"

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ropekit/analysis.hpp"
-#include "ropekit/apply.hpp"
+#include "ropekit/call.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/cpu.hpp"

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "kernel.hpp"
+#include "rope/call.hpp"
 #include "ropekit/cpu.hpp"
 
 #ifdef _OPENMP

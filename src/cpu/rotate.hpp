@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "angles.hpp"
-#include "ropekit/apply.hpp"
+#include "rope/angles.hpp"
+#include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/spec.hpp"
 #include "ropekit/table.hpp"

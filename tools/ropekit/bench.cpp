@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bandwidth.hpp"
+#include "lib/bandwidth.hpp"
 #include "cli.hpp"
 #include "ropekit/cpu.hpp"
 

@@ -1,4 +1,4 @@
-// ropekit/apply.hpp — the arguments of one rotation call (see ropekit/rope.hpp for the call).
+// ropekit/call.hpp — the arguments of one rotation call (see ropekit/rope.hpp for the call).
 //
 // One call rotates q and k of the same tokens (GQA: their head counts may differ; either may be
 // empty). Each is rotated in place, or read from q/k and written to q_out/k_out (same shape and

@@ -16,7 +16,7 @@
 #include <memory>
 #include <variant>
 
-#include "model_table.hpp"
+#include "config/model_table.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/plan.hpp"

@@ -9,7 +9,7 @@
 // about 2^-53 turn. Only r (|r| <= 1/2 + tiny) is multiplied by 2π, then cos and sin are taken in
 // double and rounded once to float32. The result is correctly rounded float32 cos/sin up to a
 // few 1e-16 for any p < 2^47, whatever the base.
-#include "angles.hpp"
+#include "rope/angles.hpp"
 
 #include <cmath>
 

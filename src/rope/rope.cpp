@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <mutex>
 
-#include "kernel.hpp"
+#include "rope/call.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/rope.hpp"

@@ -14,9 +14,9 @@
 #include <limits>
 #include <vector>
 
-#include "attention_internal.hpp"
+#include "attention/attention_internal.hpp"
 #include "cpu/attention.hpp"
-#include "kernel.hpp"
+#include "rope/call.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"

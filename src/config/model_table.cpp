@@ -6,7 +6,7 @@
 //                 the same pairs, with the output lanes permuted inside the rope slice).
 // llama.cpp's llama_model_rope_type() gives the GGUF side; its "llama" is NORM (interleaved)
 // because convert_hf_to_gguf.py permutes HF's q/k rows for it.
-#include "model_table.hpp"
+#include "config/model_table.hpp"
 
 #include <array>
 

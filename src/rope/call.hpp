@@ -1,13 +1,13 @@
-// src/kernel.hpp — argument validation and the scalar reference rotation behind Rope::apply.
+// src/rope/call.hpp — argument validation and the scalar reference rotation behind Rope::apply.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string_view>
 
-#include "angles.hpp"
+#include "rope/angles.hpp"
 #include "cpu/rotate.hpp"
-#include "ropekit/apply.hpp"
+#include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
 #include "ropekit/table.hpp"

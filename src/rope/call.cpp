@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernel.hpp"
+#include "rope/call.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit::detail {
@@ -249,7 +249,7 @@ cpu::RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& 
   job.args = &args;
   job.map = &map;
   job.pairing = map.pairing;
-  // Magnitude and sign of the sine per direction (see apply.hpp). Formed in float32 like HF's
+  // Magnitude and sign of the sine per direction (see ropekit/call.hpp). Formed in float32 like HF's
   // cos·attention_scaling, so Forward with HfCompat angles reproduces HF's coefficients.
   const double m = args.direction == Direction::Inverse ? 1.0 / plan.cos_sin_scale : plan.cos_sin_scale;
   job.magnitude = static_cast<float>(m);

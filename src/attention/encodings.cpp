@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "angles.hpp"
+#include "rope/angles.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {

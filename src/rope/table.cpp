@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "angles.hpp"
+#include "rope/angles.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/table.hpp"
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "attention_internal.hpp"
-#include "kernel.hpp"
+#include "attention/attention_internal.hpp"
+#include "rope/call.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"

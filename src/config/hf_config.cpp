@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "model_table.hpp"
+#include "config/model_table.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/error.hpp"
 

@@ -1,7 +1,7 @@
 // RoPE bandwidth cases and their ceilings (see bandwidth.hpp). The in-place ceiling loop is
 // compiled for every Highway target and dispatched like the kernels, so both use the same vectors.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bandwidth.cpp"
+#define HWY_TARGET_INCLUDE "lib/bandwidth.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -39,7 +39,7 @@ HWY_AFTER_NAMESPACE();
 #include <numeric>
 #include <random>
 
-#include "bandwidth.hpp"
+#include "lib/bandwidth.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
