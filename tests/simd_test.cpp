@@ -12,7 +12,9 @@
 #include <limits>
 #include <random>
 
-#include "rope/call.hpp"
+#include "cpu/rotate.hpp"
+#include "rope/angles.hpp"
+#include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -265,9 +267,9 @@ TEST(Simd, NonTemporalStoresGiveTheSameBits) {
       call.q_out = Buffer(dt, 1, 9, 4, kc.spec.head_dim, 0, 0, rng);  // aligned when rows allow
       const int axes = kc.spec.mrope ? 3 : 1;
       const RotateArgs args = call.args(axes, 1);
-      ASSERT_TRUE(detail::make_job(args, rope.pair_map(), rope.plan(),
-                                   detail::validate_call(args, rope.pair_map()), nullptr, nullptr)
-                      .stream_stores);
+      ASSERT_TRUE(cpu::uses_stream_stores(detail::make_job(args, rope.pair_map(), rope.plan(),
+                                                           detail::validate_call(args, rope.pair_map()),
+                                                           nullptr, nullptr)));
       const Call want = run_reference(rope, call, false);
       run_kernel(rope, call, false, 2);
       expect_same_bytes(call, want);

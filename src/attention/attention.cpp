@@ -16,7 +16,7 @@
 
 #include "attention/attention_internal.hpp"
 #include "cpu/attention.hpp"
-#include "rope/call.hpp"
+#include "rope/views.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"

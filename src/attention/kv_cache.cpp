@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "rope/call.hpp"
+#include "rope/views.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/error.hpp"
 

@@ -27,10 +27,12 @@
 #include <vector>
 
 #include "cpu/rotate.hpp"
+#include "rope/angles.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::RotateJob;
 
 // The SIMD kernels need a fused multiply-add (else the second rounding changes the numbers) and
 // vector lanes to pair up; other targets run the scalar reference (see rotate.hpp).
@@ -276,7 +278,7 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
 // Rotates one head row of `in` (writing `out`, or in place when out.data is null).
 template <class Codec, Pairing kPairing>
 HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::int64_t b,
-                std::int64_t s, std::int64_t head, const Scratch& scratch, bool& streamed) {
+                std::int64_t s, std::int64_t head, const Scratch& scratch, bool stream, bool& streamed) {
   using T = typename Codec::T;
   const PairMap& map = *job.map;
   T* src = static_cast<T*>(in.data) + b * in.batch_stride + s * in.seq_stride + head * in.head_stride;
@@ -291,7 +293,7 @@ HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& o
   // Non-temporal stores need every full vector store aligned to the vector size.
   const std::size_t vector_bytes = hn::Lanes(DF()) * sizeof(T);
   const auto aligned = [&](const T* p) { return reinterpret_cast<std::uintptr_t>(p) % vector_bytes == 0; };
-  if (job.stream_stores && aligned(dst) &&
+  if (stream && aligned(dst) &&
       (kPairing == Pairing::Interleaved || aligned(dst + map.rotary_dim / 2))) {
     streamed = true;
     RotateRow<Codec, kPairing, true>(src, dst, scratch.c, scratch.s, map.rotary_dim);
@@ -301,7 +303,7 @@ HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& o
 }
 
 template <Pairing kPairing>
-void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
+void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last, bool stream) {
   if (first >= last) return;
   Scratch scratch(*job.map);
   const std::int64_t heads = job.q_heads + job.k_heads;
@@ -317,9 +319,9 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
     const Heads& out = is_q ? job.args->q_out : job.args->k_out;
     const std::int64_t head = is_q ? h : h - job.q_heads;
     switch (in.dtype) {
-      case DType::F32: RotateHead<F32Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
-      case DType::BF16: RotateHead<BF16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
-      case DType::F16: RotateHead<F16Codec, kPairing>(job, in, out, b, s, head, scratch, streamed); break;
+      case DType::F32: RotateHead<F32Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
+      case DType::BF16: RotateHead<BF16Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
+      case DType::F16: RotateHead<F16Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
     }
     if (++h == heads) {
       h = 0;
@@ -334,17 +336,17 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
 }
 
-void RotateRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
+void RotateRows(const RotateJob& job, std::int64_t first, std::int64_t last, bool stream) {
   if (job.pairing == Pairing::Interleaved) {
-    RotateRowsFor<Pairing::Interleaved>(job, first, last);
+    RotateRowsFor<Pairing::Interleaved>(job, first, last, stream);
   } else {
-    RotateRowsFor<Pairing::Half>(job, first, last);
+    RotateRowsFor<Pairing::Half>(job, first, last, stream);
   }
 }
 
 #else  // !ROPEKIT_SIMD_KERNELS: rotate() runs the scalar reference instead.
 
-void RotateRows(const RotateJob&, std::int64_t, std::int64_t) {
+void RotateRows(const RotateJob&, std::int64_t, std::int64_t, bool) {
   HWY_ABORT("ropekit: RotateRows called on a target without SIMD kernels");
 }
 

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "rope/call.hpp"
+#include "rope/reference.hpp"
 #include "ropekit/cpu.hpp"
 
 #ifdef _OPENMP
@@ -60,7 +60,11 @@ bool dispatched_target_has_simd_kernels() {
   return HWY_DYNAMIC_DISPATCH(HasSimdKernels)();
 }
 
-void rotate(const RotateJob& job, int threads) {
+bool uses_stream_stores(const detail::RotateJob& job) {
+  return job.bytes_written > 0 && job.bytes_written >= stream_threshold_bytes();
+}
+
+void rotate(const detail::RotateJob& job, int threads) {
   ensure_dispatch_initialized();
   if (!HWY_DYNAMIC_DISPATCH(HasSimdKernels)()) {
     detail::rotate_reference(job);
@@ -68,6 +72,7 @@ void rotate(const RotateJob& job, int threads) {
   }
   // Chosen once per call; every thread runs the same target's code.
   const auto kernel = HWY_DISPATCH_TABLE(RotateRows)[hwy::GetChosenTarget().GetIndex()];
+  const bool stream = uses_stream_stores(job);
   const std::int64_t rows = job.tokens * (job.q_heads + job.k_heads);
   const std::int64_t bytes =  // read + written
       job.tokens * job.map->head_dim * 2 *
@@ -83,12 +88,12 @@ void rotate(const RotateJob& job, int threads) {
       const std::int64_t per = rows / nt, extra = rows % nt;
       const std::int64_t first = t * per + std::min(t, extra);
       const std::int64_t last = first + per + (t < extra ? 1 : 0);
-      kernel(job, first, last);
+      kernel(job, first, last, stream);
     }
     return;
   }
 #endif
-  kernel(job, 0, rows);
+  kernel(job, 0, rows, stream);
 }
 
 }  // namespace ropekit::cpu

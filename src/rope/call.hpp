@@ -1,12 +1,9 @@
-// src/rope/call.hpp — argument validation and the scalar reference rotation behind Rope::apply.
+// src/rope/call.hpp — one rotation call, validated and flattened into the call shape every backend
+// reads (RotateJob). Backends include this header and nothing above the core.
 #pragma once
 
 #include <cstdint>
-#include <span>
-#include <string_view>
 
-#include "rope/angles.hpp"
-#include "cpu/rotate.hpp"
 #include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
@@ -14,25 +11,7 @@
 
 namespace ropekit::detail {
 
-// View checks shared by every entry point that takes Heads or Positions (ropekit::Error naming
-// `name` and the field).
-bool valid_dtype(DType dtype);
-// Element offset one past the last element the view touches; throws on negative sizes or strides
-// and on int64 overflow.
-std::int64_t view_extent(const Heads& view, std::string_view name, int head_dim);
-void check_view(const Heads& view, std::string_view name, int head_dim);
-// A written view's rows must not overlap each other.
-void require_no_self_overlap(const Heads& view, std::string_view name, int head_dim);
-struct ByteRange {
-  std::uintptr_t begin = 0, end = 0;
-  std::string_view name;
-};
-ByteRange byte_range(const Heads& view, std::string_view name, int head_dim);
-// Throws if any two ranges share memory.
-void require_disjoint(std::span<const ByteRange> ranges);
-// Checks type, axes, count and every position in [0, 2^47); returns the largest position.
-std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens,
-                             int axes);
+class AngleEvaluator;
 
 struct CallShape {
   std::int64_t tokens = 0;        // 0: nothing to rotate
@@ -43,13 +22,26 @@ struct CallShape {
 // Throws ropekit::Error naming the first bad view, stride, shape or position.
 CallShape validate_call(const RotateArgs& args, const PairMap& map);
 
+// One validated call, flattened for the kernels. Rows are (token, head) with token-major order;
+// heads [0, q.heads) are q's, the rest k's.
+struct RotateJob {
+  const RotateArgs* args = nullptr;
+  const PairMap* map = nullptr;
+  Pairing pairing = Pairing::Half;
+  float magnitude = 1.0f;  // cos_sin_scale (or its inverse), as float32 like the reference
+  float sin_sign = 1.0f;   // −1 for Inverse and Backward
+  const Table* table = nullptr;          // angles from here when set...
+  const AngleEvaluator* angles = nullptr;  // ...else computed per token
+  std::int64_t tokens = 0;
+  std::int64_t seq = 1;      // token t is (t / seq, t % seq)
+  std::int64_t q_heads = 0;  // 0 when q is absent
+  std::int64_t k_heads = 0;
+  std::int64_t bytes_written = 0;  // by out-of-place views (the backend's non-temporal store choice)
+};
+
 // The kernels' view of a validated call. Angles come from `table` when it is non-null (every
 // position must be inside it), else from `angles`.
-cpu::RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan,
-                        const CallShape& shape, const Table* table, const AngleEvaluator* angles);
-
-// The scalar reference kernel: the specification the SIMD kernels are tested against (float32
-// arithmetic with std::fma, one rounding to storage). Single-threaded.
-void rotate_reference(const cpu::RotateJob& job);
+RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan, const CallShape& shape,
+                   const Table* table, const AngleEvaluator* angles);
 
 }  // namespace ropekit::detail

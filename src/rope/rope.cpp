@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <mutex>
 
+#include "cpu/rotate.hpp"
+#include "rope/angles.hpp"
 #include "rope/call.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
@@ -28,7 +30,7 @@ constexpr std::int64_t kGrowthPerRow = 64;
 
 void run(const RotateArgs& args, const PairMap& map, const Plan& plan,
          const detail::CallShape& shape, const Table* table, const detail::AngleEvaluator* angles) {
-  const cpu::RotateJob job = detail::make_job(args, map, plan, shape, table, angles);
+  const detail::RotateJob job = detail::make_job(args, map, plan, shape, table, angles);
   cpu::rotate(job, args.threads > 0 ? args.threads : default_threads());
 }
 

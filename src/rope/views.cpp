@@ -1,7 +1,14 @@
+// Views and positions: the layout helpers of ropekit/tensor.hpp and the checks every entry point that
+// takes Heads or Positions runs (rope/views.hpp).
+#include "rope/views.hpp"
+
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <limits>
+
 #include "ropekit/error.hpp"
-#include "ropekit/tensor.hpp"
 
 namespace ropekit {
 
@@ -46,3 +53,113 @@ Positions mrope_positions(std::span<const std::int32_t> p) {
 }
 
 }  // namespace ropekit
+
+namespace ropekit::detail {
+namespace {
+
+constexpr std::int64_t kMaxPosition = (std::int64_t{1} << 47) - 1;
+
+}  // namespace
+
+bool valid_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+
+// Element offset one past the last element the view touches; throws on overflow.
+std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
+  const std::array<std::pair<std::int64_t, std::int64_t>, 3> dims = {
+      {{v.batch, v.batch_stride}, {v.seq, v.seq_stride}, {v.heads, v.head_stride}}};
+  const std::array<std::string_view, 3> size_names = {"batch", "seq", "heads"};
+  const std::array<std::string_view, 3> stride_names = {"batch_stride", "seq_stride", "head_stride"};
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int64_t>::max() / 8;
+  std::int64_t extent = head_dim;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    const auto [size, stride] = dims[i];
+    if (size < 0) throw Error(fmt::format("{}.{} = {}: must be >= 0", name, size_names[i], size));
+    if (stride < 0) {
+      throw Error(fmt::format("{}.{} = {}: must be >= 0", name, stride_names[i], stride));
+    }
+    if (size > 1 && stride > 0 && (size - 1) > (kLimit - extent) / stride) {
+      throw Error(fmt::format("{}.{} = {} with {}.{} = {}: the view's extent overflows", name,
+                              size_names[i], size, name, stride_names[i], stride));
+    }
+    if (size > 1) extent += (size - 1) * stride;
+  }
+  return extent;
+}
+
+// Rows of a written view must not overlap each other, or one rotation would clobber another's
+// input. Sufficient test: sorted by stride, each stride spans everything inside it.
+void require_no_self_overlap(const Heads& v, std::string_view name, int head_dim) {
+  std::array<std::pair<std::int64_t, std::int64_t>, 3> dims = {
+      {{v.head_stride, v.heads}, {v.seq_stride, v.seq}, {v.batch_stride, v.batch}}};
+  std::sort(dims.begin(), dims.end());
+  std::int64_t inner = head_dim;
+  for (const auto& [stride, size] : dims) {
+    if (size <= 1) continue;
+    if (stride < inner) {
+      throw Error(fmt::format("{} has stride {} over {} rows that span {} elements each: rows "
+                              "overlap (head_dim = {})",
+                              name, stride, size, inner, head_dim));
+    }
+    inner = stride * (size - 1) + inner;
+  }
+}
+
+void check_view(const Heads& v, std::string_view name, int head_dim) {
+  if (!valid_dtype(v.dtype)) {
+    throw Error(fmt::format("{}.dtype = {}: not a DType", name, static_cast<int>(v.dtype)));
+  }
+  view_extent(v, name, head_dim);
+  if (!v.empty() && v.data == nullptr) {
+    throw Error(fmt::format("{}.data is null but the view has {}x{}x{} heads", name, v.batch, v.seq,
+                            v.heads));
+  }
+}
+
+ByteRange byte_range(const Heads& v, std::string_view name, int head_dim) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
+  const auto bytes = static_cast<std::uintptr_t>(view_extent(v, name, head_dim) *
+                                                 element_size(v.dtype));
+  return {begin, begin + bytes, name};
+}
+
+void require_disjoint(std::span<const ByteRange> ranges) {
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    for (std::size_t j = i + 1; j < ranges.size(); ++j) {
+      if (ranges[i].begin < ranges[j].end && ranges[j].begin < ranges[i].end) {
+        throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate "
+                                "buffers (to rotate in place, leave the output view empty)",
+                                ranges[i].name, ranges[j].name));
+      }
+    }
+  }
+}
+
+std::int64_t check_positions(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
+  if (pos.type != IndexType::I32 && pos.type != IndexType::I64) {
+    throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
+  }
+  if (pos.axes != axes) {
+    throw Error(fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
+                            axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w"
+                                      : "one position per token"));
+  }
+  if (pos.count != tokens) {
+    throw Error(fmt::format("{}.count = {}: must equal the number of tokens, batch x seq = {}", name,
+                            pos.count, tokens));
+  }
+  if (pos.data == nullptr) throw Error(fmt::format("{}.data is null", name));
+  std::int64_t max_position = -1;
+  for (int a = 0; a < pos.axes; ++a) {
+    for (std::int64_t t = 0; t < pos.count; ++t) {
+      const std::int64_t p = pos.at(a, t);
+      if (p < 0 || p > kMaxPosition) {
+        throw Error(fmt::format("{}[{}{}] = {}: must be in [0, 2^47)", name,
+                                pos.axes > 1 ? fmt::format("{}, ", a) : std::string(), t, p));
+      }
+      max_position = std::max(max_position, p);
+    }
+  }
+  return max_position;
+}
+
+}  // namespace ropekit::detail
