@@ -9,6 +9,8 @@
 #include "ropekit/dtype.hpp"
 #include "ropekit/encodings.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/kv_cache.hpp"
+#include "ropekit/linear_attention.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
 #include "ropekit/rope.hpp"

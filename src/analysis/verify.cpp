@@ -7,7 +7,7 @@
 #include <random>
 
 #include "ropekit/analysis.hpp"
-#include "ropekit/attention.hpp"
+#include "ropekit/kv_cache.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {

@@ -7,7 +7,7 @@
 
 #include "attention/attention_internal.hpp"
 #include "rope/views.hpp"
-#include "ropekit/attention.hpp"
+#include "ropekit/kv_cache.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {

@@ -7,7 +7,7 @@
 
 #include "attention/attention_internal.hpp"
 #include "rope/views.hpp"
-#include "ropekit/attention.hpp"
+#include "ropekit/linear_attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 

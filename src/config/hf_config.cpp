@@ -1,15 +1,17 @@
 // config.json → Spec, resolving parameters the way Hugging Face transformers v5 does
 // (RotaryEmbeddingConfigMixin / standardize_rope_params and the _compute_*_parameters functions in
 // modeling_rope_utils.py). docs/config.md lists every key read, for users.
-#include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "config/json.hpp"
 #include "config/model_table.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/error.hpp"
@@ -17,112 +19,11 @@
 namespace ropekit {
 namespace {
 
-using json = nlohmann::json;
+using detail::json;
 using detail::ModelInfo;
 using detail::ModelQuirk;
-
-// A short rendering of a JSON value for error messages.
-std::string show(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
-// A value found in the config together with the path that names it in messages.
-struct Value {
-  const json* node = nullptr;  // nullptr: absent or null (HF treats both as unset)
-  std::string path;
-  explicit operator bool() const { return node != nullptr; }
-};
-
-class Reader {
- public:
-  Reader(const json& root, std::string origin) : root_(root), origin_(std::move(origin)) {
-    if (!root_.is_object()) fail("the top level", root_, "expected a JSON object");
-    if (const json* text = member(root_, "text_config")) {
-      if (!text->is_object()) fail("text_config", *text, "expected a JSON object");
-      text_ = text;
-    }
-  }
-
-  [[noreturn]] void fail(std::string_view path, const json& value, std::string_view rule) const {
-    throw Error(fmt::format("{}: {} = {}: {}", origin_, path, show(value), rule));
-  }
-  [[noreturn]] void missing(std::string_view what) const {
-    throw Error(fmt::format("{}: {} is missing", origin_, what));
-  }
-  const std::string& origin() const { return origin_; }
-
-  static const json* member(const json& obj, std::string_view key) {
-    if (!obj.is_object()) return nullptr;
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  // A model-level key: text_config first (multimodal configs keep the language model there), then
-  // the top level.
-  Value model_key(std::string_view key) const {
-    if (text_) {
-      if (const json* v = member(*text_, key)) return {v, fmt::format("text_config.{}", key)};
-    }
-    if (const json* v = member(root_, key)) return {v, std::string(key)};
-    return {};
-  }
-  // The first of several spellings of one key (e.g. hidden_size / n_embd).
-  Value model_key_any(std::initializer_list<std::string_view> keys) const {
-    for (std::string_view k : keys) {
-      if (Value v = model_key(k)) return v;
-    }
-    return {};
-  }
-
-  double number(const Value& v) const {
-    if (!v.node->is_number()) fail(v.path, *v.node, "expected a number");
-    const double x = v.node->get<double>();
-    if (!std::isfinite(x)) fail(v.path, *v.node, "expected a finite number");
-    return x;
-  }
-  std::int64_t integer(const Value& v) const {
-    const double x = number(v);
-    if (x != std::floor(x) || std::fabs(x) > 9.0e15) fail(v.path, *v.node, "expected an integer");
-    return static_cast<std::int64_t>(x);
-  }
-  int small_int(const Value& v) const {
-    const std::int64_t x = integer(v);
-    if (x < -(1 << 30) || x > (1 << 30)) fail(v.path, *v.node, "out of range");
-    return static_cast<int>(x);
-  }
-  bool boolean(const Value& v) const {
-    if (!v.node->is_boolean()) fail(v.path, *v.node, "expected true or false");
-    return v.node->get<bool>();
-  }
-  std::string string(const Value& v) const {
-    if (!v.node->is_string()) fail(v.path, *v.node, "expected a string");
-    return v.node->get<std::string>();
-  }
-  std::vector<double> numbers(const Value& v) const {
-    if (!v.node->is_array()) fail(v.path, *v.node, "expected an array of numbers");
-    std::vector<double> out;
-    for (std::size_t i = 0; i < v.node->size(); ++i) {
-      out.push_back(number({&(*v.node)[i], fmt::format("{}[{}]", v.path, i)}));
-    }
-    return out;
-  }
-  std::vector<int> ints(const Value& v) const {
-    if (!v.node->is_array()) fail(v.path, *v.node, "expected an array of integers");
-    std::vector<int> out;
-    for (std::size_t i = 0; i < v.node->size(); ++i) {
-      out.push_back(small_int({&(*v.node)[i], fmt::format("{}[{}]", v.path, i)}));
-    }
-    return out;
-  }
-
- private:
-  const json& root_;
-  const json* text_ = nullptr;
-  std::string origin_;
-};
+using detail::Reader;
+using detail::Value;
 
 // One RoPE parameter dictionary (legacy rope_scaling, v5 rope_parameters, or one layer type's).
 struct RopeParams {
@@ -564,15 +465,7 @@ const LayerRope& ModelRope::layer(std::string_view name) const {
 
 ModelRope read_config(std::string_view json_text, const ConfigOptions& options,
                       std::string_view origin) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann's message names the byte and what it expected; keep it on one line.
-    throw Error(fmt::format("{}: invalid JSON at byte {}: {}", origin, e.byte, e.what()));
-  } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond double (found by fuzzing)
-    throw Error(fmt::format("{}: invalid JSON: {}", origin, e.what()));
-  }
+  const json root = detail::parse_json(json_text, origin);
   return ModelReader(root, options, std::string(origin)).read();
 }
 
@@ -586,15 +479,3 @@ ModelRope read_config_file(const std::filesystem::path& path, const ConfigOption
 
 }  // namespace ropekit
 
-namespace ropekit {
-
-ModelRope read_preset(std::string_view name, const ConfigOptions& options) {
-  std::vector<std::string_view> names;
-  for (const Preset& p : presets()) {
-    if (p.name == name) return read_config(p.config_json, options, fmt::format("preset {}", p.name));
-    names.push_back(p.name);
-  }
-  throw Error(fmt::format("preset = {}: unknown (known: {})", name, fmt::join(names, ", ")));
-}
-
-}  // namespace ropekit

@@ -1,2 +1,0 @@
-// Anchors ropekit::Error's vtable in the library.
-#include "ropekit/error.hpp"
