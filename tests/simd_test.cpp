@@ -138,12 +138,9 @@ Call make_call(const Spec& spec, DType dt, std::int64_t b, std::int64_t s, std::
 Call run_reference(const Rope& rope, Call call, bool on_the_fly) {
   const int axes = rope.spec().mrope ? 3 : 1;
   const RotateArgs args = call.args(axes, 1);
-  const detail::CallShape shape = detail::validate_call(args, rope.pair_map());
-  const detail::AngleEvaluator angles(rope.plan().inv_freq, rope.angle_mode());
-  std::shared_ptr<const Table> table;
-  if (!on_the_fly) table = rope.table(shape.max_position + 1);
-  detail::rotate_reference(
-      detail::make_job(args, rope.pair_map(), rope.plan(), shape, table.get(), on_the_fly ? &angles : nullptr));
+  const std::int64_t max_p = *std::max_element(call.pos.begin(), call.pos.end());
+  const RotateCall prepared = on_the_fly ? rope.prepare_on_the_fly(args) : rope.prepare(args, rope.table(max_p + 1));
+  detail::rotate_rows_reference(prepared.job(), 0, prepared.rows());
   return call;
 }
 
@@ -267,9 +264,7 @@ TEST(Simd, NonTemporalStoresGiveTheSameBits) {
       call.q_out = Buffer(dt, 1, 9, 4, kc.spec.head_dim, 0, 0, rng);  // aligned when rows allow
       const int axes = kc.spec.mrope ? 3 : 1;
       const RotateArgs args = call.args(axes, 1);
-      ASSERT_TRUE(cpu::uses_stream_stores(detail::make_job(args, rope.pair_map(), rope.plan(),
-                                                           detail::validate_call(args, rope.pair_map()),
-                                                           nullptr, nullptr)));
+      ASSERT_TRUE(rope.prepare(args).job().stream_stores);
       const Call want = run_reference(rope, call, false);
       run_kernel(rope, call, false, 2);
       expect_same_bytes(call, want);
@@ -299,9 +294,8 @@ TEST(Simd, EveryBf16AndFp16BitPatternMatchesTheReference) {
       const RotateArgs args{.q = bshd(x.data(), dt, 1, 1024, 1, 64), .positions = positions(pos)};
       RotateArgs ref_args = args;
       ref_args.q.data = want.data();
-      detail::rotate_reference(detail::make_job(ref_args, rope.pair_map(), rope.plan(),
-                                                detail::validate_call(ref_args, rope.pair_map()),
-                                                table.get(), nullptr));
+      const RotateCall ref = rope.prepare(ref_args, table);
+      detail::rotate_rows_reference(ref.job(), 0, ref.rows());
       rope.apply(args, *table);
       for (std::size_t i = 0; i < x.size(); ++i) {
         if (x[i] == want[i]) continue;

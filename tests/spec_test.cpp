@@ -14,7 +14,6 @@ TEST(PairMap, HalfPairsLaneJWithJPlusHalfRotaryDim) {
   const PairMap m = make_pair_map({.head_dim = 10, .rotary_dim = 8, .base = 1e4, .pairing = Pairing::Half});
   EXPECT_EQ(m.lane_a, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(m.lane_b, (std::vector<int>{4, 5, 6, 7}));  // lanes 8, 9 pass through
-  EXPECT_EQ(m.freq, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(m.num_axes, 1);
 }
 

@@ -1,4 +1,5 @@
-// ropekit/call.hpp — the arguments of one rotation call (see ropekit/rope.hpp for the call).
+// ropekit/call.hpp — one rotation call: its arguments (RotateArgs) and the validated handle that
+// runs it (RotateCall, made by Rope::prepare).
 //
 // One call rotates q and k of the same tokens (GQA: their head counts may differ; either may be
 // empty). Each is rotated in place, or read from q/k and written to q_out/k_out (same shape and
@@ -7,13 +8,31 @@
 //   Inverse   the exact inverse of Forward: rotation by −θ, m = 1/cos_sin_scale
 //             (un-rotating cached keys before re-rotation)
 //   Backward  the transpose of Forward: rotation by −θ, m = cos_sin_scale (gradients)
-// Arithmetic: the coefficients m·cos and m·sin are formed in float32 (as HF does), then
-// a' = fma(a, c, −b·s), b' = fma(b, c, a·s) in float32, rounded once to the storage type.
+//
+// Numerics of every call (the scalar reference, src/rope/reference.cpp, is the specification; every
+// SIMD target and thread count gives its bits exactly, except that a NaN may carry another sign or
+// payload):
+//   Precision    the coefficients m·cos and m·sin are rounded to float32 (as HF's cos·attention_scaling),
+//                then a' = fma(a, c, −(b·s)), b' = fma(b, c, a·s) in float32, rounded once to storage.
+//   Error        with AngleMode::Accurate, against m·R(p)x in exact arithmetic: float32 storage within
+//                3e-7·m·‖pair‖ (‖pair‖ = the norm of the pair in the input); bf16/fp16 storage within that
+//                plus half an ulp of the storage type, and equal to the float32 result rounded once.
+//                Pass-through lanes (partial rotary) are copied bit for bit. HfCompat: HF's own float32
+//                angle error comes on top (ropekit/table.hpp). Tested: tests/apply_test.cpp, simd_test.cpp.
+//   Valid range  positions in [0, kPositionLimit) = [0, 2^47), int32 or int64, any order and repeats;
+//                non-negative strides; the rows of a written view do not overlap each other or another
+//                view (checked by prepare, which throws ropekit::Error naming the view and field).
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
+#include "ropekit/pair_map.hpp"
 #include "ropekit/tensor.hpp"
 
 namespace ropekit {
+
+class Table;
 
 enum class Direction { Forward, Inverse, Backward };
 
@@ -24,7 +43,72 @@ struct RotateArgs {
   Heads k_out;  // data == nullptr: rotate k in place
   Positions positions;
   Direction direction = Direction::Forward;
-  int threads = 0;  // 0: ropekit::default_threads() (see ropekit/cpu.hpp); results never depend on it
+  int threads = 0;  // RotateCall::run(): 0 = ropekit::default_threads() (ropekit/cpu.hpp); results never depend on it
+};
+
+namespace detail {
+
+class AngleEvaluator;
+
+// The call shape: a validated call, resolved and flattened — what every kernel reads (the scalar
+// reference, each SIMD target, a GPU backend). Plain data, built only by Rope::prepare; not a stable
+// interface. Rows are (token, head), token-major; in each token q's heads come first, then k's.
+struct RotateJob {
+  RotateArgs args;                 // the views and positions as validated
+  const PairMap* map = nullptr;    // which lanes pair, and each pair's position stream
+  float magnitude = 1.0f;          // cos_sin_scale (Inverse: its reciprocal), as float32 like the reference
+  float sin_sign = 1.0f;           // −1 for Inverse and Backward
+  const Table* table = nullptr;    // angles from this table (covers every position of the call)...
+  const AngleEvaluator* angles = nullptr;  // ...or computed per token
+  std::int64_t tokens = 0;         // batch × seq
+  std::int64_t seq = 1;            // token t is (t / seq, t % seq)
+  std::int64_t q_heads = 0;        // 0 when q is absent
+  std::int64_t k_heads = 0;
+  std::int64_t bytes_moved = 0;    // read + written by the call (the thread policy reads it)
+  bool stream_stores = false;      // non-temporal stores for out-of-place rows (set by the backend)
+
+  std::int64_t rows() const { return tokens * (q_heads + k_heads); }
+};
+
+// A kernel: rotates rows [first, last) of a job. Never throws, takes no lock, allocates nothing.
+using RowsKernel = void (*)(const RotateJob& job, std::int64_t first, std::int64_t last);
+
+}  // namespace detail
+
+// One rotation call, validated and resolved once by Rope::prepare: views and positions checked, the
+// angle source chosen (a table snapshot, pinned for the call's lifetime, or on-the-fly angles), and
+// the kernel for dtype × pairing × SIMD target chosen. Running it does no further checks, locks,
+// allocations or dispatch, so an engine can split rows() over its own threads:
+//
+//   const ropekit::RotateCall call = rope.prepare(args);   // throws ropekit::Error on bad input
+//   pool.parallel_for(0, call.rows(), [&](auto first, auto last) { call.run(first, last); });
+//
+// The call keeps what it read from the Rope alive (plan, table), so it stays valid after
+// Rope::set_current_length or the Rope's destruction; the tensors and positions it points to must
+// outlive it. Numerics: as the file comment says, identical for any split of the rows.
+class RotateCall {
+ public:
+  RotateCall() = default;  // an empty call: rows() == 0
+
+  // (token, head) rows of the call: tokens × (q heads + k heads).
+  std::int64_t rows() const { return job_.rows(); }
+  // Rotates rows [first, last); requires 0 ≤ first ≤ last ≤ rows() (not checked). Disjoint ranges may
+  // run concurrently from any threads.
+  void run(std::int64_t first, std::int64_t last) const noexcept {
+    if (first < last) kernel_(job_, first, last);
+  }
+  // Every row, on the library's threads: RotateArgs::threads (0: ropekit::default_threads()), fewer for
+  // small calls (ropekit::threads_for_bytes).
+  void run() const;
+
+  const detail::RotateJob& job() const { return job_; }
+
+ private:
+  friend class Rope;
+  detail::RotateJob job_;
+  detail::RowsKernel kernel_ = nullptr;
+  std::shared_ptr<const void> plan_pin_;   // the Rope state the job points into (map, angles)
+  std::shared_ptr<const Table> table_pin_;  // the table snapshot, when the call reads one
 };
 
 }  // namespace ropekit

@@ -17,12 +17,11 @@ struct PairMap {
   int head_dim = 0;
   int rotary_dim = 0;
   Pairing pairing = Pairing::Half;  // the lane layout below, for kernels that specialize on it
-  // For pair j in [0, rotary_dim/2): its two lanes, the index of its frequency in
-  // Plan::inv_freq (always j today: M-RoPE keeps the global frequency index) and the position
-  // stream it reads (0 unless M-RoPE: 0 = t, 1 = h, 2 = w).
+  // For pair j in [0, rotary_dim/2): its two lanes and the position stream it reads (0 unless
+  // M-RoPE: 0 = t, 1 = h, 2 = w). Its frequency is always Plan::inv_freq[j] (M-RoPE keeps the global
+  // frequency index; only the position stream changes).
   std::vector<int> lane_a;  // rotated as a' = a·cos − b·sin
   std::vector<int> lane_b;  // rotated as b' = b·cos + a·sin
-  std::vector<int> freq;
   std::vector<std::uint8_t> axis;
   int num_axes = 1;
 

@@ -5,13 +5,16 @@
 //               .k = ropekit::bshd(k, DType::BF16, 1, S, 8, 128),
 //               .positions = ropekit::positions(pos)});
 //
-// Angles come from a float32 table that grows on demand (shared, immutable snapshots) or, when a
-// dense table would be wasteful — a few tokens at huge positions, or beyond kMaxTableBytes — are
-// computed on the fly for the positions at hand. Both paths use one angle function and give
-// bit-identical results. apply() may be called from many threads at once; set_current_length()
-// may not run concurrently with anything else.
+// Every call is validated once and resolved into a RotateCall (prepare), which then runs with no
+// further checks: apply(args) is prepare(args).run(). Angles come from a float32 table that grows on
+// demand (shared, immutable snapshots) or, when a dense table would be wasteful — a few tokens at
+// huge positions, or beyond kMaxTableBytes — are computed on the fly for the positions at hand. Both
+// use one angle function and give bit-identical results. The rotation runs on the SIMD kernels of
+// the best target this CPU supports (ropekit/cpu.hpp), bit-identical to the scalar reference
+// (src/rope/reference.cpp, the specification). Numerics of every call: ropekit/call.hpp.
 //
-// This is the scalar reference implementation: fp32 arithmetic, one rounding, clarity first.
+// prepare() and apply() may be called from many threads at once; set_current_length() may not run
+// concurrently with anything else on the same Rope (calls already prepared stay valid).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +29,17 @@
 
 namespace ropekit {
 
+class Rope;
+namespace detail {
+enum class ViewUse;
+struct CallNames;
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names);
+}
+
 class Rope {
  public:
+  // Errors (ropekit::Error): an invalid spec (Spec::validate), a current length outside
+  // [1, kPositionLimit).
   explicit Rope(Spec spec, AngleMode mode = AngleMode::Accurate,
                 std::optional<std::int64_t> current_length = std::nullopt);
   // With an explicit plan, e.g. one whose inv_freq holds a reference's float32 values.
@@ -38,39 +50,47 @@ class Rope {
   Rope& operator=(Rope&&) noexcept;
 
   const Spec& spec() const { return spec_; }
-  const Plan& plan() const { return plan_; }
-  const PairMap& pair_map() const { return pair_map_; }
+  const Plan& plan() const;
+  const PairMap& pair_map() const;
   AngleMode angle_mode() const { return mode_; }
 
   // Re-forms the plan for a new current length (dynamic NTK, LongRoPE). Returns true when the
   // rotation changed, i.e. keys already rotated and cached must be re-rotated (needs_rerotation).
   bool set_current_length(std::int64_t current_length);
 
-  // Rotates per RotateArgs, with angles from the table or on the fly (chosen per call).
+  // Validates `args` and resolves the call once (ropekit/call.hpp): views and positions checked,
+  // angles from the growing table or on the fly (chosen by the call's size and reach), the kernel
+  // chosen. Errors: ropekit::Error naming the view, field or position (call.hpp's valid range).
+  RotateCall prepare(const RotateArgs& args) const;
+  // The same with on-the-fly angles (bit-identical to the table's).
+  RotateCall prepare_on_the_fly(const RotateArgs& args) const;
+  // The same with angles from exactly `table`, which the call keeps alive. Errors also: a table built
+  // for other frequencies or another angle mode, a position outside it.
+  RotateCall prepare(const RotateArgs& args, std::shared_ptr<const Table> table) const;
+
+  // prepare(...) then RotateCall::run(): the rotation on the library's threads.
   void apply(const RotateArgs& args) const;
-  // Forces on-the-fly angles.
   void apply_on_the_fly(const RotateArgs& args) const;
-  // Uses exactly `table`; throws if it was built for other frequencies or another angle mode, or
-  // if a position is outside it.
   void apply(const RotateArgs& args, const Table& table) const;
 
   // A table covering at least [0, num_positions), grown from the current one if needed.
   std::shared_ptr<const Table> table(std::int64_t num_positions) const;
 
-  // Grows the table now if apply() would grow it for a call of `tokens` tokens reaching
-  // max_position. Callers that split one logical call into many small ones (attention's tiles)
-  // call it first, so that every tile finds the table and none of them waits on its growth.
-  void prepare(std::int64_t max_position, std::int64_t tokens) const;
-
  private:
+  friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&);
+  struct State;  // plan, pair map, angle function: immutable, shared with the calls made from it
   struct TableCache;
-  // The table apply() uses for a call reaching max_position over `rows` position rows (grown if
-  // that is worth it), or null when the angles are to be computed on the fly.
+  enum class Angles { Auto, OnTheFly, Given };
+  RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given,
+                     std::shared_ptr<const Table> given_pin, detail::ViewUse use,
+                     const detail::CallNames& names) const;
+  // The table a call reaching max_position over `rows` position rows reads (grown if that is worth
+  // it), or null when its angles are better computed on the fly.
   std::shared_ptr<const Table> table_for(std::int64_t max_position, std::int64_t rows) const;
+
   Spec spec_;
-  Plan plan_;
   AngleMode mode_;
-  PairMap pair_map_;
+  std::shared_ptr<const State> state_;
   std::unique_ptr<TableCache> cache_;
 };
 

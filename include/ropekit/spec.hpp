@@ -19,6 +19,12 @@
 
 namespace ropekit {
 
+// Positions — and current lengths, and K-shift distances — lie below this bound everywhere in ropekit:
+// positions in [0, kPositionLimit), current lengths in [1, kPositionLimit). Up to 2^47 the accurate
+// angle (ropekit/table.hpp) keeps its contract: p·(inv_freq/2π) is split exactly in double-double
+// arithmetic with ≥ 6 bits to spare below double's 2^53 integer range.
+inline constexpr std::int64_t kPositionLimit = std::int64_t{1} << 47;
+
 // Which two lanes of a head form one rotated pair (docs/conventions.md has the diagrams).
 //   Interleaved: pair j = lanes (2j, 2j+1)                  — GPT-J, "NORMAL" in ggml, complex view.
 //   Half:        pair j = lanes (j, j + rotary_dim/2)       — GPT-NeoX/Llama `rotate_half`, "NEOX".

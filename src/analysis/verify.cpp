@@ -97,7 +97,7 @@ Check table_accuracy(const Rope& rope) {
     const std::vector<float> got = rotated(rope, unit, {p}), hf_got = rotated(hf_rope, unit, {p});
     for (int j = 0; j < map.num_pairs(); ++j) {
       // Long-double oracle: p·ω needs 84 bits, long double keeps 64 (error ≤ 2^31·2^−64 rad).
-      const long double angle = static_cast<long double>(p) * static_cast<long double>(plan.inv_freq[map.freq[j]]);
+      const long double angle = static_cast<long double>(p) * static_cast<long double>(plan.inv_freq[j]);
       const double c = double(std::cos(angle)), s = double(std::sin(angle));
       const int a = map.lane_a[j], b = map.lane_b[j];
       worst = std::max({worst, std::fabs(got[a] / m - c), std::fabs(got[b] / m - s)});

@@ -12,8 +12,6 @@
 namespace ropekit {
 namespace {
 
-constexpr std::int64_t kMaxPosition = std::int64_t{1} << 47;  // the angle evaluator's valid range
-
 void check_out_size(std::string_view what, std::size_t got, std::size_t want) {
   if (got != want) {
     throw Error(fmt::format("{}: out holds {} floats, expected {} (positions × dim)", what, got, want));
@@ -40,7 +38,7 @@ void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::
   std::vector<float> c(pairs), s(pairs);
   for (std::size_t t = 0; t < positions.size(); ++t) {
     const std::int64_t p = positions[t];
-    if (p < 0 || p >= kMaxPosition) {
+    if (p < 0 || p >= kPositionLimit) {
       throw Error(fmt::format("sinusoidal_encoding: positions[{}] = {}: must be in [0, 2^47)", t, p));
     }
     angles.row(p, c.data(), s.data());
@@ -89,10 +87,6 @@ std::vector<float> alibi_slopes(int num_heads, double max_bias) {
     slopes.push_back(float(std::exp2(-max_bias * (2 * j + 1) / (2 * n))));
   }
   return slopes;
-}
-
-float alibi_bias(float slope, std::int64_t query_position, std::int64_t key_position) {
-  return -slope * float(std::llabs(query_position - key_position));
 }
 
 void T5Buckets::validate() const {

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
+#include "rope/call.hpp"
+#include "rope/reference.hpp"
 #include "rope/views.hpp"
 #include "ropekit/kv_cache.hpp"
 #include "ropekit/error.hpp"
@@ -13,7 +15,6 @@
 namespace ropekit {
 namespace {
 
-constexpr std::int64_t kMaxPosition = (std::int64_t{1} << 47) - 1;
 constexpr std::int64_t kRerotateChunk = 256;  // tokens re-rotated per float32 buffer
 
 // The plan of pure rotations R(δ): the same frequencies, magnitude 1.
@@ -120,7 +121,6 @@ void KvCache::require_compatible(const Rope& rope, std::string_view caller) cons
 
 void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions positions) {
   require_compatible(rope, "KvCache::append");
-  detail::check_view(k, "k", shape_.head_dim);
   detail::check_view(v, "v", shape_.v_head_dim);
   if (k.batch != 1 || v.batch != 1) {
     throw Error(fmt::format("KvCache::append: k.batch = {}, v.batch = {}: the cache holds one sequence "
@@ -140,17 +140,18 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
     throw Error(fmt::format("KvCache::append: {} tokens at size {} overflow the capacity {}", n, size_,
                             shape_.capacity));
   }
-  if (n == 0) return;
-  detail::check_positions(positions, "positions", n, 1);
-  if (size_ == 0) state_->adopt(rope.plan());
-
   const std::int64_t es = element_size(shape_.dtype);
-  RotateArgs rotate;
-  rotate.k = k;
-  rotate.k_out = bshd(state_->keys.data() + size_ * shape_.kv_heads * shape_.head_dim * es, shape_.dtype,
-                      1, n, shape_.kv_heads, shape_.head_dim);
-  rotate.positions = positions;
-  rope.apply(rotate);
+  // k and the positions are validated once, here (the call names them as the caller does).
+  const RotateCall call = detail::prepare_call(
+      rope,
+      {.k = k,
+       .k_out = bshd(state_->keys.data() + size_ * shape_.kv_heads * shape_.head_dim * es, shape_.dtype, 1,
+                     std::max<std::int64_t>(n, 0), shape_.kv_heads, shape_.head_dim),
+       .positions = positions},
+      detail::ViewUse::Write, {.k = "k", .k_out = "the cache's key slots", .positions = "positions"});
+  if (n == 0) return;
+  if (size_ == 0) state_->adopt(rope.plan());
+  call.run();
   auto* values = state_->values.data() + size_ * shape_.kv_heads * shape_.v_head_dim * es;
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
@@ -169,7 +170,7 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
                             last, size_));
   }
   if (delta == 0 || first == last) return;
-  if (delta < -kMaxPosition || delta > kMaxPosition) {
+  if (delta <= -kPositionLimit || delta >= kPositionLimit) {
     throw Error(fmt::format("KvCache::shift: delta = {}: |delta| must be below 2^47", delta));
   }
   for (std::int64_t slot = first; slot < last; ++slot) {
@@ -179,7 +180,7 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
                               "positions must stay >= 0 (shifting before position 0)", slot,
                               state_->positions[slot], delta, p));
     }
-    if (p > kMaxPosition) {
+    if (p >= kPositionLimit) {
       throw Error(fmt::format("KvCache::shift: slot {} at position {} shifted by {} would pass 2^47", slot,
                               state_->positions[slot], delta));
     }
@@ -256,8 +257,8 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, const Kv
   args.k_positions = cache.positions();
   args.head_dim = cache.shape().head_dim;
   args.v_head_dim = cache.shape().v_head_dim;
-  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, false);
-  detail::run_attention(&rope, nullptr, args, options, r);
+  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, detail::RopeLoads::Queries);
+  detail::run_attention(args, options, r);
 }
 
 }  // namespace ropekit

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "rope/views.hpp"
+#include "cpu/parallel.hpp"
+#include "rope/call.hpp"
+#include "rope/reference.hpp"
 #include "ropekit/linear_attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
@@ -17,32 +19,44 @@ namespace {
 // φ(x) = elu(x) + 1: x + 1 for x > 0, exp(x) otherwise — positive, so the denominator is too.
 float feature(float x) { return x > 0.0f ? x + 1.0f : std::exp(x); }
 
+// φ(x) and R·φ(x) of a whole q or k tensor as float32 [batch, seq, heads, head_dim]: φ for the
+// denominator, its rotation (Forward, one prepared call over all of it) for the numerator.
 struct Features {
-  std::vector<float> phi;      // tokens × head_dim: φ(x), for the denominator
-  std::vector<float> rotated;  // tokens × head_dim: R φ(x), for the numerator
+  std::vector<float> phi, rotated;
+  std::int64_t seq = 0, heads = 0;
+  int d = 0;
+  const float* phi_row(std::int64_t b, std::int64_t t, std::int64_t h) const { return phi.data() + ((b * seq + t) * heads + h) * d; }
+  const float* rotated_row(std::int64_t b, std::int64_t t, std::int64_t h) const {
+    return rotated.data() + ((b * seq + t) * heads + h) * d;
+  }
 };
 
-// φ of `heads` heads of batch b, laid out (token, head, lane), and its rotation by `rope`.
-void features(const Rope& rope, const Heads& x, const Positions& positions, std::int64_t b,
-              std::int64_t head, std::int64_t heads, int d, Features& f) {
-  const std::int64_t n = x.seq;
-  f.phi.resize(std::size_t(n * heads * d));
-  for (std::int64_t t = 0; t < n; ++t) {
-    for (std::int64_t h = 0; h < heads; ++h) {
-      float* row = f.phi.data() + (t * heads + h) * d;
-      const auto* src = static_cast<const char*>(x.data) + detail::index_of(x, b, t, head + h) * element_size(x.dtype);
-      detail::widen(src, x.dtype, d, row);
-      for (int l = 0; l < d; ++l) row[l] = feature(row[l]);
+Features features(const Rope& rope, const Heads& x, const Positions& positions, int d, const char* name,
+                  const char* positions_name) {
+  Features f;
+  f.seq = x.seq;
+  f.heads = x.heads;
+  f.d = d;
+  f.phi.resize(std::size_t(x.batch * x.seq * x.heads * d));
+  for (std::int64_t b = 0; b < x.batch; ++b) {
+    for (std::int64_t t = 0; t < x.seq; ++t) {
+      for (std::int64_t h = 0; h < x.heads; ++h) {
+        float* row = f.phi.data() + ((b * x.seq + t) * x.heads + h) * d;
+        const auto* src = static_cast<const std::byte*>(x.data) +
+                          (b * x.batch_stride + t * x.seq_stride + h * x.head_stride) * element_size(x.dtype);
+        detail::widen(src, x.dtype, d, row);
+        for (int l = 0; l < d; ++l) row[l] = feature(row[l]);
+      }
     }
   }
   f.rotated.resize(f.phi.size());
-  std::vector<std::int64_t> storage;
-  RotateArgs rotate;
-  rotate.q = bshd(f.phi.data(), DType::F32, 1, n, heads, d);
-  rotate.q_out = bshd(f.rotated.data(), DType::F32, 1, n, heads, d);
-  rotate.positions = detail::sub_positions(positions, b * n, n, storage);
-  rotate.threads = 1;
-  rope.apply(rotate);
+  detail::prepare_call(rope,
+                       {.q = bshd(f.phi.data(), DType::F32, x.batch, x.seq, x.heads, d),
+                        .q_out = bshd(f.rotated.data(), DType::F32, x.batch, x.seq, x.heads, d),
+                        .positions = positions},
+                       detail::ViewUse::Write, {.q = name, .q_out = "rotated features", .positions = positions_name})
+      .run();
+  return f;
 }
 
 float dot(const float* a, const float* b, int n) {
@@ -59,7 +73,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   }
   AttentionOptions options;
   options.causal = false;  // causality here is token order, not a positional mask
-  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, true);
+  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, detail::RopeLoads::None);
   if (causal && args.q.seq != args.k.seq) {
     throw Error(fmt::format("linear_attention: causal needs q.seq = k.seq (self-attention), got {} and {}",
                             args.q.seq, args.k.seq));
@@ -68,37 +82,39 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   const std::int64_t q_seq = args.q.seq, k_seq = args.k.seq;
   const std::int64_t group = args.q.heads / args.k.heads;
   const std::int64_t items = args.q.batch * args.k.heads;
-  rope.prepare(std::max(r.max_q_position, r.max_k_position), args.q.tokens() + args.k.tokens());
+  // The features and their rotations, once for all items (positions validated here).
+  const Features k = features(rope, args.k, args.k_positions, d, "k", "k_positions");
+  const Features q = features(rope, args.q, args.q_positions, d, "q", "q_positions");
 
   const auto item = [&](std::int64_t i) {
     const std::int64_t b = i / args.k.heads, kv_head = i % args.k.heads;
-    Features k, q;
-    features(rope, args.k, args.k_positions, b, kv_head, 1, d, k);
-    features(rope, args.q, args.q_positions, b, kv_head * group, group, d, q);
     std::vector<float> v(std::size_t(k_seq * dv));
     for (std::int64_t t = 0; t < k_seq; ++t) {
-      const auto* src = static_cast<const char*>(args.v.data) + detail::index_of(args.v, b, t, kv_head) * element_size(args.v.dtype);
+      const auto* src = static_cast<const std::byte*>(args.v.data) +
+                        (b * args.v.batch_stride + t * args.v.seq_stride + kv_head * args.v.head_stride) *
+                            element_size(args.v.dtype);
       detail::widen(src, args.v.dtype, dv, v.data() + t * dv);
     }
     std::vector<float> out(static_cast<std::size_t>(dv));
     const auto store = [&](std::int64_t t, std::int64_t g, float denominator) {
       for (int l = 0; l < dv; ++l) out[l] = denominator > 0.0f ? out[l] / denominator : 0.0f;
-      auto* dst = static_cast<char*>(args.out.data) +
-                  detail::index_of(args.out, b, t, kv_head * group + g) * element_size(args.out.dtype);
+      auto* dst = static_cast<std::byte*>(args.out.data) +
+                  (b * args.out.batch_stride + t * args.out.seq_stride + (kv_head * group + g) * args.out.head_stride) *
+                      element_size(args.out.dtype);
       detail::narrow(out.data(), dv, args.out.dtype, dst);
     };
 
     if (form == LinearAttentionForm::Parallel) {
       for (std::int64_t g = 0; g < group; ++g) {
         for (std::int64_t m = 0; m < q_seq; ++m) {
-          const float* rq = q.rotated.data() + (m * group + g) * d;
-          const float* pq = q.phi.data() + (m * group + g) * d;
+          const float* rq = q.rotated_row(b, m, kv_head * group + g);
+          const float* pq = q.phi_row(b, m, kv_head * group + g);
           std::fill(out.begin(), out.end(), 0.0f);
           float denominator = 0.0f;
           const std::int64_t last = causal ? m + 1 : k_seq;
           for (std::int64_t n = 0; n < last; ++n) {
-            const float weight = dot(rq, k.rotated.data() + n * d, d);
-            denominator += dot(pq, k.phi.data() + n * d, d);
+            const float weight = dot(rq, k.rotated_row(b, n, kv_head), d);
+            denominator += dot(pq, k.phi_row(b, n, kv_head), d);
             for (int l = 0; l < dv; ++l) out[l] += weight * v[n * dv + l];
           }
           store(m, g, denominator);
@@ -109,8 +125,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     // Recurrent: state = Σ_n R φ(k_n) v_nᵀ (d × dv) and z = Σ_n φ(k_n), shared by the group's heads.
     std::vector<float> state(std::size_t(d) * dv, 0.0f), z(std::size_t(d), 0.0f);
     const auto absorb = [&](std::int64_t n) {
-      const float* rk = k.rotated.data() + n * d;
-      const float* pk = k.phi.data() + n * d;
+      const float* rk = k.rotated_row(b, n, kv_head);
+      const float* pk = k.phi_row(b, n, kv_head);
       for (int i = 0; i < d; ++i) {
         z[i] += pk[i];
         float* row = state.data() + std::size_t(i) * dv;
@@ -119,8 +135,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     };
     const auto emit = [&](std::int64_t m) {
       for (std::int64_t g = 0; g < group; ++g) {
-        const float* rq = q.rotated.data() + (m * group + g) * d;
-        const float* pq = q.phi.data() + (m * group + g) * d;
+        const float* rq = q.rotated_row(b, m, kv_head * group + g);
+        const float* pq = q.phi_row(b, m, kv_head * group + g);
         std::fill(out.begin(), out.end(), 0.0f);
         for (int i = 0; i < d; ++i) {
           const float* row = state.data() + std::size_t(i) * dv;
@@ -141,7 +157,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   };
 
   const int threads = int(std::min<std::int64_t>(default_threads(), items));
-  detail::parallel_items(threads, items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
+  cpu::parallel_items(threads, items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
 }
 
 }  // namespace ropekit

@@ -1,5 +1,12 @@
-// Per-target body of cpu::update_row (see attention.hpp). Included once per Highway target by
-// attention_kernels.cpp.
+// src/cpu/attention-inl.h — the per-target softmax-attention driver (see attention.hpp): online
+// softmax over key tiles with the RoPE rotation of each Q block and K tile inlined into its load.
+// Included once per Highway target by src/cpu/attention.cpp.
+//
+// Per item (batch, kv head, block of query tokens) the rows are the block's tokens × the query heads
+// that share the kv head, so each key tile is loaded (and rotated) once for all of them. Per key
+// tile: rotate into a thread-local buffer in the storage type (the bits RotateCall::run() writes),
+// widen to float32 and transpose (or keep as rows for decode), then one online-softmax update per
+// group of rows. Memory per thread: O(rows · v_head_dim + tile).
 #if defined(ROPEKIT_CPU_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPEKIT_CPU_ATTENTION_INL_H_
 #undef ROPEKIT_CPU_ATTENTION_INL_H_
@@ -10,14 +17,47 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "cpu/attention.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/rotate-inl.h"
+#include "rope/reference.hpp"
+#include "ropekit/encodings.hpp"  // alibi_bias: the one definition of the ALiBi logit bias
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// A group of query rows (the query heads sharing one kv head, at one token) against one key
+// tile. Keys come in one of two layouts: transposed (keys_t; scores are vertical FMAs, best when
+// many rows share the tile, the transpose is paid once) or as row pointers (k_rows; dot products
+// with a horizontal sum, each key row loaded once for up to four query rows — decode, where a
+// transpose would cost more than the scores).
+struct RowTile {
+  const float* q = nullptr;              // rows × head_dim floats, rotated
+  const float* keys_t = nullptr;         // head_dim × kTileKeys, key j of lane d at [d·kTileKeys + j]
+  const float* const* k_rows = nullptr;  // or: `keys` pointers to head_dim floats
+  const float* const* v_rows = nullptr;  // `keys` pointers to v_head_dim floats
+  const float* bias = nullptr;           // rows × kTileKeys: additive bias, −infinity = masked
+  int rows = 1;                          // 1 … kMaxRows
+  int head_dim = 0;
+  int v_head_dim = 0;
+  int keys = 0;                          // valid keys in the tile (the rest are masked)
+  float scale = 1.0f;                    // softmax scale, applied to q·k before the bias
+  float* scores = nullptr;               // rows × kTileKeys floats of scratch
+};
+
+// Online softmax state of one query row: running maximum, running sum, accumulator (v_head_dim).
+struct RowState {
+  float max;
+  float sum;
+  float* acc;
+};
 
 // Dot products of up to four query rows with each key row: every key row is loaded once per
 // block of rows. Writes scale·q·k + bias (or −infinity past the valid keys) to scores.
@@ -47,7 +87,10 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
   }
 }
 
-void UpdateRows(const RowTile& t, RowState* states) {
+// For each row r: scores = q·k·scale + bias; max' = max(max, scores); p = exp(scores − max');
+// sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
+// a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
+HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t n = hn::Lanes(d);
@@ -136,6 +179,225 @@ void UpdateRows(const RowTile& t, RowState* states) {
       }
     }
   }
+}
+
+
+// The per-thread buffers of the items a thread runs.
+struct ItemBuffers {
+  std::vector<std::byte> rotated;  // rotated rows in the storage type, before widening
+  std::vector<float> q;            // rows × head_dim
+  std::vector<float> keys_t;       // head_dim × kTileKeys
+  std::vector<float> keys;         // kTileKeys × head_dim (row layout, rotated or non-F32 keys)
+  std::vector<const float*> k_rows;
+  std::vector<float> v;            // kTileKeys × v_head_dim (non-F32 values)
+  std::vector<const float*> v_rows;
+  std::vector<float> bias, scores;
+  std::vector<float> max, sum, acc;  // per row; acc rows × v_head_dim
+  std::vector<RowState> states;
+  std::unique_ptr<Scratch> rotation;  // coefficients of the token being rotated (Scratch does not move)
+
+  explicit ItemBuffers(const AttentionProblem& p) {
+    const std::size_t rows = std::size_t(p.block_tokens * p.group);
+    const std::size_t d = std::size_t(p.head_dim), dv = std::size_t(p.v_head_dim);
+    rotated.resize(std::max<std::size_t>(std::size_t(p.group), 1) * d * 4);
+    q.resize(rows * d);
+    keys_t.resize(d * kTileKeys);
+    keys.resize(d * kTileKeys);
+    k_rows.resize(kTileKeys);
+    v.resize(std::size_t(kTileKeys) * dv);
+    v_rows.resize(kTileKeys);
+    bias.resize(std::size_t(kMaxRows) * kTileKeys);
+    scores.resize(std::size_t(kMaxRows) * kTileKeys);
+    states.resize(kMaxRows);
+    max.resize(rows);
+    sum.resize(rows);
+    acc.resize(rows * dv);
+    const detail::RotateJob* job = p.q_rotation ? p.q_rotation : p.k_rotation;
+    if (job != nullptr) rotation = std::make_unique<Scratch>(*job->map);
+  }
+};
+
+HWY_INLINE const std::byte* RowOf(const Heads& v, std::int64_t b, std::int64_t s, std::int64_t head) {
+  return static_cast<const std::byte*>(v.data) +
+         (b * v.batch_stride + s * v.seq_stride + head * v.head_stride) * element_size(v.dtype);
+}
+
+// `heads` consecutive heads of token (b, s) of `view` as float32 rows `d` apart in dst: rotated by
+// `job` (when set) in the storage type first — the bits RotateCall::run() writes — then widened.
+HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::int64_t seq, std::int64_t b,
+                         std::int64_t s, std::int64_t head, std::int64_t heads, int d, float* dst,
+                         ItemBuffers& buf) {
+  if (job == nullptr) {
+    for (std::int64_t h = 0; h < heads; ++h) detail::widen(RowOf(view, b, s, head + h), view.dtype, d, dst + h * d);
+    return;
+  }
+  const std::int64_t token = b * seq + s;
+  if (view.dtype == DType::F32) {  // the storage type is float32: rotate straight into the rows
+    RotateTokenHeads(*job, view, token, head, heads, dst, d, *buf.rotation);
+    return;
+  }
+  RotateTokenHeads(*job, view, token, head, heads, buf.rotated.data(), d, *buf.rotation);
+  detail::widen(buf.rotated.data(), view.dtype, heads * d, dst);
+}
+
+HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64_t head, std::int64_t s,
+                           std::int64_t t, std::int64_t q_pos, std::int64_t k_pos) {
+  switch (p.bias) {
+    case BiasKind::Alibi: return alibi_bias(p.alibi_slopes[head], q_pos, k_pos);
+    case BiasKind::RelativeBucket: {
+      const std::int64_t r = std::clamp(k_pos - q_pos, -p.t5_range, p.t5_range);
+      return p.t5_table[std::size_t(p.t5_lut[r + p.t5_range]) * p.q_heads + head];
+    }
+    case BiasKind::Dense: {
+      const std::int64_t db = p.dense_batch == 1 ? 0 : b;
+      const std::int64_t dh = p.dense_heads == 1 ? 0 : head;
+      return p.dense[((db * p.dense_heads + dh) * p.q_seq + s) * p.k_seq + t];
+    }
+    case BiasKind::None: break;
+  }
+  return 0.0f;
+}
+
+void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first,
+             ItemBuffers& s) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int d = p.head_dim, dv = p.v_head_dim;
+  const std::int64_t tokens = std::min(p.block_tokens, p.q_seq - q_first);
+  const std::int64_t rows = tokens * p.group;
+  const std::int64_t q_token0 = b * p.q_seq + q_first;
+  const bool need_mask = p.q_mask.data != nullptr;
+  const bool transpose = p.transpose;
+
+  // Q block: rows ordered (token, head within the group), rotated on load.
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    LoadRows(p.q_rotation, p.q, p.q_seq, b, q_first + t, kv_head * p.group, p.group, d,
+             s.q.data() + t * p.group * d, s);
+  }
+  std::fill_n(s.max.begin(), rows, kNegInf);
+  std::fill_n(s.sum.begin(), rows, 0.0f);
+  std::fill_n(s.acc.begin(), rows * dv, 0.0f);
+
+  std::int64_t q_min = 0, q_max = 0;
+  if (need_mask) {
+    q_min = std::numeric_limits<std::int64_t>::max();
+    q_max = -1;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t qp = p.q_mask.at(0, q_token0 + t);
+      q_min = std::min(q_min, qp);
+      q_max = std::max(q_max, qp);
+    }
+  }
+
+  for (std::int64_t k_first = 0; k_first < p.k_seq; k_first += kTileKeys) {
+    const int keys = int(std::min<std::int64_t>(kTileKeys, p.k_seq - k_first));
+    const std::int64_t k_token0 = b * p.k_seq + k_first;
+    // Skip tiles no row of the block can see.
+    std::int64_t tile_k_min = std::numeric_limits<std::int64_t>::max(), tile_k_max = -1;
+    if (need_mask && (p.causal || p.window > 0)) {
+      for (int j = 0; j < keys; ++j) {
+        const std::int64_t kp = p.k_mask.at(0, k_token0 + j);
+        tile_k_min = std::min(tile_k_min, kp);
+        tile_k_max = std::max(tile_k_max, kp);
+      }
+      if (p.causal && tile_k_min > q_max) continue;
+      if (p.window > 0 && q_min - tile_k_max >= p.window) continue;
+    }
+
+    // K tile: rotated in the storage type and widened, then transposed (padding keys zero) or kept
+    // as rows (float32 keys that need no rotation are read in place).
+    for (int j = 0; j < keys; ++j) {
+      float* row = s.keys.data() + std::size_t(j) * d;
+      if (p.k_rotation == nullptr && p.k.dtype == DType::F32) {
+        s.k_rows[j] = reinterpret_cast<const float*>(RowOf(p.k, b, k_first + j, kv_head));
+      } else {
+        LoadRows(p.k_rotation, p.k, p.k_seq, b, k_first + j, kv_head, 1, d, row, s);
+        s.k_rows[j] = row;
+      }
+    }
+    if (transpose) {
+      for (int j = 0; j < kTileKeys; ++j) {
+        for (int l = 0; l < d; ++l) s.keys_t[std::size_t(l) * kTileKeys + j] = j < keys ? s.k_rows[j][l] : 0.0f;
+      }
+    }
+    // V rows: read in place when float32, else widened.
+    for (int j = 0; j < keys; ++j) {
+      const std::byte* row = RowOf(p.v, b, k_first + j, kv_head);
+      if (p.v.dtype == DType::F32) {
+        s.v_rows[j] = reinterpret_cast<const float*>(row);
+      } else {
+        detail::widen(row, p.v.dtype, dv, s.v.data() + std::size_t(j) * dv);
+        s.v_rows[j] = s.v.data() + std::size_t(j) * dv;
+      }
+    }
+
+    RowTile tile;
+    if (transpose) {
+      tile.keys_t = s.keys_t.data();
+    } else {
+      tile.k_rows = s.k_rows.data();
+    }
+    tile.v_rows = s.v_rows.data();
+    tile.bias = s.bias.data();
+    tile.head_dim = d;
+    tile.v_head_dim = dv;
+    tile.keys = keys;
+    tile.scale = p.scale;
+    tile.scores = s.scores.data();
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t qp = need_mask ? p.q_mask.at(0, q_token0 + t) : 0;
+      if (need_mask && ((p.causal && tile_k_min > qp) || (p.window > 0 && qp - tile_k_max >= p.window))) {
+        continue;  // this token sees no key of the tile
+      }
+      for (std::int64_t g0 = 0; g0 < p.group; g0 += kMaxRows) {
+        const int rows_now = int(std::min<std::int64_t>(kMaxRows, p.group - g0));
+        for (int g = 0; g < rows_now; ++g) {
+          const std::int64_t head = kv_head * p.group + g0 + g;
+          float* bias = s.bias.data() + std::size_t(g) * kTileKeys;
+          for (int j = 0; j < kTileKeys; ++j) {
+            if (j >= keys) {
+              bias[j] = kNegInf;
+              continue;
+            }
+            const std::int64_t kp = need_mask ? p.k_mask.at(0, k_token0 + j) : 0;
+            const bool masked = (p.causal && kp > qp) || (p.window > 0 && qp - kp >= p.window);
+            bias[j] = masked ? kNegInf : BiasValue(p, b, head, q_first + t, k_first + j, qp, kp);
+          }
+          const std::int64_t r = t * p.group + g0 + g;
+          s.states[g] = RowState{s.max[r], s.sum[r], s.acc.data() + r * dv};
+        }
+        tile.q = s.q.data() + (t * p.group + g0) * d;
+        tile.rows = rows_now;
+        UpdateRows(tile, s.states.data());
+        for (int g = 0; g < rows_now; ++g) {
+          const std::int64_t r = t * p.group + g0 + g;
+          s.max[r] = s.states[g].max;
+          s.sum[r] = s.states[g].sum;
+        }
+      }
+    }
+  }
+
+  // out = acc / sum; a row that saw no key is zero.
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t g = 0; g < p.group; ++g) {
+      const std::int64_t r = t * p.group + g;
+      float* acc = s.acc.data() + r * dv;
+      const float sum = s.sum[r];
+      for (int l = 0; l < dv; ++l) acc[l] = sum > 0.0f ? acc[l] / sum : 0.0f;
+      auto* row = const_cast<std::byte*>(RowOf(p.out, b, q_first + t, kv_head * p.group + g));
+      detail::narrow(acc, dv, p.out.dtype, row);
+    }
+  }
+}
+
+// The whole call on this target: every item, on up to `threads` threads.
+void RunAttention(const AttentionProblem& p, int threads) {
+  parallel_items(threads, p.items(), [&p] { return ItemBuffers(p); },
+                 [&p](std::int64_t i, ItemBuffers& s) {
+                   const std::int64_t block = i % p.blocks, kv_head = (i / p.blocks) % p.kv_heads,
+                                      b = i / (p.blocks * p.kv_heads);
+                   RunItem(p, b, kv_head, block * p.block_tokens, s);
+                 });
 }
 
 }  // namespace ropekit::cpu::HWY_NAMESPACE

@@ -1,46 +1,54 @@
-// src/cpu/attention.hpp — the inner step of ropekit::attention on the CPU: one query row against
-// one key tile, with an online-softmax update. Highway kernels for every target
-// (src/cpu/attention-inl.h), dispatched per call like the rotation kernels.
+// src/cpu/attention.hpp — the CPU softmax-attention driver: the whole tile loop per SIMD target
+// (src/cpu/attention-inl.h), chosen once per call, with the RoPE rotation of Q blocks and K tiles
+// inlined into their loads (gemma.cpp's layering: dispatch at the top, nothing per tile).
+//
+// The consumer (src/attention/attention.cpp) validates the arguments, prepares the rotations and
+// schedules the work; this backend reads plain data only.
 #pragma once
 
 #include <cstdint>
 
+#include "rope/call.hpp"
+
 namespace ropekit::cpu {
 
-// Keys per tile. Tiles are stored transposed (head_dim rows of kTileKeys floats) so the scores of
-// one query row against the whole tile are vector FMAs over keys, with no horizontal sums.
+// Keys per tile. Tiles of many query rows are stored transposed (head_dim rows of kTileKeys floats)
+// so the scores of a query row against the tile are vector FMAs over keys, with no horizontal sums.
 inline constexpr int kTileKeys = 64;
-inline constexpr int kMaxRows = 64;  // rows per update_rows call
+inline constexpr int kMaxRows = 64;  // query rows per online-softmax update
 
-// A group of query rows (the query heads sharing one kv head, at one token) against one key
-// tile. Keys come in one of two layouts: transposed (keys_t; scores are vertical FMAs, best when
-// many rows share the tile, the transpose is paid once) or as row pointers (k_rows; dot products
-// with a horizontal sum, each key row loaded once for up to four query rows — decode, where a
-// transpose would cost more than the scores).
-struct RowTile {
-  const float* q = nullptr;              // rows × head_dim floats, rotated
-  const float* keys_t = nullptr;         // head_dim × kTileKeys, key j of lane d at [d·kTileKeys + j]
-  const float* const* k_rows = nullptr;  // or: `keys` pointers to head_dim floats
-  const float* const* v_rows = nullptr;  // `keys` pointers to v_head_dim floats
-  const float* bias = nullptr;           // rows × kTileKeys: additive bias, −infinity = masked
-  int rows = 1;                          // 1 … kMaxRows
-  int head_dim = 0;
-  int v_head_dim = 0;
-  int keys = 0;                          // valid keys in the tile (the rest are masked)
-  float scale = 1.0f;                    // softmax scale, applied to q·k before the bias
-  float* scores = nullptr;               // rows × kTileKeys floats of scratch
+enum class BiasKind { None, Alibi, RelativeBucket, Dense };
+
+// One attention call, resolved. Work items are (batch b, kv head, block of block_tokens query
+// tokens): item i is block i % blocks of kv head (i / blocks) % kv_heads of batch i / (blocks·kv_heads).
+struct AttentionProblem {
+  Heads q, k, v, out;
+  // Rotations applied on load (RoPE fused): the prepared calls over all of q / k, whose rows are
+  // rotated into thread-local buffers exactly as RotateCall::run() would write them. Null: as stored.
+  const detail::RotateJob* q_rotation = nullptr;
+  const detail::RotateJob* k_rotation = nullptr;
+  int head_dim = 0, v_head_dim = 0;
+  std::int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, kv_heads = 0, group = 0;
+  std::int64_t block_tokens = 1;  // query tokens per item
+  std::int64_t blocks = 1;        // items per (batch, kv head)
+  bool transpose = true;          // key tiles transposed (else read as rows: decode)
+  float scale = 1.0f;             // softmax scale × softmax_scale_mult
+  bool causal = true;
+  std::int64_t window = 0;
+  Positions q_mask, k_mask;  // one stream each; data null when nothing needs them
+  BiasKind bias = BiasKind::None;
+  const float* alibi_slopes = nullptr;  // one per query head
+  const int* t5_lut = nullptr;          // bucket of relative position r at [r + t5_range]
+  const float* t5_table = nullptr;      // num_buckets × q_heads
+  std::int64_t t5_range = 0;
+  const float* dense = nullptr;         // [dense_batch, dense_heads, q_seq, k_seq]
+  std::int64_t dense_batch = 1, dense_heads = 1;
+
+  std::int64_t items() const { return batch * kv_heads * blocks; }
 };
 
-// Online softmax state of one query row: running maximum, running sum, accumulator (v_head_dim).
-struct RowState {
-  float max;
-  float sum;
-  float* acc;
-};
-
-// For each row r: scores = q·k·scale + bias; max' = max(max, scores); p = exp(scores − max');
-// sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
-// a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
-void update_rows(const RowTile& tile, RowState* states);
+// Runs every item on up to `threads` threads (>= 1), on the SIMD target calls run on now (read
+// once). Items write disjoint output rows, so results do not depend on the thread count.
+void run_attention(const AttentionProblem& problem, int threads);
 
 }  // namespace ropekit::cpu

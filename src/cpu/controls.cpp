@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 #include <thread>
 
-#include "cpu/rotate.hpp"
+#include "cpu/dispatch.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 
@@ -17,25 +17,6 @@ namespace {
 std::atomic<int>& default_thread_count() {
   static std::atomic<int> threads{static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
   return threads;
-}
-
-// The target set_simd_target() restricted dispatch to (0: none).
-std::atomic<std::int64_t> g_forced_target{0};
-
-void restrict_dispatch(std::int64_t target) {
-  hwy::SetSupportedTargetsForTest(target);  // 0 lifts the restriction
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  g_forced_target.store(target);
-}
-
-// Targets compiled in (HWY_TARGETS) and supported by this CPU, best (lowest bit) first — what the
-// CPU really has, whatever set_simd_target() restricted dispatch to (the restriction is kept).
-std::vector<std::int64_t> available() {
-  const std::int64_t forced = g_forced_target.load();
-  hwy::SetSupportedTargetsForTest(0);
-  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  if (forced != 0) restrict_dispatch(forced);
-  return targets;
 }
 
 }  // namespace
@@ -52,29 +33,27 @@ int threads_for_bytes(int threads, std::int64_t bytes) {
   return static_cast<int>(std::clamp<std::int64_t>(bytes / kMinBytesPerThread, 1, std::max(threads, 1)));
 }
 
-std::string simd_target() { return hwy::TargetName(cpu::dispatched_target()); }
+std::string simd_target() { return hwy::TargetName(cpu::current_target()); }
 
 std::vector<std::string> simd_targets() {
   std::vector<std::string> names;
-  for (std::int64_t t : available()) names.emplace_back(hwy::TargetName(t));
+  for (std::int64_t t : cpu::available_targets()) names.emplace_back(hwy::TargetName(t));
   return names;
 }
 
 void set_simd_target(std::string_view name) {
   if (name.empty()) {
-    restrict_dispatch(0);
+    cpu::select_target(0);
     return;
   }
-  std::vector<std::string> names;
-  for (std::int64_t t : available()) {
+  for (std::int64_t t : cpu::available_targets()) {
     if (name == hwy::TargetName(t)) {
-      restrict_dispatch(t);
+      cpu::select_target(t);
       return;
     }
-    names.emplace_back(hwy::TargetName(t));
   }
   throw Error(fmt::format("simd target = \"{}\": not compiled in or not supported by this CPU (have: {})",
-                          name, fmt::join(names, ", ")));
+                          name, fmt::join(simd_targets(), ", ")));
 }
 
 }  // namespace ropekit

@@ -1,5 +1,6 @@
 // src/cpu/rotate-inl.h — the per-target RoPE kernels. src/cpu/rotate.cpp compiles this once per
-// Highway target (foreach_target.h) and dispatches to the best one once per call.
+// Highway target (foreach_target.h) and hands out one kernel per call; per-target consumers (the
+// fused attention driver, attention-inl.h) include it and inline RotateTokenHeads into their loads.
 //
 // Per token the kernel forms the float32 coefficients c = m·cos, s = sign·m·sin for every pair
 // (m = cos_sin_scale, as the scalar reference does), then streams through that token's q and k
@@ -28,6 +29,8 @@
 
 #include "cpu/rotate.hpp"
 #include "rope/angles.hpp"
+#include "rope/reference.hpp"
+#include "ropekit/table.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::cpu::HWY_NAMESPACE {
@@ -43,8 +46,7 @@ using detail::RotateJob;
 #define ROPEKIT_SIMD_KERNELS 0
 #endif
 
-bool HasSimdKernels() { return ROPEKIT_SIMD_KERNELS; }
-std::int64_t CurrentTarget() { return HWY_TARGET; }
+inline bool HasSimdKernels() { return ROPEKIT_SIMD_KERNELS; }
 
 #if ROPEKIT_SIMD_KERNELS
 
@@ -252,7 +254,7 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   const float* cos_row[3] = {};
   const float* sin_row[3] = {};
   for (int a = 0; a < map.num_axes; ++a) {
-    const std::int64_t p = job.args->positions.at(a, token);
+    const std::int64_t p = job.args.positions.at(a, token);
     if (job.table != nullptr) {
       cos_row[a] = job.table->cos_row(p);
       sin_row[a] = job.table->sin_row(p);
@@ -275,26 +277,21 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   }
 }
 
-// Rotates one head row of `in` (writing `out`, or in place when out.data is null).
+// Rotates one head row: src → dst (dst == src: in place; else the pass-through lanes are copied).
 template <class Codec, Pairing kPairing>
-HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& out, std::int64_t b,
-                std::int64_t s, std::int64_t head, const Scratch& scratch, bool stream, bool& streamed) {
+HWY_INLINE void RotateHead(const PairMap& map, const typename Codec::T* src, typename Codec::T* dst,
+                           const Scratch& scratch, bool stream, bool& streamed) {
   using T = typename Codec::T;
-  const PairMap& map = *job.map;
-  T* src = static_cast<T*>(in.data) + b * in.batch_stride + s * in.seq_stride + head * in.head_stride;
-  if (out.data == nullptr) {
-    RotateRow<Codec, kPairing, false>(src, src, scratch.c, scratch.s, map.rotary_dim);
+  if (dst == src) {
+    RotateRow<Codec, kPairing, false>(src, dst, scratch.c, scratch.s, map.rotary_dim);
     return;
   }
-  T* dst = static_cast<T*>(out.data) + b * out.batch_stride + s * out.seq_stride +
-           head * out.head_stride;
   std::memcpy(dst + map.rotary_dim, src + map.rotary_dim,
               static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(T));
   // Non-temporal stores need every full vector store aligned to the vector size.
   const std::size_t vector_bytes = hn::Lanes(DF()) * sizeof(T);
   const auto aligned = [&](const T* p) { return reinterpret_cast<std::uintptr_t>(p) % vector_bytes == 0; };
-  if (stream && aligned(dst) &&
-      (kPairing == Pairing::Interleaved || aligned(dst + map.rotary_dim / 2))) {
+  if (stream && aligned(dst) && (kPairing == Pairing::Interleaved || aligned(dst + map.rotary_dim / 2))) {
     streamed = true;
     RotateRow<Codec, kPairing, true>(src, dst, scratch.c, scratch.s, map.rotary_dim);
   } else {
@@ -302,10 +299,18 @@ HWY_INLINE void RotateHead(const RotateJob& job, const Heads& in, const Heads& o
   }
 }
 
-template <Pairing kPairing>
-void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last, bool stream) {
+template <class T>
+HWY_INLINE T* ElementOf(const Heads& v, std::int64_t b, std::int64_t s, std::int64_t head) {
+  return static_cast<T*>(v.data) + b * v.batch_stride + s * v.seq_stride + head * v.head_stride;
+}
+
+// The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
+// KCodec (both chosen once, at prepare).
+template <Pairing kPairing, class QCodec, class KCodec>
+void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first >= last) return;
   Scratch scratch(*job.map);
+  const RotateArgs& args = job.args;
   const std::int64_t heads = job.q_heads + job.k_heads;
   // Walk (token, head) and (batch, seq) by increments: divisions per row would cost as much as
   // the row's memory traffic.
@@ -314,14 +319,17 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last, 
   bool streamed = false;
   BuildCoefficients<kPairing>(job, token, scratch);
   for (std::int64_t row = first; row < last; ++row) {
-    const bool is_q = h < job.q_heads;
-    const Heads& in = is_q ? job.args->q : job.args->k;
-    const Heads& out = is_q ? job.args->q_out : job.args->k_out;
-    const std::int64_t head = is_q ? h : h - job.q_heads;
-    switch (in.dtype) {
-      case DType::F32: RotateHead<F32Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
-      case DType::BF16: RotateHead<BF16Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
-      case DType::F16: RotateHead<F16Codec, kPairing>(job, in, out, b, s, head, scratch, stream, streamed); break;
+    if (h < job.q_heads) {
+      using T = typename QCodec::T;
+      T* src = ElementOf<T>(args.q, b, s, h);
+      T* dst = args.q_out.data != nullptr ? ElementOf<T>(args.q_out, b, s, h) : src;
+      RotateHead<QCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
+    } else {
+      using T = typename KCodec::T;
+      const std::int64_t head = h - job.q_heads;
+      T* src = ElementOf<T>(args.k, b, s, head);
+      T* dst = args.k_out.data != nullptr ? ElementOf<T>(args.k_out, b, s, head) : src;
+      RotateHead<KCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
     }
     if (++h == heads) {
       h = 0;
@@ -336,18 +344,78 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last, 
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
 }
 
-void RotateRows(const RotateJob& job, std::int64_t first, std::int64_t last, bool stream) {
-  if (job.pairing == Pairing::Interleaved) {
-    RotateRowsFor<Pairing::Interleaved>(job, first, last, stream);
-  } else {
-    RotateRowsFor<Pairing::Half>(job, first, last, stream);
+template <Pairing kPairing, class QCodec>
+detail::RowsKernel KernelForK(DType k) {
+  switch (k) {
+    case DType::BF16: return &RotateRowsFor<kPairing, QCodec, BF16Codec>;
+    case DType::F16: return &RotateRowsFor<kPairing, QCodec, F16Codec>;
+    default: return &RotateRowsFor<kPairing, QCodec, F32Codec>;
   }
 }
 
-#else  // !ROPEKIT_SIMD_KERNELS: rotate() runs the scalar reference instead.
+template <Pairing kPairing>
+detail::RowsKernel KernelFor(DType q, DType k) {
+  switch (q) {
+    case DType::BF16: return KernelForK<kPairing, BF16Codec>(k);
+    case DType::F16: return KernelForK<kPairing, F16Codec>(k);
+    default: return KernelForK<kPairing, F32Codec>(k);
+  }
+}
 
-void RotateRows(const RotateJob&, std::int64_t, std::int64_t, bool) {
-  HWY_ABORT("ropekit: RotateRows called on a target without SIMD kernels");
+// The kernel for a call's pairing and dtypes (an absent view's dtype is irrelevant: it has no rows).
+inline detail::RowsKernel RotateKernelFor(Pairing pairing, DType q, DType k) {
+  return pairing == Pairing::Interleaved ? KernelFor<Pairing::Interleaved>(q, k) : KernelFor<Pairing::Half>(q, k);
+}
+
+// Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k), rotated into
+// dst (in's storage type, rows dst_stride elements apart, pass-through lanes copied): the bits the
+// call's kernel writes for those rows. For per-target consumers that rotate into their own buffers.
+template <class Codec>
+HWY_INLINE void RotateTokenHeadsAs(const RotateJob& job, const Heads& in, std::int64_t token,
+                                   std::int64_t head_first, std::int64_t heads, void* dst,
+                                   std::int64_t dst_stride, Scratch& scratch) {
+  using T = typename Codec::T;
+  if (job.map->pairing == Pairing::Interleaved) {
+    BuildCoefficients<Pairing::Interleaved>(job, token, scratch);
+  } else {
+    BuildCoefficients<Pairing::Half>(job, token, scratch);
+  }
+  const std::int64_t b = token / job.seq, s = token % job.seq;
+  bool streamed = false;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const T* src = ElementOf<T>(in, b, s, head_first + h);
+    T* out = static_cast<T*>(dst) + h * dst_stride;
+    if (job.map->pairing == Pairing::Interleaved) {
+      RotateHead<Codec, Pairing::Interleaved>(*job.map, src, out, scratch, false, streamed);
+    } else {
+      RotateHead<Codec, Pairing::Half>(*job.map, src, out, scratch, false, streamed);
+    }
+  }
+}
+
+HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
+                                 std::int64_t head_first, std::int64_t heads, void* dst,
+                                 std::int64_t dst_stride, Scratch& scratch) {
+  switch (in.dtype) {
+    case DType::BF16: return RotateTokenHeadsAs<BF16Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
+    case DType::F16: return RotateTokenHeadsAs<F16Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
+    default: return RotateTokenHeadsAs<F32Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
+  }
+}
+
+#else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
+
+inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType) { return &detail::rotate_rows_reference; }
+
+// No per-target scratch is needed: the reference keeps its own.
+struct Scratch {
+  explicit Scratch(const PairMap&) {}
+};
+
+HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
+                                 std::int64_t head_first, std::int64_t heads, void* dst,
+                                 std::int64_t dst_stride, Scratch&) {
+  detail::rotate_token_heads_reference(job, in, token, head_first, heads, dst, dst_stride);
 }
 
 #endif  // ROPEKIT_SIMD_KERNELS

@@ -1,32 +1,32 @@
-// src/cpu/rotate.hpp — the CPU rotation engine behind Rope::apply: Highway SIMD kernels compiled for
-// every target (src/cpu/rotate-inl.h), dispatched once per call, run on threads over token × head
-// rows.
+// src/cpu/rotate.hpp — the CPU rotation backend: Highway SIMD kernels compiled for every target
+// (src/cpu/rotate-inl.h), one chosen per call, run on threads over (token, head) rows.
 //
-// Contract (checked by tests/simd_test.cpp on every target this CPU supports): on targets with a
-// fused multiply-add and correctly rounded fp16 conversion (x86 AVX2 and AVX-512) the kernels give
-// the same bits as the scalar reference kernel (rope/reference.hpp), for any thread count.
-// Other targets (SSSE3/SSE4/EMU128, no FMA: a second rounding would change the numbers) run the
-// scalar reference itself.
+// Contract (tests/targets_test.cpp, on every target this CPU supports): on targets with a fused
+// multiply-add and correctly rounded fp16 conversion (x86 AVX2 and AVX-512) the kernels give the bits
+// of the scalar reference (rope/reference.hpp), for any split of the rows. Targets without FMA
+// (SSSE3, SSE4, EMU128: a second rounding would change the numbers) run the scalar reference itself.
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "rope/call.hpp"
 
 namespace ropekit::cpu {
 
-// Rotates a validated call on up to `threads` threads (>= 1; see ropekit::threads_for_bytes).
-void rotate(const detail::RotateJob& job, int threads);
+// The kernel of a validated call, chosen once: pairing × q dtype × k dtype on the SIMD target calls
+// run on now (cpu/dispatch.hpp, read once). Also decides the job's non-temporal stores: out-of-place
+// calls writing at least stream_threshold_bytes().
+detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written);
+// A kernel that rotates nothing (for calls that only describe their rows to a consumer).
+detail::RowsKernel no_rows_kernel();
+// Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).
+void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threads);
 
-// The Highway target (HWY_* bit) rotate() dispatches to, and whether it has SIMD kernels.
-std::int64_t dispatched_target();
-bool dispatched_target_has_simd_kernels();
+// Whether `target` has SIMD rotation kernels (else it runs the scalar reference).
+bool has_simd_kernels(std::int64_t target);
 
 // Out-of-place calls writing at least this many bytes use non-temporal stores (default: 3/4 of
 // the last-level cache, as glibc's memcpy decides; tests lower it to exercise that path).
-bool uses_stream_stores(const detail::RotateJob& job);
 std::int64_t stream_threshold_bytes();
 void set_stream_threshold_bytes(std::int64_t bytes);
 

@@ -30,48 +30,54 @@ void check_output(const Heads& in, const Heads& out, std::string_view in_name,
 
 }  // namespace
 
-CallShape validate_call(const RotateArgs& args, const PairMap& map) {
+CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use, const CallNames& names) {
   const int d = map.head_dim;
   if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
   if (args.direction != Direction::Forward && args.direction != Direction::Inverse &&
       args.direction != Direction::Backward) {
     throw Error(fmt::format("direction = {}: not a Direction", static_cast<int>(args.direction)));
   }
-  check_view(args.q, "q", d);
-  check_view(args.k, "k", d);
+  check_view(args.q, names.q, d);
+  check_view(args.k, names.k, d);
   const bool q_out = args.q_out.data != nullptr;
   const bool k_out = args.k_out.data != nullptr;
-  if (q_out) check_output(args.q, args.q_out, "q", "q_out", d);
-  if (k_out) check_output(args.k, args.k_out, "k", "k_out", d);
+  if (q_out) check_output(args.q, args.q_out, names.q, names.q_out, d);
+  if (k_out) check_output(args.k, args.k_out, names.k, names.k_out, d);
   if (!args.q.empty() && !args.k.empty() &&
       (args.q.batch != args.k.batch || args.q.seq != args.k.seq)) {
-    throw Error(fmt::format("k has batch {} x seq {} but q has batch {} x seq {}: q and k must hold "
+    throw Error(fmt::format("{} has batch {} x seq {} but {} has batch {} x seq {}: they must hold "
                             "the same tokens",
-                            args.k.batch, args.k.seq, args.q.batch, args.q.seq));
+                            names.k, args.k.batch, args.k.seq, names.q, args.q.batch, args.q.seq));
   }
 
-  // Every view that is written must not overlap itself, and no two views may share memory (an
-  // in-place q that overlaps k would be rotated twice).
-  // (A fixed array, not a vector: a decode call is a microsecond, an allocation is not free.)
-  std::array<ByteRange, 4> ranges;
-  std::size_t num_ranges = 0;
-  if (!args.q.empty()) {
-    if (!q_out) require_no_self_overlap(args.q, "q", d);
-    ranges[num_ranges++] = byte_range(args.q, "q", d);
+  if (use == ViewUse::Read && (q_out || k_out)) {
+    throw Error(fmt::format("{}/{} are set but this call only reads {} and {} (the consumer writes the "
+                            "rotated rows)", names.q_out, names.k_out, names.q, names.k));
   }
-  if (!args.k.empty()) {
-    if (!k_out) require_no_self_overlap(args.k, "k", d);
-    ranges[num_ranges++] = byte_range(args.k, "k", d);
+  if (use == ViewUse::Write) {
+    // Every view that is written must not overlap itself, and no two views may share memory (an
+    // in-place q that overlaps k would be rotated twice).
+    // (A fixed array, not a vector: a decode call is a microsecond, an allocation is not free.)
+    std::array<ByteRange, 4> ranges;
+    std::size_t num_ranges = 0;
+    if (!args.q.empty()) {
+      if (!q_out) require_no_self_overlap(args.q, names.q, d);
+      ranges[num_ranges++] = byte_range(args.q, names.q, d);
+    }
+    if (!args.k.empty()) {
+      if (!k_out) require_no_self_overlap(args.k, names.k, d);
+      ranges[num_ranges++] = byte_range(args.k, names.k, d);
+    }
+    if (q_out) {
+      require_no_self_overlap(args.q_out, names.q_out, d);
+      ranges[num_ranges++] = byte_range(args.q_out, names.q_out, d);
+    }
+    if (k_out) {
+      require_no_self_overlap(args.k_out, names.k_out, d);
+      ranges[num_ranges++] = byte_range(args.k_out, names.k_out, d);
+    }
+    require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
   }
-  if (q_out) {
-    require_no_self_overlap(args.q_out, "q_out", d);
-    ranges[num_ranges++] = byte_range(args.q_out, "q_out", d);
-  }
-  if (k_out) {
-    require_no_self_overlap(args.k_out, "k_out", d);
-    ranges[num_ranges++] = byte_range(args.k_out, "k_out", d);
-  }
-  require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
 
   CallShape shape;
   shape.tokens = !args.q.empty() ? args.q.tokens() : (!args.k.empty() ? args.k.tokens() : 0);
@@ -80,17 +86,16 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map) {
   if (k_out) shape.bytes_written += written(args.k_out);
   if (shape.tokens == 0) return shape;
 
-  shape.max_position = check_positions(args.positions, "positions", shape.tokens, map.num_axes);
+  shape.max_position = check_positions(args.positions, names.positions, shape.tokens, map.num_axes);
   return shape;
 }
 
-RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan,
-                        const CallShape& shape, const Table* table, const AngleEvaluator* angles) {
+RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan, const CallShape& shape,
+                   const Table* table, const AngleEvaluator* angles) {
   RotateJob job;
-  job.args = &args;
+  job.args = args;
   job.map = &map;
-  job.pairing = map.pairing;
-  // Magnitude and sign of the sine per direction (see ropekit/call.hpp). Formed in float32 like HF's
+  // Magnitude and sign of the sine per direction (ropekit/call.hpp). Formed in float32 like HF's
   // cos·attention_scaling, so Forward with HfCompat angles reproduces HF's coefficients.
   const double m = args.direction == Direction::Inverse ? 1.0 / plan.cos_sin_scale : plan.cos_sin_scale;
   job.magnitude = static_cast<float>(m);
@@ -99,10 +104,11 @@ RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan,
   job.angles = angles;
   job.tokens = shape.tokens;
   const Heads& any = !args.q.empty() ? args.q : args.k;
-  job.seq = any.seq;
+  job.seq = any.seq > 0 ? any.seq : 1;
   job.q_heads = args.q.empty() ? 0 : args.q.heads;
   job.k_heads = args.k.empty() ? 0 : args.k.heads;
-  job.bytes_written = shape.bytes_written;
+  job.bytes_moved = job.tokens * map.head_dim * 2 *
+                    (job.q_heads * element_size(args.q.dtype) + job.k_heads * element_size(args.k.dtype));
   return job;
 }
 

@@ -1,17 +1,20 @@
-// src/rope/call.hpp — one rotation call, validated and flattened into the call shape every backend
-// reads (RotateJob). Backends include this header and nothing above the core.
+// src/rope/call.hpp — validation of one rotation call and its flattening into the call shape that
+// every backend reads (detail::RotateJob, declared with RotateCall in ropekit/call.hpp). Backends
+// include this header and the public ones, nothing above the core.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
-#include "ropekit/table.hpp"
+
+namespace ropekit {
+class Rope;
+}
 
 namespace ropekit::detail {
-
-class AngleEvaluator;
 
 struct CallShape {
   std::int64_t tokens = 0;        // 0: nothing to rotate
@@ -19,29 +22,30 @@ struct CallShape {
   std::int64_t bytes_written = 0;  // by out-of-place views
 };
 
-// Throws ropekit::Error naming the first bad view, stride, shape or position.
-CallShape validate_call(const RotateArgs& args, const PairMap& map);
+// How a call's views are used.
+//   Write  the call rotates q and k in place or into q_out/k_out: the rows of a written view must
+//          not overlap each other, and no two views may share memory.
+//   Read   a consumer reads q and k and rotates their rows into buffers of its own (fused attention):
+//          q_out/k_out must be absent; the views are only read, so overlaps are allowed.
+enum class ViewUse { Write, Read };
 
-// One validated call, flattened for the kernels. Rows are (token, head) with token-major order;
-// heads [0, q.heads) are q's, the rest k's.
-struct RotateJob {
-  const RotateArgs* args = nullptr;
-  const PairMap* map = nullptr;
-  Pairing pairing = Pairing::Half;
-  float magnitude = 1.0f;  // cos_sin_scale (or its inverse), as float32 like the reference
-  float sin_sign = 1.0f;   // −1 for Inverse and Backward
-  const Table* table = nullptr;          // angles from here when set...
-  const AngleEvaluator* angles = nullptr;  // ...else computed per token
-  std::int64_t tokens = 0;
-  std::int64_t seq = 1;      // token t is (t / seq, t % seq)
-  std::int64_t q_heads = 0;  // 0 when q is absent
-  std::int64_t k_heads = 0;
-  std::int64_t bytes_written = 0;  // by out-of-place views (the backend's non-temporal store choice)
+// What error messages call the views and positions (a consumer names its own arguments).
+struct CallNames {
+  std::string_view q = "q", k = "k", q_out = "q_out", k_out = "k_out", positions = "positions";
 };
 
-// The kernels' view of a validated call. Angles come from `table` when it is non-null (every
-// position must be inside it), else from `angles`.
+// Throws ropekit::Error naming the first bad view, stride, shape or position.
+CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use = ViewUse::Write,
+                        const CallNames& names = {});
+
+// The job of a validated call. Angles come from `table` when it is non-null (every position of the
+// call must be inside it), else from `angles`. stream_stores is left to the backend.
 RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan, const CallShape& shape,
                    const Table* table, const AngleEvaluator* angles);
+
+// Rope::prepare for consumers: errors name the consumer's arguments, and with ViewUse::Read (a
+// consumer that rotates rows into its own buffers) the views are only read: the call's job() feeds the
+// consumer's per-target code and its run() does nothing (it has no destination).
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names);
 
 }  // namespace ropekit::detail

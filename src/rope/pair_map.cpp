@@ -35,7 +35,6 @@ PairMap make_pair_map(const Spec& spec) {
     const bool interleaved = spec.pairing == Pairing::Interleaved;
     map.lane_a.push_back(interleaved ? 2 * j : j);
     map.lane_b.push_back(interleaved ? 2 * j + 1 : j + pairs);
-    map.freq.push_back(j);
     map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : 0);
   }
   return map;

@@ -14,7 +14,6 @@
 namespace ropekit {
 namespace {
 
-constexpr std::int64_t kMaxLength = std::int64_t{1} << 47;
 
 // Per-pair quantities are float32 tensors in the reference; f32() marks each point where it
 // rounds. Between those points every operation is a single IEEE operation (correctly rounded in
@@ -201,7 +200,7 @@ double yarn_get_mscale(double scale, double mscale) {
 
 Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length) {
   spec.validate();
-  if (current_length && (*current_length < 1 || *current_length >= kMaxLength)) {
+  if (current_length && (*current_length < 1 || *current_length >= kPositionLimit)) {
     throw Error(fmt::format("current_length = {}: must be in [1, 2^47)", *current_length));
   }
   Plan plan;

@@ -1,100 +1,143 @@
-// The scalar reference kernel: the specification the SIMD kernels are tested against (float32
-// arithmetic, one rounding to storage).
+// The scalar reference rotation (see reference.hpp). Clarity first: it is the specification.
 #include "rope/reference.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "rope/angles.hpp"
+#include "ropekit/table.hpp"
 
 namespace ropekit::detail {
-
 namespace {
 
-struct F32Codec {
-  using T = float;
-  static float load(T v) { return v; }
-  static T store(float v) { return v; }
-};
-struct BF16Codec {
-  using T = std::uint16_t;
-  static float load(T v) { return bf16_to_float(v); }
-  static T store(float v) { return float_to_bf16(v); }
-};
-struct F16Codec {
-  using T = std::uint16_t;
-  static float load(T v) { return f16_to_float(v); }
-  static T store(float v) { return float_to_f16(v); }
+// The float32 coefficients of one token: c[j] = m·cos θ_j, s[j] = (m·sin θ_j)·sign, θ_j the angle of
+// pair j at the position of the stream that drives it.
+class Coefficients {
+ public:
+  explicit Coefficients(const RotateJob& job)
+      : job_(job), pairs_(job.map->num_pairs()),
+        angles_(job.table ? 0 : std::size_t(2 * job.map->num_axes * pairs_)), c_(pairs_), s_(pairs_) {}
+
+  void set_token(std::int64_t token) {
+    const PairMap& map = *job_.map;
+    const float* cos_row[3] = {};
+    const float* sin_row[3] = {};
+    for (int a = 0; a < map.num_axes; ++a) {
+      const std::int64_t p = job_.args.positions.at(a, token);
+      if (job_.table != nullptr) {
+        cos_row[a] = job_.table->cos_row(p);
+        sin_row[a] = job_.table->sin_row(p);
+      } else {
+        float* row = angles_.data() + 2 * a * pairs_;
+        job_.angles->row(p, row, row + pairs_);
+        cos_row[a] = row;
+        sin_row[a] = row + pairs_;
+      }
+    }
+    for (int j = 0; j < pairs_; ++j) {
+      const int a = map.axis[j];
+      c_[j] = cos_row[a][j] * job_.magnitude;
+      s_[j] = sin_row[a][j] * job_.magnitude * job_.sin_sign;
+    }
+  }
+  const float* c() const { return c_.data(); }
+  const float* s() const { return s_.data(); }
+
+ private:
+  const RotateJob& job_;
+  int pairs_;
+  std::vector<float> angles_, c_, s_;
 };
 
-template <class Codec>
-void rotate_heads(const Heads& in, const Heads& out, std::int64_t b, std::int64_t s,
-                  const PairMap& map, const float* c, const float* sn) {
+// One head row: src → dst (dst == src: in place; else pass-through lanes are copied).
+template <DType kType>
+void rotate_head(const PairMap& map, const void* src_row, void* dst_row, const float* c, const float* s) {
+  using Codec = ScalarCodec<kType>;
   using T = typename Codec::T;
-  const bool in_place = out.data == nullptr;
-  for (std::int64_t h = 0; h < in.heads; ++h) {
-    const T* src = static_cast<const T*>(in.data) + b * in.batch_stride + s * in.seq_stride +
-                   h * in.head_stride;
-    T* dst = in_place ? const_cast<T*>(src)
-                      : static_cast<T*>(out.data) + b * out.batch_stride + s * out.seq_stride +
-                            h * out.head_stride;
-    if (!in_place) std::copy(src + map.rotary_dim, src + map.head_dim, dst + map.rotary_dim);
-    for (int j = 0; j < map.num_pairs(); ++j) {
-      const float xa = Codec::load(src[map.lane_a[j]]);
-      const float xb = Codec::load(src[map.lane_b[j]]);
-      dst[map.lane_a[j]] = Codec::store(std::fma(xa, c[j], -(xb * sn[j])));
-      dst[map.lane_b[j]] = Codec::store(std::fma(xb, c[j], xa * sn[j]));
-    }
+  const T* src = static_cast<const T*>(src_row);
+  T* dst = static_cast<T*>(dst_row);
+  if (dst != src) std::copy(src + map.rotary_dim, src + map.head_dim, dst + map.rotary_dim);
+  for (int j = 0; j < map.num_pairs(); ++j) {
+    const float xa = Codec::load(src[map.lane_a[j]]);
+    const float xb = Codec::load(src[map.lane_b[j]]);
+    dst[map.lane_a[j]] = Codec::store(std::fma(xa, c[j], -(xb * s[j])));
+    dst[map.lane_b[j]] = Codec::store(std::fma(xb, c[j], xa * s[j]));
   }
 }
 
-void rotate_heads(const Heads& in, const Heads& out, std::int64_t b, std::int64_t s,
-                  const PairMap& map, const float* c, const float* sn) {
-  if (in.empty()) return;
-  switch (in.dtype) {
-    case DType::F32: return rotate_heads<F32Codec>(in, out, b, s, map, c, sn);
-    case DType::BF16: return rotate_heads<BF16Codec>(in, out, b, s, map, c, sn);
-    case DType::F16: return rotate_heads<F16Codec>(in, out, b, s, map, c, sn);
+void rotate_head(DType dtype, const PairMap& map, const void* src, void* dst, const float* c, const float* s) {
+  switch (dtype) {
+    case DType::F32: return rotate_head<DType::F32>(map, src, dst, c, s);
+    case DType::BF16: return rotate_head<DType::BF16>(map, src, dst, c, s);
+    case DType::F16: return rotate_head<DType::F16>(map, src, dst, c, s);
   }
+}
+
+// Element pointer of (token, head) in a view.
+const std::byte* element(const Heads& v, std::int64_t seq, std::int64_t token, std::int64_t head) {
+  const std::int64_t b = token / seq, s = token % seq;
+  return static_cast<const std::byte*>(v.data) +
+         (b * v.batch_stride + s * v.seq_stride + head * v.head_stride) * element_size(v.dtype);
 }
 
 }  // namespace
 
-void rotate_reference(const RotateJob& job) {
-  const RotateArgs& args = *job.args;
-  const PairMap& map = *job.map;
-  const int pairs = map.num_pairs();
-  const Heads& any = !args.q.empty() ? args.q : args.k;
+void widen(const void* src, DType dtype, std::int64_t n, float* dst) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(dst, src, std::size_t(n) * 4); return;
+    case DType::BF16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = ScalarCodec<DType::BF16>::load(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+    case DType::F16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = ScalarCodec<DType::F16>::load(static_cast<const std::uint16_t*>(src)[i]);
+      return;
+  }
+}
 
-  std::vector<float> row_cos(static_cast<std::size_t>(map.num_axes) * pairs);
-  std::vector<float> row_sin(row_cos.size());
-  std::vector<float> c(pairs), sn(pairs);
-  std::array<const float*, 3> axis_cos{}, axis_sin{};
+void narrow(const float* src, std::int64_t n, DType dtype, void* dst) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(dst, src, std::size_t(n) * 4); return;
+    case DType::BF16:
+      for (std::int64_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(dst)[i] = ScalarCodec<DType::BF16>::store(src[i]);
+      return;
+    case DType::F16:
+      for (std::int64_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(dst)[i] = ScalarCodec<DType::F16>::store(src[i]);
+      return;
+  }
+}
 
-  for (std::int64_t b = 0; b < any.batch; ++b) {
-    for (std::int64_t s = 0; s < any.seq; ++s) {
-      const std::int64_t token = b * any.seq + s;
-      for (int a = 0; a < map.num_axes; ++a) {
-        const std::int64_t p = args.positions.at(a, token);
-        if (job.table != nullptr) {
-          axis_cos[a] = job.table->cos_row(p);
-          axis_sin[a] = job.table->sin_row(p);
-        } else {
-          job.angles->row(p, row_cos.data() + a * pairs, row_sin.data() + a * pairs);
-          axis_cos[a] = row_cos.data() + a * pairs;
-          axis_sin[a] = row_sin.data() + a * pairs;
-        }
-      }
-      for (int j = 0; j < pairs; ++j) {
-        const int a = map.axis[j];
-        c[j] = axis_cos[a][map.freq[j]] * job.magnitude;
-        sn[j] = axis_sin[a][map.freq[j]] * job.magnitude * job.sin_sign;
-      }
-      rotate_heads(args.q, args.q_out, b, s, map, c.data(), sn.data());
-      rotate_heads(args.k, args.k_out, b, s, map, c.data(), sn.data());
+void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  const RotateArgs& args = job.args;
+  const std::int64_t heads = job.q_heads + job.k_heads;
+  Coefficients coef(job);
+  std::int64_t token = -1;
+  for (std::int64_t row = first; row < last; ++row) {
+    if (row / heads != token) {
+      token = row / heads;
+      coef.set_token(token);
     }
+    const std::int64_t h = row % heads;
+    const bool is_q = h < job.q_heads;
+    const Heads& in = is_q ? args.q : args.k;
+    const Heads& out = is_q ? args.q_out : args.k_out;
+    const std::int64_t head = is_q ? h : h - job.q_heads;
+    const std::byte* src = element(in, job.seq, token, head);
+    const std::byte* dst = out.data != nullptr ? element(out, job.seq, token, head) : src;
+    rotate_head(in.dtype, *job.map, src, const_cast<std::byte*>(dst), coef.c(), coef.s());
+  }
+}
+
+void rotate_token_heads_reference(const RotateJob& job, const Heads& in, std::int64_t token,
+                                  std::int64_t head_first, std::int64_t heads, void* dst,
+                                  std::int64_t dst_stride) {
+  Coefficients coef(job);
+  coef.set_token(token);
+  const std::int64_t row_bytes = dst_stride * element_size(in.dtype);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    rotate_head(in.dtype, *job.map, element(in, job.seq, token, head_first + h),
+                static_cast<std::byte*>(dst) + h * row_bytes, coef.c(), coef.s());
   }
 }
 

@@ -1,12 +1,51 @@
-// src/rope/reference.hpp — the scalar reference rotation: the specification every SIMD target and
-// GPU kernel is tested against, bit for bit (float32 arithmetic with std::fma, one rounding to the
-// storage type). Single-threaded.
+// src/rope/reference.hpp — the scalar reference rotation and the one scalar dtype codec.
+//
+// The reference is the specification every SIMD target and GPU kernel is tested against, bit for
+// bit: per token the float32 coefficients c = m·cos, s = sign·(m·sin) (m = cos_sin_scale), then per
+// pair a' = fma(a, c, −(b·s)), b' = fma(b, c, a·s) in float32, one rounding to the storage type.
+// CPU targets without a fused multiply-add run it as their kernel (a second rounding would change
+// the numbers).
 #pragma once
 
-#include "rope/call.hpp"
+#include <cstdint>
+
+#include "ropekit/call.hpp"
+#include "ropekit/dtype.hpp"
 
 namespace ropekit::detail {
 
-void rotate_reference(const RotateJob& job);
+// Storage ↔ float32, element by element: the conversions of ropekit/dtype.hpp (exact widening;
+// narrowing rounds to nearest even once, keeps infinities, quiets NaNs).
+template <DType> struct ScalarCodec;
+template <> struct ScalarCodec<DType::F32> {
+  using T = float;
+  static float load(T v) { return v; }
+  static T store(float v) { return v; }
+};
+template <> struct ScalarCodec<DType::BF16> {
+  using T = std::uint16_t;
+  static float load(T v) { return bf16_to_float(v); }
+  static T store(float v) { return float_to_bf16(v); }
+};
+template <> struct ScalarCodec<DType::F16> {
+  using T = std::uint16_t;
+  static float load(T v) { return f16_to_float(v); }
+  static T store(float v) { return float_to_f16(v); }
+};
+
+// n contiguous elements of storage type `dtype` to float32 and back.
+void widen(const void* src, DType dtype, std::int64_t n, float* dst);
+void narrow(const float* src, std::int64_t n, DType dtype, void* dst);
+
+// Rows [first, last) of a validated call (a detail::RowsKernel). Single-threaded per call.
+void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_t last);
+
+// Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k view, read with
+// the job's positions and coefficients), written to `dst` in `in`'s storage type, rows `dst_stride`
+// elements apart, pass-through lanes copied: exactly the bits run() would write for those rows.
+// Consumers that rotate into their own buffers (fused attention) use it on targets without SIMD kernels.
+void rotate_token_heads_reference(const RotateJob& job, const Heads& in, std::int64_t token,
+                                  std::int64_t head_first, std::int64_t heads, void* dst,
+                                  std::int64_t dst_stride);
 
 }  // namespace ropekit::detail

@@ -1,6 +1,10 @@
+// Rope: the plan, its angle sources and the call handle (see ropekit/rope.hpp, ropekit/call.hpp).
+#include "ropekit/rope.hpp"
+
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <mutex>
 
 #include "cpu/rotate.hpp"
@@ -8,16 +12,25 @@
 #include "rope/call.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
-#include "ropekit/rope.hpp"
 
 namespace ropekit {
+
+// Everything a call reads from the Rope besides the table: immutable once built, so that a call can
+// keep it alive while the Rope moves on (set_current_length builds a new one).
+struct Rope::State {
+  Plan plan;
+  PairMap map;
+  detail::AngleEvaluator angles;  // on-the-fly angles of this plan
+
+  State(Plan p, PairMap m, AngleMode mode)
+      : plan(std::move(p)), map(std::move(m)), angles(plan.inv_freq, mode) {}
+};
 
 // The growing table: readers copy the shared_ptr under the lock and then read an immutable
 // snapshot without it; growth builds a new snapshot from the old one.
 struct Rope::TableCache {
   std::mutex mutex;
   std::shared_ptr<const Table> table;
-  std::unique_ptr<detail::AngleEvaluator> angles;  // on-the-fly angles of the current plan
 };
 
 namespace {
@@ -27,12 +40,6 @@ constexpr std::int64_t kSmallTablePositions = 2048;
 // A call may grow the table to at most this many positions per row it rotates; beyond that the
 // rows it needs are computed on the fly (a few tokens at huge positions never build a table).
 constexpr std::int64_t kGrowthPerRow = 64;
-
-void run(const RotateArgs& args, const PairMap& map, const Plan& plan,
-         const detail::CallShape& shape, const Table* table, const detail::AngleEvaluator* angles) {
-  const detail::RotateJob job = detail::make_job(args, map, plan, shape, table, angles);
-  cpu::rotate(job, args.threads > 0 ? args.threads : default_threads());
-}
 
 void check_plan_fits(const Spec& spec, const Plan& plan) {
   if (static_cast<int>(plan.inv_freq.size()) != spec.num_pairs()) {
@@ -55,26 +62,29 @@ Rope::Rope(Spec spec, AngleMode mode, std::optional<std::int64_t> current_length
     : Rope(spec, make_plan(spec, current_length), mode) {}
 
 Rope::Rope(Spec spec, Plan plan, AngleMode mode)
-    : spec_(std::move(spec)), plan_(std::move(plan)), mode_(mode),
-      pair_map_(make_pair_map(spec_)), cache_(std::make_unique<TableCache>()) {
-  check_plan_fits(spec_, plan_);
-  cache_->angles = std::make_unique<detail::AngleEvaluator>(plan_.inv_freq, mode_);
+    : spec_(std::move(spec)), mode_(mode), cache_(std::make_unique<TableCache>()) {
   if (mode_ != AngleMode::Accurate && mode_ != AngleMode::HfCompat) {
     throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode_)));
   }
+  PairMap map = make_pair_map(spec_);  // validates the spec
+  check_plan_fits(spec_, plan);
+  state_ = std::make_shared<const State>(std::move(plan), std::move(map), mode_);
 }
 
 Rope::~Rope() = default;
 Rope::Rope(Rope&&) noexcept = default;
 Rope& Rope::operator=(Rope&&) noexcept = default;
 
+const Plan& Rope::plan() const { return state_->plan; }
+const PairMap& Rope::pair_map() const { return state_->map; }
+
 bool Rope::set_current_length(std::int64_t current_length) {
   Plan next = make_plan(spec_, current_length);
-  const bool changed = needs_rerotation(plan_, next);
-  plan_ = std::move(next);
+  const bool changed = needs_rerotation(state_->plan, next);
+  state_ = std::make_shared<const State>(std::move(next), state_->map, mode_);
   if (changed) {
+    std::lock_guard lock(cache_->mutex);
     cache_->table.reset();
-    cache_->angles = std::make_unique<detail::AngleEvaluator>(plan_.inv_freq, mode_);
   }
   return changed;
 }
@@ -84,7 +94,7 @@ std::shared_ptr<const Table> Rope::table(std::int64_t num_positions) const {
   const std::shared_ptr<const Table>& current = cache_->table;
   if (current && current->num_positions() >= num_positions) return current;
   if (!current) {
-    cache_->table = std::make_shared<const Table>(plan_, mode_, num_positions);
+    cache_->table = std::make_shared<const Table>(state_->plan, mode_, num_positions);
   } else {
     // Grow geometrically so that a sequence of growing calls costs O(final size) in total.
     const std::int64_t row_bytes = std::int64_t{spec_.num_pairs()} * 8;
@@ -111,44 +121,80 @@ std::shared_ptr<const Table> Rope::table_for(std::int64_t max_position, std::int
   return nullptr;
 }
 
-void Rope::prepare(std::int64_t max_position, std::int64_t tokens) const {
-  if (max_position < 0 || tokens <= 0) return;
-  table_for(max_position, tokens * pair_map_.num_axes);
-}
-
-void Rope::apply(const RotateArgs& args) const {
-  const detail::CallShape shape = detail::validate_call(args, pair_map_);
-  if (shape.tokens == 0) return;
-  const std::shared_ptr<const Table> snapshot =
-      table_for(shape.max_position, shape.tokens * pair_map_.num_axes);
-  if (snapshot) {
-    run(args, pair_map_, plan_, shape, snapshot.get(), nullptr);
-    return;
+RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* given,
+                         std::shared_ptr<const Table> given_pin, detail::ViewUse use,
+                         const detail::CallNames& names) const {
+  const State& state = *state_;
+  const detail::CallShape shape = detail::validate_call(args, state.map, use, names);
+  const Table* table = nullptr;
+  std::shared_ptr<const Table> pin;
+  if (shape.tokens > 0) {
+    switch (angles) {
+      case Angles::Auto:
+        pin = table_for(shape.max_position, shape.tokens * state.map.num_axes);
+        table = pin.get();
+        break;
+      case Angles::OnTheFly:
+        break;
+      case Angles::Given:
+        if (given->inv_freq() != state.plan.inv_freq) {
+          throw Error("table was built for other frequencies than this Rope's plan");
+        }
+        if (given->mode() != mode_) {
+          throw Error(fmt::format("table angle mode = {} differs from this Rope's angle mode = {}",
+                                  to_string(given->mode()), to_string(mode_)));
+        }
+        if (shape.max_position >= given->num_positions()) {
+          throw Error(fmt::format("position {} is outside the table, which covers [0, {})",
+                                  shape.max_position, given->num_positions()));
+        }
+        table = given;
+        pin = std::move(given_pin);
+        break;
+    }
   }
-  run(args, pair_map_, plan_, shape, nullptr, cache_->angles.get());
+  RotateCall call;
+  call.job_ = detail::make_job(args, state.map, state.plan, shape, table, table ? nullptr : &state.angles);
+  call.kernel_ = use == detail::ViewUse::Read ? cpu::no_rows_kernel()
+                                               : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
+  call.plan_pin_ = state_;
+  call.table_pin_ = std::move(pin);
+  return call;
 }
 
-void Rope::apply_on_the_fly(const RotateArgs& args) const {
-  const detail::CallShape shape = detail::validate_call(args, pair_map_);
-  if (shape.tokens == 0) return;
-  run(args, pair_map_, plan_, shape, nullptr, cache_->angles.get());
+RotateCall Rope::prepare(const RotateArgs& args) const {
+  return resolve(args, Angles::Auto, nullptr, nullptr, detail::ViewUse::Write, {});
 }
 
+RotateCall Rope::prepare_on_the_fly(const RotateArgs& args) const {
+  return resolve(args, Angles::OnTheFly, nullptr, nullptr, detail::ViewUse::Write, {});
+}
+
+RotateCall Rope::prepare(const RotateArgs& args, std::shared_ptr<const Table> table) const {
+  if (!table) throw Error("table is null");
+  const Table* given = table.get();
+  return resolve(args, Angles::Given, given, std::move(table), detail::ViewUse::Write, {});
+}
+
+void Rope::apply(const RotateArgs& args) const { prepare(args).run(); }
+
+void Rope::apply_on_the_fly(const RotateArgs& args) const { prepare_on_the_fly(args).run(); }
+
+// The caller keeps `table` alive for the duration of the call, so the call need not pin it.
 void Rope::apply(const RotateArgs& args, const Table& table) const {
-  if (table.inv_freq() != plan_.inv_freq) {
-    throw Error("table was built for other frequencies than this Rope's plan");
-  }
-  if (table.mode() != mode_) {
-    throw Error(fmt::format("table angle mode = {} differs from this Rope's angle mode = {}",
-                            to_string(table.mode()), to_string(mode_)));
-  }
-  const detail::CallShape shape = detail::validate_call(args, pair_map_);
-  if (shape.tokens == 0) return;
-  if (shape.max_position >= table.num_positions()) {
-    throw Error(fmt::format("position {} is outside the table, which covers [0, {})",
-                            shape.max_position, table.num_positions()));
-  }
-  run(args, pair_map_, plan_, shape, &table, nullptr);
+  resolve(args, Angles::Given, &table, nullptr, detail::ViewUse::Write, {}).run();
 }
 
+void RotateCall::run() const {
+  if (rows() == 0) return;
+  cpu::run_rows(kernel_, job_, job_.args.threads > 0 ? job_.args.threads : default_threads());
+}
+
+namespace detail {
+
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names) {
+  return rope.resolve(args, Rope::Angles::Auto, nullptr, nullptr, use, names);
+}
+
+}  // namespace detail
 }  // namespace ropekit

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ropekit/error.hpp"
+#include "ropekit/spec.hpp"
 
 namespace ropekit {
 
@@ -55,11 +56,6 @@ Positions mrope_positions(std::span<const std::int32_t> p) {
 }  // namespace ropekit
 
 namespace ropekit::detail {
-namespace {
-
-constexpr std::int64_t kMaxPosition = (std::int64_t{1} << 47) - 1;
-
-}  // namespace
 
 bool valid_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
 
@@ -152,7 +148,7 @@ std::int64_t check_positions(const Positions& pos, std::string_view name, std::i
   for (int a = 0; a < pos.axes; ++a) {
     for (std::int64_t t = 0; t < pos.count; ++t) {
       const std::int64_t p = pos.at(a, t);
-      if (p < 0 || p > kMaxPosition) {
+      if (p < 0 || p >= kPositionLimit) {
         throw Error(fmt::format("{}[{}{}] = {}: must be in [0, 2^47)", name,
                                 pos.axes > 1 ? fmt::format("{}, ", a) : std::string(), t, p));
       }

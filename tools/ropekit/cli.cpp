@@ -19,7 +19,7 @@ void ModelOptions::add_to(CLI::App& app, bool with_gguf) {
   app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
   app.add_option("--seq-len", seq_len,
                  "current sequence length (dynamic NTK, LongRoPE); default: the plan at initialisation")
-      ->check(CLI::Range(std::int64_t{1}, (std::int64_t{1} << 47) - 1));
+      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
 }
 
 ModelRope ModelOptions::load() const {

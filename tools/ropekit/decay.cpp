@@ -55,7 +55,7 @@ void add_decay(CLI::App& app, Streams io) {
   cmd->add_option("--max-distance", o->max_distance, "largest relative distance (default 8192)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
   cmd->add_option("--seq-len", o->seq_len, "current sequence length for dynamic NTK / LongRoPE plans")
-      ->check(CLI::Range(std::int64_t{1}, (std::int64_t{1} << 47) - 1));
+      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
   cmd->add_option("--csv", o->csv, "write distance and one column per curve");
   cmd->add_option("--svg", o->svg, "draw the curves (log distance axis) with PLplot");
   cmd->callback([io, o] {
