@@ -1,5 +1,5 @@
-// KV cache: keys stored rotated, K-shift as a pure rotation (also under YaRN and after 1000
-// shifts), re-rotation on a plan change, and bad input.
+// KV cache, on every SIMD target: keys stored rotated, K-shift as a pure rotation (also under YaRN and
+// after 1000 shifts), bf16 and fp16 storage, re-rotation on a plan change, and bad input.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,12 +9,16 @@
 #include "expect_error.hpp"
 #include "oracle.hpp"
 #include "ropekit/ropekit.hpp"
+#include "targets.hpp"
 
 namespace {
 
 using namespace ropekit;
 
 constexpr double kEps = 0x1p-24;  // float32 unit roundoff
+
+class KvCacheTest : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(KvCacheTest);
 
 Spec llama(int d = 64) { return {.head_dim = d, .rotary_dim = d, .base = 10000.0, .pairing = Pairing::Half}; }
 Spec yarn(int d = 64) {
@@ -43,7 +47,7 @@ struct Tokens {
 
 // Worst |cached − oracle| over all pairs, in units of ε · m · |pair| (m = cos_sin_scale), against
 // m · R(position) k in double.
-double worst_pair_error(const KvCache& cache, const Spec& spec, const Plan& plan, const Tokens& t,
+double worst_pair_error(const ropekit::KvCache& cache, const Spec& spec, const Plan& plan, const Tokens& t,
                         const std::vector<std::int64_t>& source_token) {
   const Heads keys = cache.keys();
   const auto* stored = static_cast<const float*>(keys.data);
@@ -66,10 +70,10 @@ double worst_pair_error(const KvCache& cache, const Spec& spec, const Plan& plan
   return worst;
 }
 
-TEST(KvCache, AppendStoresKeysRotatedExactlyAsApply) {
+TEST_P(KvCacheTest, AppendStoresKeysRotatedExactlyAsApply) {
   const Rope rope(yarn());
   Tokens t(100, 2, 64, 1);
-  KvCache cache(rope, {.capacity = 128, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = 128, .kv_heads = 2});
   const auto pos = iota(100, 7);
   cache.append(rope, t.kv(t.k, 0, 60), t.kv(t.v, 0, 60), positions(std::span(pos).first(60)));
   cache.append(rope, t.kv(t.k, 60), t.kv(t.v, 60), positions(std::span(pos).subspan(60)));
@@ -85,10 +89,10 @@ TEST(KvCache, AppendStoresKeysRotatedExactlyAsApply) {
   EXPECT_EQ(cache.position(99), 106);
 }
 
-TEST(KvCache, AttentionOverTheCacheEqualsFusedAttention) {
+TEST_P(KvCacheTest, AttentionOverTheCacheEqualsFusedAttention) {
   const Rope rope(yarn());
   Tokens t(200, 2, 64, 2);
-  KvCache cache(rope, {.capacity = 256, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = 256, .kv_heads = 2});
   const auto kpos = iota(200);
   cache.append(rope, t.kv(t.k), t.kv(t.v), positions(kpos));
   std::vector<float> q = attn_oracle::normal(5 * 8 * 64, 3);
@@ -107,12 +111,12 @@ TEST(KvCache, AttentionOverTheCacheEqualsFusedAttention) {
   EXPECT_EQ(std::memcmp(via_cache.data(), fused.data(), fused.size() * 4), 0);
 }
 
-TEST(KvCache, OneShiftEqualsRotatingAtTheShiftedPosition) {
+TEST_P(KvCacheTest, OneShiftEqualsRotatingAtTheShiftedPosition) {
   for (const Spec& spec : {llama(), yarn()}) {
     const Rope rope(spec);
     Tokens t(300, 2, 64, 4);
     for (const std::int64_t delta : {std::int64_t{-100}, std::int64_t{37}, std::int64_t{1} << 20}) {
-      KvCache cache(rope, {.capacity = 300, .kv_heads = 2});
+      ropekit::KvCache cache(rope, {.capacity = 300, .kv_heads = 2});
       const auto pos = iota(300, 100);
       cache.append(rope, t.kv(t.k), t.kv(t.v), positions(pos));
       const double appended = worst_pair_error(cache, spec, rope.plan(), t, iota(300));
@@ -129,14 +133,14 @@ TEST(KvCache, OneShiftEqualsRotatingAtTheShiftedPosition) {
   }
 }
 
-TEST(KvCache, AThousandShiftsStayARotationEvenUnderYarn) {
+TEST_P(KvCacheTest, AThousandShiftsStayARotationEvenUnderYarn) {
   // llama.cpp multiplies YaRN's magnitude in on every shift (m^1001 after 1000 shifts, here 1e106);
   // ropekit's shift is R(δ) with magnitude 1, so the error stays at float32 rounding.
   const Spec spec = yarn();
   const Rope rope(spec);
   ASSERT_GT(rope.plan().cos_sin_scale, 1.2);
   Tokens t(64, 2, 64, 5);
-  KvCache cache(rope, {.capacity = 64, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = 64, .kv_heads = 2});
   cache.append(rope, t.kv(t.k), t.kv(t.v), positions(iota(64, 5000)));
   std::mt19937 rng(11);
   std::uniform_int_distribution<std::int64_t> step(-300, 300);
@@ -153,26 +157,38 @@ TEST(KvCache, AThousandShiftsStayARotationEvenUnderYarn) {
   EXPECT_LE(worst, 200.0);
 }
 
-TEST(KvCache, Bf16ShiftAddsOneStorageRounding) {
+// Half-precision storage: append rounds once to the storage type, a shift rounds once more.
+TEST_P(KvCacheTest, Bf16AndFp16ShiftsAddOneStorageRoundingEach) {
   const Spec spec = yarn();
   const Rope rope(spec);
-  Tokens t(40, 1, 64, 6);
-  const std::vector<std::uint16_t> k16 = attn_oracle::to_bf16(t.k), v16 = attn_oracle::to_bf16(t.v);
-  t.k = attn_oracle::widen_bf16(k16);  // the oracle starts from the stored keys
-  KvCache cache(rope, {.capacity = 40, .kv_heads = 1, .dtype = DType::BF16});
-  cache.append(rope, bshd(const_cast<std::uint16_t*>(k16.data()), DType::BF16, 1, 40, 1, 64),
-               bshd(const_cast<std::uint16_t*>(v16.data()), DType::BF16, 1, 40, 1, 64), positions(iota(40, 10)));
-  cache.shift(0, 40, -7);
-  const auto* stored = static_cast<const std::uint16_t*>(cache.keys().data);
-  for (std::int64_t slot = 0; slot < 40; ++slot) {
-    const std::int64_t pos = cache.position(slot);
-    const std::vector<double> x(t.k.begin() + slot * 64, t.k.begin() + (slot + 1) * 64);
-    const std::vector<double> want = oracle::rotate(spec, rope.plan(), x, &pos);
-    for (int j = 0; j < 32; ++j) {
-      const auto [a, b] = oracle::lanes(spec, j);
-      const double norm = std::hypot(x[a], x[b]) * rope.plan().cos_sin_scale;
-      const double err = std::hypot(bf16_to_float(stored[slot * 64 + a]) - want[a], bf16_to_float(stored[slot * 64 + b]) - want[b]);
-      ASSERT_LE(err, 2 * 0x1p-8 * norm + 8 * kEps * norm) << "slot " << slot << " pair " << j;  // two bf16 roundings
+  for (const DType dtype : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(to_string(dtype)));
+    const double u = dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;  // half an ulp, relative
+    const double floor = dtype == DType::F16 ? 0x1p-25 : 0.0;  // half the fp16 subnormal step
+    Tokens t(40, 1, 64, 6);
+    std::vector<std::uint16_t> k16(t.k.size()), v16(t.v.size());
+    for (std::size_t i = 0; i < k16.size(); ++i) {
+      k16[i] = dtype == DType::BF16 ? float_to_bf16(t.k[i]) : float_to_f16(t.k[i]);
+      v16[i] = dtype == DType::BF16 ? float_to_bf16(t.v[i]) : float_to_f16(t.v[i]);
+      t.k[i] = dtype == DType::BF16 ? bf16_to_float(k16[i]) : f16_to_float(k16[i]);  // the oracle starts from the stored keys
+    }
+    ropekit::KvCache cache(rope, {.capacity = 40, .kv_heads = 1, .dtype = dtype});
+    cache.append(rope, bshd(k16.data(), dtype, 1, 40, 1, 64), bshd(v16.data(), dtype, 1, 40, 1, 64),
+                 positions(iota(40, 10)));
+    cache.shift(0, 40, -7);
+    const auto* stored = static_cast<const std::uint16_t*>(cache.keys().data);
+    const auto widen = [dtype](std::uint16_t h) { return dtype == DType::BF16 ? bf16_to_float(h) : f16_to_float(h); };
+    for (std::int64_t slot = 0; slot < 40; ++slot) {
+      const std::int64_t pos = cache.position(slot);
+      const std::vector<double> x(t.k.begin() + slot * 64, t.k.begin() + (slot + 1) * 64);
+      const std::vector<double> want = oracle::rotate(spec, rope.plan(), x, &pos);
+      for (int j = 0; j < 32; ++j) {
+        const auto [a, b] = oracle::lanes(spec, j);
+        const double norm = std::hypot(x[a], x[b]) * rope.plan().cos_sin_scale;
+        const double err = std::hypot(widen(stored[slot * 64 + a]) - want[a], widen(stored[slot * 64 + b]) - want[b]);
+        // Two storage roundings (append, shift) per lane, plus the float32 rotations (contract: 5 + 2.5 ε).
+        ASSERT_LE(err, 2 * std::sqrt(2.0) * (u * norm + floor) + 8 * kEps * norm) << "slot " << slot << " pair " << j;
+      }
     }
   }
 }
@@ -181,7 +197,7 @@ TEST(KvCache, Bf16ShiftAddsOneStorageRounding) {
 void check_rerotation(const Spec& spec, std::int64_t first_length, std::int64_t grown_length) {
   Rope rope(spec, AngleMode::Accurate, first_length);
   Tokens t(grown_length, 2, spec.head_dim, 8);
-  KvCache cache(rope, {.capacity = grown_length, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = grown_length, .kv_heads = 2});
   const auto pos = iota(first_length);
   cache.append(rope, t.kv(t.k, 0, first_length), t.kv(t.v, 0, first_length), positions(pos));
   ASSERT_TRUE(rope.set_current_length(grown_length)) << "the plan did not change";
@@ -205,13 +221,13 @@ void check_rerotation(const Spec& spec, std::int64_t first_length, std::int64_t 
   EXPECT_LE(worst_pair_error(cache, spec, rope.plan(), t, iota(grown_length)), 15.0);
 }
 
-TEST(KvCache, RerotationWhenDynamicNtkGrows) {
+TEST_P(KvCacheTest, RerotationWhenDynamicNtkGrows) {
   Spec spec = llama();
   spec.scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 64};
   check_rerotation(spec, 64, 150);
 }
 
-TEST(KvCache, RerotationWhenLongRopeSwitchesToLongFactors) {
+TEST_P(KvCacheTest, RerotationWhenLongRopeSwitchesToLongFactors) {
   Spec spec = llama(32);
   std::vector<double> short_factor(16), long_factor(16);
   for (int i = 0; i < 16; ++i) {
@@ -222,12 +238,12 @@ TEST(KvCache, RerotationWhenLongRopeSwitchesToLongFactors) {
   check_rerotation(spec, 64, 100);
 }
 
-TEST(KvCache, ContextShiftingEqualsAppendingAtTheNewPositions) {
+TEST_P(KvCacheTest, ContextShiftingEqualsAppendingAtTheNewPositions) {
   // llama.cpp's context shift: keep the first 10, drop the next 40, move the rest back by 40.
   const Spec spec = yarn();
   const Rope rope(spec);
   Tokens t(120, 2, 64, 9);
-  KvCache cache(rope, {.capacity = 120, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = 120, .kv_heads = 2});
   cache.append(rope, t.kv(t.k), t.kv(t.v), positions(iota(120)));
   cache.erase(10, 50);
   cache.shift(10, cache.size(), -40);
@@ -240,10 +256,10 @@ TEST(KvCache, ContextShiftingEqualsAppendingAtTheNewPositions) {
   EXPECT_EQ(values[10 * 2 * 64], t.v[50 * 2 * 64]);
 }
 
-TEST(KvCache, BadInput) {
+TEST_P(KvCacheTest, BadInput) {
   const Rope rope(llama());
   Tokens t(10, 2, 64, 10);
-  KvCache cache(rope, {.capacity = 8, .kv_heads = 2});
+  ropekit::KvCache cache(rope, {.capacity = 8, .kv_heads = 2});
   EXPECT_ERROR(cache.append(rope, t.kv(t.k), t.kv(t.v), positions(iota(10))), "10 tokens", "capacity 8");
   cache.append(rope, t.kv(t.k, 0, 4), t.kv(t.v, 0, 4), positions(iota(4, 2)));
   EXPECT_ERROR(cache.append(rope, t.kv(t.k, 0, 5), t.kv(t.v, 0, 5), positions(iota(5))), "5 tokens at size 4");

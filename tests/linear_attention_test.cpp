@@ -8,6 +8,7 @@
 #include "expect_error.hpp"
 #include "oracle.hpp"
 #include "ropekit/ropekit.hpp"
+#include "targets.hpp"
 
 namespace {
 
@@ -86,7 +87,10 @@ double max_rel_error(const std::vector<float>& got, const std::vector<double>& w
   return worst / scale;
 }
 
-TEST(LinearAttention, RecurrentAndParallelAgreeWithTheOracle) {
+class LinearAttention : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(LinearAttention);
+
+TEST_P(LinearAttention, RecurrentAndParallelAgreeWithTheOracle) {
   for (const bool causal : {true, false}) {
     Problem p(1);
     const Rope rope(p.spec);
@@ -104,7 +108,7 @@ TEST(LinearAttention, RecurrentAndParallelAgreeWithTheOracle) {
   }
 }
 
-TEST(LinearAttention, RotationIsOnTheNumeratorOnly) {
+TEST_P(LinearAttention, RotationIsOnTheNumeratorOnly) {
   // Token 1 (position 1) of head 0 by hand: keys 0 and 1, numerator rotated, denominator not.
   Problem p(2);
   const Rope rope(p.spec);
@@ -135,7 +139,7 @@ TEST(LinearAttention, RotationIsOnTheNumeratorOnly) {
   EXPECT_GT(std::fabs(num / den_rotated - num / den), 1e-3 * std::fabs(num / den));  // the mistake would show
 }
 
-TEST(LinearAttention, OutputsDependOnRelativePositionsOnly) {
+TEST_P(LinearAttention, OutputsDependOnRelativePositionsOnly) {
   Problem near(3, 0), far(3, 1 << 20);
   const Rope rope(near.spec);
   const auto a = near.run(rope, true, LinearAttentionForm::Recurrent);
@@ -148,7 +152,7 @@ TEST(LinearAttention, OutputsDependOnRelativePositionsOnly) {
   EXPECT_LE(diff, 1e-5 * scale);
 }
 
-TEST(LinearAttention, BadInput) {
+TEST_P(LinearAttention, BadInput) {
   Problem p(4);
   const Rope rope(p.spec);
   std::vector<float> out(std::size_t(p.seq * p.q_heads * p.dv));

@@ -1,0 +1,304 @@
+// Every SIMD target this CPU supports, driven by the one case table (bench/lib/cases.hpp) — ggml's
+// test-backend-ops is the model:
+//   rotation   bit for bit against the scalar reference over whole buffers, guards included: odd tails,
+//              partial rotary, M-RoPE, a magnitude ≠ 1, fp32/bf16/fp16 with special values, every
+//              direction, in and out of place, table and on-the-fly angles, strided and misaligned
+//              views, positions to 2^31 − 1, 1 to 7 threads;
+//   attention  fused (RoPE in the tile loads) bit for bit against apply() then attention on the
+//              rotated copies, and within attention.hpp's bound of a double-precision softmax of the
+//              stored rotated q, k and v — prefill, decode, chunks, GQA/MQA, windows, ALiBi/T5/dense
+//              biases, MLA widths, partial rotary, fp32/bf16/fp16 inputs and outputs, KV-cache decode.
+// Bitwise equality with the reference carries the accuracy contract over to every target: the
+// reference's arithmetic is the one apply_test checks against the double oracle.
+//
+// Select targets with the gtest filter (--gtest_filter='*/AVX2') and cases with ROPEKIT_CASES
+// (comma-separated texts that must all occur in the case name, e.g. ROPEKIT_CASES=bf16,decode).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "attention_oracle.hpp"
+#include "cpu/rotate.hpp"
+#include "lib/cases.hpp"
+#include "rope/reference.hpp"
+#include "ropekit/ropekit.hpp"
+#include "targets.hpp"
+
+namespace {
+
+using namespace ropekit;
+using cases::Case;
+using cases::Op;
+using cases::Tensor;
+using cases::Workload;
+
+std::vector<std::string> case_filters() {
+  std::vector<std::string> filters;
+  if (const char* env = std::getenv("ROPEKIT_CASES")) {
+    std::stringstream in(env);
+    for (std::string f; std::getline(in, f, ',');) {
+      if (!f.empty()) filters.push_back(f);
+    }
+  }
+  return filters;
+}
+
+// The eval cases of the given ops that pass ROPEKIT_CASES, with their index (the workload's seed).
+std::vector<std::pair<std::uint32_t, Case>> selected(std::initializer_list<Op> ops) {
+  const std::vector<std::string> filters = case_filters();
+  std::vector<std::pair<std::uint32_t, Case>> out;
+  std::uint32_t index = 0;
+  for (const Case& c : cases::eval_cases()) {
+    ++index;
+    if (std::find(ops.begin(), ops.end(), c.op) != ops.end() && cases::matches(c, filters)) out.emplace_back(index, c);
+  }
+  return out;
+}
+
+bool is_nan(DType dt, const std::byte* p) {
+  if (dt == DType::F32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return std::isnan(f);
+  }
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return std::isnan(dt == DType::BF16 ? bf16_to_float(h) : f16_to_float(h));
+}
+
+// Whole buffers, guards included, must be bit-identical — except that a NaN may carry another sign or
+// payload (IEEE 754 leaves NaN propagation open, and an FMA's operand order picks it).
+void expect_same_bits(const Tensor& got, const Tensor& want, const char* name) {
+  ASSERT_EQ(got.size, want.size) << name;
+  const std::size_t es = std::size_t(element_size(got.dtype));
+  for (std::size_t i = 0; i < got.size; i += es) {
+    if (std::memcmp(got.data() + i, want.data() + i, es) == 0) continue;
+    if (is_nan(got.dtype, got.data() + i) && is_nan(want.dtype, want.data() + i)) continue;
+    ADD_FAILURE() << name << " differs at byte " << i << " of its buffer";
+    return;
+  }
+}
+
+void expect_reference_bits(Workload& got, Workload& want) {
+  const RotateCall reference = want.prepare();
+  detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+  got.run();
+  expect_same_bits(got.q, want.q, "q");
+  expect_same_bits(got.k, want.k, "k");
+  expect_same_bits(got.q_out, want.q_out, "q_out");
+  expect_same_bits(got.k_out, want.k_out, "k_out");
+}
+
+class Rotation : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(Rotation);
+
+TEST_P(Rotation, EveryCaseEqualsTheReferenceBitForBit) {
+  int ran = 0;
+  for (const auto& [seed, c] : selected({Op::Rotate})) {
+    SCOPED_TRACE(c.name());
+    Workload got(c, seed), want(c, seed);
+    expect_reference_bits(got, want);
+    ++ran;
+  }
+  std::printf("%s: %d rotation cases\n", GetParam().c_str(), ran);
+  if (case_filters().empty()) EXPECT_GT(ran, 500);
+}
+
+// Out-of-place calls above the threshold use non-temporal stores on vector-aligned rows; rows that
+// are not aligned fall back to ordinary stores. Both must give the reference's bits.
+TEST_P(Rotation, NonTemporalStoresGiveTheSameBits) {
+  const std::int64_t saved = cpu::stream_threshold_bytes();
+  cpu::set_stream_threshold_bytes(1);
+  for (const char* spec : {"half128", "interleaved128", "half72", "interleaved72", "half80", "interleaved96",
+                           "half32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned"}) {
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      for (cases::Layout layout : {cases::Layout::Bshd, cases::Layout::Strided}) {
+        const Case c{.op = Op::Rotate, .spec = spec, .dtype = dt, .layout = layout, .seq = 9, .q_heads = 4,
+                     .k_heads = 2, .threads = 2, .in_place = false};
+        SCOPED_TRACE(c.name());
+        Workload got(c, 3), want(c, 3);
+        ASSERT_TRUE(got.prepare().job().stream_stores);
+        expect_reference_bits(got, want);
+      }
+    }
+  }
+  cpu::set_stream_threshold_bytes(saved);
+}
+
+// Every 16-bit pattern (all NaNs, infinities, subnormals, both zeros) goes through the bf16 and fp16
+// load and store of the target, at several angles and a magnitude ≠ 1, and must come out as the
+// reference's bits.
+TEST_P(Rotation, EveryBf16AndFp16BitPatternMatchesTheReference) {
+  const Rope rope(cases::spec("yarn64"));
+  std::vector<std::int64_t> pos(1024);
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = std::int64_t(i % 7) * 1237;
+  const auto table = rope.table(*std::max_element(pos.begin(), pos.end()) + 1);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string(to_string(dt)));
+    std::vector<std::uint16_t> x(1 << 16);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::uint16_t>(i * 40503u);  // a permutation
+    std::vector<std::uint16_t> want = x;
+    RotateArgs args{.q = bshd(x.data(), dt, 1, 1024, 1, 64), .positions = positions(pos)};
+    RotateArgs ref_args = args;
+    ref_args.q.data = want.data();
+    const RotateCall reference = rope.prepare(ref_args, table);
+    detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+    rope.prepare(args, table).run();
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (x[i] == want[i]) continue;
+      ASSERT_TRUE(is_nan(dt, reinterpret_cast<const std::byte*>(&x[i])) &&
+                  is_nan(dt, reinterpret_cast<const std::byte*>(&want[i])))
+          << "element " << i << ": " << x[i] << " vs " << want[i];
+    }
+  }
+}
+
+// A RotateCall's rows can be split anyhow — this is what an engine's thread pool does.
+TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
+  const Case c{.op = Op::Rotate, .spec = "interleaved96", .dtype = DType::BF16, .layout = cases::Layout::Strided,
+               .batch = 2, .seq = 7, .q_heads = 5, .k_heads = 3, .in_place = false};
+  Workload got(c, 11), want(c, 11);
+  const RotateCall reference = want.prepare();
+  detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+  const RotateCall call = got.prepare();
+  ASSERT_EQ(call.rows(), 2 * 7 * (5 + 3));
+  for (std::int64_t first = call.rows(); first > 0; first -= 13) call.run(std::max<std::int64_t>(0, first - 13), first);
+  expect_same_bits(got.q_out, want.q_out, "q_out");
+  expect_same_bits(got.k_out, want.k_out, "k_out");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Attention.
+
+// The values of a tensor's view as contiguous float32 [batch, seq, heads, dim].
+std::vector<float> floats(const Tensor& t, int dim) {
+  const Heads& v = t.view;
+  std::vector<float> out;
+  for (std::int64_t b = 0; b < v.batch; ++b) {
+    for (std::int64_t s = 0; s < v.seq; ++s) {
+      for (std::int64_t h = 0; h < v.heads; ++h) {
+        const auto* row = static_cast<const std::byte*>(v.data) +
+                          (b * v.batch_stride + s * v.seq_stride + h * v.head_stride) * element_size(v.dtype);
+        for (int l = 0; l < dim; ++l) {
+          float f;
+          if (v.dtype == DType::F32) {
+            std::memcpy(&f, row + 4 * l, 4);
+          } else {
+            std::uint16_t h16;
+            std::memcpy(&h16, row + 2 * l, 2);
+            f = v.dtype == DType::BF16 ? bf16_to_float(h16) : f16_to_float(h16);
+          }
+          out.push_back(f);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+attn_oracle::Bias oracle_bias(const Case& c, const AttentionOptions& o) {
+  if (const auto* a = std::get_if<AlibiBias>(&o.bias)) {
+    const std::vector<float> slopes = a->slopes;
+    return [slopes](auto, std::int64_t h, auto, auto, std::int64_t qp, std::int64_t kp) {
+      return -double(slopes[h]) * double(std::llabs(qp - kp));
+    };
+  }
+  if (const auto* t = std::get_if<RelativeBucketBias>(&o.bias)) {
+    const RelativeBucketBias t5 = *t;
+    const std::int64_t heads = c.q_heads;
+    return [t5, heads](auto, std::int64_t h, auto, auto, std::int64_t qp, std::int64_t kp) {
+      return double(t5.table[t5_bucket(t5.buckets, kp - qp) * heads + h]);
+    };
+  }
+  if (const auto* d = std::get_if<DenseBias>(&o.bias)) {
+    const DenseBias dense = *d;
+    return [dense](auto, std::int64_t h, std::int64_t s, std::int64_t t, auto, auto) {
+      return double(dense.data[(h * dense.queries + s) * dense.keys + t]);
+    };
+  }
+  return {};
+}
+
+// Half an ulp of the output type relative to the value (0 for float32), and its smallest step.
+double output_rounding(DType dt) { return dt == DType::F32 ? 0.0 : dt == DType::BF16 ? 0x1p-8 : 0x1p-11; }
+double output_floor(DType dt) { return dt == DType::F16 ? 0x1p-25 : 0.0; }
+
+class Attention : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(Attention);
+
+TEST_P(Attention, EveryCaseEqualsApplyThenAttentionAndTheOracle) {
+  int ran = 0;
+  double worst_ratio = 0.0;
+  for (const auto& [seed, c] : selected({Op::Attention, Op::CacheAttention})) {
+    SCOPED_TRACE(c.name());
+    Workload w(c, seed);
+    w.run();
+    w.run_unfused();
+    expect_same_bits(w.out, w.unfused_out, "fused attention vs apply() then attention");
+
+    // The double oracle on the rotated values as stored.
+    const int d = c.head_dim(), dv = c.value_dim();
+    const attn_oracle::Shape shape{.batch = c.batch, .q_seq = c.seq, .k_seq = c.k_seq, .q_heads = c.q_heads,
+                                   .kv_heads = c.k_heads, .d = d, .dv = dv};
+    const std::vector<float> qf = floats(w.q_rot, d), kf = floats(w.k_rot, d), vf = floats(w.v, dv),
+                             got = floats(w.out, dv);
+    const double scale = float(1.0 / std::sqrt(double(d)) * w.rope().plan().softmax_scale_mult);
+    const attn_oracle::Result want = attn_oracle::softmax_attention(
+        qf, kf, vf, shape, w.q_positions, w.k_positions, scale, c.causal, c.window, oracle_bias(c, w.attention_options()));
+    double max_v = 0.0;
+    for (float e : vf) max_v = std::max(max_v, double(std::fabs(e)));
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double base = 1e-6 * (1.0 + want.logit_range[i / dv]) * max_v;  // the contract in attention.hpp
+      const double bound = base + output_rounding(c.out_dtype) * (std::fabs(want.out[i]) + base) + output_floor(c.out_dtype);
+      const double err = std::fabs(got[i] - want.out[i]);
+      worst_ratio = std::max(worst_ratio, err / bound);
+      if (err > bound) {
+        ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << want.out[i] << " (bound " << bound << ")";
+        break;
+      }
+    }
+    ++ran;
+  }
+  std::printf("%s: %d attention cases, worst error / bound %.3f\n", GetParam().c_str(), ran, worst_ratio);
+  if (case_filters().empty()) EXPECT_GT(ran, 30);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Target controls.
+
+TEST(Targets, AreListedBestFirstAndTheBestIsChosen) {
+  const std::vector<std::string> targets = simd_targets();
+  ASSERT_FALSE(targets.empty());
+  EXPECT_EQ(simd_target(), targets.front());
+  for (const std::string& t : targets) std::printf("compiled and supported: %s\n", t.c_str());
+}
+
+TEST(Targets, ListingIsAPureQuery) {
+  const std::vector<std::string> targets = simd_targets();
+  set_simd_target(targets.back());
+  EXPECT_EQ(simd_targets(), targets);        // still every target the CPU has...
+  EXPECT_EQ(simd_target(), targets.back());  // ...and the restriction unchanged
+  set_simd_target("");
+  EXPECT_EQ(simd_target(), targets.front());
+}
+
+TEST(Targets, BadTargetNamesAndThreadCounts) {
+  EXPECT_THROW(set_simd_target("AVX9000"), Error);
+  try {
+    set_simd_target("AVX9000");
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("simd target = \"AVX9000\""), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(simd_target(), simd_targets().front());
+  EXPECT_THROW(set_default_threads(0), Error);
+  const int saved = default_threads();
+  set_default_threads(3);
+  EXPECT_EQ(default_threads(), 3);
+  set_default_threads(saved);
+}
+
+}  // namespace
