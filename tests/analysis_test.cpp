@@ -4,6 +4,7 @@
 #include <complex>
 
 #include "expect_error.hpp"
+#include "analysis/verify_checks.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -80,13 +81,70 @@ TEST(Verify, EveryCheckPassesForEveryVariant) {
   }
 }
 
-TEST(Verify, HfCompatAnglesWouldFailTheAccuracyBound) {
-  // The table check reports HF's float32 angles next to ropekit's: at p = 2^31 − 1 they are far off.
-  for (const Check& c : verify(llama())) {
-    if (c.name != "table_accuracy") continue;
-    const double hf = std::stod(c.detail.substr(c.detail.rfind(' ') + 1));
-    EXPECT_GT(hf, 100 * c.bound) << c.detail;
-  }
+// Every check, fed a broken implementation, says FAIL with a figure above its bound: so no check can
+// pass by construction. The broken inputs are modest errors (one ulp, a bf16 rounding, a magnitude
+// applied twice), all below 1e9, so a bound loosened to let them through fails this test too.
+void expect_fails(const Check& c) {
+  EXPECT_FALSE(c.passed) << c.name << ": " << c.figure << " <= " << c.bound;
+  EXPECT_GT(c.figure, c.bound) << c.name;
+  EXPECT_LT(c.figure, 1e9) << c.name << ": a broken input this far off would not show a loosened bound";
+  std::printf("%-24s broken input: %.3g (bound %.3g)\n", c.name.c_str(), c.figure, c.bound);
+}
+
+TEST(Verify, EveryCheckFailsOnABrokenImplementation) {
+  using detail::VerifyOps;
+  Spec spec = llama();
+  spec.scaling = scaling::Yarn{.factor = 4.0, .original_max_position_embeddings = 32768};  // magnitude 1.139
+  const Rope rope(spec);
+  const VerifyOps good = detail::library_ops(rope);
+  const float m = float(rope.plan().cos_sin_scale);
+
+  // Hugging Face's float32 angles: the logits drift with the offset, and the angles are far off at 2^31.
+  const Rope hf(spec, rope.plan(), AngleMode::HfCompat);
+  VerifyOps hf_angles = good;
+  hf_angles.rotate = detail::library_ops(hf).rotate;
+  expect_fails(detail::check_relative_position(rope, hf_angles));
+  expect_fails(detail::check_table_accuracy(rope, hf_angles));
+
+  VerifyOps otf_off = good;  // on-the-fly angles one ulp off in one element
+  otf_off.rotate = [good](const auto& x, const auto& p, Direction dir, bool on_the_fly) {
+    std::vector<float> y = good.rotate(x, p, dir, on_the_fly);
+    if (on_the_fly) y[5] = std::nextafter(y[5], INFINITY);
+    return y;
+  };
+  expect_fails(detail::check_on_the_fly_equals_table(rope, otf_off));
+
+  VerifyOps no_divide = good;  // Inverse computed as Backward: the magnitude is not divided out
+  no_divide.rotate = [good](const auto& x, const auto& p, Direction dir, bool on_the_fly) {
+    return good.rotate(x, p, dir == Direction::Inverse ? Direction::Backward : dir, on_the_fly);
+  };
+  expect_fails(detail::check_inverse_roundtrip(rope, no_divide));
+
+  VerifyOps twice = good;  // the magnitude applied twice
+  twice.rotate = [good, m](const auto& x, const auto& p, Direction dir, bool on_the_fly) {
+    std::vector<float> y = good.rotate(x, p, dir, on_the_fly);
+    for (float& e : y) e *= m;
+    return y;
+  };
+  expect_fails(detail::check_magnitude_once(rope, twice));
+
+  VerifyOps lossy = good;  // shifted keys rounded through bf16
+  lossy.shifted_keys = [good](const auto& k, const auto& p, const auto& deltas) {
+    std::vector<float> y = good.shifted_keys(k, p, deltas);
+    if (!deltas.empty()) {
+      for (float& e : y) e = bf16_to_float(float_to_bf16(e));
+    }
+    return y;
+  };
+  expect_fails(detail::check_k_shift(rope, lossy));
+
+  VerifyOps fused_off = good;  // one output one ulp off
+  fused_off.fused_attention = [good](const AttentionArgs& args) {
+    std::vector<float> y = good.fused_attention(args);
+    y[17] = std::nextafter(y[17], INFINITY);
+    return y;
+  };
+  expect_fails(detail::check_fused_attention(rope, fused_off));
 }
 
 }  // namespace

@@ -285,6 +285,36 @@ TEST(Cli, ApplyInverseUndoesApply) {
   for (int i = 0; i < 768; ++i) EXPECT_NEAR(b[i], a[i], 1e-5f * (1 + std::abs(a[i]))) << i;
 }
 
+// Without --seq-len, apply plans for max(positions) + 1 (Hugging Face's forward pass), while freqs and
+// inspect show the plan at initialisation; each help says which, and the two agree when freqs is
+// given that length.
+TEST(Cli, ApplyWithoutSeqLenPlansForTheLargestPositionAsItsHelpSays) {
+  EXPECT_NE(run({"apply", "--help"}).out.find("max(positions) + 1"), std::string::npos);
+  EXPECT_NE(run({"freqs", "--help"}).out.find("the plan at initialisation"), std::string::npos);
+  EXPECT_NE(run({"inspect", "--help"}).out.find("the plan at initialisation"), std::string::npos);
+  TempDir dir;
+  const NpyArray q = array(NpyType::F32, {1, 3, 1, 96}, random_floats(288, 4));
+  ropekit::cli::write_npy_file(dir.file("q.npy"), q);
+  const std::vector<std::int64_t> pos = {10, 4000, 5000};  // LongRoPE: past the original 4096
+  ropekit::cli::write_npy_file(dir.file("p.npy"), array(NpyType::I64, {3}, pos));
+  const auto apply = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> args = {"apply", "--preset", "phi-3-mini-128k-instruct", "--q", dir.file("q.npy"),
+                                     "--k", dir.file("q.npy"), "--positions", dir.file("p.npy"), "--layout", "bshd",
+                                     "--out-q", dir.file(out), "--out-k", dir.file("k_" + out)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return ropekit::cli::read_npy_file(dir.file(out)).data;
+  };
+  const auto by_default = apply({}, "default.npy");
+  EXPECT_TRUE(by_default == apply({"--seq-len", "5001"}, "long.npy"));
+  EXPECT_FALSE(by_default == apply({"--seq-len", "100"}, "short.npy"));
+  const Result freqs = run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--seq-len", "5001", "--json"});
+  const ropekit::Plan plan = ropekit::make_plan(ropekit::read_preset("phi-3-mini-128k-instruct").layer().spec, 5001);
+  EXPECT_EQ(nlohmann::json::parse(freqs.out)["inv_freq"].get<std::vector<double>>(), plan.inv_freq);
+  EXPECT_TRUE(plan.uses_long_factors);
+}
+
 // Every bad input: exit code 2, one line on stderr that names the problem.
 void expect_usage_error(const std::vector<std::string>& args, const std::string& fragment) {
   const Result r = run(args);

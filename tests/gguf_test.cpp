@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numbers>
 
 #include "golden.hpp"
@@ -238,6 +239,50 @@ TEST(GgufErrors, EachMalformedFieldIsNamed) {
   only_long.u32("phi3.rope.scaling.original_context_length", 4096);
   only_long.tensor_f32("rope_factors_long.weight", std::vector<float>(48, 2.0f));
   expect_error(only_long.bytes(), "needs both rope_factors_long and rope_factors_short");
+}
+
+// Integers are range-checked before any conversion (a u64 of 2^63 cast to int64 is undefined
+// behaviour, which the sanitizer build turns into an abort), and numbers — also the elements of
+// per-layer arrays — must be finite.
+// A Llama GGUF without context_length (each test adds its own).
+Writer llama_without_context(float freq_base = 1e4f) {
+  Writer w;
+  w.str("general.architecture", "llama");
+  w.u32("llama.embedding_length", 4096);
+  w.u32("llama.attention.head_count", 32);
+  w.f32("llama.rope.freq_base", freq_base);
+  w.u32("llama.rope.dimension_count", 128);
+  return w;
+}
+
+TEST(GgufErrors, HugeOrNonFiniteNumbersAreNamedNeverCast) {
+  for (const std::uint64_t huge : {std::uint64_t{1} << 63, ~std::uint64_t{0}, std::uint64_t{1} << 47}) {
+    Writer w = llama_without_context();
+    w.u64("llama.context_length", huge);
+    expect_error(w.bytes(), "llama.context_length = ");
+  }
+  Writer negative = llama_without_context();
+  negative.i64("llama.context_length", -5);
+  expect_error(negative.bytes(), "llama.context_length = -5");
+  Writer ok = llama_without_context();
+  ok.u64("llama.context_length", std::uint64_t{1} << 40);
+  EXPECT_EQ(ropekit::read_gguf(ok.bytes()).max_position_embeddings, std::int64_t{1} << 40);
+  for (const double bad : {1e30, 4096.5, -1.0}) {
+    Writer w = base_writer("llama", 1e4f, 128, 4096, 32);
+    w.str("llama.rope.scaling.type", "yarn");
+    w.f32("llama.rope.scaling.factor", 4.0f);
+    w.f64("llama.rope.scaling.original_context_length", bad);
+    expect_error(w.bytes(), "llama.rope.scaling.original_context_length = ");
+  }
+  Writer nan_base = llama_without_context(std::numeric_limits<float>::quiet_NaN());
+  expect_error(nan_base.bytes(), "llama.rope.freq_base = nan: expected a finite number");
+  // Per-layer arrays: RoPE reads the first layer's value, which must be a finite number too.
+  Writer per_layer;
+  per_layer.str("general.architecture", "llama");
+  per_layer.u32("llama.embedding_length", 4096);
+  per_layer.f32_array("llama.attention.head_count", {std::numeric_limits<float>::infinity(), 32.0f});
+  per_layer.f32("llama.rope.freq_base", 1e4f);
+  expect_error(per_layer.bytes(), "llama.attention.head_count[0] = inf: expected a finite number");
 }
 
 }  // namespace

@@ -14,6 +14,16 @@ class Writer {
  public:
   void u32(const std::string& key, std::uint32_t v) { scalar(key, 4, v); }
   void f32(const std::string& key, float v) { scalar(key, 6, v); }
+  void u64(const std::string& key, std::uint64_t v) { scalar(key, 10, v); }
+  void i64(const std::string& key, std::int64_t v) { scalar(key, 11, v); }
+  void f64(const std::string& key, double v) { scalar(key, 12, v); }
+  void f32_array(const std::string& key, const std::vector<float>& v) {
+    this->key(key, 9);
+    put(kv_, std::uint32_t{6});
+    put(kv_, std::uint64_t{v.size()});
+    for (float x : v) put(kv_, x);
+    ++kv_count_;
+  }
   void str(const std::string& key, const std::string& v) {
     this->key(key, 8);
     string(kv_, v);

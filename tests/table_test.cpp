@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -173,6 +174,31 @@ TEST(Table, HugePositionsAreComputedOnTheFly) {
   rope.apply({.q = bshd(q.data(), DType::F32, 1, 2, 1, 128), .positions = positions(pos)});
   EXPECT_LE(rope.table(0)->num_positions(), 4096);
   EXPECT_TRUE(std::isfinite(q[0]));
+}
+
+// The table grows only when that is cheap next to the call: one decode token at position 10^6
+// computes its 64 angles on the fly rather than building a million-row table (512 MiB, which would fit
+// under the cap); a prefill builds the table it covers, and the decode steps that follow it grow the
+// table geometrically instead of falling back to on-the-fly angles.
+TEST(Table, GrowsOnlyWhenTheCallCoversEnoughOfIt) {
+  const Rope rope(spec_for(1e4, 128));
+  std::vector<float> q(3000 * 128, 0.5f);
+  const auto rotate = [&](std::span<const std::int64_t> pos) {
+    rope.apply({.q = bshd(q.data(), DType::F32, 1, std::int64_t(pos.size()), 1, 128), .positions = positions(pos)});
+  };
+  const std::int64_t far[] = {1000000};
+  rotate(far);
+  EXPECT_EQ(rope.table(0)->num_positions(), 0) << "a single token built a table";
+  std::vector<std::int64_t> prefill(3000);
+  std::iota(prefill.begin(), prefill.end(), 0);
+  rotate(prefill);
+  EXPECT_GE(rope.table(0)->num_positions(), 3000);
+  EXPECT_LT(rope.table(0)->num_positions(), 4000);
+  const std::int64_t next[] = {3000};
+  rotate(next);
+  EXPECT_GE(rope.table(0)->num_positions(), 3001);
+  rotate(far);
+  EXPECT_LT(rope.table(0)->num_positions(), 1000000);
 }
 
 TEST(Table, RefusesTablesBeyondTheMemoryCap) {

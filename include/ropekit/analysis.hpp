@@ -37,10 +37,13 @@ struct PairBand {
 };
 
 // The context the model was trained with before scaling: original_max_position_embeddings for
-// YaRN, Llama 3 and LongRoPE, max_position_embeddings for dynamic NTK, else `fallback`.
+// YaRN, Llama 3 and LongRoPE, max_position_embeddings for dynamic NTK, else `fallback`. Exact.
 std::int64_t original_context(const Spec& spec, std::int64_t fallback);
 
 // One entry per pair of plan.inv_freq; `context` sets PairBand::turns (0 = leave turns at 0).
+// Precision: double (wavelength = 2π/inv_freq, turns = context·inv_freq/2π, one rounding each); the
+// band of a YaRN pair follows the plan's ramp (yarn_ramp_end), of a Llama 3 pair its wavelength
+// thresholds. Valid range: a plan made from `spec`; context ≥ 0.
 std::vector<PairBand> pair_bands(const Spec& spec, const Plan& plan, std::int64_t context);
 
 // RoFormer's long-term decay (Su et al. 2021, §3.4.3): for a relative distance r, the logit
@@ -68,7 +71,10 @@ struct Check {
 // only on m − n (offsets up to 2^30), table accuracy up to position 2^31 − 1 against a long-double
 // oracle (and HF's float32 angles for comparison), on-the-fly = table, Inverse ∘ Forward = identity,
 // the magnitude applied once, K-shift = rotating at the shifted position, fused attention = apply
-// then attention. Deterministic (fixed seeds).
+// then attention. Deterministic (fixed seeds). Each figure is measured in double from the library's
+// float32 results; each bound is the contract of the function checked (its header), so a FAIL means
+// the contract does not hold for this spec. Every check has a test that feeds it a broken
+// implementation and sees it FAIL (tests/analysis_test.cpp). Errors: an invalid spec or length.
 std::vector<Check> verify(const Spec& spec, std::optional<std::int64_t> current_length = std::nullopt);
 
 }  // namespace ropekit

@@ -75,11 +75,16 @@ struct AttentionArgs {
 //
 // Online softmax over key tiles (memory O(threads · tile), never O(q_seq · k_seq)): per query row
 // a running maximum, sum and float32 accumulator, rescaled as each tile arrives. A query that sees
-// no key gets zeros; NaN inputs give NaN outputs. Precision: against a double-precision softmax of
-// the same q, k, v (as stored), each output is within 1e-6 · (1 + R) · max|v|, R the row's range of
-// visible logits (float32 rounding of the dot products, exponentials and sums; ≈ 8 float32 ulp;
-// tests check it for head_dim ≤ 256 and k_seq ≤ 4100 and measure ≤ 0.08 of it). Results do not
-// depend on the thread count; they may differ between SIMD targets (FMA contraction, Exp).
+// no key gets zeros; NaN inputs give NaN outputs.
+//   Precision: float32 — dot products and PV accumulation with FMAs, Highway's Exp (≤ 1 ulp), online
+//     softmax over 64-key tiles; bf16/fp16 outputs are rounded once from the float32 result.
+//   Error: against a double-precision softmax of the same q, k, v (as stored), each float32 output is
+//     within 1e-6 · (1 + R) · max|v|, R the row's range of visible logits (≈ 8 float32 ulp of rounding
+//     in the dot products, exponentials and sums); a bf16/fp16 output adds at most half an ulp of its
+//     type. Measured over the case table on every SIMD target: ≤ 0.092 of the float32 bound; narrowed
+//     outputs reach 0.98 of the bound with the half ulp (tests/targets_test.cpp). Results do not depend
+//     on the thread count; they may differ between SIMD targets (FMA contraction, Exp).
+//   Valid range: any strides; tested for head_dim ≤ 256, k_seq ≤ 4100, positions below 2^31.
 // Errors (ropekit::Error naming the field): shapes or dtypes that do not fit, q_heads not a
 // multiple of kv_heads, positions of the wrong count, a bias whose shape does not fit, window < 0.
 void attention(const AttentionArgs& args, const AttentionOptions& options = {});
@@ -87,7 +92,8 @@ void attention(const AttentionArgs& args, const AttentionOptions& options = {});
 // The same with RoPE fused into the tile loads: each Q and K tile is rotated by `rope` (Forward,
 // including cos_sin_scale) into a thread-local buffer in the storage type — exactly what
 // rope.apply() would have written — and consumed from there; no rotated copy of q or k is made.
-// Equals rope.apply() followed by attention(args) bit for bit (the same tiles, the same order).
+// Equals rope.apply() followed by attention(args) bit for bit (the same tiles, the same order), on
+// every SIMD target; numerics otherwise as above, on the rotated values as apply() stores them.
 void attention(const Rope& rope, const AttentionArgs& args, const AttentionOptions& options = {});
 
 }  // namespace ropekit

@@ -11,6 +11,12 @@
 // Errors (ropekit::Error) name the key and the value: invalid JSON, a wrong type, a missing
 // required key, an unknown rope type or model type. Keys HF would not use produce a warning in
 // ModelRope::warnings, as HF logs one. docs/config.md lists every key read.
+//
+// Numerics of every reader: none of its own. Numbers are taken exactly as the file gives them (JSON
+// numbers parsed to the nearest double, as Python's json does; GGUF values exactly as stored);
+// integers must be exact (|x| ≤ 9e15 in JSON) and lengths lie in [1, 2^47) — checked before any
+// conversion. What the numbers become is make_plan's contract (ropekit/plan.hpp). Valid input: any
+// bytes — every malformed input is an Error, never a crash (each parser has a libFuzzer target).
 #pragma once
 
 #include <cstdint>

@@ -13,23 +13,27 @@
 
 namespace ropekit {
 
+// None of these change a result (no numerics): they choose how the work is split and which SIMD
+// target's kernels run it. All are safe to call while other threads run calls.
+
 // Threads apply() uses when RotateArgs::threads is 0. Initially the number of hardware threads.
 // Small calls use fewer: a thread gets at least ~256 KiB of reads + writes.
 int default_threads();
-// Throws ropekit::Error unless threads >= 1. Safe to call while other threads call apply().
+// Throws ropekit::Error unless threads >= 1.
 void set_default_threads(int threads);
 // How many of `threads` (>= 1) a call moving `bytes` (read + written) really uses: waking a thread
 // costs more than it saves below ~256 KiB per thread.
 int threads_for_bytes(int threads, std::int64_t bytes);
 
-// The SIMD target apply() dispatches to now, e.g. "AVX3" (AVX-512) or "AVX2"; targets without a
-// fused multiply-add ("SSE4", "EMU128") run the scalar reference kernel.
+// The SIMD target calls run on now, e.g. "AVX3" (AVX-512) or "AVX2"; targets without a fused
+// multiply-add ("SSE4", "SSSE3", "EMU128"/"SCALAR") rotate with the scalar reference kernel. A call
+// reads the target once, when it is prepared, and runs that target's code throughout.
 std::string simd_target();
-// Targets compiled into ropekit that this CPU supports, best first.
+// Targets compiled into ropekit that this CPU supports, best first. A pure query.
 std::vector<std::string> simd_targets();
-// Restricts dispatch to one of simd_targets() — for tests and benchmarks that compare targets;
-// "" restores the best. Throws ropekit::Error naming an unknown or unsupported target. Not safe
-// while other threads call apply().
+// Restricts the calls prepared from now on to one of simd_targets() — for tests and benchmarks that
+// compare targets; "" restores the best. Throws ropekit::Error naming an unknown or unsupported
+// target. Calls already prepared keep the target they were prepared with.
 void set_simd_target(std::string_view name);
 
 }  // namespace ropekit

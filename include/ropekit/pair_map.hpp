@@ -28,7 +28,8 @@ struct PairMap {
   int num_pairs() const { return static_cast<int>(lane_a.size()); }
 };
 
-// Builds the map for a validated spec (throws ropekit::Error if the spec is invalid).
+// Builds the map of a spec: exact (integer lane indices). Throws ropekit::Error if the spec is invalid
+// (Spec::validate).
 PairMap make_pair_map(const Spec& spec);
 
 }  // namespace ropekit

@@ -1,23 +1,26 @@
 // ropekit/plan.hpp — what the numbers are, for a given current length.
 //
 // make_plan(spec, current_length) turns a Spec into per-pair inverse frequencies and the two
-// magnitudes the reference applies, all in double:
+// magnitudes the reference applies:
 //   inv_freq[j]         angle of pair j at position p is p · inv_freq[j] (radians)
 //   cos_sin_scale       multiplied into cos and sin (YaRN / LongRoPE attention factor), so q·k
 //                       scales by its square
 //   softmax_scale_mult  multiplied into the softmax scale 1/sqrt(d) by the attention code
 //                       (DeepSeek's mscale(f, mscale_all_dim)²); never folded into cos/sin
 //
-// Precision: every quantity is computed in double from the Spec, with two exceptions that the
-// reference defines in float32 and that the models were trained with: the exponent 2i/d is
-// rounded to float32 (HF, Meta and vLLM all form it as a float32 tensor; for d = 96 the exact
-// exponent differs by up to 4 ulp of the float32 inv_freq), and LongRoPE's factor lists are
-// rounded to float32 (HF builds them as float32 tensors). Result: inv_freq is within 2 float32
-// ulp of Hugging Face's float32 inv_freq (tested on every golden entry) and more accurate than it.
-//
-// Valid range: current_length in [1, 2^47). Dynamic NTK and LongRoPE depend on it; the other
-// variants ignore it. Without a current length the plan is the one at initialisation (HF's
-// seq_len=None): dynamic NTK uses its unchanged base, LongRoPE its short factors.
+// Precision: as Hugging Face computes them, because that is what the models were trained with.
+//   Scalars HF computes in Python — bases (NTK, dynamic NTK), YaRN's correction range, Llama 3's
+//   wavelength thresholds, every magnitude — are double. Per-pair values follow HF's float32 tensor
+//   operations one rounding at a time: the exponent 2i/d as a float32 division, base^exponent in
+//   float32, the YaRN ramp and blend, the Llama 3 smoothing, LongRoPE's factor lists and divisions,
+//   torch's `scalar / tensor` as reciprocal-then-multiply (src/rope/plan.cpp marks each rounding).
+//   inv_freq holds those float32 values, widened to double.
+// Error: inv_freq within 2 float32 ulp of HF's on every golden entry (measured: 22 539 of 22 800
+//   bit-identical; torch's float32 pow is not always correctly rounded); cos_sin_scale within 1e-6
+//   relative of HF's attention_scaling (tests/golden_test.cpp).
+// Valid range: current_length in [1, kPositionLimit) = [1, 2^47). Dynamic NTK and LongRoPE depend on
+//   it; the other variants ignore it. Without a current length the plan is the one at initialisation
+//   (HF's seq_len=None): dynamic NTK uses its unchanged base, LongRoPE its short factors.
 #pragma once
 
 #include <cstdint>
@@ -41,16 +44,27 @@ struct Plan {
   double yarn_high = 0.0;
 };
 
-// Validates spec (ropekit::Error on bad input) and forms its plan for the given current length.
+// Validates spec (ropekit::Error on bad input: Spec::validate, a current length out of range, or
+// parameters whose formula gives a non-finite or negative inv_freq) and forms its plan for the given
+// current length. Numerics: the file comment.
 Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length = std::nullopt);
 
 // True when keys rotated under `cached` must be re-rotated to be valid under `next`: the angles
-// (inv_freq) or the cos/sin magnitude differ. Dynamic NTK past max_position_embeddings and
+// (inv_freq) or the cos/sin magnitude differ (exact comparison of the doubles). Dynamic NTK past max_position_embeddings and
 // LongRoPE crossing original_max_position_embeddings are the variants where this happens.
 // Hugging Face does not re-rotate cached keys when this happens; ropekit tells the caller.
 bool needs_rerotation(const Plan& cached, const Plan& next);
 
 // get_mscale(s, m) = 0.1·m·ln(s) + 1 for s > 1, else 1 (YaRN / DeepSeek).
+// Precision: double, the formula as written (one log, one multiply-add). Range: scale > 0.
 double yarn_get_mscale(double scale, double mscale = 1.0);
+
+// The end of YaRN's ramp over pair index i, ramp(i) = clamp((i − low) / (end − low), 0, 1), with low
+// and high the plan's yarn_low and yarn_high: 0 keeps a pair's frequency (extrapolated), 1
+// interpolates it fully. end = high, except that a zero-width range (low == high) ends at
+// high + 0.001 — Hugging Face's guard against dividing by zero, which makes the ramp a step at low.
+// The plan and the pair bands both read the ramp through this one rule. Precision: double, exact but
+// for that one addition.
+double yarn_ramp_end(double low, double high);
 
 }  // namespace ropekit

@@ -54,8 +54,9 @@ class Rope {
   const PairMap& pair_map() const;
   AngleMode angle_mode() const { return mode_; }
 
-  // Re-forms the plan for a new current length (dynamic NTK, LongRoPE). Returns true when the
-  // rotation changed, i.e. keys already rotated and cached must be re-rotated (needs_rerotation).
+  // Re-forms the plan for a new current length in [1, 2^47) (dynamic NTK, LongRoPE; numerics:
+  // make_plan). Returns true when the rotation changed, i.e. keys already rotated and cached must be
+  // re-rotated (needs_rerotation).
   bool set_current_length(std::int64_t current_length);
 
   // Validates `args` and resolves the call once (ropekit/call.hpp): views and positions checked,
@@ -73,7 +74,8 @@ class Rope {
   void apply_on_the_fly(const RotateArgs& args) const;
   void apply(const RotateArgs& args, const Table& table) const;
 
-  // A table covering at least [0, num_positions), grown from the current one if needed.
+  // A table covering at least [0, num_positions), grown from the current one if needed (numerics:
+  // ropekit/table.hpp). Errors: a table beyond kMaxTableBytes.
   std::shared_ptr<const Table> table(std::int64_t num_positions) const;
 
  private:

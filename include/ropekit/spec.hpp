@@ -25,11 +25,22 @@ namespace ropekit {
 // arithmetic with ≥ 6 bits to spare below double's 2^53 integer range.
 inline constexpr std::int64_t kPositionLimit = std::int64_t{1} << 47;
 
-// Which two lanes of a head form one rotated pair (docs/conventions.md has the diagrams).
-//   Interleaved: pair j = lanes (2j, 2j+1)                  — GPT-J, "NORMAL" in ggml, complex view.
-//   Half:        pair j = lanes (j, j + rotary_dim/2)       — GPT-NeoX/Llama `rotate_half`, "NEOX".
+// Which two lanes of a head form one rotated pair j (a' = a·cos θ_j − b·sin θ_j, b' = b·cos θ_j + a·sin θ_j).
+// Shown for head_dim = rotary_dim = 8 (4 pairs); lanes ≥ rotary_dim (partial rotary) pass through.
+//
+//   Interleaved: pair j = lanes (2j, 2j+1) — GPT-J, ggml "NORMAL", torch.view_as_complex, DeepSeek
+//     lane:  0  1 | 2  3 | 4  5 | 6  7
+//     pair:  0  0 | 1  1 | 2  2 | 3  3
+//            a  b   a  b   a  b   a  b
+//
+//   Half: pair j = lanes (j, j + rotary_dim/2) — GPT-NeoX/Llama `rotate_half`, ggml "NEOX"
+//     lane:  0  1  2  3 | 4  5  6  7
+//     pair:  0  1  2  3 | 0  1  2  3
+//            a  a  a  a   b  b  b  b
+//
 // The enumerators start at 1 so that a Spec whose pairing was never set (value-initialised to 0)
-// fails validate() instead of silently meaning one of them.
+// fails validate() instead of silently meaning one of them. PairMap (pair_map.hpp) is the one place
+// that turns this into lane indices; docs/conventions.md covers partial rotary and M-RoPE.
 enum class Pairing { Interleaved = 1, Half = 2 };
 
 namespace scaling {
@@ -115,7 +126,8 @@ using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scali
                              scaling::FreqFactors>;
 
 // The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
-// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors, which HF has no name for).
+// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors, which HF has no name for),
+// and the name of a pairing ("interleaved", "half"). Names only: nothing numeric.
 std::string_view rope_type_name(const Scaling& scaling);
 std::string_view to_string(Pairing pairing);
 
@@ -140,7 +152,10 @@ struct Spec {
 
   int num_pairs() const { return rotary_dim / 2; }
 
-  // Throws ropekit::Error naming the first invalid field and its value.
+  // Throws ropekit::Error naming the first invalid field and its value. Exact: it compares fields, it
+  // computes nothing. Valid: 1 ≤ head_dim ≤ 65536, 0 < rotary_dim ≤ head_dim and even, 1 < base < ∞
+  // and finite, each scaling field finite and in the range its formula needs (spec.cpp), M-RoPE
+  // sections summing to rotary_dim/2.
   void validate() const;
 };
 

@@ -35,7 +35,8 @@ struct Heads {
   std::int64_t tokens() const { return batch * seq; }
 };
 
-// Contiguous layouts (head_dim is the full row width of each head).
+// Contiguous layouts (head_dim is the full row width of each head). Exact int64 stride arithmetic;
+// nothing is checked here — the call that receives the view checks it (ranges, overflow, overlap).
 Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
            std::int64_t head_dim);
 Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
@@ -45,7 +46,8 @@ enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
 
 // One position per token (axes = 1) or, for M-RoPE, three streams t, h, w (axes = 3) stored one
 // after the other: stream a of token t is at data[a·count + t]. Any order, duplicates allowed
-// (packed batches, speculative decoding); every position must be in [0, 2^47).
+// (packed batches, speculative decoding); every position must be in [0, kPositionLimit) = [0, 2^47)
+// (ropekit/spec.hpp), which the receiving call checks. Positions are integers: exact, never rounded.
 struct Positions {
   const void* data = nullptr;
   IndexType type = IndexType::I64;
@@ -65,7 +67,8 @@ inline Positions positions(std::span<const std::int32_t> p) {
 inline Positions positions(std::span<const std::int64_t> p) {
   return {p.data(), IndexType::I64, static_cast<std::int64_t>(p.size()), 1};
 }
-// M-RoPE: p holds 3·count values, the t stream, then h, then w.
+// M-RoPE: p holds 3·count values, the t stream, then h, then w. Throws ropekit::Error naming the
+// count when p.size() is not a multiple of 3.
 Positions mrope_positions(std::span<const std::int64_t> p);
 Positions mrope_positions(std::span<const std::int32_t> p);
 

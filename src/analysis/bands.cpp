@@ -32,7 +32,7 @@ struct Classifier {
   // The same ramp as the plan: 0 at or below yarn_low (kept), 1 at or above yarn_high.
   Band operator()(const scaling::Yarn&) const {
     const double low = plan.yarn_low;
-    const double high = plan.yarn_high == low ? low + 0.001 : plan.yarn_high;
+    const double high = yarn_ramp_end(low, plan.yarn_high);
     const double ramp = std::clamp((double(pair) - low) / (high - low), 0.0, 1.0);
     return ramp == 0.0 ? Band::Extrapolated : ramp == 1.0 ? Band::Interpolated : Band::Blended;
   }

@@ -48,7 +48,7 @@ GgufFile parse(Cursor& c) {
   std::uint64_t alignment = 32;
   if (auto it = file.kv.find("general.alignment"); it != file.kv.end()) {
     const double* a = std::get_if<double>(&it->second.value);
-    if (!a || *a < 1 || *a > 65536 || !std::has_single_bit(static_cast<std::uint64_t>(*a))) {
+    if (!a || !(*a >= 1 && *a <= 65536) || !std::has_single_bit(static_cast<std::uint64_t>(*a))) {
       c.bad("general.alignment must be a power of two up to 65536");
     }
     alignment = static_cast<std::uint64_t>(*a);

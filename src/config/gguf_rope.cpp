@@ -65,7 +65,7 @@ class SpecBuilder {
       head_dim = rotary_dim;
     }
     if (auto ctx = number(prefix_ + "context_length")) {
-      out_.max_position_embeddings = static_cast<std::int64_t>(*ctx);
+      out_.max_position_embeddings = length(prefix_ + "context_length", *ctx);
     }
 
     Spec spec;
@@ -110,7 +110,10 @@ class SpecBuilder {
     if (const auto* items = std::get_if<std::vector<GgufValue>>(&v.value)) {
       // Per-layer arrays (e.g. head_count on some architectures): RoPE needs the first layer's.
       if (!items->empty()) {
-        if (const double* d = std::get_if<double>(&items->front().value)) return *d;
+        if (const double* d = std::get_if<double>(&items->front().value)) {
+          if (!std::isfinite(*d)) fail(key + "[0]", *d, "expected a finite number");
+          return *d;
+        }
       }
     }
     const double* d = std::get_if<double>(&v.value);
@@ -121,6 +124,14 @@ class SpecBuilder {
   double required(const std::string& key) const {
     if (auto v = number(key)) return *v;
     throw Error(fmt::format("{}: {} is missing", c_.origin(), key));
+  }
+  // A context length: an integer in [1, kPositionLimit), checked before the conversion (a value
+  // beyond int64 would make it undefined).
+  std::int64_t length(const std::string& key, double v) const {
+    if (!(v >= 1 && v < double(kPositionLimit) && v == std::floor(v))) {
+      fail(key, v, "must be an integer in [1, 2^47)");
+    }
+    return static_cast<std::int64_t>(v);
   }
   int as_int(const std::string& key, double v) const {
     if (v != std::floor(v) || v <= 0 || v > 65536) fail(key, v, "must be an integer in [1, 65536]");
@@ -188,9 +199,7 @@ class SpecBuilder {
     const std::optional<double> attn_factor = number(prefix_ + "rope.scaling.attn_factor");
     auto original = [&] {
       const std::string key = prefix_ + "rope.scaling.original_context_length";
-      const double l0 = required(key);
-      if (l0 < 1 || l0 != std::floor(l0)) fail(key, l0, "must be a positive integer");
-      return static_cast<std::int64_t>(l0);
+      return length(key, required(key));
     };
     auto freqs = tensor("rope_freqs.weight", pairs);
     auto long_f = tensor("rope_factors_long.weight", pairs);

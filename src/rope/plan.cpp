@@ -98,7 +98,7 @@ struct Planner {
     high = std::min(high, double(d() - 1));  // HF clamps with d−1 although pairs end at d/2−1
     plan.yarn_low = low;
     plan.yarn_high = high;
-    if (low == high) high += 0.001;  // HF linear_ramp_factor: avoid a zero division
+    high = yarn_ramp_end(low, high);
 
     plan.inv_freq.resize(pairs());
     for (int i = 0; i < pairs(); ++i) {
@@ -193,6 +193,8 @@ struct Planner {
 };
 
 }  // namespace
+
+double yarn_ramp_end(double low, double high) { return low == high ? high + 0.001 : high; }
 
 double yarn_get_mscale(double scale, double mscale) {
   return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;

@@ -2,6 +2,7 @@
 // readers accept (config.json seeds are the presets themselves).
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "gguf_writer.hpp"
 #include "npy.hpp"
@@ -45,6 +46,15 @@ int main(int argc, char** argv) {
   vl.tensor_f32("rope_factors_long.weight", std::vector<float>(64, 3.0f));
   vl.tensor_f32("rope_factors_short.weight", std::vector<float>(64, 1.0f));
   save(dir / "gguf" / "mrope_longrope.gguf", vl.bytes());
+  // Integers beyond int64 and non-finite numbers, where a reader that converts before it checks
+  // has undefined behaviour.
+  gguf_test::Writer huge;
+  huge.str("general.architecture", "llama");
+  huge.u64("llama.context_length", ~std::uint64_t{0});
+  huge.f64("llama.rope.scaling.original_context_length", 1e300);
+  huge.f32_array("llama.attention.head_count", {std::numeric_limits<float>::quiet_NaN(), 32.0f});
+  huge.u32("llama.embedding_length", 4096);
+  save(dir / "gguf" / "huge_numbers.gguf", huge.bytes());
 
   using ropekit::cli::NpyArray;
   using ropekit::cli::NpyType;

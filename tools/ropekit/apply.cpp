@@ -168,7 +168,9 @@ void run(const ApplyOptions& o, Streams io) {
 void add_apply(CLI::App& app, Streams io) {
   auto* cmd = app.add_subcommand("apply", "rotate q and k from .npy files (float32, float16, or bf16 bits as uint16)");
   auto o = std::make_shared<ApplyOptions>();
-  o->model.add_to(*cmd, /*with_gguf=*/true);
+  o->model.add_to(*cmd, /*with_gguf=*/true,
+                  "max(positions) + 1, the length Hugging Face's forward pass plans for (dynamic_rope_update); "
+                  "freqs and inspect show that plan with --seq-len max(positions) + 1");
   cmd->add_option("--q", o->q_path, "queries .npy, 4-D in --layout")->required();
   cmd->add_option("--k", o->k_path, "keys .npy, 4-D in --layout (heads may differ from q: GQA)")->required();
   cmd->add_option("--positions", o->positions_path,

@@ -8,7 +8,7 @@
 
 namespace ropekit::cli {
 
-void ModelOptions::add_to(CLI::App& app, bool with_gguf) {
+void ModelOptions::add_to(CLI::App& app, bool with_gguf, std::string_view seq_len_default) {
   auto* group = app.add_option_group("model", "where the model's RoPE comes from (exactly one)");
   group->add_option("--config", config, "Hugging Face config.json");
   group->add_option("--preset", preset, "a built-in preset (ropekit presets lists them)");
@@ -18,7 +18,7 @@ void ModelOptions::add_to(CLI::App& app, bool with_gguf) {
       ->check(CLI::IsMember({"half", "interleaved"}));
   app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
   app.add_option("--seq-len", seq_len,
-                 "current sequence length (dynamic NTK, LongRoPE); default: the plan at initialisation")
+                 fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", seq_len_default))
       ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
 }
 

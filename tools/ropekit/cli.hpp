@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ropekit/config.hpp"
@@ -28,7 +29,11 @@ struct ModelOptions {
   std::optional<std::int64_t> seq_len;
 
   // Adds --config/--preset/--gguf (exactly one required), --pairing, --layer-type, --seq-len.
-  void add_to(CLI::App& app, bool with_gguf = true);
+  // seq_len_default says what the sub-command uses without --seq-len (kInitialPlan by default).
+  void add_to(CLI::App& app, bool with_gguf = true, std::string_view seq_len_default = kInitialPlan);
+  static constexpr std::string_view kInitialPlan =
+      "the plan at initialisation, as Hugging Face builds it before any forward pass (seq_len=None: dynamic "
+      "NTK's base unchanged, LongRoPE's short factors)";
   ModelRope load() const;
   // The layer named by --layer-type, or every layer of the model when none was given.
   std::vector<const LayerRope*> selected_layers(const ModelRope& model) const;
