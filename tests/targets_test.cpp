@@ -174,9 +174,8 @@ TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
 // ---------------------------------------------------------------------------------------------------
 // Attention.
 
-// The values of a tensor's view as contiguous float32 [batch, seq, heads, dim].
-std::vector<float> floats(const Tensor& t, int dim) {
-  const Heads& v = t.view;
+// The values of a view as contiguous float32 [batch, seq, heads, dim].
+std::vector<float> floats(const Heads& v, int dim) {
   std::vector<float> out;
   for (std::int64_t b = 0; b < v.batch; ++b) {
     for (std::int64_t s = 0; s < v.seq; ++s) {
@@ -244,8 +243,9 @@ TEST_P(Attention, EveryCaseEqualsApplyThenAttentionAndTheOracle) {
     const int d = c.head_dim(), dv = c.value_dim();
     const attn_oracle::Shape shape{.batch = c.batch, .q_seq = c.seq, .k_seq = c.k_seq, .q_heads = c.q_heads,
                                    .kv_heads = c.k_heads, .d = d, .dv = dv};
-    const std::vector<float> qf = floats(w.q_rot, d), kf = floats(w.k_rot, d), vf = floats(w.v, dv),
-                             got = floats(w.out, dv);
+    const Heads& stored_keys = c.op == Op::CacheAttention ? w.cache->keys() : w.k_rot.view;
+    const std::vector<float> qf = floats(w.q_rot.view, d), kf = floats(stored_keys, d), vf = floats(w.v.view, dv),
+                             got = floats(w.out.view, dv);
     const double scale = float(1.0 / std::sqrt(double(d)) * w.rope().plan().softmax_scale_mult);
     const attn_oracle::Result want = attn_oracle::softmax_attention(
         qf, kf, vf, shape, w.q_positions, w.k_positions, scale, c.causal, c.window, oracle_bias(c, w.attention_options()));

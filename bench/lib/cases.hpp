@@ -122,7 +122,7 @@ class Workload {
   void run_unfused();
 
   // Data. Rotate: q, k, q_out, k_out (written only by out-of-place cases). Attention: q, k, v, out, and after
-  // run_unfused() q_rot, k_rot (keys as the cache stores them for CacheAttention) and unfused_out.
+  // run_unfused() q_rot, k_rot (Attention; CacheAttention's rotated keys are cache->keys()) and unfused_out.
   Tensor q, k, q_out, k_out, v, out, q_rot, k_rot, unfused_out;
   std::vector<std::int64_t> q_positions, k_positions;  // attention: mask positions too
   std::vector<float> dense_bias, t5_table, alibi;

@@ -72,6 +72,12 @@ struct RotateJob {
 
 // A kernel: rotates rows [first, last) of a job. Never throws, takes no lock, allocates nothing.
 using RowsKernel = void (*)(const RotateJob& job, std::int64_t first, std::int64_t last);
+// A token kernel: rotates `heads` rows of token `token` — read from src (rows src_stride elements
+// apart) with the job's positions and coefficients for that token, written to dst (dst_stride apart)
+// in the same storage type, pass-through lanes copied: the bits the call's kernel writes for those
+// rows. For consumers that rotate into buffers of their own (linear attention's features).
+using TokenKernel = void (*)(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
+                             void* dst, std::int64_t dst_stride, std::int64_t heads);
 
 }  // namespace detail
 

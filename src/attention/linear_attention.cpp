@@ -7,6 +7,7 @@
 
 #include "attention/attention_internal.hpp"
 #include "cpu/parallel.hpp"
+#include "cpu/rotate.hpp"
 #include "rope/call.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/linear_attention.hpp"
@@ -19,44 +20,30 @@ namespace {
 // φ(x) = elu(x) + 1: x + 1 for x > 0, exp(x) otherwise — positive, so the denominator is too.
 float feature(float x) { return x > 0.0f ? x + 1.0f : std::exp(x); }
 
-// φ(x) and R·φ(x) of a whole q or k tensor as float32 [batch, seq, heads, head_dim]: φ for the
-// denominator, its rotation (Forward, one prepared call over all of it) for the numerator.
+// φ(x) and R·φ(x) of `heads` heads of batch b, laid out (token, head, lane): φ for the denominator,
+// its rotation (Forward) for the numerator — computed per item, in buffers of the item's own.
 struct Features {
-  std::vector<float> phi, rotated;
-  std::int64_t seq = 0, heads = 0;
-  int d = 0;
-  const float* phi_row(std::int64_t b, std::int64_t t, std::int64_t h) const { return phi.data() + ((b * seq + t) * heads + h) * d; }
-  const float* rotated_row(std::int64_t b, std::int64_t t, std::int64_t h) const {
-    return rotated.data() + ((b * seq + t) * heads + h) * d;
-  }
+  std::vector<float> phi;      // tokens × heads × head_dim
+  std::vector<float> rotated;  // the same, rotated
 };
 
-Features features(const Rope& rope, const Heads& x, const Positions& positions, int d, const char* name,
-                  const char* positions_name) {
-  Features f;
-  f.seq = x.seq;
-  f.heads = x.heads;
-  f.d = d;
-  f.phi.resize(std::size_t(x.batch * x.seq * x.heads * d));
-  for (std::int64_t b = 0; b < x.batch; ++b) {
-    for (std::int64_t t = 0; t < x.seq; ++t) {
-      for (std::int64_t h = 0; h < x.heads; ++h) {
-        float* row = f.phi.data() + ((b * x.seq + t) * x.heads + h) * d;
-        const auto* src = static_cast<const std::byte*>(x.data) +
-                          (b * x.batch_stride + t * x.seq_stride + h * x.head_stride) * element_size(x.dtype);
-        detail::widen(src, x.dtype, d, row);
-        for (int l = 0; l < d; ++l) row[l] = feature(row[l]);
-      }
-    }
-  }
+// `rotation` is the call prepared (validated) once over all of x; its token kernel rotates this
+// item's rows with the coefficients of each token, as RotateCall::run() would.
+void features(const detail::RotateJob& rotation, detail::TokenKernel rotate_token, const Heads& x, std::int64_t b,
+              std::int64_t head, std::int64_t heads, int d, Features& f) {
+  const std::int64_t n = x.seq;
+  f.phi.resize(std::size_t(n * heads * d));
   f.rotated.resize(f.phi.size());
-  detail::prepare_call(rope,
-                       {.q = bshd(f.phi.data(), DType::F32, x.batch, x.seq, x.heads, d),
-                        .q_out = bshd(f.rotated.data(), DType::F32, x.batch, x.seq, x.heads, d),
-                        .positions = positions},
-                       detail::ViewUse::Write, {.q = name, .q_out = "rotated features", .positions = positions_name})
-      .run();
-  return f;
+  for (std::int64_t t = 0; t < n; ++t) {
+    float* rows = f.phi.data() + t * heads * d;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const auto* src = static_cast<const std::byte*>(x.data) +
+                        (b * x.batch_stride + t * x.seq_stride + (head + h) * x.head_stride) * element_size(x.dtype);
+      detail::widen(src, x.dtype, d, rows + h * d);
+      for (int l = 0; l < d; ++l) rows[h * d + l] = feature(rows[h * d + l]);
+    }
+    rotate_token(rotation, b * n + t, rows, d, f.rotated.data() + t * heads * d, d, heads);
+  }
 }
 
 float dot(const float* a, const float* b, int n) {
@@ -82,12 +69,20 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   const std::int64_t q_seq = args.q.seq, k_seq = args.k.seq;
   const std::int64_t group = args.q.heads / args.k.heads;
   const std::int64_t items = args.q.batch * args.k.heads;
-  // The features and their rotations, once for all items (positions validated here).
-  const Features k = features(rope, args.k, args.k_positions, d, "k", "k_positions");
-  const Features q = features(rope, args.q, args.q_positions, d, "q", "q_positions");
+  // The rotations, validated once (views, positions; the table pinned): each item rotates its
+  // features with their coefficients through the token kernel, chosen once.
+  const RotateCall q_rotation = detail::prepare_call(rope, {.q = args.q, .positions = args.q_positions},
+                                                     detail::ViewUse::Read, {.q = "q", .positions = "q_positions"});
+  const RotateCall k_rotation = detail::prepare_call(rope, {.q = args.k, .positions = args.k_positions},
+                                                     detail::ViewUse::Read, {.q = "k", .positions = "k_positions"});
+  const detail::TokenKernel rotate_token = cpu::select_token_kernel(DType::F32);
+  const int threads = default_threads();
 
   const auto item = [&](std::int64_t i) {
     const std::int64_t b = i / args.k.heads, kv_head = i % args.k.heads;
+    Features k, q;
+    features(k_rotation.job(), rotate_token, args.k, b, kv_head, 1, d, k);
+    features(q_rotation.job(), rotate_token, args.q, b, kv_head * group, group, d, q);
     std::vector<float> v(std::size_t(k_seq * dv));
     for (std::int64_t t = 0; t < k_seq; ++t) {
       const auto* src = static_cast<const std::byte*>(args.v.data) +
@@ -107,14 +102,14 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     if (form == LinearAttentionForm::Parallel) {
       for (std::int64_t g = 0; g < group; ++g) {
         for (std::int64_t m = 0; m < q_seq; ++m) {
-          const float* rq = q.rotated_row(b, m, kv_head * group + g);
-          const float* pq = q.phi_row(b, m, kv_head * group + g);
+          const float* rq = q.rotated.data() + (m * group + g) * d;
+          const float* pq = q.phi.data() + (m * group + g) * d;
           std::fill(out.begin(), out.end(), 0.0f);
           float denominator = 0.0f;
           const std::int64_t last = causal ? m + 1 : k_seq;
           for (std::int64_t n = 0; n < last; ++n) {
-            const float weight = dot(rq, k.rotated_row(b, n, kv_head), d);
-            denominator += dot(pq, k.phi_row(b, n, kv_head), d);
+            const float weight = dot(rq, k.rotated.data() + n * d, d);
+            denominator += dot(pq, k.phi.data() + n * d, d);
             for (int l = 0; l < dv; ++l) out[l] += weight * v[n * dv + l];
           }
           store(m, g, denominator);
@@ -125,8 +120,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     // Recurrent: state = Σ_n R φ(k_n) v_nᵀ (d × dv) and z = Σ_n φ(k_n), shared by the group's heads.
     std::vector<float> state(std::size_t(d) * dv, 0.0f), z(std::size_t(d), 0.0f);
     const auto absorb = [&](std::int64_t n) {
-      const float* rk = k.rotated_row(b, n, kv_head);
-      const float* pk = k.phi_row(b, n, kv_head);
+      const float* rk = k.rotated.data() + n * d;
+      const float* pk = k.phi.data() + n * d;
       for (int i = 0; i < d; ++i) {
         z[i] += pk[i];
         float* row = state.data() + std::size_t(i) * dv;
@@ -135,8 +130,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     };
     const auto emit = [&](std::int64_t m) {
       for (std::int64_t g = 0; g < group; ++g) {
-        const float* rq = q.rotated_row(b, m, kv_head * group + g);
-        const float* pq = q.phi_row(b, m, kv_head * group + g);
+        const float* rq = q.rotated.data() + (m * group + g) * d;
+        const float* pq = q.phi.data() + (m * group + g) * d;
         std::fill(out.begin(), out.end(), 0.0f);
         for (int i = 0; i < d; ++i) {
           const float* row = state.data() + std::size_t(i) * dv;
@@ -156,8 +151,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     }
   };
 
-  const int threads = int(std::min<std::int64_t>(default_threads(), items));
-  cpu::parallel_items(threads, items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
+  cpu::parallel_items(int(std::min<std::int64_t>(threads, items)), items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
 }
 
 }  // namespace ropekit

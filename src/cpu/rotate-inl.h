@@ -367,39 +367,59 @@ inline detail::RowsKernel RotateKernelFor(Pairing pairing, DType q, DType k) {
   return pairing == Pairing::Interleaved ? KernelFor<Pairing::Interleaved>(q, k) : KernelFor<Pairing::Half>(q, k);
 }
 
-// Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k), rotated into
-// dst (in's storage type, rows dst_stride elements apart, pass-through lanes copied): the bits the
-// call's kernel writes for those rows. For per-target consumers that rotate into their own buffers.
+// Token rows (a TokenKernel's work, ropekit/call.hpp) in Codec's storage type, with the caller's
+// coefficient scratch.
 template <class Codec>
-HWY_INLINE void RotateTokenHeadsAs(const RotateJob& job, const Heads& in, std::int64_t token,
-                                   std::int64_t head_first, std::int64_t heads, void* dst,
-                                   std::int64_t dst_stride, Scratch& scratch) {
+HWY_INLINE void RotateTokenRowsAs(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
+                                  void* dst, std::int64_t dst_stride, std::int64_t heads, Scratch& scratch) {
   using T = typename Codec::T;
-  if (job.map->pairing == Pairing::Interleaved) {
+  const bool interleaved = job.map->pairing == Pairing::Interleaved;
+  if (interleaved) {
     BuildCoefficients<Pairing::Interleaved>(job, token, scratch);
   } else {
     BuildCoefficients<Pairing::Half>(job, token, scratch);
   }
-  const std::int64_t b = token / job.seq, s = token % job.seq;
   bool streamed = false;
   for (std::int64_t h = 0; h < heads; ++h) {
-    const T* src = ElementOf<T>(in, b, s, head_first + h);
+    const T* in = static_cast<const T*>(src) + h * src_stride;
     T* out = static_cast<T*>(dst) + h * dst_stride;
-    if (job.map->pairing == Pairing::Interleaved) {
-      RotateHead<Codec, Pairing::Interleaved>(*job.map, src, out, scratch, false, streamed);
+    if (interleaved) {
+      RotateHead<Codec, Pairing::Interleaved>(*job.map, in, out, scratch, false, streamed);
     } else {
-      RotateHead<Codec, Pairing::Half>(*job.map, src, out, scratch, false, streamed);
+      RotateHead<Codec, Pairing::Half>(*job.map, in, out, scratch, false, streamed);
     }
   }
 }
 
+// Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k), rotated into
+// dst (in's storage type, rows dst_stride elements apart): for per-target consumers that inline the
+// rotation into their loads (the fused attention driver).
 HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
                                  std::int64_t head_first, std::int64_t heads, void* dst,
                                  std::int64_t dst_stride, Scratch& scratch) {
+  const std::int64_t b = token / job.seq, s = token % job.seq;
+  const void* src = static_cast<const std::byte*>(in.data) +
+                    (b * in.batch_stride + s * in.seq_stride + head_first * in.head_stride) * element_size(in.dtype);
   switch (in.dtype) {
-    case DType::BF16: return RotateTokenHeadsAs<BF16Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
-    case DType::F16: return RotateTokenHeadsAs<F16Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
-    default: return RotateTokenHeadsAs<F32Codec>(job, in, token, head_first, heads, dst, dst_stride, scratch);
+    case DType::BF16: return RotateTokenRowsAs<BF16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
+    case DType::F16: return RotateTokenRowsAs<F16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
+    default: return RotateTokenRowsAs<F32Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
+  }
+}
+
+// A TokenKernel with its own coefficient scratch.
+template <class Codec>
+void TokenRows(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride, void* dst,
+               std::int64_t dst_stride, std::int64_t heads) {
+  Scratch scratch(*job.map);
+  RotateTokenRowsAs<Codec>(job, token, src, src_stride, dst, dst_stride, heads, scratch);
+}
+
+inline detail::TokenKernel TokenKernelFor(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return &TokenRows<BF16Codec>;
+    case DType::F16: return &TokenRows<F16Codec>;
+    default: return &TokenRows<F32Codec>;
   }
 }
 
@@ -412,10 +432,27 @@ struct Scratch {
   explicit Scratch(const PairMap&) {}
 };
 
+template <DType kType>
+void ReferenceTokenRows(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride, void* dst,
+                        std::int64_t dst_stride, std::int64_t heads) {
+  detail::rotate_token_rows_reference(job, token, src, src_stride, dst, dst_stride, heads, kType);
+}
+
+inline detail::TokenKernel TokenKernelFor(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return &ReferenceTokenRows<DType::BF16>;
+    case DType::F16: return &ReferenceTokenRows<DType::F16>;
+    default: return &ReferenceTokenRows<DType::F32>;
+  }
+}
+
 HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
                                  std::int64_t head_first, std::int64_t heads, void* dst,
                                  std::int64_t dst_stride, Scratch&) {
-  detail::rotate_token_heads_reference(job, in, token, head_first, heads, dst, dst_stride);
+  const std::int64_t b = token / job.seq, s = token % job.seq;
+  const void* src = static_cast<const std::byte*>(in.data) +
+                    (b * in.batch_stride + s * in.seq_stride + head_first * in.head_stride) * element_size(in.dtype);
+  detail::rotate_token_rows_reference(job, token, src, in.head_stride, dst, dst_stride, heads, in.dtype);
 }
 
 #endif  // ROPEKIT_SIMD_KERNELS

@@ -22,6 +22,7 @@
 namespace ropekit::cpu {
 
 HWY_EXPORT(RotateKernelFor);
+HWY_EXPORT(TokenKernelFor);
 HWY_EXPORT(HasSimdKernels);
 
 namespace {
@@ -51,6 +52,10 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
   return HWY_DISPATCH_TABLE(RotateKernelFor)[dispatch_index(current_target())](
       job.map->pairing, job.args.q.dtype, job.args.k.dtype);
+}
+
+detail::TokenKernel select_token_kernel(DType dtype) {
+  return HWY_DISPATCH_TABLE(TokenKernelFor)[dispatch_index(current_target())](dtype);
 }
 
 detail::RowsKernel no_rows_kernel() { return &no_rows; }

@@ -17,6 +17,8 @@ namespace ropekit::cpu {
 // run on now (cpu/dispatch.hpp, read once). Also decides the job's non-temporal stores: out-of-place
 // calls writing at least stream_threshold_bytes().
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written);
+// The token kernel for rows stored as `dtype`, on the SIMD target calls run on now (read once).
+detail::TokenKernel select_token_kernel(DType dtype);
 // A kernel that rotates nothing (for calls that only describe their rows to a consumer).
 detail::RowsKernel no_rows_kernel();
 // Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).

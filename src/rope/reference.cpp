@@ -129,15 +129,15 @@ void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_
   }
 }
 
-void rotate_token_heads_reference(const RotateJob& job, const Heads& in, std::int64_t token,
-                                  std::int64_t head_first, std::int64_t heads, void* dst,
-                                  std::int64_t dst_stride) {
+void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src,
+                                 std::int64_t src_stride, void* dst, std::int64_t dst_stride,
+                                 std::int64_t heads, DType dtype) {
   Coefficients coef(job);
   coef.set_token(token);
-  const std::int64_t row_bytes = dst_stride * element_size(in.dtype);
+  const std::int64_t es = element_size(dtype);
   for (std::int64_t h = 0; h < heads; ++h) {
-    rotate_head(in.dtype, *job.map, element(in, job.seq, token, head_first + h),
-                static_cast<std::byte*>(dst) + h * row_bytes, coef.c(), coef.s());
+    rotate_head(dtype, *job.map, static_cast<const std::byte*>(src) + h * src_stride * es,
+                static_cast<std::byte*>(dst) + h * dst_stride * es, coef.c(), coef.s());
   }
 }
 

@@ -40,12 +40,10 @@ void narrow(const float* src, std::int64_t n, DType dtype, void* dst);
 // Rows [first, last) of a validated call (a detail::RowsKernel). Single-threaded per call.
 void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_t last);
 
-// Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k view, read with
-// the job's positions and coefficients), written to `dst` in `in`'s storage type, rows `dst_stride`
-// elements apart, pass-through lanes copied: exactly the bits run() would write for those rows.
-// Consumers that rotate into their own buffers (fused attention) use it on targets without SIMD kernels.
-void rotate_token_heads_reference(const RotateJob& job, const Heads& in, std::int64_t token,
-                                  std::int64_t head_first, std::int64_t heads, void* dst,
-                                  std::int64_t dst_stride);
+// A TokenKernel's work (ropekit/call.hpp) in storage type `dtype`: on targets without SIMD kernels,
+// consumers that rotate rows into their own buffers (fused attention, linear attention) use this.
+void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src,
+                                 std::int64_t src_stride, void* dst, std::int64_t dst_stride,
+                                 std::int64_t heads, DType dtype);
 
 }  // namespace ropekit::detail
