@@ -111,6 +111,8 @@ class RotateCall {
 
  private:
   friend class Rope;
+  // The job starts from the arguments (aggregate initialisation: no zeroing of the rest first).
+  explicit RotateCall(const RotateArgs& args) : job_{args} {}
   detail::RotateJob job_;
   detail::RowsKernel kernel_ = nullptr;
   std::shared_ptr<const void> plan_pin_;   // the Rope state the job points into (map, angles)

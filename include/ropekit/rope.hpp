@@ -69,7 +69,9 @@ class Rope {
   // for other frequencies or another angle mode, a position outside it.
   RotateCall prepare(const RotateArgs& args, std::shared_ptr<const Table> table) const;
 
-  // prepare(...) then RotateCall::run(): the rotation on the library's threads.
+  // prepare(...) then RotateCall::run(): the rotation on the library's threads. (A call that runs at
+  // once need not keep the plan alive — set_current_length cannot run concurrently — so these skip
+  // that pin; the numbers are the same.)
   void apply(const RotateArgs& args) const;
   void apply_on_the_fly(const RotateArgs& args) const;
   void apply(const RotateArgs& args, const Table& table) const;
@@ -85,7 +87,7 @@ class Rope {
   enum class Angles { Auto, OnTheFly, Given };
   RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given,
                      std::shared_ptr<const Table> given_pin, detail::ViewUse use,
-                     const detail::CallNames& names) const;
+                     const detail::CallNames& names, bool keep_plan = true) const;
   // The table a call reaching max_position over `rows` position rows reads (grown if that is worth
   // it), or null when its angles are better computed on the fly.
   std::shared_ptr<const Table> table_for(std::int64_t max_position, std::int64_t rows) const;

@@ -16,7 +16,7 @@ namespace ropekit::cpu {
 HWY_EXPORT(RunAttention);
 
 void run_attention(const AttentionProblem& problem, int threads) {
-  HWY_DISPATCH_TABLE(RunAttention)[dispatch_index(current_target())](problem, threads);
+  HWY_DISPATCH_TABLE(RunAttention)[current_index()](problem, threads);
 }
 
 }  // namespace ropekit::cpu

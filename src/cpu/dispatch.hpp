@@ -21,5 +21,7 @@ std::int64_t current_target();
 void select_target(std::int64_t target);
 // Index of `target`'s entry in a HWY_EXPORT dispatch table.
 std::size_t dispatch_index(std::int64_t target);
+// dispatch_index(current_target()), kept up to date by select_target: one relaxed load per call.
+std::size_t current_index();
 
 }  // namespace ropekit::cpu

@@ -50,12 +50,12 @@ bool has_simd_kernels(std::int64_t target) {
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
-  return HWY_DISPATCH_TABLE(RotateKernelFor)[dispatch_index(current_target())](
+  return HWY_DISPATCH_TABLE(RotateKernelFor)[current_index()](
       job.map->pairing, job.args.q.dtype, job.args.k.dtype);
 }
 
 detail::TokenKernel select_token_kernel(DType dtype) {
-  return HWY_DISPATCH_TABLE(TokenKernelFor)[dispatch_index(current_target())](dtype);
+  return HWY_DISPATCH_TABLE(TokenKernelFor)[current_index()](dtype);
 }
 
 detail::RowsKernel no_rows_kernel() { return &no_rows; }

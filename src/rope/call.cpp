@@ -90,10 +90,9 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use,
   return shape;
 }
 
-RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan, const CallShape& shape,
-                   const Table* table, const AngleEvaluator* angles) {
-  RotateJob job;
-  job.args = args;
+void make_job(RotateJob& job, const PairMap& map, const Plan& plan, const CallShape& shape, const Table* table,
+              const AngleEvaluator* angles) {
+  const RotateArgs& args = job.args;
   job.map = &map;
   // Magnitude and sign of the sine per direction (ropekit/call.hpp). Formed in float32 like HF's
   // cos·attention_scaling, so Forward with HfCompat angles reproduces HF's coefficients.
@@ -109,7 +108,6 @@ RotateJob make_job(const RotateArgs& args, const PairMap& map, const Plan& plan,
   job.k_heads = args.k.empty() ? 0 : args.k.heads;
   job.bytes_moved = job.tokens * map.head_dim * 2 *
                     (job.q_heads * element_size(args.q.dtype) + job.k_heads * element_size(args.k.dtype));
-  return job;
 }
 
 }  // namespace ropekit::detail

@@ -123,7 +123,7 @@ std::shared_ptr<const Table> Rope::table_for(std::int64_t max_position, std::int
 
 RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* given,
                          std::shared_ptr<const Table> given_pin, detail::ViewUse use,
-                         const detail::CallNames& names) const {
+                         const detail::CallNames& names, bool keep_plan) const {
   const State& state = *state_;
   const detail::CallShape shape = detail::validate_call(args, state.map, use, names);
   const Table* table = nullptr;
@@ -153,11 +153,11 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
         break;
     }
   }
-  RotateCall call;
-  call.job_ = detail::make_job(args, state.map, state.plan, shape, table, table ? nullptr : &state.angles);
+  RotateCall call(args);
+  detail::make_job(call.job_, state.map, state.plan, shape, table, table ? nullptr : &state.angles);
   call.kernel_ = use == detail::ViewUse::Read ? cpu::no_rows_kernel()
                                                : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
-  call.plan_pin_ = state_;
+  if (keep_plan) call.plan_pin_ = state_;
   call.table_pin_ = std::move(pin);
   return call;
 }
@@ -176,13 +176,19 @@ RotateCall Rope::prepare(const RotateArgs& args, std::shared_ptr<const Table> ta
   return resolve(args, Angles::Given, given, std::move(table), detail::ViewUse::Write, {});
 }
 
-void Rope::apply(const RotateArgs& args) const { prepare(args).run(); }
+// The apply() calls run at once, so they keep neither the plan (set_current_length cannot run
+// meanwhile) nor, for a table the caller passes, that table alive; an automatic table snapshot stays
+// pinned (another thread's call may grow the table meanwhile).
+void Rope::apply(const RotateArgs& args) const {
+  resolve(args, Angles::Auto, nullptr, nullptr, detail::ViewUse::Write, {}, false).run();
+}
 
-void Rope::apply_on_the_fly(const RotateArgs& args) const { prepare_on_the_fly(args).run(); }
+void Rope::apply_on_the_fly(const RotateArgs& args) const {
+  resolve(args, Angles::OnTheFly, nullptr, nullptr, detail::ViewUse::Write, {}, false).run();
+}
 
-// The caller keeps `table` alive for the duration of the call, so the call need not pin it.
 void Rope::apply(const RotateArgs& args, const Table& table) const {
-  resolve(args, Angles::Given, &table, nullptr, detail::ViewUse::Write, {}).run();
+  resolve(args, Angles::Given, &table, nullptr, detail::ViewUse::Write, {}, false).run();
 }
 
 void RotateCall::run() const {
