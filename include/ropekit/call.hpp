@@ -18,7 +18,7 @@
 //                3e-7·m·‖pair‖ (‖pair‖ = the norm of the pair in the input); bf16/fp16 storage within that
 //                plus half an ulp of the storage type, and equal to the float32 result rounded once.
 //                Pass-through lanes (partial rotary) are copied bit for bit. HfCompat: HF's own float32
-//                angle error comes on top (ropekit/table.hpp). Tested: tests/apply_test.cpp, simd_test.cpp.
+//                angle error comes on top (ropekit/table.hpp). Tested: tests/apply_test.cpp, targets_test.cpp.
 //   Valid range  positions in [0, kPositionLimit) = [0, 2^47), int32 or int64, any order and repeats;
 //                non-negative strides; the rows of a written view do not overlap each other or another
 //                view (checked by prepare, which throws ropekit::Error naming the view and field).
@@ -91,7 +91,8 @@ using TokenKernel = void (*)(const RotateJob& job, std::int64_t token, const voi
 //
 // The call keeps what it read from the Rope alive (plan, table), so it stays valid after
 // Rope::set_current_length or the Rope's destruction; the tensors and positions it points to must
-// outlive it. Numerics: as the file comment says, identical for any split of the rows.
+// outlive it, and the positions must keep the values prepare checked (the table covers those only).
+// Numerics: as the file comment says, identical for any split of the rows.
 class RotateCall {
  public:
   RotateCall() = default;  // an empty call: rows() == 0

@@ -3,7 +3,7 @@
 // apply() dispatches once per call to the best SIMD target this CPU supports (Highway dynamic
 // dispatch) and splits the (token, head) rows over threads. Neither choice changes a single bit of
 // the result: every target with SIMD kernels matches the scalar reference exactly, and rows are
-// computed alike whatever the split (tests/simd_test.cpp).
+// computed alike whatever the split (tests/targets_test.cpp, on every target).
 #pragma once
 
 #include <cstdint>
