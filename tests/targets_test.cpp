@@ -180,8 +180,7 @@ std::vector<float> floats(const Heads& v, int dim) {
   for (std::int64_t b = 0; b < v.batch; ++b) {
     for (std::int64_t s = 0; s < v.seq; ++s) {
       for (std::int64_t h = 0; h < v.heads; ++h) {
-        const auto* row = static_cast<const std::byte*>(v.data) +
-                          (b * v.batch_stride + s * v.seq_stride + h * v.head_stride) * element_size(v.dtype);
+        const auto* row = static_cast<const std::byte*>(v.row(b, s, h));
         for (int l = 0; l < dim; ++l) {
           float f;
           if (v.dtype == DType::F32) {

@@ -13,6 +13,7 @@
 // check that a raw pointer really holds the elements a view describes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -33,6 +34,11 @@ struct Heads {
   // A view with no elements (the default) is absent: that tensor is not rotated.
   bool empty() const { return batch == 0 || seq == 0 || heads == 0; }
   std::int64_t tokens() const { return batch * seq; }
+  // The first of the head_dim elements of head `head` of token (b, s). Exact int64 arithmetic, no
+  // check: valid for indices inside a view its call has checked.
+  void* row(std::int64_t b, std::int64_t s, std::int64_t head) const {
+    return static_cast<std::byte*>(data) + (b * batch_stride + s * seq_stride + head * head_stride) * element_size(dtype);
+  }
 };
 
 // Contiguous layouts (head_dim is the full row width of each head). Exact int64 stride arithmetic;

@@ -155,8 +155,7 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   auto* values = state_->values.data() + size_ * shape_.kv_heads * shape_.v_head_dim * es;
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
-      const auto* src = static_cast<const std::byte*>(v.data) + (t * v.seq_stride + h * v.head_stride) * es;
-      std::memcpy(values + (t * shape_.kv_heads + h) * shape_.v_head_dim * es, src,
+      std::memcpy(values + (t * shape_.kv_heads + h) * shape_.v_head_dim * es, v.row(0, t, h),
                   std::size_t(shape_.v_head_dim * es));
     }
     state_->positions[size_ + t] = positions.at(0, t);

@@ -37,9 +37,7 @@ void features(const detail::RotateJob& rotation, detail::TokenKernel rotate_toke
   for (std::int64_t t = 0; t < n; ++t) {
     float* rows = f.phi.data() + t * heads * d;
     for (std::int64_t h = 0; h < heads; ++h) {
-      const auto* src = static_cast<const std::byte*>(x.data) +
-                        (b * x.batch_stride + t * x.seq_stride + (head + h) * x.head_stride) * element_size(x.dtype);
-      detail::widen(src, x.dtype, d, rows + h * d);
+      detail::widen(x.row(b, t, head + h), x.dtype, d, rows + h * d);
       for (int l = 0; l < d; ++l) rows[h * d + l] = feature(rows[h * d + l]);
     }
     rotate_token(rotation, b * n + t, rows, d, f.rotated.data() + t * heads * d, d, heads);
@@ -85,17 +83,12 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     features(q_rotation.job(), rotate_token, args.q, b, kv_head * group, group, d, q);
     std::vector<float> v(std::size_t(k_seq * dv));
     for (std::int64_t t = 0; t < k_seq; ++t) {
-      const auto* src = static_cast<const std::byte*>(args.v.data) +
-                        (b * args.v.batch_stride + t * args.v.seq_stride + kv_head * args.v.head_stride) *
-                            element_size(args.v.dtype);
-      detail::widen(src, args.v.dtype, dv, v.data() + t * dv);
+      detail::widen(args.v.row(b, t, kv_head), args.v.dtype, dv, v.data() + t * dv);
     }
     std::vector<float> out(static_cast<std::size_t>(dv));
     const auto store = [&](std::int64_t t, std::int64_t g, float denominator) {
       for (int l = 0; l < dv; ++l) out[l] = denominator > 0.0f ? out[l] / denominator : 0.0f;
-      auto* dst = static_cast<std::byte*>(args.out.data) +
-                  (b * args.out.batch_stride + t * args.out.seq_stride + (kv_head * group + g) * args.out.head_stride) *
-                      element_size(args.out.dtype);
+      void* dst = args.out.row(b, t, kv_head * group + g);
       detail::narrow(out.data(), dv, args.out.dtype, dst);
     };
 

@@ -217,18 +217,13 @@ struct ItemBuffers {
   }
 };
 
-HWY_INLINE const std::byte* RowOf(const Heads& v, std::int64_t b, std::int64_t s, std::int64_t head) {
-  return static_cast<const std::byte*>(v.data) +
-         (b * v.batch_stride + s * v.seq_stride + head * v.head_stride) * element_size(v.dtype);
-}
-
 // `heads` consecutive heads of token (b, s) of `view` as float32 rows `d` apart in dst: rotated by
 // `job` (when set) in the storage type first — the bits RotateCall::run() writes — then widened.
 HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::int64_t seq, std::int64_t b,
                          std::int64_t s, std::int64_t head, std::int64_t heads, int d, float* dst,
                          ItemBuffers& buf) {
   if (job == nullptr) {
-    for (std::int64_t h = 0; h < heads; ++h) detail::widen(RowOf(view, b, s, head + h), view.dtype, d, dst + h * d);
+    for (std::int64_t h = 0; h < heads; ++h) detail::widen(view.row(b, s, head + h), view.dtype, d, dst + h * d);
     return;
   }
   const std::int64_t token = b * seq + s;
@@ -308,7 +303,7 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
     for (int j = 0; j < keys; ++j) {
       float* row = s.keys.data() + std::size_t(j) * d;
       if (p.k_rotation == nullptr && p.k.dtype == DType::F32) {
-        s.k_rows[j] = reinterpret_cast<const float*>(RowOf(p.k, b, k_first + j, kv_head));
+        s.k_rows[j] = static_cast<const float*>(p.k.row(b, k_first + j, kv_head));
       } else {
         LoadRows(p.k_rotation, p.k, p.k_seq, b, k_first + j, kv_head, 1, d, row, s);
         s.k_rows[j] = row;
@@ -321,7 +316,7 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
     }
     // V rows: read in place when float32, else widened.
     for (int j = 0; j < keys; ++j) {
-      const std::byte* row = RowOf(p.v, b, k_first + j, kv_head);
+      const auto* row = static_cast<const std::byte*>(p.v.row(b, k_first + j, kv_head));
       if (p.v.dtype == DType::F32) {
         s.v_rows[j] = reinterpret_cast<const float*>(row);
       } else {
@@ -384,7 +379,7 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       float* acc = s.acc.data() + r * dv;
       const float sum = s.sum[r];
       for (int l = 0; l < dv; ++l) acc[l] = sum > 0.0f ? acc[l] / sum : 0.0f;
-      auto* row = const_cast<std::byte*>(RowOf(p.out, b, q_first + t, kv_head * p.group + g));
+      void* row = p.out.row(b, q_first + t, kv_head * p.group + g);
       detail::narrow(acc, dv, p.out.dtype, row);
     }
   }

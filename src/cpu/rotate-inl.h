@@ -46,7 +46,6 @@ using detail::RotateJob;
 #define ROPEKIT_SIMD_KERNELS 0
 #endif
 
-inline bool HasSimdKernels() { return ROPEKIT_SIMD_KERNELS; }
 
 #if ROPEKIT_SIMD_KERNELS
 
@@ -299,11 +298,6 @@ HWY_INLINE void RotateHead(const PairMap& map, const typename Codec::T* src, typ
   }
 }
 
-template <class T>
-HWY_INLINE T* ElementOf(const Heads& v, std::int64_t b, std::int64_t s, std::int64_t head) {
-  return static_cast<T*>(v.data) + b * v.batch_stride + s * v.seq_stride + head * v.head_stride;
-}
-
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
 // KCodec (both chosen once, at prepare).
 template <Pairing kPairing, class QCodec, class KCodec>
@@ -321,14 +315,14 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   for (std::int64_t row = first; row < last; ++row) {
     if (h < job.q_heads) {
       using T = typename QCodec::T;
-      T* src = ElementOf<T>(args.q, b, s, h);
-      T* dst = args.q_out.data != nullptr ? ElementOf<T>(args.q_out, b, s, h) : src;
+      T* src = static_cast<T*>(args.q.row(b, s, h));
+      T* dst = args.q_out.data != nullptr ? static_cast<T*>(args.q_out.row(b, s, h)) : src;
       RotateHead<QCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
     } else {
       using T = typename KCodec::T;
       const std::int64_t head = h - job.q_heads;
-      T* src = ElementOf<T>(args.k, b, s, head);
-      T* dst = args.k_out.data != nullptr ? ElementOf<T>(args.k_out, b, s, head) : src;
+      T* src = static_cast<T*>(args.k.row(b, s, head));
+      T* dst = args.k_out.data != nullptr ? static_cast<T*>(args.k_out.row(b, s, head)) : src;
       RotateHead<KCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
     }
     if (++h == heads) {
@@ -397,9 +391,7 @@ HWY_INLINE void RotateTokenRowsAs(const RotateJob& job, std::int64_t token, cons
 HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
                                  std::int64_t head_first, std::int64_t heads, void* dst,
                                  std::int64_t dst_stride, Scratch& scratch) {
-  const std::int64_t b = token / job.seq, s = token % job.seq;
-  const void* src = static_cast<const std::byte*>(in.data) +
-                    (b * in.batch_stride + s * in.seq_stride + head_first * in.head_stride) * element_size(in.dtype);
+  const void* src = in.row(token / job.seq, token % job.seq, head_first);
   switch (in.dtype) {
     case DType::BF16: return RotateTokenRowsAs<BF16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
     case DType::F16: return RotateTokenRowsAs<F16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
@@ -449,9 +441,7 @@ inline detail::TokenKernel TokenKernelFor(DType dtype) {
 HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
                                  std::int64_t head_first, std::int64_t heads, void* dst,
                                  std::int64_t dst_stride, Scratch&) {
-  const std::int64_t b = token / job.seq, s = token % job.seq;
-  const void* src = static_cast<const std::byte*>(in.data) +
-                    (b * in.batch_stride + s * in.seq_stride + head_first * in.head_stride) * element_size(in.dtype);
+  const void* src = in.row(token / job.seq, token % job.seq, head_first);
   detail::rotate_token_rows_reference(job, token, src, in.head_stride, dst, dst_stride, heads, in.dtype);
 }
 

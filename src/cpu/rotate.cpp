@@ -23,7 +23,6 @@ namespace ropekit::cpu {
 
 HWY_EXPORT(RotateKernelFor);
 HWY_EXPORT(TokenKernelFor);
-HWY_EXPORT(HasSimdKernels);
 
 namespace {
 
@@ -43,10 +42,6 @@ void no_rows(const detail::RotateJob&, std::int64_t, std::int64_t) {}
 
 std::int64_t stream_threshold_bytes() { return stream_threshold().load(); }
 void set_stream_threshold_bytes(std::int64_t bytes) { stream_threshold().store(bytes); }
-
-bool has_simd_kernels(std::int64_t target) {
-  return HWY_DISPATCH_TABLE(HasSimdKernels)[dispatch_index(target)]();
-}
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();

@@ -24,9 +24,6 @@ detail::RowsKernel no_rows_kernel();
 // Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).
 void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threads);
 
-// Whether `target` has SIMD rotation kernels (else it runs the scalar reference).
-bool has_simd_kernels(std::int64_t target);
-
 // Out-of-place calls writing at least this many bytes use non-temporal stores (default: 3/4 of
 // the last-level cache, as glibc's memcpy decides; tests lower it to exercise that path).
 std::int64_t stream_threshold_bytes();

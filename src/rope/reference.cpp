@@ -75,13 +75,6 @@ void rotate_head(DType dtype, const PairMap& map, const void* src, void* dst, co
   }
 }
 
-// Element pointer of (token, head) in a view.
-const std::byte* element(const Heads& v, std::int64_t seq, std::int64_t token, std::int64_t head) {
-  const std::int64_t b = token / seq, s = token % seq;
-  return static_cast<const std::byte*>(v.data) +
-         (b * v.batch_stride + s * v.seq_stride + head * v.head_stride) * element_size(v.dtype);
-}
-
 }  // namespace
 
 void widen(const void* src, DType dtype, std::int64_t n, float* dst) {
@@ -123,9 +116,9 @@ void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_
     const Heads& in = is_q ? args.q : args.k;
     const Heads& out = is_q ? args.q_out : args.k_out;
     const std::int64_t head = is_q ? h : h - job.q_heads;
-    const std::byte* src = element(in, job.seq, token, head);
-    const std::byte* dst = out.data != nullptr ? element(out, job.seq, token, head) : src;
-    rotate_head(in.dtype, *job.map, src, const_cast<std::byte*>(dst), coef.c(), coef.s());
+    const std::int64_t b = token / job.seq, s = token % job.seq;
+    void* src = in.row(b, s, head);
+    rotate_head(in.dtype, *job.map, src, out.data != nullptr ? out.row(b, s, head) : src, coef.c(), coef.s());
   }
 }
 
