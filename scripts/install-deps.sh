@@ -10,7 +10,8 @@ packages=(
   libcli11-dev        # the ropekit command line
   libhwy-dev          # Highway: the SIMD kernels, dispatched at run time
   libbenchmark-dev    # Google Benchmark: bench/rope_bench
-  libplplot-dev       # PLplot (SVG driver): `ropekit decay --svg`
+  libplplot-dev       # PLplot (SVG driver): `ropekit decay --svg`, `ropekit eval --svg`
+  libopenblas-dev     # OpenBLAS: the model runner's matrix products
   libgtest-dev libgmock-dev
   clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
 )

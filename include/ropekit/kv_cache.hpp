@@ -82,6 +82,10 @@ class KvCache {
   // rotations' worth (append, inverse, forward), against 5 for appending the unrotated keys anew;
   // measured ≤ 5.6. Returns false (and changes nothing) when the plans agree.
   bool rerotate(const Rope& rope);
+  // The same, un-rotating with `from` — a Rope whose plan is the cached keys' — and its table, so
+  // that a caller who re-rotates often (dynamic NTK, one step per token) builds no table for the
+  // old plan. Identical results. Errors: from's plan differs from the cached keys'.
+  bool rerotate(const Rope& from, const Rope& to);
 
   // Throws ropekit::Error unless `rope` has the cache's spec layout (head_dim, rotary_dim,
   // pairing), angle mode and — when keys are cached — the plan they were rotated under.

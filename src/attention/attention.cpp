@@ -29,6 +29,9 @@ constexpr std::int64_t kRowsPerItem = 1024;
 // per call from q_seq and the group size only, never from the block split, so that results do not
 // depend on the thread count.
 constexpr std::int64_t kTransposeRows = 8;
+constexpr int kTransposeHeadDim = 64;
+// Multiply-adds (q·k and p·v, before the causal mask) per thread below which fewer threads run.
+constexpr double kWorkPerThread = 1 << 20;
 
 }  // namespace
 
@@ -219,8 +222,15 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
     p.block_tokens /= 2;
   }
   p.blocks = blocks_of(p.block_tokens);
-  p.transpose = std::min<std::int64_t>(p.q_seq, 16) * p.group >= kTransposeRows;
-  cpu::run_attention(p, int(std::min<std::int64_t>(max_threads, p.items())));
+  // Small heads always transpose: a key row of fewer than 64 lanes fills no vector of dot products
+  // (the 260K TinyStories model has 8-lane heads), while its transpose costs only head_dim × 64 moves.
+  p.transpose = std::min<std::int64_t>(p.q_seq, 16) * p.group >= kTransposeRows || p.head_dim < kTransposeHeadDim;
+  // Threads only for work that pays for waking them: a decode step of a small model (a few heads, a few
+  // hundred keys) runs faster on one thread than the parallel region costs. Results never depend on it.
+  const double work = double(p.batch) * double(p.q_seq) * double(p.q_heads) * double(p.k_seq) *
+                      double(p.head_dim + p.v_head_dim);
+  const auto useful = std::int64_t(std::max(1.0, std::min(work / kWorkPerThread, 1e9)));
+  cpu::run_attention(p, int(std::min({std::int64_t(max_threads), p.items(), useful})));
 }
 
 }  // namespace detail

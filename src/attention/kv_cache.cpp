@@ -107,12 +107,15 @@ void KvCache::check_layout(const Rope& rope, std::string_view caller) const {
   }
 }
 
+namespace {
+std::string length(const Plan& p) {
+  return p.current_length ? fmt::format("{}", *p.current_length) : std::string("none");
+}
+}  // namespace
+
 void KvCache::require_compatible(const Rope& rope, std::string_view caller) const {
   check_layout(rope, caller);
   if (size_ > 0 && needs_rerotation(state_->plan, rope.plan())) {
-    const auto length = [](const Plan& p) {
-      return p.current_length ? fmt::format("{}", *p.current_length) : std::string("none");
-    };
     throw Error(fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
                             "the rope's: {}): call KvCache::rerotate(rope) first", caller,
                             length(state_->plan), length(rope.plan())));
@@ -217,12 +220,25 @@ void KvCache::clear() { size_ = 0; }  // the next append adopts its rope's plan
 
 bool KvCache::rerotate(const Rope& rope) {
   check_layout(rope, "KvCache::rerotate");
-  const Plan cached = state_->plan;
-  if (size_ == 0 || !needs_rerotation(cached, rope.plan())) {
+  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan())) {
     if (size_ > 0) state_->adopt(rope.plan());
     return false;
   }
-  const Rope old_rope(state_->spec, cached, state_->mode);
+  const Rope old_rope(state_->spec, state_->plan, state_->mode);
+  return rerotate(old_rope, rope);
+}
+
+bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
+  check_layout(rope, "KvCache::rerotate");
+  check_layout(old_rope, "KvCache::rerotate");
+  if (size_ > 0 && needs_rerotation(state_->plan, old_rope.plan())) {
+    throw Error(fmt::format("KvCache::rerotate: from's plan (current length {}) is not the cached keys' ({})",
+                            length(old_rope.plan()), length(state_->plan)));
+  }
+  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan())) {
+    if (size_ > 0) state_->adopt(rope.plan());
+    return false;
+  }
   const int d = shape_.head_dim;
   const std::int64_t es = element_size(shape_.dtype);
   const std::int64_t row = shape_.kv_heads * d;

@@ -11,7 +11,8 @@ bool is_rope_tensor(const std::string& name) {
 
 }  // namespace
 
-GgufFile parse(Cursor& c) {
+GgufFile parse(Cursor& c, const ParseOptions& options) {
+  c.keep_long_arrays(options.long_arrays);
   char magic[4];
   c.bytes(magic, 4, "the magic");
   if (std::memcmp(magic, "GGUF", 4) != 0) {
@@ -43,7 +44,9 @@ GgufFile parse(Cursor& c) {
     for (std::uint32_t d = 0; d < n_dims; ++d) t.dims.push_back(c.scalar<std::uint64_t>(name));
     t.type = c.scalar<std::uint32_t>(name);
     t.offset = c.scalar<std::uint64_t>(name);
-    if (is_rope_tensor(name)) file.tensors.emplace(name, std::move(t));
+    if (options.all_tensors || is_rope_tensor(name)) {
+      if (!file.tensors.emplace(name, std::move(t)).second) c.bad(fmt::format("duplicate tensor {}", name));
+    }
   }
   std::uint64_t alignment = 32;
   if (auto it = file.kv.find("general.alignment"); it != file.kv.end()) {
@@ -55,6 +58,21 @@ GgufFile parse(Cursor& c) {
   }
   file.data_start = (c.pos() + alignment - 1) / alignment * alignment;
   return file;
+}
+
+std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name,
+                                 const TensorInfo& t, std::uint64_t count, std::uint64_t element_bytes) {
+  const std::uint64_t size = c.size();
+  if (file.data_start > size || t.offset > size - file.data_start) {
+    throw Error(fmt::format("{}: tensor {}: data offset {} lies past the end of the file ({} bytes, data from "
+                            "byte {})", c.origin(), name, t.offset, size, file.data_start));
+  }
+  const std::uint64_t start = file.data_start + t.offset;
+  if (count > (size - start) / element_bytes) {
+    throw Error(fmt::format("{}: truncated GGUF: tensor {} at byte {} needs {} elements of {} bytes, {} bytes remain",
+                            c.origin(), name, start, count, element_bytes, size - start));
+  }
+  return start;
 }
 
 }  // namespace ropekit::detail::gguf

@@ -73,7 +73,8 @@ enum GgufType : std::uint32_t {
   kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
 
-// A metadata value. Long arrays (tokenizer vocabularies) are skipped, not stored: RoPE needs none.
+// A metadata value. Long arrays (tokenizer vocabularies) are skipped, not stored, unless the parse
+// asks for them (ParseOptions::long_arrays: the model loader's tokenizer).
 struct GgufValue {
   std::uint32_t type = 0;
   std::variant<std::monostate, double, bool, std::string, std::vector<GgufValue>> value;
@@ -94,6 +95,7 @@ class Cursor {
     throw Error(fmt::format("{}: invalid GGUF: {} (at byte {})", origin_, what, pos_));
   }
   std::uint64_t remaining() const { return src_.size() - pos_; }
+  std::uint64_t size() const { return src_.size(); }
   std::uint64_t pos() const { return pos_; }
 
   void bytes(void* dst, std::uint64_t n, std::string_view what) {
@@ -146,7 +148,7 @@ class Cursor {
         const auto count = scalar<std::uint64_t>(key);
         const std::uint64_t min_size = elem == kString ? 8 : element_size(elem, key);
         if (count > remaining() / min_size) truncated(fmt::format("{} ({} array entries)", key, count), count * min_size);
-        if (count <= kMaxStoredArray) {
+        if (count <= kMaxStoredArray || keep_long_arrays_) {
           std::vector<GgufValue> items;
           for (std::uint64_t i = 0; i < count; ++i) items.push_back(value(elem, key, depth + 1));
           v.value = std::move(items);
@@ -174,8 +176,10 @@ class Cursor {
 
   Source& source() { return src_; }
   const std::string& origin() const { return origin_; }
+  void keep_long_arrays(bool keep) { keep_long_arrays_ = keep; }
 
  private:
+  bool keep_long_arrays_ = false;
   Source& src_;
   std::string origin_;
   std::uint64_t pos_ = 0;
@@ -189,12 +193,21 @@ struct TensorInfo {
 
 struct GgufFile {
   std::map<std::string, GgufValue> kv;
-  std::map<std::string, TensorInfo> tensors;  // only the RoPE tensors
+  std::map<std::string, TensorInfo> tensors;  // the RoPE tensors, or all (ParseOptions::all_tensors)
   std::uint64_t data_start = 0;
 };
 
-// Parses the header, the key/values and the tensor infos (only the RoPE tensors are kept) and
-// computes where tensor data starts.
-GgufFile parse(Cursor& c);
+struct ParseOptions {
+  bool all_tensors = false;  // keep every tensor info, not only the RoPE tensors
+  bool long_arrays = false;  // store arrays of any length (tokenizer vocabularies)
+};
+
+// Parses the header, the key/values and the tensor infos and computes where tensor data starts.
+GgufFile parse(Cursor& c, const ParseOptions& options = {});
+
+// The bytes of tensor `t` of `count` elements of `element_bytes` each: checks that they lie inside
+// the file (offset arithmetic without overflow) and returns their absolute offset.
+std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name,
+                                 const TensorInfo& t, std::uint64_t count, std::uint64_t element_bytes);
 
 }  // namespace ropekit::detail::gguf

@@ -87,6 +87,26 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
   }
 }
 
+// acc[lane …] = acc·correction + Σ_j p_j v_j[lane …] in vectors of at most kCap lanes, for the rows
+// of `block`, while a whole vector fits before v_head_dim; returns the first lane not done.
+template <size_t kCap>
+HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int nr, const float* correction,
+                       int lane) {
+  const hn::CappedTag<float, kCap> d;
+  const int n = int(hn::Lanes(d));
+  using V = hn::Vec<decltype(d)>;
+  for (; lane + n <= t.v_head_dim; lane += n) {
+    V a[4];  // the rows' chains interleaved, each value vector loaded once per key
+    for (int b = 0; b < nr; ++b) a[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane), hn::Set(d, correction[block[b]]));
+    for (int j = 0; j < t.keys; ++j) {
+      const V v = hn::LoadU(d, t.v_rows[j] + lane);
+      for (int b = 0; b < nr; ++b) a[b] = hn::MulAdd(hn::Set(d, t.scores[size_t(block[b]) * kTileKeys + j]), v, a[b]);
+    }
+    for (int b = 0; b < nr; ++b) hn::StoreU(a[b], d, states[block[b]].acc + lane);
+  }
+  return lane;
+}
+
 // For each row r: scores = q·k·scale + bias; max' = max(max, scores); p = exp(scores − max');
 // sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
 // a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
@@ -169,6 +189,11 @@ HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
         hn::StoreU(a1[b], d, states[block[b]].acc + lane + n);
       }
     }
+    // The last lanes (fewer than two vectors; small heads have nothing else): narrower vectors,
+    // then scalars.
+    lane = PvLanes<16>(t, states, block, nr, correction, lane);
+    lane = PvLanes<8>(t, states, block, nr, correction, lane);
+    lane = PvLanes<4>(t, states, block, nr, correction, lane);
     for (int b = 0; b < nr; ++b) {
       const int r = block[b];
       const float* p = t.scores + size_t(r) * kTileKeys;
@@ -309,9 +334,11 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
         s.k_rows[j] = row;
       }
     }
-    if (transpose) {
-      for (int j = 0; j < kTileKeys; ++j) {
-        for (int l = 0; l < d; ++l) s.keys_t[std::size_t(l) * kTileKeys + j] = j < keys ? s.k_rows[j][l] : 0.0f;
+    if (transpose) {  // lane-major: each destination row written contiguously, padding keys zero
+      for (int l = 0; l < d; ++l) {
+        float* dst = s.keys_t.data() + std::size_t(l) * kTileKeys;
+        for (int j = 0; j < keys; ++j) dst[j] = s.k_rows[j][l];
+        std::fill(dst + keys, dst + kTileKeys, 0.0f);
       }
     }
     // V rows: read in place when float32, else widened.
@@ -343,11 +370,33 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       if (need_mask && ((p.causal && tile_k_min > qp) || (p.window > 0 && qp - tile_k_max >= p.window))) {
         continue;  // this token sees no key of the tile
       }
+      // Without a bias the row of masks is the same for every head of the group: formed once per
+      // token (and without per-key tests when the whole tile is visible), then copied.
+      const bool plain = p.bias == BiasKind::None;
+      if (plain) {
+        const bool all_visible = !need_mask || ((!p.causal || tile_k_max <= qp) &&
+                                                (p.window <= 0 || qp - tile_k_min < p.window));
+        float* bias = s.bias.data();
+        for (int j = 0; j < kTileKeys; ++j) {
+          bool masked = j >= keys;
+          if (!masked && !all_visible) {
+            const std::int64_t kp = p.k_mask.at(0, k_token0 + j);
+            masked = (p.causal && kp > qp) || (p.window > 0 && qp - kp >= p.window);
+          }
+          bias[j] = masked ? kNegInf : 0.0f;
+        }
+      }
       for (std::int64_t g0 = 0; g0 < p.group; g0 += kMaxRows) {
         const int rows_now = int(std::min<std::int64_t>(kMaxRows, p.group - g0));
         for (int g = 0; g < rows_now; ++g) {
           const std::int64_t head = kv_head * p.group + g0 + g;
           float* bias = s.bias.data() + std::size_t(g) * kTileKeys;
+          const std::int64_t r = t * p.group + g0 + g;
+          s.states[g] = RowState{s.max[r], s.sum[r], s.acc.data() + r * dv};
+          if (plain) {
+            if (g > 0) std::copy_n(s.bias.data(), kTileKeys, bias);
+            continue;
+          }
           for (int j = 0; j < kTileKeys; ++j) {
             if (j >= keys) {
               bias[j] = kNegInf;
@@ -357,8 +406,6 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
             const bool masked = (p.causal && kp > qp) || (p.window > 0 && qp - kp >= p.window);
             bias[j] = masked ? kNegInf : BiasValue(p, b, head, q_first + t, k_first + j, qp, kp);
           }
-          const std::int64_t r = t * p.group + g0 + g;
-          s.states[g] = RowState{s.max[r], s.sum[r], s.acc.data() + r * dv};
         }
         tile.q = s.q.data() + (t * p.group + g0) * d;
         tile.rows = rows_now;

@@ -56,6 +56,9 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_bench(app, io);
   add_decay(app, io);
   add_verify(app, io);
+  add_tokenize(app, io);
+  add_generate(app, io);
+  add_eval(app, io);
 
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());

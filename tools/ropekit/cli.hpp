@@ -1,5 +1,5 @@
 // The `ropekit` command line: one file per sub-command (inspect.cpp, freqs.cpp, apply.cpp,
-// presets.cpp, bench.cpp, decay.cpp, verify.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
+// presets.cpp, bench.cpp, decay.cpp, verify.cpp; the model's: tokenize.cpp, generate.cpp, eval.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
 // streams passed in, so tests run it in-process; main.cpp only forwards argv.
 //
 // Exit codes: 0 success, 2 bad usage or bad input (one line on stderr naming the problem),
@@ -51,6 +51,9 @@ void add_presets(CLI::App& app, Streams io);
 void add_bench(CLI::App& app, Streams io);
 void add_decay(CLI::App& app, Streams io);
 void add_verify(CLI::App& app, Streams io);
+void add_tokenize(CLI::App& app, Streams io);
+void add_generate(CLI::App& app, Streams io);
+void add_eval(CLI::App& app, Streams io);
 
 // Thrown by a sub-command whose checks ran but did not all pass: exit code 1, no message (the
 // output already says which failed).

@@ -24,8 +24,9 @@ void write_svg(const Chart& chart, const std::string& path) {
     std::vector<PLFLT> x, y;
     for (std::size_t i = 0; i < s.x.size(); ++i) {
       if (chart.log_x && !(s.x[i] > 0.0)) continue;
+      if (chart.log_y && !(s.y[i] > 0.0)) continue;
       x.push_back(chart.log_x ? std::log10(s.x[i]) : s.x[i]);
-      y.push_back(s.y[i]);
+      y.push_back(chart.log_y ? std::log10(s.y[i]) : s.y[i]);
       x_min = std::min(x_min, x.back());
       x_max = std::max(x_max, x.back());
       y_min = std::min(y_min, y.back());
@@ -35,8 +36,11 @@ void write_svg(const Chart& chart, const std::string& path) {
     ys.push_back(std::move(y));
   }
   if (!(x_max > x_min)) x_max = x_min + 1.0;
-  y_min = std::min(0.0, y_min);
+  if (!chart.log_y) y_min = std::min(0.0, y_min);
   if (!(y_max > y_min)) y_max = y_min + 1.0;
+  // Linear axes start at 0 with 5% headroom; log axes span the data with a twentieth of a decade.
+  const double y_top = chart.log_y ? y_max + 0.05 : y_max * 1.05;
+  if (chart.log_y) y_min -= 0.05;
 
   plsdev("svg");
   plsfnam(path.c_str());
@@ -45,7 +49,7 @@ void write_svg(const Chart& chart, const std::string& path) {
   plspage(0, 0, 960, 600, 0, 0);
   plinit();
   plcol0(15);
-  plenv(x_min, x_max, y_min, y_max * 1.05, 0, chart.log_x ? 10 : 0);
+  plenv(x_min, x_max, y_min, y_top, 0, (chart.log_x ? 10 : 0) + (chart.log_y ? 20 : 0));
   pllab(chart.x_label.c_str(), chart.y_label.c_str(), chart.title.c_str());
   // cmap0 colours 1..14 minus the pale ones; cycled.
   const std::vector<PLINT> palette = {1, 3, 9, 2, 8, 13, 10, 4, 12, 5};

@@ -13,7 +13,8 @@ struct Series {
 
 struct Chart {
   std::string title, x_label, y_label;
-  bool log_x = false;  // x values must then be > 0
+  bool log_x = false;  // x values must then be > 0 (others are left out)
+  bool log_y = false;  // likewise for y
   std::vector<Series> series;
 };
 

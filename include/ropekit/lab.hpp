@@ -1,0 +1,92 @@
+// ropekit/lab.hpp — the long-context lab: perplexity by target position for context-extension methods,
+// side by side, on a real model (`ropekit eval`; docs/lab.md pins the protocol).
+//
+//   ropekit::EvalOptions options;                      // defaults: docs/lab.md
+//   ropekit::EvalResult result = ropekit::evaluate(model, tokens, options);
+//
+// Protocol. Windows: the first starts at token 0; each next one at the first BOS at or after the end
+// of the previous; a window is window_size tokens; as many as fit, or `windows`. For each N in
+// `lengths` the model reads tokens [start, start + N) of every window, with s = max(1, N / L0) (L0 =
+// trained_length). Targets are window positions 1 … N−1, each predicted from the tokens before it;
+// NLL (float64 log-softmax of the float32 logits) is averaged per bucket [buckets[i], buckets[i+1])
+// of target position and reported with its token count and PPL = exp(mean NLL).
+//   Accuracy: every bucket's mean NLL within 1e-3 nats of a float64 forward of the same protocol
+//   (tests/model_test.cpp checks every built-in method on a short configuration).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ropekit/model.hpp"
+
+namespace ropekit {
+
+// A method: a built-in name, or NAME=JSON (a rope_scaling / rope_parameters fragment in config.json
+// syntax; a "factor" given as the string "s" becomes the window's scale s). Built-ins:
+//   orig          the model's RoPE
+//   pi            linear interpolation, factor s
+//   ntk           fixed NTK-aware base · s^(d/(d−2))
+//   yarn          YaRN: factor s, original L0, beta_fast 32, beta_slow 1, truncate, magnitude 0.1·ln s + 1
+//   yarn_notemp   the same frequencies, magnitude 1
+//   dyn_ntk       Hugging Face's dynamic NTK, factor s: when L > L0 tokens have been read, every cached
+//                 key and the new query use base·((s·L/L0) − (s−1))^(d/(d−2)); the cache is re-rotated
+//                 as L grows (KvCache::rerotate), one token at a time past L0
+//   dyn_ntk_stale the same new-token rotation, cached keys keeping the rotation of their append
+//                 (Hugging Face's cache)
+//   llama3        Llama 3: factor s, low_freq_factor 1, high_freq_factor 4, original L0
+//   swa           the model's RoPE, a sliding window of L0 keys
+//   restart       the model's RoPE, context cut at every BOS with positions restarting at 0 there
+// A fragment whose plan depends on the length (dynamic, longrope) runs like dyn_ntk.
+struct EvalMethod {
+  std::string name;
+  std::string fragment;  // empty for a built-in
+};
+// Parses "orig,pi,name={...}" (commas inside a JSON fragment's braces do not split). Errors: an
+// unknown name (listing the built-ins), an empty name, a duplicate.
+std::vector<EvalMethod> parse_methods(std::string_view list);
+std::vector<EvalMethod> builtin_methods();
+
+struct EvalOptions {
+  std::int64_t window_size = 4096;
+  std::optional<std::int64_t> windows;  // absent: as many as fit
+  std::vector<std::int64_t> lengths = {256, 512, 1024, 2048, 4096};
+  std::vector<std::int64_t> buckets = {0, 256, 512, 1024, 2048, 4096};
+  std::vector<EvalMethod> methods = builtin_methods();
+  std::optional<std::int64_t> trained_length;  // absent: the model's seq_len
+  int threads = 0;
+  // Called after each (method, N, window) read with tokens read so far and the total.
+  std::function<void(std::int64_t done, std::int64_t total, const std::string& what)> progress;
+};
+
+struct EvalRow {
+  std::string method;
+  std::int64_t n = 0;
+  double scale = 1;
+  std::int64_t bucket_lo = 0, bucket_hi = 0;
+  std::int64_t tokens = 0;
+  double mean_nll = 0;
+  double ppl = 0;
+};
+
+struct EvalResult {
+  std::vector<std::int64_t> window_starts;
+  std::int64_t trained_length = 0;
+  std::vector<EvalRow> rows;  // method-major, then N, then bucket; empty buckets left out
+  double seconds = 0;
+  std::int64_t tokens_read = 0;  // model positions computed, all methods
+};
+
+// The window starts the protocol takes from `tokens`. Errors: window_size < 2, no window fits, fewer
+// than `windows` fit.
+std::vector<std::int64_t> eval_windows(std::span<const int> tokens, std::int64_t window_size,
+                                       std::optional<std::int64_t> windows, int bos_id);
+
+// Errors (ropekit::Error naming the option and value): a length < 2 or larger than window_size,
+// buckets not strictly increasing from 0, token ids outside the vocabulary, the window errors above,
+// a fragment the config reader rejects.
+EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& options);
+
+}  // namespace ropekit

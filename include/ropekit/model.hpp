@@ -1,0 +1,162 @@
+// ropekit/model.hpp — a Llama-architecture decoder running on ropekit's attention and KV cache:
+// the proof that the rotations are right on a real checkpoint, and the engine of the lab (lab.hpp).
+//
+//   ropekit::LlamaModel model = ropekit::load_model_file("models/tinystories-260k.bin");
+//   ropekit::Rope rope(model.rope.spec);                       // or any other Spec
+//   ropekit::LlamaRunner runner(model, {.capacity = 512});
+//   std::vector<float> logits(n * model.config.vocab_size);
+//   runner.forward(rope, tokens, positions, logits);           // prefill: n tokens, one call
+//
+// The forward pass is llama2.c's run.c / Hugging Face's LlamaForCausalLM: token embedding; per layer
+// x += Wo·attention(RoPE(Wq·rms(x)), RoPE(Wk·rms(x)), Wv·rms(x)) with GQA, then
+// x += W2·(silu(W1·rms(x)) ⊙ W3·rms(x)); final RMSNorm; classifier (shared with the embedding or not).
+// Queries are rotated on load by ropekit::attention; keys are stored rotated in one KvCache per layer.
+// Matrix products go through OpenBLAS (cblas_sgemm for many tokens, cblas_sgemv for one).
+//   Precision: float32 storage and arithmetic (BLAS and the attention kernels' FMAs); F16/BF16 weights
+//     are widened to float32 once, at load.
+//   Error: not bounded per logit (a model is a deep composition); what is checked is the lab's
+//     contract: the mean NLL of every position bucket within 1e-3 nats of an independent float64
+//     forward (tests/model_test.cpp, every method of lab.hpp on the bundled model).
+//   Valid range: positions in [0, 2^47) as the Rope allows; at most `capacity` tokens per cache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ropekit/attention.hpp"
+#include "ropekit/config.hpp"
+#include "ropekit/rope.hpp"
+
+namespace ropekit {
+
+struct LlamaConfig {
+  int dim = 0;         // model width
+  int hidden_dim = 0;  // feed-forward width
+  int n_layers = 0;
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA: n_heads is a multiple)
+  int vocab_size = 0;
+  std::int64_t seq_len = 0;  // the context length the model was trained at (llama2.c seq_len, GGUF context_length)
+  float norm_eps = 1e-5f;    // RMSNorm epsilon
+  bool shared_classifier = true;  // the classifier is the token embedding
+  int bos_id = 1;
+
+  int head_dim() const { return dim / n_heads; }
+  int kv_dim() const { return n_kv_heads * head_dim(); }
+};
+
+// float32 weights, row-major (out, in) as llama2.c stores them.
+struct LlamaLayerWeights {
+  std::vector<float> rms_att;  // [dim]
+  std::vector<float> wq;       // [dim, dim]
+  std::vector<float> wk;       // [kv_dim, dim]
+  std::vector<float> wv;       // [kv_dim, dim]
+  std::vector<float> wo;       // [dim, dim]
+  std::vector<float> rms_ffn;  // [dim]
+  std::vector<float> w1;       // [hidden, dim] (gate)
+  std::vector<float> w2;       // [dim, hidden] (down)
+  std::vector<float> w3;       // [hidden, dim] (up)
+};
+
+struct LlamaModel {
+  std::string source;  // "llama2.c FILE", "gguf FILE"
+  LlamaConfig config;
+  std::vector<float> token_embedding;  // [vocab, dim]
+  std::vector<LlamaLayerWeights> layers;
+  std::vector<float> rms_final;   // [dim]
+  std::vector<float> classifier;  // [vocab, dim]; empty when shared with the embedding
+  // The model's own RoPE: llama2.c checkpoints rotate interleaved pairs (2j, 2j+1) with base 10000
+  // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
+  ModelRope rope;
+
+  const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
+};
+
+// Loaders. Every length, count and offset is checked before use; anything malformed or truncated is
+// a ropekit::Error naming the file (`origin`), the field or tensor and the byte offset.
+//
+// llama2.c checkpoints: the legacy export (7 int32: dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+// vocab_size — negative when an unshared classifier follows — and seq_len, then float32 weights,
+// models/README.md) and export.py's "version 1" (uint32 magic "ak42", int32 version 1, the same 7
+// int32, a uint8 shared-classifier flag, zeros to byte 256, then float32 weights in its order).
+// Trailing bytes after the last tensor are an error (a file of another format or a wrong header).
+LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origin = "llama2.c");
+// GGUF of general.architecture "llama" with F32, F16 or BF16 tensors (quantized types: an error
+// naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
+// (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
+LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
+// By content: "GGUF" → GGUF, "ak42" → llama2.c version 1, anything else → the legacy llama2.c header.
+LlamaModel load_model_file(const std::filesystem::path& path);
+
+// A Spec for `model` with its rope_scaling / rope_parameters replaced by `fragment` (config.json
+// syntax, read by read_config with the model's head_dim, base, pairing and trained length as
+// max_position_embeddings). Errors: JSON the reader rejects, named as `origin`.
+Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin = "--rope-scaling");
+
+struct RunnerOptions {
+  std::int64_t capacity = 0;   // tokens per layer cache (required, > 0)
+  DType kv_dtype = DType::F32;  // KV-cache storage
+  int threads = 0;              // 0: ropekit::default_threads() (attention and BLAS)
+};
+
+// Per-call attention facts that are not the RoPE.
+struct ForwardOptions {
+  std::int64_t window = 0;  // > 0: sliding window of this many keys (AttentionOptions::window)
+  // Stale keys (Hugging Face's dynamic-NTK cache): keys are kept as rotated at their append, even
+  // when `rope`'s plan has changed since; queries use `rope`. Without it a plan change needs rerotate().
+  bool stale_keys = false;
+};
+
+// Runs a model over one sequence. Not thread-safe (one sequence, one runner); each call uses the
+// library's threads.
+class LlamaRunner {
+ public:
+  // Errors: capacity ≤ 0, a model whose dimensions do not fit (dim not a multiple of n_heads, ...).
+  LlamaRunner(const LlamaModel& model, RunnerOptions options);
+  ~LlamaRunner();
+  LlamaRunner(LlamaRunner&&) noexcept;
+  LlamaRunner& operator=(LlamaRunner&&) noexcept;
+
+  // Reads tokens at positions (appended after the cached ones) and writes logits [n, vocab] for
+  // every token, or only for the last one when logits.size() == vocab. Errors: a token id outside
+  // [0, vocab), counts that differ, more tokens than the free capacity, a rope whose head_dim is
+  // not the model's, a rope whose plan differs from the cached keys' (call rerotate) unless
+  // stale_keys, a logits span of another size.
+  void forward(const Rope& rope, std::span<const int> tokens, std::span<const std::int64_t> positions,
+               std::span<float> logits, const ForwardOptions& options = {});
+  // Re-rotates every layer's cached keys from `from` (the plan they carry) to `to`
+  // (KvCache::rerotate). Returns false when the plans agree.
+  bool rerotate(const Rope& from, const Rope& to);
+  void clear();
+  std::int64_t size() const;
+  const LlamaModel& model() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// run.c's sampler: temperature 0 → argmax (the first maximum); otherwise softmax(logits / T), then
+// top-p (nucleus) sampling when 0 < topp < 1, else sampling from the whole distribution, driven by
+// run.c's xorshift generator seeded with `seed` (> 0).
+class Sampler {
+ public:
+  // Errors: temperature < 0 or not finite, topp outside [0, 1], seed = 0.
+  Sampler(int vocab_size, float temperature, float topp, std::uint64_t seed);
+  int sample(std::span<float> logits);  // modifies logits
+
+ private:
+  float random_f32();
+  int vocab_size_;
+  float temperature_, topp_;
+  std::uint64_t state_;
+  std::vector<std::pair<float, int>> candidates_;
+};
+
+}  // namespace ropekit

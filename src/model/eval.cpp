@@ -1,0 +1,346 @@
+// The lab's protocol (ropekit/lab.hpp, docs/lab.md): windows, lengths, methods, NLL by target position.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "ropekit/error.hpp"
+#include "ropekit/lab.hpp"
+
+namespace ropekit {
+namespace {
+
+constexpr std::string_view kBuiltins[] = {"orig",    "pi",            "ntk",    "yarn", "yarn_notemp",
+                                          "dyn_ntk", "dyn_ntk_stale", "llama3", "swa",  "restart"};
+
+bool is_builtin(std::string_view name) {
+  return std::find(std::begin(kBuiltins), std::end(kBuiltins), name) != std::end(kBuiltins);
+}
+
+// How a method reads a window.
+struct MethodRun {
+  enum class Kind { Batched, Dynamic, DynamicStale, Restart } kind = Kind::Batched;
+  Spec spec;
+  std::int64_t window = 0;  // sliding window (swa)
+};
+
+void replace_scale(nlohmann::json& node, double s) {
+  if (node.is_object()) {
+    for (auto& [key, value] : node.items()) {
+      if (key == "factor" && value.is_string() && value.get<std::string>() == "s") {
+        value = s;
+      } else {
+        replace_scale(value, s);
+      }
+    }
+  } else if (node.is_array()) {
+    for (auto& value : node) replace_scale(value, s);
+  }
+}
+
+// A fragment with every "factor": "s" replaced by the scale.
+std::string substitute_scale(const EvalMethod& method, double s) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(method.fragment);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("method {}: invalid JSON {}: {}", method.name, method.fragment, e.what()));
+  }
+  replace_scale(j, s);
+  return j.dump();
+}
+
+MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
+  MethodRun run;
+  run.spec = model.rope.layer().spec;
+  const std::string& n = method.name;
+  if (!method.fragment.empty()) {
+    run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n));
+    if (std::holds_alternative<scaling::DynamicNtk>(run.spec.scaling) ||
+        std::holds_alternative<scaling::LongRope>(run.spec.scaling)) {
+      run.kind = MethodRun::Kind::Dynamic;
+    }
+  } else if (n == "orig") {
+  } else if (n == "pi") {
+    run.spec.scaling = scaling::Linear{.factor = s};
+  } else if (n == "ntk") {
+    run.spec.scaling = scaling::Ntk{.factor = s};
+  } else if (n == "yarn" || n == "yarn_notemp") {
+    scaling::Yarn yarn{.factor = s, .original_max_position_embeddings = l0};
+    yarn.beta_fast = 32;
+    yarn.beta_slow = 1;
+    yarn.truncate = true;
+    if (n == "yarn_notemp") yarn.attention_factor = 1.0;  // else HF's default: 0.1·ln s + 1
+    run.spec.scaling = yarn;
+  } else if (n == "dyn_ntk" || n == "dyn_ntk_stale") {
+    run.spec.scaling = scaling::DynamicNtk{.factor = s, .max_position_embeddings = l0};
+    run.kind = n == "dyn_ntk" ? MethodRun::Kind::Dynamic : MethodRun::Kind::DynamicStale;
+  } else if (n == "llama3") {
+    run.spec.scaling = scaling::Llama3{.factor = s, .low_freq_factor = 1, .high_freq_factor = 4,
+                                       .original_max_position_embeddings = l0};
+  } else if (n == "swa") {
+    run.window = l0;
+  } else if (n == "restart") {
+    run.kind = MethodRun::Kind::Restart;
+  } else {
+    throw Error(fmt::format("method {}: unknown", n));
+  }
+  run.spec.validate();
+  return run;
+}
+
+// Accumulates NLL per bucket of target position.
+class Buckets {
+ public:
+  Buckets(const std::vector<std::int64_t>& edges, std::int64_t end) : edges_(edges), end_(end) {
+    sums_.assign(edges.size(), 0.0);
+    counts_.assign(edges.size(), 0);
+  }
+  void add(std::int64_t target, double nll) {
+    const auto i = std::size_t(std::upper_bound(edges_.begin(), edges_.end(), target) - edges_.begin()) - 1;
+    sums_[i] += nll;
+    counts_[i] += 1;
+  }
+  void emit(const std::string& method, std::int64_t n, double scale, std::vector<EvalRow>& rows) const {
+    for (std::size_t i = 0; i < edges_.size(); ++i) {
+      if (counts_[i] == 0) continue;
+      const double mean = sums_[i] / double(counts_[i]);
+      const std::int64_t hi = i + 1 < edges_.size() ? edges_[i + 1] : std::max(end_, edges_[i] + 1);
+      rows.push_back({method, n, scale, edges_[i], hi, counts_[i], mean, std::exp(mean)});
+    }
+  }
+
+ private:
+  std::vector<std::int64_t> edges_;
+  std::int64_t end_;
+  std::vector<double> sums_;
+  std::vector<std::int64_t> counts_;
+};
+
+// −log softmax(row)[target] in double.
+double nll(std::span<const float> row, int target) {
+  double max = row[0];
+  for (float x : row) max = std::max(max, double(x));
+  double sum = 0;
+  for (float x : row) sum += std::exp(double(x) - max);
+  return max + std::log(sum) - double(row[std::size_t(target)]);
+}
+
+// Reads window tokens [0, n) with one method; adds the NLL of targets 1 … n−1.
+class WindowReader {
+ public:
+  WindowReader(const LlamaModel& model, std::int64_t capacity, int threads)
+      : model_(model), runner_(model, {.capacity = capacity, .threads = threads}) {
+    // Logit rows per forward call: the whole window for small vocabularies, bounded to 16 MiB.
+    chunk_ = std::max<std::int64_t>(1, (std::int64_t{1} << 22) / model.config.vocab_size);
+  }
+
+  void read(const MethodRun& run, std::span<const int> tokens, std::int64_t l0, Buckets& buckets) {
+    const auto n = std::int64_t(tokens.size());
+    const int vocab = model_.config.vocab_size;
+    positions_.resize(std::size_t(n));
+    std::iota(positions_.begin(), positions_.end(), std::int64_t{0});
+    // Feeds tokens [first, last) (window indices) at the given positions; scores the targets they predict.
+    auto feed = [&](const Rope& rope, std::int64_t first, std::int64_t last, const std::int64_t* pos,
+                    const ForwardOptions& options) {
+      for (std::int64_t a = first; a < last; a += chunk_) {
+        const std::int64_t b = std::min(last, a + chunk_);
+        logits_.resize(std::size_t((b - a) * vocab));
+        runner_.forward(rope, tokens.subspan(std::size_t(a), std::size_t(b - a)),
+                        std::span<const std::int64_t>(pos + (a - first), std::size_t(b - a)), logits_, options);
+        for (std::int64_t t = a; t < b && t + 1 < n; ++t) {
+          const std::span<const float> row(logits_.data() + (t - a) * vocab, std::size_t(vocab));
+          buckets.add(t + 1, nll(row, tokens[std::size_t(t + 1)]));
+        }
+      }
+    };
+    runner_.clear();
+    switch (run.kind) {
+      case MethodRun::Kind::Batched: {
+        const Rope rope(run.spec);
+        feed(rope, 0, n, positions_.data(), {.window = run.window});
+        break;
+      }
+      case MethodRun::Kind::Restart: {
+        const Rope rope(run.spec);
+        std::int64_t start = 0;
+        while (start < n) {
+          std::int64_t end = start + 1;
+          while (end < n && tokens[std::size_t(end)] != model_.config.bos_id) ++end;
+          runner_.clear();
+          feed(rope, start, end, positions_.data(), {});  // positions 0 … from the segment's start
+          start = end;
+        }
+        break;
+      }
+      case MethodRun::Kind::Dynamic:
+      case MethodRun::Kind::DynamicStale: {
+        // Up to L0 tokens the plan is the model's (HF clamps the length at L0): read them at once.
+        const bool stale = run.kind == MethodRun::Kind::DynamicStale;
+        const std::int64_t prefix = std::min(n, l0);
+        Rope previous(run.spec, AngleMode::Accurate, prefix);
+        feed(previous, 0, prefix, positions_.data(), {.stale_keys = stale});
+        // Then one token at a time: after reading token t, L = t + 1 tokens have been read.
+        for (std::int64_t t = prefix; t < n; ++t) {
+          Rope current(run.spec, AngleMode::Accurate, t + 1);
+          if (!stale) runner_.rerotate(previous, current);
+          feed(current, t, t + 1, positions_.data() + t, {.stale_keys = stale});
+          previous = std::move(current);
+        }
+        break;
+      }
+    }
+  }
+
+ private:
+  const LlamaModel& model_;
+  LlamaRunner runner_;
+  std::int64_t chunk_ = 1;
+  std::vector<std::int64_t> positions_;
+  std::vector<float> logits_;
+};
+
+}  // namespace
+
+std::vector<EvalMethod> builtin_methods() {
+  std::vector<EvalMethod> out;
+  for (std::string_view name : kBuiltins) out.push_back({std::string(name), ""});
+  return out;
+}
+
+std::vector<EvalMethod> parse_methods(std::string_view list) {
+  std::vector<std::string> items;
+  std::string current;
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const char ch = list[i];
+    if (in_string) {
+      if (ch == '\\' && i + 1 < list.size()) {
+        current += ch;
+        current += list[++i];
+        continue;
+      }
+      if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      ++depth;
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    } else if (ch == ',' && depth == 0) {
+      items.push_back(std::move(current));
+      current.clear();
+      continue;
+    }
+    current += ch;
+  }
+  items.push_back(std::move(current));
+  std::vector<EvalMethod> methods;
+  std::set<std::string> seen;
+  for (const std::string& item : items) {
+    const std::size_t eq = item.find('=');
+    EvalMethod m{item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1)};
+    if (m.name.empty()) throw Error(fmt::format("methods = {}: an empty method name", list));
+    for (char ch : m.name) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') {
+        throw Error(fmt::format("methods: method name {}: use letters, digits, '_', '-' or '.'", m.name));
+      }
+    }
+    if (eq == std::string::npos && !is_builtin(m.name)) {
+      throw Error(fmt::format("methods: {} is not a built-in method ({}) nor NAME=JSON", m.name,
+                              fmt::join(std::begin(kBuiltins), std::end(kBuiltins), ", ")));
+    }
+    if (eq != std::string::npos && m.fragment.empty()) {
+      throw Error(fmt::format("methods: {}= has an empty JSON fragment", m.name));
+    }
+    if (!seen.insert(m.name).second) throw Error(fmt::format("methods: {} is given twice", m.name));
+    methods.push_back(std::move(m));
+  }
+  return methods;
+}
+
+std::vector<std::int64_t> eval_windows(std::span<const int> tokens, std::int64_t window_size,
+                                       std::optional<std::int64_t> windows, int bos_id) {
+  if (window_size < 2) throw Error(fmt::format("window-size = {}: must be at least 2", window_size));
+  if (windows && *windows < 1) throw Error(fmt::format("windows = {}: must be positive", *windows));
+  std::vector<std::int64_t> starts;
+  const auto total = std::int64_t(tokens.size());
+  std::int64_t start = 0;
+  while (start + window_size <= total && (!windows || std::int64_t(starts.size()) < *windows)) {
+    starts.push_back(start);
+    start += window_size;
+    while (start < total && tokens[std::size_t(start)] != bos_id) ++start;
+  }
+  if (starts.empty()) {
+    throw Error(fmt::format("window-size = {}: larger than the {} tokens available", window_size, total));
+  }
+  if (windows && std::int64_t(starts.size()) < *windows) {
+    throw Error(fmt::format("windows = {}: only {} windows of {} tokens fit in the {} tokens available", *windows,
+                            starts.size(), window_size, total));
+  }
+  return starts;
+}
+
+EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& options) {
+  const auto clock_start = std::chrono::steady_clock::now();
+  EvalResult result;
+  result.trained_length = options.trained_length.value_or(model.config.seq_len);
+  const std::int64_t l0 = result.trained_length;
+  if (l0 < 1 || l0 >= kPositionLimit) throw Error(fmt::format("trained-length = {}: must be positive", l0));
+  if (options.lengths.empty()) throw Error("lengths: none given");
+  for (std::int64_t n : options.lengths) {
+    if (n < 2 || n > options.window_size) {
+      throw Error(fmt::format("lengths: N = {}: must lie in [2, window-size = {}]", n, options.window_size));
+    }
+  }
+  if (options.buckets.empty() || options.buckets[0] != 0) throw Error("buckets: must start at 0");
+  for (std::size_t i = 1; i < options.buckets.size(); ++i) {
+    if (options.buckets[i] <= options.buckets[i - 1]) {
+      throw Error(fmt::format("buckets: {} after {}: must increase", options.buckets[i], options.buckets[i - 1]));
+    }
+  }
+  if (options.methods.empty()) throw Error("methods: none given");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= model.config.vocab_size) {
+      throw Error(fmt::format("tokens[{}] = {}: outside the model's vocabulary [0, {})", i, tokens[i],
+                              model.config.vocab_size));
+    }
+  }
+  result.window_starts = eval_windows(tokens, options.window_size, options.windows, model.config.bos_id);
+  // Resolve every method at every length first, so a bad fragment fails before any work.
+  std::vector<std::vector<MethodRun>> runs;
+  for (const EvalMethod& method : options.methods) {
+    runs.emplace_back();
+    for (std::int64_t n : options.lengths) {
+      runs.back().push_back(resolve(method, model, std::max(1.0, double(n) / double(l0)), l0));
+    }
+  }
+  const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());
+  const std::int64_t per_method = std::accumulate(options.lengths.begin(), options.lengths.end(), std::int64_t{0}) *
+                                  std::int64_t(result.window_starts.size());
+  const std::int64_t total = per_method * std::int64_t(options.methods.size());
+  WindowReader reader(model, max_n, options.threads);
+  std::int64_t done = 0;
+  for (std::size_t m = 0; m < options.methods.size(); ++m) {
+    for (std::size_t li = 0; li < options.lengths.size(); ++li) {
+      const std::int64_t n = options.lengths[li];
+      const double s = std::max(1.0, double(n) / double(l0));
+      Buckets buckets(options.buckets, options.window_size);
+      for (std::int64_t start : result.window_starts) {
+        reader.read(runs[m][li], tokens.subspan(std::size_t(start), std::size_t(n)), l0, buckets);
+        done += n;
+        if (options.progress) options.progress(done, total, fmt::format("{} N={}", options.methods[m].name, n));
+      }
+      buckets.emit(options.methods[m].name, n, s, result.rows);
+    }
+  }
+  result.tokens_read = done;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
+  return result;
+}
+
+}  // namespace ropekit

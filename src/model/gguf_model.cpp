@@ -1,0 +1,175 @@
+// GGUF checkpoints of the `llama` architecture: hyper-parameters from the llama.* keys, weights from
+// F32, F16 or BF16 tensors (widened to float32 once), RoPE through the config reader's read_gguf.
+// Tensor names and shapes are llama.cpp's (ggml's ne[0] is the input width: a [out, in] matrix is
+// stored with dims {in, out}).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "config/gguf_format.hpp"
+#include "model/loader.hpp"
+#include "ropekit/dtype.hpp"
+#include "ropekit/error.hpp"
+
+namespace ropekit {
+namespace {
+
+using namespace detail::gguf;
+
+constexpr std::uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeBF16 = 30;
+
+std::string ggml_type_name(std::uint32_t type) {
+  static constexpr std::string_view kNames[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1",
+                                                "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"};
+  if (type < std::size(kNames)) return std::string(kNames[type]);
+  if (type == kTypeBF16) return "BF16";
+  return fmt::format("type {}", type);
+}
+
+class GgufModelReader {
+ public:
+  GgufModelReader(Cursor& c, GgufFile& f) : c_(c), f_(f) {}
+
+  std::int64_t integer(const std::string& key, std::optional<std::int64_t> fallback = std::nullopt) const {
+    auto it = f_.kv.find(key);
+    if (it == f_.kv.end()) {
+      if (fallback) return *fallback;
+      throw Error(fmt::format("{}: the GGUF key {} is missing", c_.origin(), key));
+    }
+    const double* v = std::get_if<double>(&it->second.value);
+    if (!v || !(std::fabs(*v) < 9e15) || *v != std::floor(*v)) {
+      throw Error(fmt::format("{}: {} must be an integer", c_.origin(), key));
+    }
+    if (*v < 0 || *v > 2147483647.0) throw Error(fmt::format("{}: {} = {}: out of range", c_.origin(), key, *v));
+    return static_cast<std::int64_t>(*v);
+  }
+  double number(const std::string& key, double fallback) const {
+    auto it = f_.kv.find(key);
+    if (it == f_.kv.end()) return fallback;
+    const double* v = std::get_if<double>(&it->second.value);
+    if (!v || !std::isfinite(*v)) throw Error(fmt::format("{}: {} must be a finite number", c_.origin(), key));
+    return *v;
+  }
+
+  // Tensor `name` with dims exactly `dims` (ggml order), as float32 values.
+  std::vector<float> tensor(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
+    auto it = f_.tensors.find(name);
+    if (it == f_.tensors.end()) {
+      if (optional) return {};
+      throw Error(fmt::format("{}: the tensor {} is missing", c_.origin(), name));
+    }
+    const TensorInfo& t = it->second;
+    if (t.dims != dims) {
+      throw Error(fmt::format("{}: tensor {} has dims [{}]; the model's hyper-parameters need [{}]", c_.origin(), name,
+                              fmt::join(t.dims, ", "), fmt::join(dims, ", ")));
+    }
+    std::uint64_t count = 1;
+    for (std::uint64_t d : dims) count = detail::checked_mul(count, d, c_.origin(), name);
+    if (t.type != kTypeF32 && t.type != kTypeF16 && t.type != kTypeBF16) {
+      throw Error(fmt::format("{}: tensor {} has ggml type {}: only F32, F16 and BF16 weights are supported "
+                              "(dequantize the model first)",
+                              c_.origin(), name, ggml_type_name(t.type)));
+    }
+    const std::uint64_t element = t.type == kTypeF32 ? 4 : 2;
+    const std::uint64_t start = tensor_data_offset(f_, c_, name, t, count, element);
+    std::vector<float> out(static_cast<std::size_t>(count));
+    if (t.type == kTypeF32) {
+      c_.source().read(start, out.data(), static_cast<std::size_t>(count * 4));
+    } else {
+      std::vector<std::uint16_t> half(static_cast<std::size_t>(count));
+      c_.source().read(start, half.data(), static_cast<std::size_t>(count * 2));
+      for (std::size_t i = 0; i < half.size(); ++i) {
+        out[i] = t.type == kTypeF16 ? f16_to_float(half[i]) : bf16_to_float(half[i]);
+      }
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (!std::isfinite(out[i])) {
+        throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", c_.origin(), name,
+                                i, start + element * i, out[i]));
+      }
+    }
+    return out;
+  }
+
+ private:
+  Cursor& c_;
+  GgufFile& f_;
+};
+
+}  // namespace
+
+LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin) {
+  MemorySource source(bytes);
+  Cursor cursor(source, std::string(origin));
+  GgufFile file = parse(cursor, {.all_tensors = true});
+  GgufModelReader r(cursor, file);
+  auto arch = file.kv.find("general.architecture");
+  const std::string* arch_name = arch == file.kv.end() ? nullptr : std::get_if<std::string>(&arch->second.value);
+  if (!arch_name) throw Error(fmt::format("{}: the GGUF key general.architecture is missing", origin));
+  if (*arch_name != "llama") {
+    throw Error(fmt::format("{}: general.architecture = {}: the runner runs the llama architecture only", origin,
+                            *arch_name));
+  }
+  LlamaModel model;
+  model.source = fmt::format("gguf {}", origin);
+  LlamaConfig& c = model.config;
+  c.dim = int(r.integer("llama.embedding_length"));
+  c.hidden_dim = int(r.integer("llama.feed_forward_length"));
+  c.n_layers = int(r.integer("llama.block_count"));
+  c.n_heads = int(r.integer("llama.attention.head_count"));
+  c.n_kv_heads = int(r.integer("llama.attention.head_count_kv", c.n_heads));
+  c.seq_len = r.integer("llama.context_length");
+  c.bos_id = int(r.integer("tokenizer.ggml.bos_token_id", 1));
+  c.norm_eps = static_cast<float>(r.number("llama.attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(c.norm_eps > 0)) {
+    throw Error(fmt::format("{}: llama.attention.layer_norm_rms_epsilon = {}: must be positive", origin, c.norm_eps));
+  }
+  auto embd = file.tensors.find("token_embd.weight");
+  if (embd == file.tensors.end()) throw Error(fmt::format("{}: the tensor token_embd.weight is missing", origin));
+  if (embd->second.dims.size() != 2 || embd->second.dims[1] > 16777216) {
+    throw Error(fmt::format("{}: tensor token_embd.weight must have dims [embedding_length, vocab ≤ 2^24]", origin));
+  }
+  c.vocab_size = int(embd->second.dims[1]);
+  detail::validate_config(c, origin, {"llama.embedding_length", "llama.feed_forward_length", "llama.block_count",
+                                      "llama.attention.head_count", "llama.attention.head_count_kv",
+                                      "token_embd.weight's vocab", "llama.context_length"});
+  if (auto key_length = r.integer("llama.attention.key_length", c.head_dim()); key_length != c.head_dim()) {
+    throw Error(fmt::format("{}: llama.attention.key_length = {}: the runner needs embedding_length / head_count = {}",
+                            origin, key_length, c.head_dim()));
+  }
+  const std::uint64_t total = detail::weight_count(c, origin);
+  if (total > bytes.size() / 2) {
+    throw Error(fmt::format("{}: the hyper-parameters need {} weights; the file has {} bytes", origin, total,
+                            bytes.size()));
+  }
+  const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
+  const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
+  model.token_embedding = r.tensor("token_embd.weight", {dim, vocab});
+  model.layers.resize(std::size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    LlamaLayerWeights& w = model.layers[std::size_t(l)];
+    const std::string p = fmt::format("blk.{}.", l);
+    w.rms_att = r.tensor(p + "attn_norm.weight", {dim});
+    w.wq = r.tensor(p + "attn_q.weight", {dim, dim});
+    w.wk = r.tensor(p + "attn_k.weight", {dim, kv});
+    w.wv = r.tensor(p + "attn_v.weight", {dim, kv});
+    w.wo = r.tensor(p + "attn_output.weight", {dim, dim});
+    w.rms_ffn = r.tensor(p + "ffn_norm.weight", {dim});
+    w.w1 = r.tensor(p + "ffn_gate.weight", {dim, hidden});
+    w.w2 = r.tensor(p + "ffn_down.weight", {hidden, dim});
+    w.w3 = r.tensor(p + "ffn_up.weight", {dim, hidden});
+  }
+  model.rms_final = r.tensor("output_norm.weight", {dim});
+  model.classifier = r.tensor("output.weight", {dim, vocab}, /*optional=*/true);
+  c.shared_classifier = model.classifier.empty();
+  model.rope = read_gguf(bytes, {}, origin);
+  const Spec& spec = model.rope.layer().spec;
+  if (spec.head_dim != c.head_dim() || model.rope.layers.size() != 1 || model.rope.layers[0].rope_offset != 0) {
+    throw Error(fmt::format("{}: the RoPE metadata (head_dim {}) does not fit the model's head size {}", origin,
+                            spec.head_dim, c.head_dim()));
+  }
+  return model;
+}
+
+}  // namespace ropekit

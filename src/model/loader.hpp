@@ -1,0 +1,76 @@
+// Shared by the checkpoint loaders: checked byte reading, the model's dimension rules, and the
+// model's own RoPE for formats that do not store one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ropekit/model.hpp"
+
+namespace ropekit::detail {
+
+// Reads little-endian values from a byte span; every read is checked against what remains, and an
+// error names the origin, the field and the byte offset.
+class ByteReader {
+ public:
+  ByteReader(std::span<const std::byte> bytes, std::string origin) : bytes_(bytes), origin_(std::move(origin)) {}
+
+  std::uint64_t pos() const { return pos_; }
+  std::uint64_t remaining() const { return bytes_.size() - pos_; }
+  const std::string& origin() const { return origin_; }
+
+  [[noreturn]] void truncated(std::string_view what, std::uint64_t need) const;
+  [[noreturn]] void bad(std::string_view what) const;
+
+  template <class T>
+  T scalar(std::string_view what) {
+    T v;
+    take(&v, sizeof v, what);
+    return v;
+  }
+  void take(void* dst, std::uint64_t n, std::string_view what) {
+    if (n > remaining()) truncated(what, n);
+    if (n) std::memcpy(dst, bytes_.data() + pos_, n);
+    pos_ += n;
+  }
+  void skip(std::uint64_t n, std::string_view what) {
+    if (n > remaining()) truncated(what, n);
+    pos_ += n;
+  }
+  // `count` float32 values of tensor `what`, each finite (a NaN or infinite weight is an error: it
+  // would make every logit NaN without saying why).
+  std::vector<float> floats(std::uint64_t count, std::string_view what);
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::string origin_;
+  std::uint64_t pos_ = 0;
+};
+
+// a · b, or an Error naming `what` when the product does not fit 2^62 (no file holds that many).
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, std::string_view origin, std::string_view what);
+
+// Checks the dimensions (each positive, dim a multiple of n_heads, n_heads of n_kv_heads, an even
+// head_dim, seq_len below 2^47) naming the field as `names` gives it ("dim", or GGUF's key).
+struct ConfigFieldNames {
+  std::string_view dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
+};
+void validate_config(const LlamaConfig& config, std::string_view origin, const ConfigFieldNames& names);
+
+// The number of float32 values every tensor of `config` takes (without the classifier), checked.
+std::uint64_t weight_count(const LlamaConfig& config, std::string_view origin);
+
+// llama2.c's RoPE: interleaved pairs, base 10000, the whole head rotated (run.c).
+ModelRope llama2c_rope(const LlamaConfig& config, std::string_view origin);
+
+}  // namespace ropekit::detail
+
+namespace ropekit::detail {
+// The whole file; `what` names the option in errors ("model = PATH: cannot open the file").
+std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::string_view what);
+}  // namespace ropekit::detail

@@ -1,0 +1,249 @@
+// The Llama forward pass on ropekit's attention and KV cache (ropekit/model.hpp).
+#include <cblas.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <optional>
+
+#include "ropekit/cpu.hpp"
+#include "ropekit/error.hpp"
+#include "ropekit/kv_cache.hpp"
+#include "ropekit/model.hpp"
+
+namespace ropekit {
+namespace {
+
+// Multiply-adds of one matrix product below which OpenBLAS runs on one thread.
+constexpr double kBlasWorkPerThread = 1 << 20;
+
+// y[n × out] (+)= x[n × in] · W[out × in]ᵀ: one sgemv for a single token, else one sgemm.
+void matmul(const float* x, const std::vector<float>& w, float* y, int n, int in, int out, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (n == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.data(), in, x, 1, beta, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data(), in, beta, y, out);
+  }
+}
+
+// run.c's RMSNorm: o = w ⊙ x / sqrt(mean(x²) + eps), the sum in float32.
+void rmsnorm(const float* x, const std::vector<float>& w, float* o, int n, int dim, float eps) {
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + std::size_t(t) * std::size_t(dim);
+    float* ot = o + std::size_t(t) * std::size_t(dim);
+    float ss = 0.0f;
+    for (int i = 0; i < dim; ++i) ss += xt[i] * xt[i];
+    const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
+    for (int i = 0; i < dim; ++i) ot[i] = w[std::size_t(i)] * (scale * xt[i]);
+  }
+}
+
+}  // namespace
+
+Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin) {
+  nlohmann::json scaling;
+  try {
+    scaling = nlohmann::json::parse(fragment);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{} = {}: invalid JSON: {}", origin, fragment, e.what()));
+  }
+  if (!scaling.is_object()) throw Error(fmt::format("{} = {}: must be a JSON object", origin, fragment));
+  const Spec& own = model.rope.layer().spec;
+  nlohmann::json config = {{"model_type", "llama"},
+                           {"hidden_size", model.config.dim},
+                           {"num_attention_heads", model.config.n_heads},
+                           {"head_dim", own.head_dim},
+                           {"max_position_embeddings", model.config.seq_len}};
+  if (own.rotary_dim != own.head_dim) config["partial_rotary_factor"] = double(own.rotary_dim) / own.head_dim;
+  // A v5 rope_parameters fragment carries its own rope_theta; a legacy rope_scaling one does not.
+  if (scaling.contains("rope_theta")) {
+    config["rope_parameters"] = scaling;
+  } else {
+    config["rope_theta"] = own.base;
+    config["rope_scaling"] = scaling;
+  }
+  ConfigOptions options;
+  options.pairing = own.pairing;
+  ModelRope read = read_config(config.dump(), options, origin);
+  return read.layer().spec;
+}
+
+struct LlamaRunner::State {
+  const LlamaModel* model;
+  RunnerOptions options;
+  int threads = 1;
+  int blas_threads = 0;  // what OpenBLAS was last told
+  std::vector<KvCache> caches;  // one per layer, created on the first forward
+  // stale_keys: keys as rotated at append, values, positions (the caller's rotation bookkeeping).
+  std::vector<std::vector<float>> stale_keys, stale_values;
+  std::vector<std::int64_t> stale_positions;
+  bool stale = false;
+  std::int64_t size = 0;
+  // Scratch, grown to the largest call.
+  std::vector<float> x, xb, q, k, v, att, h1, h3;
+};
+
+LlamaRunner::LlamaRunner(const LlamaModel& model, RunnerOptions options) : state_(std::make_unique<State>()) {
+  if (options.capacity <= 0) throw Error(fmt::format("LlamaRunner: capacity = {}: must be positive", options.capacity));
+  const LlamaConfig& c = model.config;
+  if (c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 ||
+      c.n_layers != int(model.layers.size())) {
+    throw Error(fmt::format("LlamaRunner: the model {} has dimensions that do not fit together", model.source));
+  }
+  state_->model = &model;
+  state_->options = options;
+  state_->threads = options.threads > 0 ? options.threads : default_threads();
+}
+
+LlamaRunner::~LlamaRunner() = default;
+LlamaRunner::LlamaRunner(LlamaRunner&&) noexcept = default;
+LlamaRunner& LlamaRunner::operator=(LlamaRunner&&) noexcept = default;
+
+const LlamaModel& LlamaRunner::model() const { return *state_->model; }
+std::int64_t LlamaRunner::size() const { return state_->size; }
+
+void LlamaRunner::clear() {
+  for (KvCache& cache : state_->caches) cache.clear();
+  state_->stale_positions.clear();
+  state_->size = 0;
+}
+
+bool LlamaRunner::rerotate(const Rope& from, const Rope& to) {
+  if (state_->stale) throw Error("LlamaRunner::rerotate: the runner holds stale keys (ForwardOptions::stale_keys)");
+  bool changed = false;
+  for (KvCache& cache : state_->caches) changed = cache.rerotate(from, to) || changed;
+  return changed;
+}
+
+void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::span<const std::int64_t> positions,
+                          std::span<float> logits, const ForwardOptions& options) {
+  State& s = *state_;
+  const LlamaModel& m = *s.model;
+  const LlamaConfig& c = m.config;
+  const int n = int(tokens.size());
+  const int dim = c.dim, kv_dim = c.kv_dim(), hd = c.head_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
+  if (tokens.empty()) throw Error("LlamaRunner::forward: no tokens");
+  if (positions.size() != tokens.size()) {
+    throw Error(fmt::format("LlamaRunner::forward: {} positions for {} tokens", positions.size(), tokens.size()));
+  }
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      throw Error(fmt::format("LlamaRunner::forward: tokens[{}] = {}: outside the vocabulary [0, {})", i, tokens[i], vocab));
+    }
+  }
+  if (std::int64_t(n) > s.options.capacity - s.size) {
+    throw Error(fmt::format("LlamaRunner::forward: {} tokens after {} overflow the capacity {}", n, s.size,
+                            s.options.capacity));
+  }
+  const bool last_only = logits.size() == std::size_t(vocab) && n > 1;
+  if (!last_only && logits.size() != std::size_t(n) * std::size_t(vocab)) {
+    throw Error(fmt::format("LlamaRunner::forward: logits has {} floats: need {} (every token) or {} (the last)",
+                            logits.size(), std::size_t(n) * std::size_t(vocab), vocab));
+  }
+  if (rope.spec().head_dim != hd) {
+    throw Error(fmt::format("LlamaRunner::forward: rope head_dim = {}: the model's head size is {}", rope.spec().head_dim, hd));
+  }
+  if (s.size > 0 && options.stale_keys != s.stale) {
+    throw Error("LlamaRunner::forward: stale_keys must not change while tokens are cached (clear() first)");
+  }
+  s.stale = options.stale_keys;
+  if (s.caches.empty() && !s.stale) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity, .kv_heads = c.n_kv_heads,
+                                               .dtype = s.options.kv_dtype});
+    }
+  }
+  if (s.stale && s.stale_keys.empty()) {
+    if (s.options.kv_dtype != DType::F32) throw Error("LlamaRunner: stale_keys stores float32 keys only");
+    s.stale_keys.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(s.options.capacity * kv_dim)));
+    s.stale_values = s.stale_keys;
+  }
+  auto grow = [](std::vector<float>& v, std::size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  const std::size_t un = std::size_t(n);
+  grow(s.x, un * dim);
+  grow(s.xb, un * dim);
+  grow(s.q, un * dim);
+  grow(s.k, un * kv_dim);
+  grow(s.v, un * kv_dim);
+  grow(s.att, un * dim);
+  grow(s.h1, un * hidden);
+  grow(s.h3, un * hidden);
+  // OpenBLAS's threads only for products big enough to pay for waking its pool (a prefill); a decode
+  // step's matrix-vector products of a small model are faster on the calling thread.
+  const double macs = double(n) * double(dim) * double(std::max(dim, hidden));
+  const int blas_threads = macs >= kBlasWorkPerThread ? s.threads : 1;
+  if (blas_threads != s.blas_threads) {
+    openblas_set_num_threads(blas_threads);
+    s.blas_threads = blas_threads;
+  }
+
+  for (int t = 0; t < n; ++t) {
+    const float* row = m.token_embedding.data() + std::size_t(tokens[std::size_t(t)]) * std::size_t(dim);
+    std::copy(row, row + dim, s.x.data() + std::size_t(t) * dim);
+  }
+  AttentionOptions attention_options;
+  attention_options.window = options.window;
+  attention_options.threads = s.threads;
+  const Positions pos = ropekit::positions(positions);
+  const Heads q = bshd(s.q.data(), DType::F32, 1, n, c.n_heads, hd);
+  const Heads k = bshd(s.k.data(), DType::F32, 1, n, c.n_kv_heads, hd);
+  const Heads v = bshd(s.v.data(), DType::F32, 1, n, c.n_kv_heads, hd);
+  const Heads att = bshd(s.att.data(), DType::F32, 1, n, c.n_heads, hd);
+  if (s.stale) s.stale_positions.insert(s.stale_positions.end(), positions.begin(), positions.end());
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LlamaLayerWeights& w = m.layers[std::size_t(l)];
+    rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
+    matmul(s.xb.data(), w.wq, s.q.data(), n, dim, dim, false);
+    matmul(s.xb.data(), w.wk, s.k.data(), n, dim, kv_dim, false);
+    matmul(s.xb.data(), w.wv, s.v.data(), n, dim, kv_dim, false);
+    if (!s.stale) {
+      KvCache& cache = s.caches[std::size_t(l)];
+      cache.append(rope, k, v, pos);
+      attention(rope, q, pos, cache, att, attention_options);
+    } else {
+      // Keys rotated now, under this call's plan, and kept so; queries rotated under it too.
+      float* keys = s.stale_keys[std::size_t(l)].data();
+      float* values = s.stale_values[std::size_t(l)].data();
+      const std::size_t at = std::size_t(s.size) * kv_dim;
+      rope.apply({.q = q, .k = k, .k_out = bshd(keys + at, DType::F32, 1, n, c.n_kv_heads, hd), .positions = pos});
+      std::copy(s.v.data(), s.v.data() + un * kv_dim, values + at);
+      const std::int64_t total = s.size + n;
+      AttentionOptions scaled = attention_options;
+      scaled.softmax_scale_mult = rope.plan().softmax_scale_mult;
+      attention({.q = q,
+                 .k = bshd(keys, DType::F32, 1, total, c.n_kv_heads, hd),
+                 .v = bshd(values, DType::F32, 1, total, c.n_kv_heads, hd),
+                 .out = att,
+                 .q_positions = pos,
+                 .k_positions = ropekit::positions(std::span<const std::int64_t>(s.stale_positions)),
+                 .head_dim = hd},
+                scaled);
+    }
+    matmul(s.att.data(), w.wo, s.x.data(), n, dim, dim, true);
+    rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
+    matmul(s.xb.data(), w.w1, s.h1.data(), n, dim, hidden, false);
+    matmul(s.xb.data(), w.w3, s.h3.data(), n, dim, hidden, false);
+    for (std::size_t i = 0; i < un * hidden; ++i) {
+      const float g = s.h1[i];
+      s.h1[i] = g / (1.0f + std::exp(-g)) * s.h3[i];  // SwiGLU: silu(w1 x) ⊙ w3 x
+    }
+    matmul(s.h1.data(), w.w2, s.x.data(), n, hidden, dim, true);
+  }
+  s.size += n;
+  const int first = last_only ? n - 1 : 0;
+  const int rows = n - first;
+  rmsnorm(s.x.data() + std::size_t(first) * dim, m.rms_final, s.xb.data(), rows, dim, c.norm_eps);
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, vocab, dim, 1.0f, m.classifier_weights(), dim, s.xb.data(), 1, 0.0f,
+                logits.data(), 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, vocab, dim, 1.0f, s.xb.data(), dim,
+                m.classifier_weights(), dim, 0.0f, logits.data(), vocab);
+  }
+}
+
+}  // namespace ropekit

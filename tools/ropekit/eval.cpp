@@ -1,0 +1,209 @@
+// `ropekit eval`: the long-context lab — perplexity by target position for context-extension methods
+// side by side on a real model (ropekit/lab.hpp; the protocol is pinned in docs/lab.md).
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "model_io.hpp"
+#include "plot.hpp"
+#include "ropekit/error.hpp"
+#include "ropekit/lab.hpp"
+
+namespace ropekit::cli {
+namespace {
+
+struct EvalCliOptions {
+  std::string model, tokens, text, tokenizer, methods, csv, json, svg;
+  bool stories = false;
+  std::int64_t window_size = 4096;
+  std::optional<std::int64_t> windows, trained_length;
+  std::vector<std::int64_t> lengths = {256, 512, 1024, 2048, 4096};
+  std::vector<std::int64_t> buckets = {0, 256, 512, 1024, 2048, 4096};
+  int threads = 0;
+};
+
+// A progress bar with an ETA when stderr is a terminal; a plain line per step otherwise.
+class Progress {
+ public:
+  explicit Progress(std::ostream& err) : err_(err), tty_(&err == &std::cerr && isatty(2)) {}
+  void operator()(std::int64_t done, std::int64_t total, const std::string& what) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double fraction = total > 0 ? double(done) / double(total) : 1.0;
+    const double eta = fraction > 0 ? elapsed / fraction - elapsed : 0.0;
+    if (tty_) {
+      const int width = 30, filled = int(fraction * width);
+      fmt::print(err_, "\r[{}{}] {:5.1f}%  {:<24} ETA {:5.1f} s", std::string(std::size_t(filled), '#'),
+                 std::string(std::size_t(width - filled), '.'), 100 * fraction, what, eta);
+      if (done == total) err_ << "\n";
+    } else {
+      fmt::print(err_, "eval: {}/{} tokens ({:.1f}%), {}, {:.1f} s elapsed, ETA {:.1f} s\n", done, total,
+                 100 * fraction, what, elapsed, eta);
+    }
+    err_.flush();
+  }
+
+ private:
+  std::ostream& err_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+void print_table(std::ostream& out, const EvalResult& result, const std::vector<EvalMethod>& methods,
+                 const std::vector<std::int64_t>& lengths) {
+  // One block per N: methods down, position buckets across (PPL), and the token count per bucket.
+  for (std::int64_t n : lengths) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> buckets;
+    std::map<std::string, std::map<std::int64_t, const EvalRow*>> by_method;
+    for (const EvalRow& row : result.rows) {
+      if (row.n != n) continue;
+      by_method[row.method][row.bucket_lo] = &row;
+      std::pair<std::int64_t, std::int64_t> b{row.bucket_lo, row.bucket_hi};
+      if (std::find(buckets.begin(), buckets.end(), b) == buckets.end()) buckets.push_back(b);
+    }
+    std::sort(buckets.begin(), buckets.end());
+    const double s = std::max(1.0, double(n) / double(result.trained_length));
+    fmt::print(out, "\nN = {} (s = {:g}): PPL by target position\n", n, s);
+    fmt::print(out, "{:<16}", "method");
+    for (auto [lo, hi] : buckets) fmt::print(out, "{:>12}", fmt::format("{}-{}", lo, std::min(hi, n)));
+    fmt::print(out, "\n");
+    for (const EvalMethod& m : methods) {
+      fmt::print(out, "{:<16}", m.name);
+      for (auto [lo, hi] : buckets) {
+        const auto it = by_method[m.name].find(lo);
+        if (it == by_method[m.name].end()) {
+          fmt::print(out, "{:>12}", "-");
+        } else {
+          fmt::print(out, "{:>12.3f}", it->second->ppl);
+        }
+      }
+      fmt::print(out, "\n");
+    }
+    fmt::print(out, "{:<16}", "targets");
+    const auto& any = by_method[methods.front().name];
+    for (auto [lo, hi] : buckets) {
+      const auto it = any.find(lo);
+      fmt::print(out, "{:>12}", it == any.end() ? std::string("-") : fmt::format("{}", it->second->tokens));
+    }
+    fmt::print(out, "\n");
+  }
+}
+
+void run_eval(const EvalCliOptions& o, Streams io) {
+  const LlamaModel model = load_model_file(o.model);
+  std::vector<int> tokens;
+  if (!o.tokens.empty()) {
+    tokens = read_tokens(o.tokens);
+  } else {
+    const Tokenizer tokenizer = load_tokenizer_for(model, o.model, o.tokenizer);
+    const std::string text = read_text(o.text, "--text");
+    tokens = o.stories ? encode_stories(tokenizer, text) : tokenizer.encode(text, /*bos=*/true);
+  }
+  EvalOptions options;
+  options.window_size = o.window_size;
+  options.windows = o.windows;
+  options.lengths = o.lengths;
+  options.buckets = o.buckets;
+  options.trained_length = o.trained_length;
+  options.threads = o.threads;
+  if (!o.methods.empty()) options.methods = parse_methods(o.methods);
+  auto progress = std::make_shared<Progress>(io.err);
+  options.progress = [progress](std::int64_t done, std::int64_t total, const std::string& what) {
+    (*progress)(done, total, what);
+  };
+  const EvalResult result = evaluate(model, tokens, options);
+
+  fmt::print(io.out, "ropekit eval: {} — {} tokens, {} windows of {} (starts {}), trained length L0 = {}\n",
+             model.source, tokens.size(), result.window_starts.size(), o.window_size,
+             fmt::join(result.window_starts, ","), result.trained_length);
+  print_table(io.out, result, options.methods, options.lengths);
+  fmt::print(io.out, "\n{} model positions in {:.2f} s ({:.0f} tokens/s)\n", result.tokens_read, result.seconds,
+             double(result.tokens_read) / result.seconds);
+
+  if (!o.csv.empty()) {
+    std::ofstream csv(o.csv);
+    if (!csv) throw Error(fmt::format("--csv {}: cannot write this file", o.csv));
+    csv << "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl\n";
+    for (const EvalRow& r : result.rows) {
+      fmt::print(csv, "{},{},{},{},{},{},{:.9g},{:.9g}\n", r.method, r.n, r.scale, r.bucket_lo, r.bucket_hi, r.tokens,
+                 r.mean_nll, r.ppl);
+    }
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["model"] = model.source;
+    j["tokens"] = tokens.size();
+    j["window_size"] = o.window_size;
+    j["window_starts"] = result.window_starts;
+    j["trained_length"] = result.trained_length;
+    j["seconds"] = result.seconds;
+    j["methods"] = nlohmann::json::array();
+    for (const EvalMethod& m : options.methods) j["methods"].push_back({{"name", m.name}, {"fragment", m.fragment}});
+    j["rows"] = nlohmann::json::array();
+    for (const EvalRow& r : result.rows) {
+      j["rows"].push_back({{"method", r.method}, {"N", r.n}, {"scale", r.scale}, {"bucket_lo", r.bucket_lo},
+                           {"bucket_hi", r.bucket_hi}, {"tokens", r.tokens}, {"mean_nll", r.mean_nll}, {"ppl", r.ppl}});
+    }
+    std::ofstream json(o.json);
+    if (!json) throw Error(fmt::format("--json {}: cannot write this file", o.json));
+    json << j.dump(2) << "\n";
+  }
+  if (!o.svg.empty()) {
+    const std::int64_t n = *std::max_element(options.lengths.begin(), options.lengths.end());
+    Chart chart{fmt::format("PPL by target position, N = {} (trained at {})", n, result.trained_length),
+                "target position (bucket middle)", "perplexity", true, true, {}};
+    for (const EvalMethod& m : options.methods) {
+      Series series{m.name, {}, {}};
+      for (const EvalRow& r : result.rows) {
+        if (r.method != m.name || r.n != n) continue;
+        series.x.push_back(0.5 * double(r.bucket_lo + std::min(r.bucket_hi, n)));
+        series.y.push_back(r.ppl);
+      }
+      chart.series.push_back(std::move(series));
+    }
+    write_svg(chart, o.svg);
+  }
+}
+
+}  // namespace
+
+void add_eval(CLI::App& app, Streams io) {
+  auto* cmd = app.add_subcommand("eval",
+                                 "the long-context lab: perplexity by target position for context-extension methods "
+                                 "side by side (docs/lab.md)");
+  auto o = std::make_shared<EvalCliOptions>();
+  cmd->add_option("--model", o->model, "llama2.c checkpoint or GGUF (llama)")->required();
+  auto* input = cmd->add_option_group("input", "the tokens (exactly one)");
+  input->add_option("--tokens", o->tokens, "int32 token ids (ropekit tokenize)");
+  input->add_option("--text", o->text, "a UTF-8 text file, tokenized with --tokenizer");
+  input->require_option(1);
+  cmd->add_option("--tokenizer", o->tokenizer, "with --text: llama2.c tokenizer.bin (GGUF: the model's own)");
+  cmd->add_flag("--stories", o->stories, "with --text: one BOS-led sequence per <|endoftext|>-separated story");
+  cmd->add_option("--window-size", o->window_size, "tokens per window (default 4096)")
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 24));
+  cmd->add_option("--windows", o->windows, "number of windows (default: as many as fit)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+  cmd->add_option("--lengths", o->lengths, "context lengths N (default 256,512,1024,2048,4096)")->delimiter(',');
+  cmd->add_option("--buckets", o->buckets, "target-position bucket edges (default 0,256,512,1024,2048,4096)")
+      ->delimiter(',');
+  cmd->add_option("--methods", o->methods,
+                  "comma-separated methods (default: all built-ins: orig, pi, ntk, yarn, yarn_notemp, dyn_ntk, "
+                  "dyn_ntk_stale, llama3, swa, restart) and NAME=JSON rope_scaling fragments (\"factor\": \"s\" is "
+                  "the scale)");
+  cmd->add_option("--trained-length", o->trained_length, "L0 (default: the model's seq_len / context_length)")
+      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
+  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--csv", o->csv, "write method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl");
+  cmd->add_option("--json", o->json, "write the result as JSON");
+  cmd->add_option("--svg", o->svg, "plot PPL against position at the largest N, one curve per method (PLplot)");
+  cmd->callback([o, io] { run_eval(*o, io); });
+}
+
+}  // namespace ropekit::cli
