@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -354,7 +355,7 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
 
   // Usage.
   expect_usage_error({}, "A subcommand is required");
-  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify)");
+  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, tokenize, generate, eval)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
@@ -446,3 +447,81 @@ TEST(Cli, HelpExitsZero) {
 }
 
 }  // namespace
+
+// The model sub-commands on the bundled model (models/, data/).
+namespace model_cli {
+
+const std::string kRepo = ROPEKIT_REPO_DIR;
+const std::string kModel = kRepo + "/models/tinystories-260k.bin";
+const std::string kTok = kRepo + "/models/tok512.bin";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(CliModel, GenerateAtTemperatureZeroPrintsRunCsText) {
+  const Result r = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "200",
+                        "--prompt", "Once upon a time"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, slurp(kRepo + "/tests/data/runc/greedy-200-once-upon-a-time.txt"));
+  EXPECT_NE(r.err.find("achieved tok/s"), std::string::npos);
+  // A scaled RoPE runs beyond the trained length; a dynamic one re-rotates as it goes.
+  const Result yarn = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "600",
+                           "--rope-scaling", R"({"rope_type":"dynamic","factor":2})"});
+  EXPECT_EQ(yarn.code, 0) << yarn.err;
+}
+
+TEST(CliModel, TokenizeThenEval) {
+  const std::string ids = testing::TempDir() + "/excerpt.i32";
+  const Result t = run({"tokenize", "--tokenizer", kTok, "--text", kRepo + "/data/tinystories-valid-excerpt.txt",
+                        "--stories", "--out", ids});
+  ASSERT_EQ(t.code, 0) << t.err;
+  const std::string csv = testing::TempDir() + "/lab.csv", json = testing::TempDir() + "/lab.json",
+                    svg = testing::TempDir() + "/lab.svg";
+  const Result e = run({"eval", "--model", kModel, "--tokens", ids, "--window-size", "256", "--windows", "2",
+                        "--lengths", "64,256", "--buckets", "0,64,128", "--trained-length", "64", "--methods",
+                        "orig,pi,yarn,restart", "--csv", csv, "--json", json, "--svg", svg});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("N = 256 (s = 4)"), std::string::npos) << e.out;
+  const std::string table = slurp(csv);
+  EXPECT_EQ(table.substr(0, table.find('\n')), "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl");
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 4 * (1 + 3));
+  EXPECT_NE(slurp(json).find("\"window_starts\""), std::string::npos);
+  EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
+  EXPECT_NE(e.err.find("eval: "), std::string::npos);  // progress lines (not a terminal)
+}
+
+TEST(CliModel, BadInputExitsTwo) {
+  const std::string junk = testing::TempDir() + "/junk.bin";
+  std::ofstream(junk) << "this is not a model";
+  const std::string odd = testing::TempDir() + "/odd.i32";
+  std::ofstream(odd) << "12345";
+  const std::string ids = testing::TempDir() + "/big.i32";
+  {
+    std::ofstream out(ids, std::ios::binary);
+    for (std::int32_t v : {1, 600, 3}) out.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"generate", "--model", junk, "--tokenizer", kTok}, "junk.bin"},
+      {{"generate", "--model", kModel}, "--tokenizer is required"},
+      {{"generate", "--model", kModel, "--tokenizer", kRepo + "/tests/data/runc/README.md"}, "token 0"},
+      {{"generate", "--model", kModel, "--tokenizer", kTok, "--rope-scaling", "{\"rope_type\":\"yarn\"}"}, "factor"},
+      {{"generate", "--model", kModel, "--tokenizer", kTok, "--topp", "2"}, "--topp"},
+      {{"eval", "--model", kModel, "--tokens", odd}, "not a whole number"},
+      {{"eval", "--model", kModel, "--tokens", ids, "--window-size", "3", "--lengths", "3", "--buckets", "0"},
+       "tokens[1] = 600"},
+      {{"eval", "--model", kModel, "--text", kRepo + "/data/tinystories-valid-excerpt.txt", "--tokenizer", kTok,
+        "--stories", "--window-size", "100000"},
+       "window-size = 100000"},
+      {{"eval", "--model", kModel, "--tokens", ids, "--methods", "warp"}, "warp"},
+      {{"tokenize", "--tokenizer", junk, "--string", "x", "--out", ids}, "junk.bin"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args[0] << " " << args[2] << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace model_cli

@@ -1,4 +1,4 @@
-// A minimal GGUF writer for tests (and fuzz seeds): key/values and small F32 tensors, laid out as
+// A minimal GGUF writer for tests (and fuzz seeds): key/values and tensors of raw bytes, laid out as
 // ggml's gguf.cpp writes them (header, key/values, tensor infos, padding to the alignment, data).
 #pragma once
 
@@ -36,8 +36,21 @@ class Writer {
     for (std::int32_t x : v) put(kv_, x);
     ++kv_count_;
   }
+  void str_array(const std::string& key, const std::vector<std::string>& v) {
+    this->key(key, 9);
+    put(kv_, std::uint32_t{8});
+    put(kv_, std::uint64_t{v.size()});
+    for (const std::string& x : v) string(kv_, x);
+    ++kv_count_;
+  }
   void tensor_f32(const std::string& name, const std::vector<float>& values, std::uint32_t type = 0) {
-    tensors_.push_back({name, values, type});
+    std::vector<std::byte> bytes(values.size() * 4);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    tensors_.push_back({name, {values.size()}, type, std::move(bytes)});
+  }
+  // dims in ggml order (ne[0] first), `type` a ggml type, `bytes` the data as stored.
+  void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::vector<std::byte> bytes) {
+    tensors_.push_back({name, std::move(dims), type, std::move(bytes)});
   }
   // Raw bytes appended to the key/value section (for malformed-input tests); counts as one entry.
   void raw_kv(const std::vector<std::byte>& bytes) {
@@ -55,17 +68,17 @@ class Writer {
     std::uint64_t offset = 0;
     for (const Tensor& t : tensors_) {
       string(out, t.name);
-      put(out, std::uint32_t{1});
-      put(out, std::uint64_t{t.values.size()});
+      put(out, std::uint32_t(t.dims.size()));
+      for (std::uint64_t dim : t.dims) put(out, dim);
       put(out, t.type);
       put(out, offset);
-      offset += (t.values.size() * 4 + alignment - 1) / alignment * alignment;
+      offset += (t.bytes.size() + alignment - 1) / alignment * alignment;
     }
     while (out.size() % alignment) out.push_back(std::byte{0});
     for (const Tensor& t : tensors_) {
-      const std::size_t start = out.size();
-      out.resize(start + t.values.size() * 4);
-      std::memcpy(out.data() + start, t.values.data(), t.values.size() * 4);
+      const std::size_t at = out.size();
+      out.resize(at + t.bytes.size());
+      if (!t.bytes.empty()) std::memcpy(out.data() + at, t.bytes.data(), t.bytes.size());
       while (out.size() % alignment) out.push_back(std::byte{0});
     }
     return out;
@@ -74,8 +87,9 @@ class Writer {
  private:
   struct Tensor {
     std::string name;
-    std::vector<float> values;
+    std::vector<std::uint64_t> dims;
     std::uint32_t type;
+    std::vector<std::byte> bytes;
   };
   template <class T>
   static void put(std::vector<std::byte>& out, T v) {

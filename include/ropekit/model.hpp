@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -95,9 +96,10 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
 LlamaModel load_model_file(const std::filesystem::path& path);
 
 // A Spec for `model` with its rope_scaling / rope_parameters replaced by `fragment` (config.json
-// syntax, read by read_config with the model's head_dim, base, pairing and trained length as
-// max_position_embeddings). Errors: JSON the reader rejects, named as `origin`.
-Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin = "--rope-scaling");
+// syntax, read by read_config with the model's head_dim, base, pairing, and max_position_embeddings
+// = `trained_length`, by default the model's seq_len). Errors: JSON the reader rejects, named as `origin`.
+Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin = "--rope-scaling",
+                       std::optional<std::int64_t> trained_length = std::nullopt);
 
 struct RunnerOptions {
   std::int64_t capacity = 0;   // tokens per layer cache (required, > 0)

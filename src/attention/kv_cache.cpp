@@ -242,6 +242,17 @@ bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
   const int d = shape_.head_dim;
   const std::int64_t es = element_size(shape_.dtype);
   const std::int64_t row = shape_.kv_heads * d;
+  if (shape_.dtype == DType::F32) {  // float32 keys rotate where they are: the same two roundings, no copies
+    RotateArgs rotate;
+    rotate.k = bshd(state_->keys.data(), DType::F32, 1, size_, shape_.kv_heads, d);
+    rotate.positions = ropekit::positions(std::span<const std::int64_t>(state_->positions.data(), std::size_t(size_)));
+    rotate.direction = Direction::Inverse;
+    old_rope.apply(rotate);
+    rotate.direction = Direction::Forward;
+    rope.apply(rotate);
+    state_->adopt(rope.plan());
+    return true;
+  }
   std::vector<float> buffer(std::size_t(std::min(kRerotateChunk, size_) * row));
   for (std::int64_t first = 0; first < size_; first += kRerotateChunk) {
     const std::int64_t n = std::min(kRerotateChunk, size_ - first);

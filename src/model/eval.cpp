@@ -58,7 +58,7 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
   run.spec = model.rope.layer().spec;
   const std::string& n = method.name;
   if (!method.fragment.empty()) {
-    run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n));
+    run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n), l0);
     if (std::holds_alternative<scaling::DynamicNtk>(run.spec.scaling) ||
         std::holds_alternative<scaling::LongRope>(run.spec.scaling)) {
       run.kind = MethodRun::Kind::Dynamic;

@@ -41,7 +41,8 @@ void rmsnorm(const float* x, const std::vector<float>& w, float* o, int n, int d
 
 }  // namespace
 
-Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin) {
+Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::string_view origin,
+                       std::optional<std::int64_t> trained_length) {
   nlohmann::json scaling;
   try {
     scaling = nlohmann::json::parse(fragment);
@@ -54,7 +55,7 @@ Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::
                            {"hidden_size", model.config.dim},
                            {"num_attention_heads", model.config.n_heads},
                            {"head_dim", own.head_dim},
-                           {"max_position_embeddings", model.config.seq_len}};
+                           {"max_position_embeddings", trained_length.value_or(model.config.seq_len)}};
   if (own.rotary_dim != own.head_dim) config["partial_rotary_factor"] = double(own.rotary_dim) / own.head_dim;
   // A v5 rope_parameters fragment carries its own rope_theta; a legacy rope_scaling one does not.
   if (scaling.contains("rope_theta")) {

@@ -71,6 +71,7 @@ Tokenizer Tokenizer::from_llama2c(std::span<const std::byte> bytes, std::string_
       throw Error(fmt::format("{}: {} at byte {}: length = {}: must lie in [0, max_token_length = {}]", origin, what,
                               at + 4, length, max_length));
     }
+    if (std::uint64_t(length) > r.remaining()) r.truncated(what, std::uint64_t(length));  // before allocating
     std::string piece(std::size_t(length), '\0');
     r.take(piece.data(), std::uint64_t(length), what);
     pieces.push_back(std::move(piece));

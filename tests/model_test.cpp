@@ -1,0 +1,470 @@
+// The model runner, its loaders and tokenizer, and the lab's protocol against an independent float64
+// forward (tests/model_oracle.hpp) and run.c's output (tests/data/runc/).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "expect_error.hpp"
+#include "model_files.hpp"
+#include "model_oracle.hpp"
+#include "ropekit/lab.hpp"
+#include "ropekit/model.hpp"
+#include "ropekit/tokenizer.hpp"
+
+namespace {
+
+const std::string kRepo = ROPEKIT_REPO_DIR;
+const std::string kModel = kRepo + "/models/tinystories-260k.bin";
+const std::string kTokenizer = kRepo + "/models/tok512.bin";
+
+const ropekit::LlamaModel& bundled() {
+  static const ropekit::LlamaModel model = ropekit::load_model_file(kModel);
+  return model;
+}
+const ropekit::Tokenizer& bundled_tokenizer() {
+  static const ropekit::Tokenizer tok = ropekit::Tokenizer::from_file(kTokenizer);
+  return tok;
+}
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+const std::vector<int>& excerpt_tokens() {
+  static const std::vector<int> ids =
+      ropekit::encode_stories(bundled_tokenizer(), read(kRepo + "/data/tinystories-valid-excerpt.txt"));
+  return ids;
+}
+
+// Logits of every position for `tokens` read in one batch with the model's RoPE.
+std::vector<float> logits_of(const ropekit::LlamaModel& m, const std::vector<int>& tokens) {
+  ropekit::LlamaRunner runner(m, {.capacity = std::int64_t(tokens.size())});
+  std::vector<std::int64_t> pos(tokens.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<float> logits(tokens.size() * std::size_t(m.config.vocab_size));
+  runner.forward(ropekit::Rope(m.rope.layer().spec), tokens, pos, logits);
+  return logits;
+}
+
+// run.c's generate loop, greedy, printing as run.c does.
+std::string greedy(const ropekit::LlamaModel& m, const ropekit::Tokenizer& tok, const std::string& prompt, int steps) {
+  const std::vector<int> ids = tok.encode(prompt, true);
+  ropekit::LlamaRunner runner(m, {.capacity = steps});
+  ropekit::Sampler sampler(m.config.vocab_size, 0.0f, 0.9f, 1);
+  const ropekit::Rope rope(m.rope.layer().spec);
+  std::vector<float> logits(std::size_t(m.config.vocab_size));
+  std::string out;
+  int token = ids[0];
+  for (std::int64_t pos = 0; pos < steps;) {
+    runner.forward(rope, std::span<const int>(&token, 1), std::span<const std::int64_t>(&pos, 1), logits);
+    const int next = pos + 1 < std::int64_t(ids.size()) ? ids[std::size_t(pos + 1)] : sampler.sample(logits);
+    ++pos;
+    if (next == 1) break;
+    const std::string piece = tok.decode(token, next);
+    if (!(piece.size() == 1 && !std::isprint(static_cast<unsigned char>(piece[0])) &&
+          !std::isspace(static_cast<unsigned char>(piece[0])))) {
+      out += piece;
+    }
+    token = next;
+  }
+  return out + "\n";
+}
+
+TEST(Model, LoadsTheBundledCheckpoint) {
+  const auto& c = bundled().config;
+  EXPECT_EQ(c.dim, 64);
+  EXPECT_EQ(c.hidden_dim, 172);
+  EXPECT_EQ(c.n_layers, 5);
+  EXPECT_EQ(c.n_heads, 8);
+  EXPECT_EQ(c.n_kv_heads, 4);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.seq_len, 512);
+  EXPECT_TRUE(c.shared_classifier);
+  const ropekit::Spec& spec = bundled().rope.layer().spec;
+  EXPECT_EQ(spec.pairing, ropekit::Pairing::Interleaved);
+  EXPECT_EQ(spec.head_dim, 8);
+  EXPECT_EQ(spec.base, 10000.0);
+}
+
+// run.c at temperature 0 (tests/data/runc/README.md): the same bytes.
+TEST(Model, GreedyGenerationIsRunCs) {
+  EXPECT_EQ(greedy(bundled(), bundled_tokenizer(), "Once upon a time", 200),
+            read(kRepo + "/tests/data/runc/greedy-200-once-upon-a-time.txt"));
+  EXPECT_EQ(greedy(bundled(), bundled_tokenizer(), "", 512), read(kRepo + "/tests/data/runc/greedy-512-empty-prompt.txt"));
+}
+
+TEST(Model, BatchedPrefillEqualsOneTokenAtATime) {
+  const std::vector<int> tokens(excerpt_tokens().begin(), excerpt_tokens().begin() + 300);
+  const std::vector<float> batched = logits_of(bundled(), tokens);
+  ropekit::LlamaRunner runner(bundled(), {.capacity = 300});
+  const ropekit::Rope rope(bundled().rope.layer().spec);
+  std::vector<float> one(512);
+  double worst = 0;
+  for (std::int64_t t = 0; t < 300; ++t) {
+    runner.forward(rope, std::span<const int>(&tokens[std::size_t(t)], 1), std::span<const std::int64_t>(&t, 1), one);
+    for (int v = 0; v < 512; ++v) worst = std::max(worst, double(std::fabs(one[std::size_t(v)] - batched[std::size_t(t * 512 + v)])));
+  }
+  EXPECT_LT(worst, 1e-4);  // sgemm and sgemv sum in different orders; the logits are O(10)
+}
+
+TEST(Model, Version1ExportLoadsTheSameWeights) {
+  const auto m = ropekit::load_llama2c(model_files::version1_bytes(bundled()), "v1");
+  EXPECT_EQ(m.token_embedding, bundled().token_embedding);
+  EXPECT_EQ(m.layers[4].w2, bundled().layers[4].w2);
+  EXPECT_EQ(m.rms_final, bundled().rms_final);
+  EXPECT_TRUE(m.config.shared_classifier);
+}
+
+TEST(Model, UnsharedClassifierIsRead) {
+  for (bool v1 : {false, true}) {
+    const auto tiny = model_files::tiny_model(false);
+    const auto bytes = v1 ? model_files::version1_bytes(tiny) : model_files::legacy_bytes(tiny);
+    const auto m = ropekit::load_llama2c(bytes, "tiny");
+    EXPECT_FALSE(m.config.shared_classifier);
+    EXPECT_EQ(m.classifier, tiny.classifier);
+    EXPECT_NE(logits_of(m, {1, 2, 3}), [&] {
+      auto shared = m;
+      shared.classifier.clear();
+      return logits_of(shared, {1, 2, 3});
+    }());
+  }
+}
+
+// GGUF as llama.cpp stores a llama: interleaved q/k rows, so the F32 file gives exactly the llama2.c logits.
+TEST(Model, GgufLlamaGivesTheSameLogits) {
+  const std::vector<int> tokens(excerpt_tokens().begin(), excerpt_tokens().begin() + 100);
+  const std::vector<float> reference = logits_of(bundled(), tokens);
+  for (std::uint32_t type : {0u, 1u, 30u}) {
+    const auto m = ropekit::load_gguf_model(model_files::gguf_bytes(bundled(), type), "model.gguf");
+    EXPECT_EQ(m.rope.layer().spec.pairing, ropekit::Pairing::Interleaved);
+    EXPECT_EQ(m.config.seq_len, 512);
+    const std::vector<float> logits = logits_of(m, tokens);
+    double worst = 0;
+    for (std::size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, double(std::fabs(logits[i] - reference[i])));
+    if (type == 0) {
+      EXPECT_EQ(worst, 0.0);
+    } else {
+      EXPECT_LT(worst, type == 1 ? 0.05 : 0.5) << "type " << type;  // weights rounded to 11 / 8 bits
+      EXPECT_GT(worst, 0.0);
+    }
+  }
+  // The same weights with the lanes paired as NeoX would be another model: the pairing matters.
+  auto half = bundled();
+  half.rope.layers[0].spec.pairing = ropekit::Pairing::Half;
+  EXPECT_NE(logits_of(half, tokens), reference);
+}
+
+TEST(Model, GgufTokenizerEncodesAsTheLlama2cOne) {
+  const auto bytes = model_files::gguf_bytes(bundled(), 0, &bundled_tokenizer());
+  const auto tok = ropekit::Tokenizer::from_gguf(bytes, "model.gguf");
+  ASSERT_EQ(tok.vocab_size(), 512);
+  const std::string text = read(kRepo + "/data/tinystories-valid-excerpt.txt").substr(0, 3000);
+  EXPECT_EQ(tok.encode(text, true), bundled_tokenizer().encode(text, true));
+}
+
+TEST(Model, MalformedGgufModelsAreErrors) {
+  auto tiny = model_files::tiny_model(false);
+  const auto good = model_files::gguf_bytes(tiny, 0);
+  EXPECT_NO_THROW(ropekit::load_gguf_model(good, "tiny.gguf"));
+  for (std::size_t n = 0; n < good.size(); n += 7) {
+    EXPECT_THROW(ropekit::load_gguf_model(std::span(good.data(), n), "tiny.gguf"), ropekit::Error) << n;
+  }
+  // A quantized tensor: an error naming it and its type.
+  gguf_test::Writer w;
+  w.str("general.architecture", "llama");
+  EXPECT_ERROR(ropekit::load_gguf_model(w.bytes(), "x.gguf"), "llama.embedding_length", "missing");
+  auto q8 = model_files::gguf_bytes(tiny, 0);
+  {
+    // Re-type blk.0.attn_q.weight as Q8_0 (8) by rewriting its info: find the name, skip dims.
+    const std::string name = "blk.0.attn_q.weight";
+    auto it = std::search(q8.begin(), q8.end(), reinterpret_cast<const std::byte*>(name.data()),
+                          reinterpret_cast<const std::byte*>(name.data() + name.size()));
+    ASSERT_NE(it, q8.end());
+    const std::size_t type_at = std::size_t(it - q8.begin()) + name.size() + 4 + 2 * 8;
+    const std::uint32_t q8_0 = 8;
+    std::memcpy(q8.data() + type_at, &q8_0, 4);
+  }
+  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q8_0");
+  gguf_test::Writer neox;
+  neox.str("general.architecture", "gptneox");
+  EXPECT_ERROR(ropekit::load_gguf_model(neox.bytes(), "n.gguf"), "general.architecture", "gptneox");
+}
+
+TEST(Model, TruncatedCheckpointsAreErrorsAtEveryByte) {
+  for (bool shared : {true, false}) {
+    const auto tiny = model_files::tiny_model(shared);
+    for (const auto& bytes : {model_files::legacy_bytes(tiny), model_files::version1_bytes(tiny)}) {
+      EXPECT_NO_THROW(ropekit::load_llama2c(bytes, "tiny"));
+      for (std::size_t n = 0; n < bytes.size(); ++n) {
+        EXPECT_THROW(ropekit::load_llama2c(std::span(bytes.data(), n), "tiny"), ropekit::Error) << n;
+      }
+      auto longer = bytes;
+      longer.push_back(std::byte{0});
+      EXPECT_ERROR(ropekit::load_llama2c(longer, "tiny"), "1 bytes follow the last tensor");
+    }
+  }
+}
+
+TEST(Model, ImpossibleDimensionsAreErrors) {
+  auto header = [](std::vector<std::int32_t> v) {
+    std::vector<std::byte> out;
+    for (auto x : v) model_files::put(out, x);
+    out.resize(out.size() + 4096);
+    return out;
+  };
+  EXPECT_ERROR(ropekit::load_llama2c(header({64, 172, 5, 7, 7, 512, 512}), "m"), "dim = 64", "n_heads = 7");
+  EXPECT_ERROR(ropekit::load_llama2c(header({64, 172, 5, 8, 3, 512, 512}), "m"), "n_kv_heads = 3");
+  EXPECT_ERROR(ropekit::load_llama2c(header({0, 172, 5, 8, 4, 512, 512}), "m"), "dim = 0");
+  EXPECT_ERROR(ropekit::load_llama2c(header({64, -1, 5, 8, 4, 512, 512}), "m"), "hidden_dim = -1");
+  EXPECT_ERROR(ropekit::load_llama2c(header({24, 172, 5, 8, 4, 512, 512}), "m"), "head size must be even");
+  EXPECT_ERROR(ropekit::load_llama2c(header({1 << 30, 1 << 30, 1 << 30, 1 << 24, 1, 1 << 30, 512}), "m"), "m:");
+  EXPECT_ERROR(ropekit::load_llama2c(header({64, 172, 5, 8, 4, 512, 512}), "m"), "truncated", "needs");
+  auto tiny = model_files::tiny_model();
+  tiny.layers[1].wv[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_ERROR(ropekit::load_llama2c(model_files::legacy_bytes(tiny), "nan.bin"), "nan.bin", "tensor wv", "element");
+  std::vector<std::byte> v2 = model_files::version1_bytes(model_files::tiny_model());
+  const std::int32_t two = 2;
+  std::memcpy(v2.data() + 4, &two, 4);
+  EXPECT_ERROR(ropekit::load_llama2c(v2, "q.bin"), "version = 2");
+}
+
+// run.c's encode, verbatim in behaviour: the quadratic scan for the best-scoring pair.
+std::vector<int> naive_encode(const ropekit::Tokenizer& tok, const std::string& text) {
+  std::map<std::string, int> ids;
+  for (int i = tok.vocab_size() - 1; i >= 0; --i) ids[std::string(tok.piece(i))] = i;
+  std::vector<int> out;
+  const std::string s = text.empty() ? text : " " + text;
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t e = i + 1;
+    while (e < s.size() && e - i < 4 && (static_cast<unsigned char>(s[e]) & 0xC0) == 0x80) ++e;
+    const auto it = ids.find(s.substr(i, e - i));
+    if (it != ids.end()) {
+      out.push_back(it->second);
+    } else {
+      for (std::size_t b = i; b < e; ++b) out.push_back(static_cast<unsigned char>(s[b]) + 3);
+    }
+    i = e;
+  }
+  while (true) {
+    float best = -1e10f;
+    int best_id = -1, best_at = -1;
+    for (std::size_t i = 0; i + 1 < out.size(); ++i) {
+      const auto it = ids.find(std::string(tok.piece(out[i])) + std::string(tok.piece(out[i + 1])));
+      if (it != ids.end() && tok.score(it->second) > best) {
+        best = tok.score(it->second);
+        best_id = it->second;
+        best_at = int(i);
+      }
+    }
+    if (best_at < 0) break;
+    out[std::size_t(best_at)] = best_id;
+    out.erase(out.begin() + best_at + 1);
+  }
+  return out;
+}
+
+TEST(Tokenizer, EqualsRunCsQuadraticMergeLoop) {
+  const auto& tok = bundled_tokenizer();
+  const std::string text = read(kRepo + "/data/tinystories-valid-excerpt.txt");
+  for (std::size_t at = 0; at + 400 < text.size(); at += 5000) {
+    const std::string piece = text.substr(at, 400);
+    auto ids = tok.encode(piece);
+    EXPECT_EQ(ids, naive_encode(tok, piece)) << piece;
+  }
+  std::mt19937 rng(7);
+  const std::string alphabet = "ab c\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\x80\xFF.,\n";
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string s;
+    const int n = int(rng() % 40);
+    for (int i = 0; i < n; ++i) s += alphabet[rng() % alphabet.size()];
+    EXPECT_EQ(tok.encode(s), naive_encode(tok, s)) << trial;
+  }
+  EXPECT_TRUE(tok.encode("").empty());
+  EXPECT_EQ(tok.encode("", true), std::vector<int>{1});
+  const int once = tok.encode("Once")[0];  // " On"
+  ASSERT_EQ(tok.piece(once), " On");
+  EXPECT_EQ(tok.decode(1, once), "On");    // after BOS the leading space is dropped
+  EXPECT_EQ(tok.decode(5, once), " On");
+  EXPECT_EQ(tok.decode(5, 3 + 0x41), "A");                  // <0x41>
+}
+
+TEST(Tokenizer, StoriesSplitAtEndOfText) {
+  const auto ids = ropekit::encode_stories(bundled_tokenizer(), "  One.\n<|endoftext|>\n\n<|endoftext|> Two. ");
+  std::vector<int> expected = bundled_tokenizer().encode("One.", true);
+  const auto two = bundled_tokenizer().encode("Two.", true);
+  expected.insert(expected.end(), two.begin(), two.end());
+  EXPECT_EQ(ids, expected);
+}
+
+TEST(Tokenizer, MalformedFilesAreErrors) {
+  const auto good = model_files::tokenizer_bytes({"a", "b", "ab"}, {0, 0, 1});
+  EXPECT_EQ(ropekit::Tokenizer::from_llama2c(good).vocab_size(), 3);
+  // The format has no token count: a file cut after a whole token is a smaller vocabulary (which
+  // require_vocab_size refuses for a model); any other cut is an error.
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    if (n == 4 || n == 13 || n == 22) continue;
+    EXPECT_THROW(ropekit::Tokenizer::from_llama2c(std::span(good.data(), n), "t"), ropekit::Error) << n;
+  }
+  EXPECT_ERROR(ropekit::Tokenizer::from_llama2c(std::span(good.data(), 4), "t.bin"), "no tokens");
+  auto negative = good;
+  const std::int32_t minus = -5;
+  std::memcpy(negative.data() + 8, &minus, 4);
+  EXPECT_ERROR(ropekit::Tokenizer::from_llama2c(negative, "t.bin"), "token 0", "length = -5");
+  EXPECT_ERROR(bundled_tokenizer().require_vocab_size(32000, "big.bin"), "512 tokens", "vocab_size = 32000");
+  EXPECT_ERROR(ropekit::Tokenizer::from_llama2c(good).encode("z"), "byte 0x20");  // no pieces for ' ' or 'z'
+  EXPECT_ERROR(bundled_tokenizer().decode(1, 512), "token id 512");
+}
+
+TEST(Sampler, GreedyTemperatureAndErrors) {
+  ropekit::Sampler greedy(4, 0.0f, 0.9f, 1);
+  std::vector<float> logits = {0.1f, 3.0f, 3.0f, -1.0f};
+  EXPECT_EQ(greedy.sample(logits), 1);  // the first maximum
+  ropekit::Sampler a(4, 1.0f, 0.9f, 42), b(4, 1.0f, 0.9f, 42);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<float> x = {0.1f, 1.0f, 0.5f, 0.2f}, y = x;
+    EXPECT_EQ(a.sample(x), b.sample(y));
+  }
+  EXPECT_ERROR(ropekit::Sampler(4, -1.0f, 0.9f, 1), "temperature = -1");
+  EXPECT_ERROR(ropekit::Sampler(4, 1.0f, 1.5f, 1), "topp = 1.5");
+  EXPECT_ERROR(ropekit::Sampler(4, 1.0f, 0.9f, 0), "seed = 0");
+}
+
+TEST(Runner, BadCallsAreErrors) {
+  ropekit::LlamaRunner runner(bundled(), {.capacity = 4});
+  const ropekit::Rope rope(bundled().rope.layer().spec);
+  std::vector<float> logits(512);
+  const std::vector<std::int64_t> pos = {0, 1};
+  EXPECT_ERROR(runner.forward(rope, std::vector<int>{1, 512}, pos, logits), "tokens[1] = 512");
+  EXPECT_ERROR(runner.forward(rope, std::vector<int>{1}, pos, logits), "2 positions for 1 tokens");
+  std::vector<float> small(10);
+  EXPECT_ERROR(runner.forward(rope, std::vector<int>{1, 2}, pos, small), "logits has 10 floats");
+  const std::vector<std::int64_t> five = {0, 1, 2, 3, 4};
+  std::vector<float> all(5 * 512);
+  EXPECT_ERROR(runner.forward(rope, std::vector<int>{1, 2, 3, 4, 5}, five, all), "overflow the capacity 4");
+  EXPECT_ERROR(ropekit::LlamaRunner(bundled(), {.capacity = 0}), "capacity = 0");
+  EXPECT_ERROR(ropekit::spec_with_scaling(bundled(), "{\"rope_type\": \"yarn\"}"), "factor");
+  EXPECT_ERROR(ropekit::spec_with_scaling(bundled(), "{nope"), "--rope-scaling", "invalid JSON");
+}
+
+// The lab's protocol on a short configuration, every built-in method, against the float64 oracle.
+TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
+  const auto& tokens = excerpt_tokens();
+  ropekit::EvalOptions o;
+  o.window_size = 48;
+  o.windows = 2;
+  o.lengths = {16, 48};
+  o.buckets = {0, 16, 32};
+  o.trained_length = 16;
+  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
+  // Window starts: 0, then the first BOS at or after 48.
+  std::int64_t second = 48;
+  while (tokens[std::size_t(second)] != 1) ++second;
+  ASSERT_EQ(result.window_starts, (std::vector<std::int64_t>{0, second}));
+  const int d = 8;
+  std::map<std::pair<std::string, std::int64_t>, std::map<std::int64_t, std::pair<double, std::int64_t>>> expected;
+  for (const auto& m : ropekit::builtin_methods()) {
+    for (std::int64_t n : o.lengths) {
+      const double s = std::max(1.0, double(n) / 16.0);
+      const oracle::Method om = oracle::method(m.name, d, 10000.0, s, 16);
+      for (std::int64_t start : result.window_starts) {
+        const std::vector<int> window(tokens.begin() + start, tokens.begin() + start + n);
+        const std::vector<double> nll = oracle::window_nll(bundled(), window, om, 1);
+        for (std::size_t t = 1; t < std::size_t(n); ++t) {
+          auto& [sum, count] = expected[{m.name, n}][t < 16 ? 0 : t < 32 ? 16 : 32];
+          sum += nll[t - 1];
+          ++count;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(result.rows.size(), 10u * (1 + 3));
+  for (const ropekit::EvalRow& row : result.rows) {
+    const auto [sum, count] = expected[{row.method, row.n}][row.bucket_lo];
+    EXPECT_EQ(row.tokens, count) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
+    EXPECT_NEAR(row.mean_nll, sum / double(count), 1e-3) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
+    EXPECT_DOUBLE_EQ(row.ppl, std::exp(row.mean_nll));
+  }
+  // The methods differ where they should (the check above can tell them apart).
+  auto nll_of = [&](const std::string& method, std::int64_t bucket) {
+    for (const auto& r : result.rows) {
+      if (r.method == method && r.n == 48 && r.bucket_lo == bucket) return r.mean_nll;
+    }
+    return 0.0;
+  };
+  for (const char* m : {"pi", "ntk", "yarn", "yarn_notemp", "dyn_ntk", "dyn_ntk_stale", "llama3", "swa"}) {
+    EXPECT_GT(std::fabs(nll_of(m, 32) - nll_of("orig", 32)), 1e-3) << m;
+  }
+}
+
+// restart on a window with a story boundary inside (the windows above hold one story each).
+TEST(Lab, RestartCutsTheContextAtEveryBos) {
+  const auto& all = excerpt_tokens();
+  std::size_t second_story = 1;
+  while (all[second_story] != 1) ++second_story;
+  std::vector<int> tokens(all.begin(), all.begin() + 25);
+  tokens.insert(tokens.end(), all.begin() + std::ptrdiff_t(second_story), all.begin() + std::ptrdiff_t(second_story) + 39);
+  ropekit::EvalOptions o;
+  o.window_size = 64;
+  o.lengths = {64};
+  o.buckets = {0, 25};
+  o.methods = ropekit::parse_methods("restart,orig");
+  const auto result = ropekit::evaluate(bundled(), tokens, o);
+  ASSERT_EQ(result.rows.size(), 4u);
+  for (const auto& row : result.rows) {
+    const auto nll = oracle::window_nll(bundled(), tokens, oracle::method(row.method, 8, 10000.0, 1.0, 512), 1);
+    double sum = 0;
+    for (std::int64_t t = row.bucket_lo; t < std::min<std::int64_t>(row.bucket_hi, 64); ++t) sum += t > 0 ? nll[std::size_t(t - 1)] : 0.0;
+    EXPECT_NEAR(row.mean_nll, sum / double(row.tokens), 1e-3) << row.method << " " << row.bucket_lo;
+  }
+  EXPECT_GT(std::fabs(result.rows[1].mean_nll - result.rows[3].mean_nll), 1e-2);  // after the BOS at 25
+}
+
+TEST(Lab, CustomFragmentsWithTheScale) {
+  ropekit::EvalOptions o;
+  o.window_size = 48;
+  o.windows = 1;
+  o.lengths = {48};
+  o.buckets = {0, 16};
+  o.trained_length = 16;
+  o.methods = ropekit::parse_methods("pi,lin={\"rope_type\":\"linear\",\"factor\":\"s\"},"
+                                     "dyn={\"rope_type\":\"dynamic\",\"factor\":\"s\"}");
+  ASSERT_EQ(o.methods.size(), 3u);
+  EXPECT_EQ(o.methods[1].fragment, "{\"rope_type\":\"linear\",\"factor\":\"s\"}");
+  const auto result = ropekit::evaluate(bundled(), excerpt_tokens(), o);
+  ASSERT_EQ(result.rows.size(), 6u);
+  EXPECT_NEAR(result.rows[0].mean_nll, result.rows[2].mean_nll, 1e-6);  // pi = linear with factor s
+  o.methods = ropekit::parse_methods("dyn_ntk");
+  const auto dyn = ropekit::evaluate(bundled(), excerpt_tokens(), o);
+  EXPECT_NEAR(dyn.rows[1].mean_nll, result.rows[5].mean_nll, 1e-6);  // "dynamic" fragment = dyn_ntk
+}
+
+TEST(Lab, BadOptionsAreErrors) {
+  const auto& tokens = excerpt_tokens();
+  ropekit::EvalOptions o;
+  o.window_size = 1 << 20;
+  EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "window-size = 1048576", "larger than the");
+  o.window_size = 64;
+  o.lengths = {128};
+  EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "N = 128", "window-size = 64");
+  o.lengths = {64};
+  o.windows = 100000;
+  EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "windows = 100000");
+  o.windows = 1;
+  o.buckets = {0, 32, 16};
+  EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "buckets", "16 after 32");
+  o.buckets = {0, 32};
+  std::vector<int> bad(tokens.begin(), tokens.begin() + 100);
+  bad[7] = 999;
+  EXPECT_ERROR(ropekit::evaluate(bundled(), bad, o), "tokens[7] = 999");
+  EXPECT_ERROR(ropekit::parse_methods("orig,nope"), "nope", "not a built-in");
+  EXPECT_ERROR(ropekit::parse_methods("orig,orig"), "orig is given twice");
+  EXPECT_ERROR(ropekit::parse_methods("x="), "empty JSON");
+  o.methods = ropekit::parse_methods("bad={\"rope_type\":\"warp\",\"factor\":\"s\"}");
+  EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "method bad", "warp");
+}
+
+}  // namespace
