@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "gguf_writer.hpp"
+#include "model_files.hpp"
 #include "npy.hpp"
 
 namespace {
@@ -21,6 +22,27 @@ int main(int argc, char** argv) {
   const std::filesystem::path dir(argv[1]);
   std::filesystem::create_directories(dir / "gguf");
   std::filesystem::create_directories(dir / "npy");
+  std::filesystem::create_directories(dir / "model");
+  std::filesystem::create_directories(dir / "gguf_model");
+  std::filesystem::create_directories(dir / "tokenizer");
+
+  // Tiny models in both llama2.c exports and as GGUF (F32, F16, BF16; with a tokenizer), and tokenizers.
+  for (bool shared : {true, false}) {
+    const ropekit::LlamaModel tiny = model_files::tiny_model(shared);
+    const std::string tag = shared ? "shared" : "unshared";
+    save(dir / "model" / ("legacy_" + tag + ".bin"), model_files::legacy_bytes(tiny));
+    save(dir / "model" / ("v1_" + tag + ".bin"), model_files::version1_bytes(tiny));
+  }
+  const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", " ", "a", "b", " a", "ab", "<0x41>", "\xE2\x82\xAC"};
+  const std::vector<float> scores = {0, 0, 0, -1, -2, -2, -0.5f, -0.25f, 0, -3};
+  save(dir / "tokenizer" / "small.bin", model_files::tokenizer_bytes(pieces, scores));
+  {
+    const ropekit::Tokenizer tokenizer = ropekit::Tokenizer::from_llama2c(model_files::tokenizer_bytes(pieces, scores));
+    ropekit::LlamaModel tiny = model_files::tiny_model(false);
+    for (std::uint32_t type : {0u, 1u, 30u}) {
+      save(dir / "gguf_model" / ("tiny_" + std::to_string(type) + ".gguf"), model_files::gguf_bytes(tiny, type, &tokenizer));
+    }
+  }
 
   gguf_test::Writer llama;
   llama.str("general.architecture", "llama");
