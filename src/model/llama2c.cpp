@@ -215,9 +215,9 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
   return model;
 }
 
-namespace {
+namespace detail {
 
-std::vector<std::byte> read_file(const std::filesystem::path& path, std::string_view what) {
+std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{} = {}: cannot open the file", what, path.string()));
   in.seekg(0, std::ios::end);
@@ -229,16 +229,10 @@ std::vector<std::byte> read_file(const std::filesystem::path& path, std::string_
   return bytes;
 }
 
-}  // namespace
-
-namespace detail {
-std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::string_view what) {
-  return read_file(path, what);
-}
 }  // namespace detail
 
 LlamaModel load_model_file(const std::filesystem::path& path) {
-  const std::vector<std::byte> bytes = read_file(path, "model");
+  const std::vector<std::byte> bytes = detail::read_whole_file(path, "model");
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) return load_gguf_model(bytes, path.string());
   return load_llama2c(bytes, path.string());
 }
