@@ -147,11 +147,11 @@ TEST(Cli, FreqsJsonPrintsThePlanExactly) {
     const Result r = run({"freqs", "--preset", std::string(p.name), "--json", "--seq-len", "200000"});
     ASSERT_EQ(r.code, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
-    const ropekit::ModelRope model = ropekit::read_preset(p.name);
-    ASSERT_EQ(j.is_array(), model.layers.size() > 1);
-    for (std::size_t i = 0; i < model.layers.size(); ++i) {
+    const ropekit::ModelPositions model = ropekit::read_preset(p.name);
+    ASSERT_EQ(j.is_array(), model.groups.size() > 1);
+    for (std::size_t i = 0; i < model.groups.size(); ++i) {
       const nlohmann::json& o = j.is_array() ? j[i] : j;
-      const ropekit::LayerRope& layer = j.is_array() ? model.layer(o["layer_type"].get<std::string>()) : model.layer();
+      const ropekit::LayerPositions& layer = j.is_array() ? model.layer(o["layer_type"].get<std::string>()) : model.layer();
       const ropekit::Plan plan = ropekit::make_plan(layer.spec, 200000);
       EXPECT_EQ(o["inv_freq"].get<std::vector<double>>(), plan.inv_freq);
       EXPECT_EQ(o["cos_sin_scale"].get<double>(), plan.cos_sin_scale);
@@ -177,7 +177,10 @@ TEST(Cli, InspectShowsBandsAndMagnitudes) {
   const Result gemma = run({"inspect", "--preset", "gemma-3-4b", "--layer-type", "sliding_attention"});
   EXPECT_EQ(gemma.code, 0);
   EXPECT_NE(gemma.out.find("base 10000"), std::string::npos);
-  EXPECT_EQ(gemma.out.find("full_attention"), std::string::npos);
+  // The per-layer summary names both groups; only the selected one gets its pair table.
+  EXPECT_NE(gemma.out.find("layer type    sliding_attention (layers 0-4,6-10,"), std::string::npos) << gemma.out;
+  EXPECT_EQ(gemma.out.find("layer type    full_attention"), std::string::npos);
+  EXPECT_NE(gemma.out.find("layers 5,11,17,23,29"), std::string::npos);
   const Result ds = run({"inspect", "--preset", "deepseek-v3"});
   EXPECT_NE(ds.out.find("softmax_scale_mult 1.87385421"), std::string::npos) << ds.out.substr(0, 600);
   EXPECT_NE(ds.out.find("rope slice    lanes [128, 192)"), std::string::npos);
@@ -194,8 +197,8 @@ struct ApplyCase {
 void check_apply(const ApplyCase& c) {
   SCOPED_TRACE(c.preset + " " + c.layout + " " + c.dtype + " " + c.angles);
   TempDir dir;
-  const ropekit::ModelRope model = ropekit::read_preset(c.preset);
-  const ropekit::LayerRope& layer = model.layer();
+  const ropekit::ModelPositions model = ropekit::read_preset(c.preset);
+  const ropekit::LayerPositions& layer = model.layer();
   const std::int64_t d = model.qk_head_dim;
   const NpyType type = c.dtype == "f32" ? NpyType::F32 : c.dtype == "f16" ? NpyType::F16 : NpyType::U16;
   const ropekit::DType dtype = c.dtype == "f32" ? ropekit::DType::F32 : c.dtype == "f16" ? ropekit::DType::F16 : ropekit::DType::BF16;
@@ -400,7 +403,7 @@ TEST(Cli, DecayWritesOneColumnPerCurveAndAnSvgChart) {
   std::ifstream csv(dir.file("d.csv"));
   std::string header, line;
   std::getline(csv, header);
-  EXPECT_EQ(header, "distance,\"llama-3.2-1b\",\"gemma-3-4b (full_attention)\",\"gemma-3-4b (sliding_attention)\"");
+  EXPECT_EQ(header, "distance,\"llama-3.2-1b\",\"gemma-3-4b (sliding_attention)\",\"gemma-3-4b (full_attention)\"");
   const ropekit::Plan plan = ropekit::make_plan(ropekit::read_preset("llama-3.2-1b").layer().spec);
   const std::vector<double> want = ropekit::decay_bound(plan, 300);
   int rows = 0;

@@ -26,7 +26,7 @@ json preset_json(std::string_view name) {
   throw std::runtime_error("no preset " + std::string(name));
 }
 
-ropekit::ModelRope read(const json& config, ropekit::ConfigOptions options = {}) {
+ropekit::ModelPositions read(const json& config, ropekit::ConfigOptions options = {}) {
   return ropekit::read_config(config.dump(), options, "test.json");
 }
 
@@ -87,12 +87,12 @@ TEST(Presets, EachGivesTheSpecOfItsModelCard) {
   EXPECT_EQ(ropekit::presets().size(), 10u);
   for (const auto& [name, spec] : expected) {
     SCOPED_TRACE(name);
-    const ropekit::ModelRope model = ropekit::read_preset(name);
-    ASSERT_EQ(model.layers.size(), 1u);
+    const ropekit::ModelPositions model = ropekit::read_preset(name);
+    ASSERT_EQ(model.groups.size(), 1u);
     expect_same_spec(model.layer().spec, spec);
     EXPECT_TRUE(model.warnings.empty()) << model.warnings.front();
   }
-  const ropekit::ModelRope ds = ropekit::read_preset("deepseek-v3");
+  const ropekit::ModelPositions ds = ropekit::read_preset("deepseek-v3");
   EXPECT_EQ(ds.layer().rope_offset, 128);  // rope part after the 128 nope lanes
   EXPECT_EQ(ds.qk_head_dim, 192);
   EXPECT_NEAR(ropekit::make_plan(ds.layer().spec).softmax_scale_mult, 1.8738542, 1e-7);
@@ -100,8 +100,8 @@ TEST(Presets, EachGivesTheSpecOfItsModelCard) {
 }
 
 TEST(Presets, Gemma3HasLocalAndGlobalLayers) {
-  const ropekit::ModelRope model = ropekit::read_preset("gemma-3-4b");
-  ASSERT_EQ(model.layers.size(), 2u);
+  const ropekit::ModelPositions model = ropekit::read_preset("gemma-3-4b");
+  ASSERT_EQ(model.groups.size(), 2u);
   expect_same_spec(model.layer("sliding_attention").spec, make(256, 256, 1e4, Pairing::Half));
   expect_same_spec(model.layer("full_attention").spec, make(256, 256, 1e6, Pairing::Half, scaling::Linear{8}));
   ASSERT_EQ(model.layer_types.size(), 34u);
@@ -195,7 +195,7 @@ TEST(ConfigSpellings, SuIsLongRopeAndTopLevelOriginalWins) {
   // HF: the top-level original_max_position_embeddings (Phi-3) takes priority over the dict's.
   json both = phi;
   both["rope_scaling"]["original_max_position_embeddings"] = 8192;
-  const ropekit::ModelRope model = read(both);
+  const ropekit::ModelPositions model = read(both);
   const auto& lr = std::get<scaling::LongRope>(model.layer().spec.scaling);
   EXPECT_EQ(lr.original_max_position_embeddings, 4096);
   EXPECT_EQ(lr.factor, 32.0);  // max_position_embeddings / original
@@ -222,7 +222,7 @@ TEST(ConfigSpellings, PartialRotaryKeys) {
   json llama = base;
   llama["model_type"] = "llama";
   llama["partial_rotary_factor"] = 0.5;
-  const ropekit::ModelRope m = read(llama);
+  const ropekit::ModelPositions m = read(llama);
   EXPECT_EQ(m.layer().spec.rotary_dim, 128);
   ASSERT_EQ(m.warnings.size(), 1u);
   EXPECT_NE(m.warnings[0].find("partial_rotary_factor = 0.5 is ignored"), std::string::npos) << m.warnings[0];
@@ -239,14 +239,14 @@ TEST(ConfigSpellings, Gemma3V5NestedParametersEqualLegacy) {
   for (int i = 0; i < 34; ++i) v5["layer_types"].push_back((i + 1) % 6 == 0 ? "full_attention" : "sliding_attention");
   v5["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
                            {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}}};
-  const ropekit::ModelRope a = read(legacy), b = read(v5);
+  const ropekit::ModelPositions a = read(legacy), b = read(v5);
   EXPECT_EQ(a.layer_types, b.layer_types);
   for (const char* t : {"sliding_attention", "full_attention"}) {
     SCOPED_TRACE(t);
     expect_same_spec(b.layer(t).spec, a.layer(t).spec);
   }
   // First-use order follows layer_types: layer 0 is sliding.
-  EXPECT_EQ(b.layers[0].layer_type, "sliding_attention");
+  EXPECT_EQ(b.groups[0].layer_type, "sliding_attention");
 }
 
 TEST(ConfigSpellings, MRopeSectionsAndTextConfig) {
@@ -276,17 +276,23 @@ TEST(ConfigSpellings, DeepSeekRopeInterleaveAndPairingOverride) {
   ropekit::ConfigOptions force;
   force.pairing = Pairing::Interleaved;
   EXPECT_EQ(read(ds, force).layer().spec.pairing, Pairing::Interleaved);
-  // An unknown model_type is readable once the pairing is given.
+  // An unknown model_type with Llama-style keys is read as a Llama, with a warning naming the
+  // assumption; --pairing overrides the pairing.
   json custom = kLlama31;
   custom["model_type"] = "my_new_model";
-  EXPECT_THROW(read(custom), Error);
+  const ropekit::ModelPositions assumed = read(custom);
+  EXPECT_EQ(assumed.layer().spec.pairing, Pairing::Half);
+  ASSERT_EQ(assumed.warnings.size(), 1u);
+  EXPECT_NE(assumed.warnings[0].find("model_type my_new_model is not in ropekit's model table"), std::string::npos)
+      << assumed.warnings[0];
+  EXPECT_NE(assumed.warnings[0].find("read as Hugging Face reads a Llama"), std::string::npos);
   EXPECT_EQ(read(custom, force).layer().spec.pairing, Pairing::Interleaved);
 }
 
 TEST(ConfigWarnings, UnknownKeysAndFactorMismatchWarnAsHuggingFaceDoes) {
   json extra = kLlama31;
   extra["rope_scaling"]["flavour"] = "vanilla";
-  const ropekit::ModelRope m = read(extra);
+  const ropekit::ModelPositions m = read(extra);
   ASSERT_EQ(m.warnings.size(), 1u);
   EXPECT_NE(m.warnings[0].find("unrecognized key(s) flavour"), std::string::npos) << m.warnings[0];
 
@@ -294,7 +300,7 @@ TEST(ConfigWarnings, UnknownKeysAndFactorMismatchWarnAsHuggingFaceDoes) {
   const json yarn_file = golden::load("yarn.json");
   const json& e = entry_with_id(yarn_file, "yarn/special/mpe_not_omp_x_factor");
   ASSERT_FALSE(e["hf_log"].empty());
-  const ropekit::ModelRope y = golden::model_of(e);
+  const ropekit::ModelPositions y = golden::model_of(e);
   ASSERT_EQ(y.warnings.size(), 1u);
   EXPECT_NE(y.warnings[0].find("differs from max_position_embeddings"), std::string::npos) << y.warnings[0];
   EXPECT_EQ(std::get<scaling::Yarn>(y.layer().spec.scaling).factor, 4.0);
@@ -339,8 +345,10 @@ TEST(ConfigErrors, EachClassNamesTheKey) {
   expect_error(without(kLlama31, P("/rope_scaling/low_freq_factor")),
                "rope_scaling.low_freq_factor (required by rope_type llama3) is missing");
   expect_error(without(kLlama31, P("/hidden_size")), "head_dim (and hidden_size");
-  expect_error(without(kLlama31, P("/model_type")), "model_type is missing");
-  expect_error(with(kLlama31, P("/model_type"), "unheard_of"), "model_type = \"unheard_of\": not in ropekit's model table");
+  // Without Llama-style keys an unknown (or missing) model_type cannot be read as a Llama.
+  expect_error(R"({"hidden_size": 64})", "model_type is missing and the config has no Llama-style keys");
+  expect_error(R"({"model_type": "unheard_of", "hidden_size": 64})",
+               "model_type = \"unheard_of\": not in ropekit's model table");
   json linear = kLlama31;
   linear["rope_scaling"] = {{"rope_type", "linear"}};
   expect_error(linear.dump(), "rope_scaling.factor (required by rope_type linear) is missing");
@@ -359,7 +367,7 @@ TEST(ConfigErrors, EachClassNamesTheKey) {
   expect_error(neox.dump(), "rotary_pct = 0.5: gives rotary_dim = int(90 * 0.5) = 45: must be even");
   expect_error(with(kLlama31, P("/num_attention_heads"), 0), "num_attention_heads = 0: must be > 0");
   expect_error(with(kLlama31, P("/hidden_size"), 4097), "hidden_size = 4097: must be a positive multiple");
-  expect_error(with(kLlama31, P("/rope_theta"), 0.5), "bad.json: spec.base = 0.5");
+  expect_error(with(kLlama31, P("/rope_theta"), 0.5), "bad.json: rope_theta = 0.5: must be > 1");
   expect_error(with(kLlama31, P("/rope_scaling/high_freq_factor"), 0.5), "llama3.high_freq_factor = 0.5");
   json mrope = kLlama31;
   mrope["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {16, 24}}};

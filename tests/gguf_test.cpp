@@ -20,7 +20,7 @@ using gguf_test::Writer;
 using ropekit::Error;
 namespace scaling = ropekit::scaling;
 
-ropekit::ModelRope read(const Writer& w, ropekit::ConfigOptions options = {}) {
+ropekit::ModelPositions read(const Writer& w, ropekit::ConfigOptions options = {}) {
   const std::vector<std::byte> bytes = w.bytes();
   return ropekit::read_gguf(bytes, options, "test.gguf");
 }
@@ -59,7 +59,7 @@ std::vector<float> llama3_rope_freqs(double base, int dim, double factor, double
 TEST(Gguf, Llama31ReadsAsInterleavedWithRopeFreqsMatchingTheLlama3Plan) {
   Writer w = base_writer("llama", 500000.0f, 128, 4096, 32);
   w.tensor_f32("rope_freqs.weight", llama3_rope_freqs(500000.0, 128, 8, 1, 4, 8192));
-  const ropekit::ModelRope model = read(w);
+  const ropekit::ModelPositions model = read(w);
   const ropekit::Spec& spec = model.layer().spec;
   EXPECT_EQ(model.model_type, "llama");
   EXPECT_EQ(spec.pairing, ropekit::Pairing::Interleaved);  // converter-permuted q/k rows
@@ -96,7 +96,7 @@ TEST(Gguf, DeepSeekLogMultiplierGivesUnitMagnitudeAndSoftmaxCorrection) {
   w.f32("deepseek2.rope.scaling.factor", 40.0f);
   w.u32("deepseek2.rope.scaling.original_context_length", 4096);
   w.f32("deepseek2.rope.scaling.yarn_log_multiplier", 0.1f);
-  const ropekit::ModelRope model = read(w);
+  const ropekit::ModelPositions model = read(w);
   EXPECT_EQ(model.layer().rope_offset, 128);
   EXPECT_EQ(model.qk_head_dim, 192);
   const ropekit::Plan gguf = ropekit::make_plan(model.layer().spec);
@@ -129,8 +129,8 @@ TEST(Gguf, Gemma3HasTwoLayerTypesAndQwen2VlSections) {
   g.u32("gemma3.attention.key_length", 256);
   g.str("gemma3.rope.scaling.type", "linear");
   g.f32("gemma3.rope.scaling.factor", 8.0f);
-  const ropekit::ModelRope gemma = read(g);
-  const ropekit::ModelRope config = ropekit::read_preset("gemma-3-4b");
+  const ropekit::ModelPositions gemma = read(g);
+  const ropekit::ModelPositions config = ropekit::read_preset("gemma-3-4b");
   for (const char* t : {"full_attention", "sliding_attention"}) {
     SCOPED_TRACE(t);
     EXPECT_EQ(ropekit::make_plan(gemma.layer(t).spec).inv_freq, ropekit::make_plan(config.layer(t).spec).inv_freq);

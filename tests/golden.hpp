@@ -26,7 +26,7 @@ inline nlohmann::json load(const std::string& name) {
 
 // The entry's config.json, read by ropekit's own reader (model_type = the HF model class the
 // entry was produced with; golden configs omit it, real ones carry it).
-inline ropekit::ModelRope model_of(const nlohmann::json& entry) {
+inline ropekit::ModelPositions model_of(const nlohmann::json& entry) {
   nlohmann::json config = entry["config"];
   config["model_type"] = entry["model_class"];
   return ropekit::read_config(config.dump(), {}, entry["id"].get<std::string>());

@@ -154,7 +154,7 @@ TEST(Model, GgufLlamaGivesTheSameLogits) {
   }
   // The same weights with the lanes paired as NeoX would be another model: the pairing matters.
   auto half = bundled();
-  half.rope.layers[0].spec.pairing = ropekit::Pairing::Half;
+  half.rope.groups[0].spec.pairing = ropekit::Pairing::Half;
   EXPECT_NE(logits_of(half, tokens), reference);
 }
 

@@ -74,7 +74,7 @@ struct LlamaModel {
   std::vector<float> classifier;  // [vocab, dim]; empty when shared with the embedding
   // The model's own RoPE: llama2.c checkpoints rotate interleaved pairs (2j, 2j+1) with base 10000
   // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
-  ModelRope rope;
+  ModelPositions rope;
 
   const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
 };

@@ -18,8 +18,8 @@
 // Error: inv_freq within 2 float32 ulp of HF's on every golden entry (measured: 22 539 of 22 800
 //   bit-identical; torch's float32 pow is not always correctly rounded); cos_sin_scale within 1e-6
 //   relative of HF's attention_scaling (tests/golden_test.cpp).
-// Valid range: current_length in [1, kPositionLimit) = [1, 2^47). Dynamic NTK and LongRoPE depend on
-//   it; the other variants ignore it. Without a current length the plan is the one at initialisation
+// Valid range: current_length in [1, kPositionLimit) = [1, 2^47). Dynamic NTK (HF's and Qwen's) and
+//   LongRoPE depend on it; the other variants ignore it. Without a current length the plan is the one at initialisation
 //   (HF's seq_len=None): dynamic NTK uses its unchanged base, LongRoPE its short factors.
 #pragma once
 
@@ -48,6 +48,10 @@ struct Plan {
 // parameters whose formula gives a non-finite or negative inv_freq) and forms its plan for the given
 // current length. Numerics: the file comment.
 Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length = std::nullopt);
+
+// True for the variants whose plan depends on the current length: dynamic NTK (HF "dynamic" and Qwen's),
+// LongRoPE. Exact: it inspects the variant, it computes nothing.
+bool depends_on_length(const Spec& spec);
 
 // True when keys rotated under `cached` must be re-rotated to be valid under `next`: the angles
 // (inv_freq) or the cos/sin magnitude differ (exact comparison of the doubles). Dynamic NTK past max_position_embeddings and

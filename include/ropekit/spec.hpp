@@ -46,16 +46,20 @@ enum class Pairing { Interleaved = 1, Half = 2 };
 namespace scaling {
 
 // Plain RoPE: inv_freq[i] = base^(-2i/rotary_dim).
-struct None {};
+struct None {
+  bool operator==(const None&) const = default;
+};
 
 // Position interpolation (Chen et al. 2023): every frequency divided by `factor`.
 struct Linear {
   double factor;
+  bool operator==(const Linear&) const = default;
 };
 
 // Fixed NTK-aware base change: base' = base · factor^(d/(d−2)), d = rotary_dim.
 struct Ntk {
   double factor;
+  bool operator==(const Ntk&) const = default;
 };
 
 // Dynamic NTK (Hugging Face "dynamic"): for current length L,
@@ -64,6 +68,16 @@ struct Ntk {
 struct DynamicNtk {
   double factor;
   std::int64_t max_position_embeddings;
+  bool operator==(const DynamicNtk&) const = default;
+};
+
+// Qwen (v1) `use_dynamic_ntk` (its own modeling_qwen.py): for current length L > seq_length,
+// base' = base · α^(d/(d−2)) with α = 2^⌈log2(L / seq_length) + 1⌉ − 1 (3 up to 2·seq_length, then
+// 7, 15, ...), α = 1 otherwise. Qwen's code fixes α at the prompt's length for a whole generation:
+// plan with the prompt length to reproduce it.
+struct QwenDynamicNtk {
+  std::int64_t seq_length;
+  bool operator==(const QwenDynamicNtk&) const = default;
 };
 
 // YaRN (Peng et al. 2023) as Hugging Face computes it: a linear ramp between interpolated and
@@ -82,6 +96,7 @@ struct Yarn {
   std::optional<double> attention_factor;
   std::optional<double> mscale;
   std::optional<double> mscale_all_dim;
+  bool operator==(const Yarn&) const = default;
 };
 
 // Llama 3 / 3.1 frequency smoothing: low-frequency pairs divided by `factor`, high-frequency pairs
@@ -91,6 +106,7 @@ struct Llama3 {
   double low_freq_factor;
   double high_freq_factor;
   std::int64_t original_max_position_embeddings;
+  bool operator==(const Llama3&) const = default;
 };
 
 // LongRoPE / "su" (Phi-3): per-pair divisors; long_factor only when the current length is strictly
@@ -102,6 +118,7 @@ struct LongRope {
   std::int64_t original_max_position_embeddings;
   double factor;  // HF: config factor, else max_position_embeddings / original
   std::optional<double> attention_factor;
+  bool operator==(const LongRope&) const = default;
 };
 
 // Hugging Face "proportional" (Gemma 4): the first floor(partial_rotary_factor·head_dim/2) pairs get
@@ -110,6 +127,7 @@ struct LongRope {
 struct Proportional {
   double partial_rotary_factor = 1.0;
   double factor = 1.0;  // HF default
+  bool operator==(const Proportional&) const = default;
 };
 
 // Per-pair divisors of the default frequencies: inv_freq[i] = base^(-2i/d) / divisors[i]. This is how
@@ -117,16 +135,18 @@ struct Proportional {
 // a GGUF Llama 3.1 therefore reads as FreqFactors, not Llama3 (the values agree to float32 rounding).
 struct FreqFactors {
   std::vector<double> divisors;  // rotary_dim/2 entries, each finite and > 0
+  bool operator==(const FreqFactors&) const = default;
 };
 
 }  // namespace scaling
 
 using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk,
                              scaling::Yarn, scaling::Llama3, scaling::LongRope, scaling::Proportional,
-                             scaling::FreqFactors>;
+                             scaling::FreqFactors, scaling::QwenDynamicNtk>;
 
 // The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
-// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors, which HF has no name for),
+// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors and "qwen_dynamic" for
+// QwenDynamicNtk, which HF has no name for),
 // and the name of a pairing ("interleaved", "half"). Names only: nothing numeric.
 std::string_view rope_type_name(const Scaling& scaling);
 std::string_view to_string(Pairing pairing);
@@ -140,6 +160,7 @@ enum class MRopeLayout { Sectioned, Interleaved };
 struct MRope {
   std::vector<int> sections;  // exactly 3: t, h, w
   MRopeLayout layout = MRopeLayout::Sectioned;
+  bool operator==(const MRope&) const = default;
 };
 
 struct Spec {
@@ -157,6 +178,7 @@ struct Spec {
   // and finite, each scaling field finite and in the range its formula needs (spec.cpp), M-RoPE
   // sections summing to rotary_dim/2.
   void validate() const;
+  bool operator==(const Spec&) const = default;
 };
 
 }  // namespace ropekit

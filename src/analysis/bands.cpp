@@ -25,6 +25,9 @@ struct Classifier {
   Band operator()(const scaling::DynamicNtk&) const {
     return plan.inv_freq[pair] == unscaled[pair] ? Band::Original : Band::Rescaled;
   }
+  Band operator()(const scaling::QwenDynamicNtk&) const {
+    return plan.inv_freq[pair] == unscaled[pair] ? Band::Original : Band::Rescaled;
+  }
   Band operator()(const scaling::LongRope&) const { return Band::Rescaled; }
   Band operator()(const scaling::FreqFactors& s) const {
     return s.divisors[pair] == 1.0 ? Band::Extrapolated : Band::Rescaled;
@@ -65,6 +68,7 @@ std::int64_t original_context(const Spec& spec, std::int64_t fallback) {
   if (const auto* l = std::get_if<scaling::Llama3>(&spec.scaling)) return l->original_max_position_embeddings;
   if (const auto* r = std::get_if<scaling::LongRope>(&spec.scaling)) return r->original_max_position_embeddings;
   if (const auto* d = std::get_if<scaling::DynamicNtk>(&spec.scaling)) return d->max_position_embeddings;
+  if (const auto* q = std::get_if<scaling::QwenDynamicNtk>(&spec.scaling)) return q->seq_length;
   return fallback;
 }
 

@@ -1,4 +1,4 @@
-// GGUF metadata → Spec: the llama.cpp keys ({arch} = general.architecture) and how they map, following
+// GGUF metadata → ModelPositions (per layer where llama.cpp stores or hard-codes it): the llama.cpp keys ({arch} = general.architecture) and how they map, following
 // llama.cpp's loader (llama-model.cpp / llama-context.cpp); docs/config.md lists them. The container
 // itself is read by gguf_format.cpp.
 #include <fmt/format.h>
@@ -8,7 +8,9 @@
 
 #include "config/gguf_format.hpp"
 #include "config/model_table.hpp"
+#include "config/positions_builder.hpp"
 #include "ropekit/config.hpp"
+#include "ropekit/encodings.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/plan.hpp"
 
@@ -22,7 +24,7 @@ class SpecBuilder {
   SpecBuilder(GgufFile& f, Cursor& c, const ConfigOptions& options)
       : f_(f), c_(c), options_(options) {}
 
-  ModelRope build() {
+  ModelPositions build() {
     out_.source = c_.origin();
     const std::string arch = string_key("general.architecture");
     out_.model_type = arch;
@@ -38,8 +40,10 @@ class SpecBuilder {
                               "half|interleaved (ConfigOptions::pairing)",
                               c_.origin(), arch));
     }
-    const bool deepseek = info && info->quirk == detail::ModelQuirk::DeepSeek;
-    const bool gemma3 = info && info->quirk == detail::ModelQuirk::Gemma3;
+    static constexpr detail::GgufArchInfo kPlain{"", Pairing::Half, {}};
+    const detail::GgufArchInfo& row = info ? *info : kPlain;
+    out_.family = info ? arch : "unknown architecture";
+    const bool deepseek = row.rule == detail::LayerRule::DeepSeek;
 
     int head_dim = 0;
     if (auto k = number(prefix_ + "attention.key_length")) head_dim = as_int(prefix_ + "attention.key_length", *k);
@@ -68,25 +72,100 @@ class SpecBuilder {
       out_.max_position_embeddings = length(prefix_ + "context_length", *ctx);
     }
 
+    // The RoPE of full-attention layers, and of sliding ones where llama.cpp gives them their own.
     Spec spec;
     spec.head_dim = head_dim;
     spec.rotary_dim = rotary_dim;
     spec.base = number(prefix_ + "rope.freq_base").value_or(10000.0);  // llama.cpp's default
     spec.pairing = pairing_;
     spec.scaling = scaling(rotary_dim / 2);
-    if (info && info->mrope) {
+    if (row.mrope) {
       if (auto it = f_.kv.find(prefix_ + "rope.dimension_sections"); it != f_.kv.end()) {
-        spec.mrope = MRope{sections(it->second), *info->mrope};
+        spec.mrope = MRope{sections(it->second), *row.mrope};
       }
     }
-    out_.layers.push_back(validated(gemma3 ? "full_attention" : "", spec, offset));
-    if (gemma3) {  // llama.cpp: sliding-window layers use freq_base_swa (10000) and no scaling
-      Spec sliding = spec;
-      sliding.base = number(prefix_ + "rope.freq_base_swa").value_or(10000.0);
-      sliding.scaling = scaling::None{};
-      out_.layers.push_back(validated("sliding_attention", sliding, offset));
+    Spec sliding_spec = spec;
+    if (row.local_base) {  // llama.cpp: sliding-window layers use freq_base_swa (10000) and no scaling
+      sliding_spec.base = number(prefix_ + "rope.freq_base_swa").value_or(10000.0);
+      sliding_spec.scaling = scaling::None{};
     }
+    validated(spec);
+    validated(sliding_spec);
+
+    // Per layer: which slide (attention.sliding_window_pattern: a period, or one bool per layer; else
+    // the period llama.cpp hard-codes for the architecture), which rotate.
+    int n = 0;
+    if (auto b = number(prefix_ + "block_count")) {
+      if (*b < 0 || *b > 100000 || *b != std::floor(*b)) fail(prefix_ + "block_count", *b, "must be an integer in [0, 100000]");
+      n = int(*b);
+    }
+    const std::optional<double> window = number(prefix_ + "attention.sliding_window");
+    std::vector<bool> sliding = sliding_layers(n, row.swa_pattern);
+    const bool alibi = row.rule == detail::LayerRule::Alibi || (row.rule == detail::LayerRule::Baichuan && n == 40);
+
+    auto plan = [&](bool slides, bool rope) {
+      LayerPositions g;
+      g.qk_head_dim = out_.qk_head_dim;
+      g.softmax_scale = 1.0 / std::sqrt(double(out_.qk_head_dim));
+      if (auto s = number(prefix_ + "attention.scale")) g.softmax_scale = *s;  // Granite's attention multiplier
+      if (auto cap = number(prefix_ + "attn_logit_softcapping")) g.logit_softcap = *cap;
+      const bool has_swa = row.swa_pattern > 0 || f_.kv.count(prefix_ + "attention.sliding_window_pattern") != 0;
+      if (has_swa) g.layer_type = slides ? "sliding_attention" : "full_attention";
+      if (slides && window) g.sliding_window = std::int64_t(*window);
+      if (alibi) {
+        g.encoding = PositionEncoding::Alibi;
+        const std::vector<float> s = alibi_slopes(as_int(prefix_ + "attention.head_count", required(prefix_ + "attention.head_count")));
+        g.alibi_slopes.assign(s.begin(), s.end());
+      } else if (rope) {
+        g.encoding = PositionEncoding::Rope;
+        g.spec = slides ? sliding_spec : spec;
+        g.rope_offset = offset;
+      } else {
+        g.encoding = PositionEncoding::None;
+      }
+      return g;
+    };
+    auto rotates = [&](int i, bool slides) {
+      if (row.rule == detail::LayerRule::SlidingRopeOnly) return slides;
+      if (row.no_rope_every > 0) return (i + 1) % row.no_rope_every != 0;
+      return true;
+    };
+    std::vector<LayerPositions> plans;
+    if (n > 0) {
+      for (int i = 0; i < n; ++i) plans.push_back(plan(sliding[std::size_t(i)], rotates(i, sliding[std::size_t(i)])));
+    } else {
+      plans.push_back(plan(false, row.rule != detail::LayerRule::SlidingRopeOnly));
+      if (row.local_base || row.swa_pattern > 0) plans.push_back(plan(true, true));
+      if (row.no_rope_every > 0) plans.push_back(plan(false, false));
+    }
+    detail::assemble_groups(out_, plans, n > 0);
     return std::move(out_);
+  }
+
+  // llama.cpp's swa_layers: `{arch}.attention.sliding_window_pattern` as one bool per layer or as a
+  // period n (layer il slides when il % n < n − 1), else the architecture's hard-coded period.
+  std::vector<bool> sliding_layers(int n, int period) const {
+    std::vector<bool> out(std::size_t(n), false);
+    const std::string key = prefix_ + "attention.sliding_window_pattern";
+    if (auto it = f_.kv.find(key); it != f_.kv.end()) {
+      if (const auto* items = std::get_if<std::vector<GgufValue>>(&it->second.value)) {
+        if (items->size() != std::size_t(n) && n > 0) {
+          fail(key, fmt::format("{} entries", items->size()), fmt::format("expected block_count = {}", n));
+        }
+        for (std::size_t i = 0; i < items->size() && i < out.size(); ++i) {
+          const bool* b = std::get_if<bool>(&(*items)[i].value);
+          const double* d = std::get_if<double>(&(*items)[i].value);
+          if (!b && !d) fail(fmt::format("{}[{}]", key, i), "(not a bool)", "expected a bool per layer");
+          out[i] = b ? *b : *d != 0.0;
+        }
+        return out;
+      }
+      const double* d = std::get_if<double>(&it->second.value);
+      if (!d || *d < 0 || *d > 100000 || *d != std::floor(*d)) fail(key, "(value)", "expected a period or a bool per layer");
+      period = int(*d);
+    }
+    for (int i = 0; i < n; ++i) out[std::size_t(i)] = period > 0 && i % period < period - 1;
+    return out;
   }
 
  private:
@@ -94,13 +173,12 @@ class SpecBuilder {
     throw Error(fmt::format("{}: {} = {}: {}", c_.origin(), key, value, rule));
   }
 
-  LayerRope validated(std::string layer_type, const Spec& spec, int offset) const {
+  void validated(const Spec& spec) const {
     try {
       spec.validate();
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", c_.origin(), e.what()));
     }
-    return {std::move(layer_type), spec, offset};
   }
 
   std::optional<double> number(const std::string& key) const {
@@ -248,10 +326,10 @@ class SpecBuilder {
   const ConfigOptions& options_;
   std::string prefix_;
   Pairing pairing_{};
-  ModelRope out_;
+  ModelPositions out_;
 };
 
-ModelRope read(Source& src, const ConfigOptions& options, std::string origin) {
+ModelPositions read(Source& src, const ConfigOptions& options, std::string origin) {
   Cursor cursor(src, std::move(origin));
   GgufFile file = parse(cursor);
   return SpecBuilder(file, cursor, options).build();
@@ -259,12 +337,12 @@ ModelRope read(Source& src, const ConfigOptions& options, std::string origin) {
 
 }  // namespace
 
-ModelRope read_gguf(std::span<const std::byte> bytes, const ConfigOptions& options, std::string_view origin) {
+ModelPositions read_gguf(std::span<const std::byte> bytes, const ConfigOptions& options, std::string_view origin) {
   MemorySource src(bytes);
   return read(src, options, std::string(origin));
 }
 
-ModelRope read_gguf_file(const std::filesystem::path& path, const ConfigOptions& options) {
+ModelPositions read_gguf_file(const std::filesystem::path& path, const ConfigOptions& options) {
   FileSource src(path);
   return read(src, options, path.string());
 }

@@ -1,42 +1,92 @@
 // What ropekit must know about a model family beyond its config keys: the lane pairing its
-// attention code uses and the quirks of its RoPE set-up. One row per Hugging Face model_type and
-// per llama.cpp architecture; docs/config.md renders the same tables.
+// attention code uses, which layers rotate, and the other per-layer facts its modeling code hard-codes.
+// One row per Hugging Face model_type (and per remote-code model_type that real configs name), one
+// per llama.cpp architecture; docs/config.md renders the same tables with each row's source file.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "ropekit/spec.hpp"
 
 namespace ropekit::detail {
 
-enum class ModelQuirk {
-  None,
-  Gemma3,    // per-layer-type RoPE: sliding layers use rope_local_base_freq, unscaled
-  DeepSeek,  // MLA: the rope part (qk_rope_head_dim) follows the nope part; rope_interleave
-  Qwen3VL,   // M-RoPE is always interleaved (HF's modeling code ignores mrope_interleaved)
+// How a family lays out positions over its layers (hf_config.cpp implements each).
+enum class LayerRule {
+  Plain,            // RoPE on every layer; `layer_types` (or the row's pattern) names sliding/full
+  SlidingRopeOnly,  // Cohere 2, EXAONE 4: only sliding-window layers rotate; full layers are NoPE
+  Llama4,           // no_rope_layers (1 = rotate; default every 4th layer NoPE); chunked attention on
+                    // RoPE layers, temperature tuning on NoPE layers
+  SmolLM3,          // no_rope_layers (1 = rotate; default every 4th layer NoPE)
+  Mllama,           // cross_attention_layers attend to the image without positions
+  Hybrid,           // layer_types name attention and non-attention mixers (conv, Mamba, linear)
+  Jamba,            // attention every attn_layer_period layers from attn_layer_offset, without RoPE
+  NemotronH,        // hybrid_override_pattern: '*' attention without RoPE, other layers no attention
+  NemotronNas,      // block_configs: attention no_op / replace_with_linear layers have no attention
+  DeepSeek,         // MLA: the rope slice follows qk_nope_head_dim lanes
+  DeepSeekV4,       // the last rotary lanes of a 512-lane head; sliding layers "main", others "compress"
+  ChatGLM,          // rotary over kv_channels/2 lanes, base 10000·rope_ratio
+  QwenV1,           // rotary_pct of kv_channels, its own dynamic NTK, log-n query scaling
+  Baichuan,         // 40 layers (13B): ALiBi; otherwise RoPE
+  Falcon,           // alibi: true → ALiBi
+  Mpt,              // attn_config.alibi → ALiBi, else learned absolute
+  Alibi,            // BLOOM
+  Learned,          // GPT-2, OPT, GPT-Neo, StarCoder 1: absolute embeddings
+  NoAttention,      // Mamba, RWKV
 };
+
+enum class SoftmaxRule {
+  HeadDim,            // qk_head_dim^-0.5
+  QueryPreAttnScalar, // query_pre_attn_scalar^-0.5 (Gemma 2, Gemma 3)
+  One,                // 1 (Gemma 3n, Gemma 4: q/k RMS-normed)
+  AttentionMultiplier,// attention_multiplier (Granite)
+};
+
+// Row flags.
+inline constexpr unsigned kLocalBase = 1u << 0;          // sliding layers: rope_local_base_freq, unscaled (Gemma 3)
+inline constexpr unsigned kQueryBeta = 1u << 1;          // rope_parameters.llama_4_scaling_beta scales queries
+inline constexpr unsigned kSlidingUnscaled = 1u << 2;    // sliding layers use default RoPE, same θ (OLMo 3)
+inline constexpr unsigned kLastLayerFull = 1u << 3;      // the last layer is always full attention (Gemma 4)
+inline constexpr unsigned kMropeInterleaved = 1u << 4;   // M-RoPE always interleaved (Qwen3-VL)
+inline constexpr unsigned kGlobalHeadDim = 1u << 5;      // full layers use global_head_dim (Gemma 4)
+inline constexpr unsigned kSoftcap = 1u << 6;            // attn_logit_softcapping (Gemma 2)
+inline constexpr unsigned kQwenWindow = 1u << 7;         // use_sliding_window + max_window_layers (Qwen 2/3)
+inline constexpr unsigned kRemoteCode = 1u << 9;         // the family ships its own modeling code
+inline constexpr unsigned kRopeOnlyIfNamed = 1u << 10;   // RoPE only when position_embedding_type is "rope" (Granite 4 hybrid)
 
 struct ModelInfo {
   std::string_view model_type;
+  std::string_view family;  // the row's name in docs/config.md
   Pairing pairing;
   // Llama-style models' compute_default_rope_parameters rotates the whole head whatever
   // partial_rotary_factor says (HF); the scaled variants in modeling_rope_utils still apply it.
   bool default_ignores_partial_rotary;
   double default_theta;  // the config class's rope_theta default (HF: 10000 unless overridden)
-  ModelQuirk quirk = ModelQuirk::None;
+  LayerRule rule = LayerRule::Plain;
+  std::string_view source;  // the modeling file the row was read from
+  int pattern = 0;          // default sliding_window_pattern: every pattern-th layer is full; 0 none
+  SoftmaxRule softmax = SoftmaxRule::HeadDim;
+  unsigned flags = 0;
 };
 
 // nullptr when the model_type is not in the table.
 const ModelInfo* find_model(std::string_view model_type);
+std::span<const ModelInfo> model_table();
+// The row an unknown model_type is read with (Llama), with a warning naming the assumption.
+const ModelInfo& llama_fallback();
 
 struct GgufArchInfo {
   std::string_view arch;
   Pairing pairing;  // llama.cpp's LLAMA_ROPE_TYPE_NORM = Interleaved, NEOX/MROPE/IMROPE = Half
   std::optional<MRopeLayout> mrope;
-  ModelQuirk quirk = ModelQuirk::None;
+  LayerRule rule = LayerRule::Plain;
+  int swa_pattern = 0;       // llama.cpp's hard-coded set_swa_pattern period; 0 none
+  int no_rope_every = 0;     // every n-th layer without RoPE (Llama 4, SmolLM3); 0 none
+  bool local_base = false;   // sliding layers use rope.freq_base_swa, unscaled (Gemma 3)
 };
 
 const GgufArchInfo* find_gguf_arch(std::string_view arch);
+std::span<const GgufArchInfo> gguf_table();
 
 }  // namespace ropekit::detail

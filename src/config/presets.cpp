@@ -10,7 +10,7 @@
 
 namespace ropekit {
 
-ModelRope read_preset(std::string_view name, const ConfigOptions& options) {
+ModelPositions read_preset(std::string_view name, const ConfigOptions& options) {
   std::vector<std::string_view> names;
   for (const Preset& p : presets()) {
     if (p.name == name) return read_config(p.config_json, options, fmt::format("preset {}", p.name));

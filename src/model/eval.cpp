@@ -59,8 +59,7 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
   const std::string& n = method.name;
   if (!method.fragment.empty()) {
     run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n), l0);
-    if (std::holds_alternative<scaling::DynamicNtk>(run.spec.scaling) ||
-        std::holds_alternative<scaling::LongRope>(run.spec.scaling)) {
+    if (depends_on_length(run.spec)) {
       run.kind = MethodRun::Kind::Dynamic;
     }
   } else if (n == "orig") {

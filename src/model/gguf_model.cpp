@@ -165,7 +165,7 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
   c.shared_classifier = model.classifier.empty();
   model.rope = read_gguf(bytes, {}, origin);
   const Spec& spec = model.rope.layer().spec;
-  if (spec.head_dim != c.head_dim() || model.rope.layers.size() != 1 || model.rope.layers[0].rope_offset != 0) {
+  if (spec.head_dim != c.head_dim() || model.rope.groups.size() != 1 || model.rope.groups[0].rope_offset != 0) {
     throw Error(fmt::format("{}: the RoPE metadata (head_dim {}) does not fit the model's head size {}", origin,
                             spec.head_dim, c.head_dim()));
   }

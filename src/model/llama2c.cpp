@@ -89,8 +89,8 @@ std::uint64_t weight_count(const LlamaConfig& c, std::string_view origin) {
   return total;
 }
 
-ModelRope llama2c_rope(const LlamaConfig& config, std::string_view origin) {
-  ModelRope rope;
+ModelPositions llama2c_rope(const LlamaConfig& config, std::string_view origin) {
+  ModelPositions rope;
   rope.source = std::string(origin);
   rope.model_type = "llama2.c";
   rope.qk_head_dim = config.head_dim();
@@ -100,7 +100,13 @@ ModelRope llama2c_rope(const LlamaConfig& config, std::string_view origin) {
   spec.rotary_dim = config.head_dim();
   spec.base = 10000.0;
   spec.pairing = Pairing::Interleaved;
-  rope.layers.push_back({.layer_type = "", .spec = spec});
+  {
+    LayerPositions g;
+    g.spec = spec;
+    g.qk_head_dim = spec.head_dim;
+    g.softmax_scale = 1.0 / std::sqrt(double(spec.head_dim));
+    rope.groups.push_back(g);
+  }
   return rope;
 }
 

@@ -66,7 +66,7 @@ void validate_config(const LlamaConfig& config, std::string_view origin, const C
 std::uint64_t weight_count(const LlamaConfig& config, std::string_view origin);
 
 // llama2.c's RoPE: interleaved pairs, base 10000, the whole head rotated (run.c).
-ModelRope llama2c_rope(const LlamaConfig& config, std::string_view origin);
+ModelPositions llama2c_rope(const LlamaConfig& config, std::string_view origin);
 
 }  // namespace ropekit::detail
 

@@ -66,7 +66,7 @@ Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::
   }
   ConfigOptions options;
   options.pairing = own.pairing;
-  ModelRope read = read_config(config.dump(), options, origin);
+  ModelPositions read = read_config(config.dump(), options, origin);
   return read.layer().spec;
 }
 

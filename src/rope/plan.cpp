@@ -78,6 +78,18 @@ struct Planner {
     plan.inv_freq = default_inv_freq(base, d(), pairs());
   }
 
+  // modeling_qwen.py's get_ntk_alpha and update_rotary_pos_emb_cache: α from Python floats
+  // (math.log(x, 2) is log(x)/log(2)), the new base in double, inv_freq as the default's float32 ops.
+  void operator()(const scaling::QwenDynamicNtk& s) const {
+    double alpha = 1.0;
+    if (length && *length > s.seq_length) {
+      const double context = std::log(double(*length) / double(s.seq_length)) / std::log(2.0) + 1.0;
+      alpha = std::max(std::exp2(std::ceil(context)) - 1.0, 1.0);
+    }
+    const double base = spec.base * std::pow(alpha, double(d()) / double(d() - 2));
+    plan.inv_freq = default_inv_freq(base, d(), pairs());
+  }
+
   // HF _compute_yarn_parameters: the correction range in double (Python math), the ramp and the
   // blend as float32 tensors.
   void operator()(const scaling::Yarn& s) const {
@@ -215,6 +227,12 @@ Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length) {
     }
   }
   return plan;
+}
+
+bool depends_on_length(const Spec& spec) {
+  return std::holds_alternative<scaling::DynamicNtk>(spec.scaling) ||
+         std::holds_alternative<scaling::QwenDynamicNtk>(spec.scaling) ||
+         std::holds_alternative<scaling::LongRope>(spec.scaling);
 }
 
 bool needs_rerotation(const Plan& cached, const Plan& next) {

@@ -69,6 +69,10 @@ struct ScalingValidator {
     require_ntk_exponent("dynamic");
     require_positive_length("dynamic.max_position_embeddings", s.max_position_embeddings);
   }
+  void operator()(const scaling::QwenDynamicNtk& s) const {
+    require_ntk_exponent("qwen_dynamic");
+    require_positive_length("qwen_dynamic.seq_length", s.seq_length);
+  }
   void operator()(const scaling::Yarn& s) const {
     require_positive_finite("yarn.factor", s.factor);
     require_positive_length("yarn.original_max_position_embeddings",
@@ -143,6 +147,7 @@ std::string_view rope_type_name(const Scaling& scaling) {
     std::string_view operator()(const scaling::LongRope&) const { return "longrope"; }
     std::string_view operator()(const scaling::Proportional&) const { return "proportional"; }
     std::string_view operator()(const scaling::FreqFactors&) const { return "freq_factors"; }
+    std::string_view operator()(const scaling::QwenDynamicNtk&) const { return "qwen_dynamic"; }
   };
   return std::visit(Namer{}, scaling);
 }

@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ropekit::ConfigOptions options;
     if (pass == 1) options.pairing = ropekit::Pairing::Interleaved;  // also reach unknown model types
     try {
-      const ropekit::ModelRope model = ropekit::read_config(text, options, "fuzz");
-      for (const ropekit::LayerRope& layer : model.layers) {
+      const ropekit::ModelPositions model = ropekit::read_config(text, options, "fuzz");
+      for (const ropekit::LayerPositions& layer : model.groups) {
         (void)ropekit::make_plan(layer.spec);
         (void)ropekit::make_plan(layer.spec, 1 << 20);
       }

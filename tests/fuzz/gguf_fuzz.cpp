@@ -10,9 +10,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const ropekit::ModelRope model =
+    const ropekit::ModelPositions model =
         ropekit::read_gguf(std::as_bytes(std::span(data, size)), {}, "fuzz.gguf");
-    for (const ropekit::LayerRope& layer : model.layers) (void)ropekit::make_plan(layer.spec, 1 << 20);
+    for (const ropekit::LayerPositions& layer : model.groups) (void)ropekit::make_plan(layer.spec, 1 << 20);
   } catch (const ropekit::Error&) {
   }
   return 0;

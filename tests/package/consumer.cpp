@@ -7,7 +7,7 @@
 #include <ropekit/ropekit.hpp>
 
 int main() {
-  const ropekit::ModelRope model = ropekit::read_preset("llama-3.1-8b");
+  const ropekit::ModelPositions model = ropekit::read_preset("llama-3.1-8b");
   const ropekit::Rope rope(model.layer().spec);
   const int d = rope.spec().head_dim;
   const auto logit = [&](std::int64_t m, std::int64_t n) {

@@ -108,9 +108,14 @@ Heads view(NpyArray& a, DType dtype, const Dims& d, const std::string& layout, i
 }
 
 void run(const ApplyOptions& o, Streams io) {
-  const ModelRope model = o.model.load();
+  const ModelPositions model = o.model.load();
   print_warnings(model, io.err);
-  const LayerRope& layer = model.layer(o.model.layer_type);
+  const std::vector<const LayerPositions*> rope_groups = o.model.selected_rope_layers(model);
+  if (rope_groups.size() > 1) {
+    throw Error(fmt::format("{}: the model has several RoPE layer types: choose one with --layer-type or --layer",
+                            model.source));
+  }
+  const LayerPositions& layer = *rope_groups.front();
 
   NpyArray q = read_npy_file(o.q_path);
   NpyArray k = read_npy_file(o.k_path);
@@ -119,9 +124,9 @@ void run(const ApplyOptions& o, Streams io) {
   const Dims qd = dims_of(q, o.q_path, o.layout);
   const Dims kd = dims_of(k, o.k_path, o.layout);
   for (const auto& [d, path] : {std::pair{qd, o.q_path}, std::pair{kd, o.k_path}}) {
-    if (d.head_dim != model.qk_head_dim) {
+    if (d.head_dim != layer.qk_head_dim) {
       throw Error(fmt::format("{}: head_dim = {}: the model's q/k heads have {} lanes", path, d.head_dim,
-                              model.qk_head_dim));
+                              layer.qk_head_dim));
     }
   }
   if (kd.batch != qd.batch || kd.seq != qd.seq) {

@@ -16,13 +16,14 @@ void ModelOptions::add_to(CLI::App& app, bool with_gguf, std::string_view seq_le
   group->require_option(1);
   app.add_option("--pairing", pairing, "override the lane pairing: half (rotate_half) or interleaved (GPT-J)")
       ->check(CLI::IsMember({"half", "interleaved"}));
-  app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
+  auto* type_opt = app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
+  app.add_option("--layer", layer, "one layer's plan, by index (0-based)")->check(CLI::Range(0, 1 << 20))->excludes(type_opt);
   app.add_option("--seq-len", seq_len,
                  fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", seq_len_default))
       ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
 }
 
-ModelRope ModelOptions::load() const {
+ModelPositions ModelOptions::load() const {
   ConfigOptions options;
   if (pairing == "half") options.pairing = Pairing::Half;
   if (pairing == "interleaved") options.pairing = Pairing::Interleaved;
@@ -31,14 +32,67 @@ ModelRope ModelOptions::load() const {
   return read_gguf_file(gguf, options);
 }
 
-std::vector<const LayerRope*> ModelOptions::selected_layers(const ModelRope& model) const {
+std::vector<const LayerPositions*> ModelOptions::selected_layers(const ModelPositions& model) const {
+  if (layer) return {&model.at_layer(*layer)};
   if (!layer_type.empty()) return {&model.layer(layer_type)};
-  std::vector<const LayerRope*> layers;
-  for (const LayerRope& l : model.layers) layers.push_back(&l);
+  std::vector<const LayerPositions*> layers;
+  for (const LayerPositions& l : model.groups) layers.push_back(&l);
   return layers;
 }
 
-void print_warnings(const ModelRope& model, std::ostream& err) {
+std::vector<const LayerPositions*> ModelOptions::selected_rope_layers(const ModelPositions& model) const {
+  std::vector<const LayerPositions*> rope;
+  for (const LayerPositions* l : selected_layers(model)) {
+    if (l->encoding == PositionEncoding::Rope) rope.push_back(l);
+  }
+  if (rope.empty()) {
+    const LayerPositions& first = *selected_layers(model).front();
+    const std::string what = layer ? fmt::format("layer = {}", *layer)
+                             : !layer_type.empty() ? fmt::format("layer type = {}", layer_type)
+                                                   : std::string("the model");
+    throw Error(fmt::format("{}: {}: has no RoPE (encoding {}{})", model.source, what,
+                            encoding_name(first.encoding), first.attention ? "" : ", no attention"));
+  }
+  return rope;
+}
+
+std::string layer_ranges(const std::vector<int>& layers) {
+  if (layers.empty()) return "all";
+  std::string out;
+  for (std::size_t i = 0; i < layers.size();) {
+    std::size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j == i ? fmt::format("{}", layers[i]) : fmt::format("{}-{}", layers[i], layers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string describe_group(const ModelPositions& model, const LayerPositions& g) {
+  std::string s = fmt::format("layers {:<14} {:<28} ", layer_ranges(g.layers), g.layer_type.empty() ? "(all)" : g.layer_type);
+  if (!g.attention) return s + "no attention";
+  switch (g.encoding) {
+    case PositionEncoding::Rope:
+      s += fmt::format("rope {} {} base {:g} rotary {}/{}", rope_type_name(g.spec.scaling), to_string(g.spec.pairing),
+                       g.spec.base, g.spec.rotary_dim, g.qk_head_dim);
+      if (g.rope_offset > 0) s += fmt::format(" at lane {}", g.rope_offset);
+      if (g.spec.mrope) s += " m-rope";
+      break;
+    case PositionEncoding::Alibi: s += fmt::format("alibi ({} heads)", g.alibi_slopes.size()); break;
+    case PositionEncoding::None: s += "none (NoPE)"; break;
+    case PositionEncoding::Learned: s += "learned absolute (added to the input)"; break;
+  }
+  if (g.sliding_window) s += fmt::format("  window {}", *g.sliding_window);
+  if (g.attention_chunk) s += fmt::format("  chunk {}", *g.attention_chunk);
+  s += fmt::format("  softmax_scale {:.6g}", g.softmax_scale);
+  if (g.logit_softcap) s += fmt::format("  softcap {:g}", *g.logit_softcap);
+  if (g.query_scaling.kind != QueryScaling::Kind::None) s += fmt::format("  query × {}", g.query_scaling.formula());
+  (void)model;
+  return s;
+}
+
+void print_warnings(const ModelPositions& model, std::ostream& err) {
   for (const std::string& w : model.warnings) fmt::print(err, "ropekit: warning: {}\n", w);
 }
 

@@ -26,6 +26,7 @@ struct ModelOptions {
   std::string gguf;
   std::string pairing;     // "", "half" or "interleaved"
   std::string layer_type;  // "" = the only one
+  std::optional<int> layer;  // --layer N: the group of layer N
   std::optional<std::int64_t> seq_len;
 
   // Adds --config/--preset/--gguf (exactly one required), --pairing, --layer-type, --seq-len.
@@ -34,9 +35,12 @@ struct ModelOptions {
   static constexpr std::string_view kInitialPlan =
       "the plan at initialisation, as Hugging Face builds it before any forward pass (seq_len=None: dynamic "
       "NTK's base unchanged, LongRoPE's short factors)";
-  ModelRope load() const;
-  // The layer named by --layer-type, or every layer of the model when none was given.
-  std::vector<const LayerRope*> selected_layers(const ModelRope& model) const;
+  ModelPositions load() const;
+  // The group named by --layer-type or holding --layer, or every group of the model when neither was given.
+  std::vector<const LayerPositions*> selected_layers(const ModelPositions& model) const;
+  // The same, RoPE groups only: a selection without RoPE is a ropekit::Error naming the layer and its
+  // encoding (for the sub-commands that need a RoPE: apply, verify, decay).
+  std::vector<const LayerPositions*> selected_rope_layers(const ModelPositions& model) const;
 };
 
 struct Streams {
@@ -59,7 +63,12 @@ void add_eval(CLI::App& app, Streams io);
 // output already says which failed).
 struct ChecksFailed {};
 
-// Prints ModelRope::warnings to err, one per line, as "ropekit: warning: ...".
-void print_warnings(const ModelRope& model, std::ostream& err);
+// Prints ModelPositions::warnings to err, one per line, as "ropekit: warning: ...".
+void print_warnings(const ModelPositions& model, std::ostream& err);
+
+// "0-2,4-6,8": a group's layer indices, compressed into ranges ("all" when the config gives no count).
+std::string layer_ranges(const std::vector<int>& layers);
+// One line for a group: layers, type, encoding, RoPE spec, window, scales.
+std::string describe_group(const ModelPositions& model, const LayerPositions& group);
 
 }  // namespace ropekit::cli

@@ -36,10 +36,13 @@ std::string label_of_config(const std::string& path) {
   return p.stem().string();
 }
 
-void add_curves(const ModelRope& model, const std::string& label, const DecayOptions& o, std::vector<Curve>& out) {
-  for (const LayerRope& layer : model.layers) {
+void add_curves(const ModelPositions& model, const std::string& label, const DecayOptions& o, std::vector<Curve>& out) {
+  const std::vector<const LayerPositions*> rope = model.rope_groups();
+  if (rope.empty()) throw Error(fmt::format("{}: the model has no RoPE layers: no decay bound to draw", model.source));
+  for (const LayerPositions* g : rope) {
+    const LayerPositions& layer = *g;
     const Plan plan = make_plan(layer.spec, o.seq_len);
-    const std::string name = model.layers.size() > 1 ? fmt::format("{} ({})", label, layer.layer_type) : label;
+    const std::string name = rope.size() > 1 ? fmt::format("{} ({})", label, layer.layer_type) : label;
     out.push_back({name, decay_bound(plan, o.max_distance)});
   }
 }
@@ -64,7 +67,7 @@ void add_decay(CLI::App& app, Streams io) {
     if (o->csv.empty() && o->svg.empty()) throw Error("decay: give --csv FILE, --svg FILE or both");
     std::vector<Curve> curves;
     for (const std::string& path : o->configs) {
-      const ModelRope model = read_config_file(path);
+      const ModelPositions model = read_config_file(path);
       print_warnings(model, io.err);
       add_curves(model, label_of_config(path), *o, curves);
     }

@@ -9,9 +9,22 @@
 namespace ropekit::cli {
 namespace {
 
-nlohmann::json layer_json(const LayerRope& layer, const Plan& plan, bool with_layer_type) {
+nlohmann::json layer_json(const LayerPositions& layer, const std::optional<Plan>& rope, bool with_layer_type) {
   nlohmann::json j;
   if (with_layer_type) j["layer_type"] = layer.layer_type;
+  j["layers"] = layer.layers;
+  j["encoding"] = std::string(encoding_name(layer.encoding));
+  j["attention"] = layer.attention;
+  if (layer.attention) {
+    j["softmax_scale"] = layer.softmax_scale;
+    if (layer.sliding_window) j["sliding_window"] = *layer.sliding_window;
+    if (layer.attention_chunk) j["attention_chunk"] = *layer.attention_chunk;
+    if (layer.logit_softcap) j["logit_softcap"] = *layer.logit_softcap;
+    if (layer.query_scaling.kind != QueryScaling::Kind::None) j["query_scaling"] = layer.query_scaling.formula();
+  }
+  if (layer.encoding == PositionEncoding::Alibi) j["alibi_slopes"] = layer.alibi_slopes;
+  if (!rope) return j;
+  const Plan& plan = *rope;
   j["rope_type"] = std::string(rope_type_name(layer.spec.scaling));
   j["head_dim"] = layer.spec.head_dim;
   j["rotary_dim"] = layer.spec.rotary_dim;
@@ -21,7 +34,7 @@ nlohmann::json layer_json(const LayerRope& layer, const Plan& plan, bool with_la
   j["cos_sin_scale"] = plan.cos_sin_scale;
   j["softmax_scale_mult"] = plan.softmax_scale_mult;
   if (plan.current_length) j["current_length"] = *plan.current_length;
-  if (layer.rope_offset > 0) j["rope_offset"] = layer.rope_offset;
+  j["rope_offset"] = layer.rope_offset;
   return j;
 }
 
@@ -32,22 +45,24 @@ void add_freqs(CLI::App& app, Streams io) {
   auto opts = std::make_shared<ModelOptions>();
   auto as_json = std::make_shared<bool>(false);
   opts->add_to(*cmd);
-  cmd->add_flag("--json", *as_json, "JSON: one object, or an array of objects with layer_type when the model "
-                                    "has several layer types");
+  cmd->add_flag("--json", *as_json, "JSON: one object per layer group (layers, encoding, attention facts and, "
+                                    "for RoPE, the plan); an array with layer_type when the model has several");
   cmd->callback([io, opts, as_json] {
-    const ModelRope model = opts->load();
+    const ModelPositions model = opts->load();
     print_warnings(model, io.err);
-    const std::vector<const LayerRope*> layers = opts->selected_layers(model);
+    const std::vector<const LayerPositions*> layers = opts->selected_layers(model);
     const bool several = layers.size() > 1;
     nlohmann::json all = nlohmann::json::array();
-    for (const LayerRope* layer : layers) {
-      const Plan plan = make_plan(layer->spec, opts->seq_len);
+    for (const LayerPositions* layer : layers) {
+      std::optional<Plan> plan;
+      if (layer->encoding == PositionEncoding::Rope) plan = make_plan(layer->spec, opts->seq_len);
       if (*as_json) {
         all.push_back(layer_json(*layer, plan, several));
         continue;
       }
-      if (several) fmt::print(io.out, "# layer type {}\n", layer->layer_type);
-      for (double v : plan.inv_freq) fmt::print(io.out, "{:.17g}\n", v);
+      if (several) fmt::print(io.out, "# layer type {} (layers {})\n", layer->layer_type, layer_ranges(layer->layers));
+      if (!plan) fmt::print(io.out, "# no RoPE: {}\n", layer->attention ? encoding_name(layer->encoding) : "no attention");
+      if (plan) for (double v : plan->inv_freq) fmt::print(io.out, "{:.17g}\n", v);
     }
     if (*as_json) io.out << (several ? all : all[0]).dump(2) << "\n";
   });

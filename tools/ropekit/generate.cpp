@@ -42,8 +42,7 @@ void generate(const GenerateOptions& o, Streams io) {
   if (steps == 0 || (steps > model.config.seq_len && o.rope_scaling.empty())) steps = model.config.seq_len;
   // A length-dependent RoPE (dynamic NTK, LongRoPE) is re-formed for each length read, the cached keys
   // re-rotated with it (as lab.hpp's dyn_ntk); any other has one plan.
-  const bool dynamic = std::holds_alternative<scaling::DynamicNtk>(spec.scaling) ||
-                       std::holds_alternative<scaling::LongRope>(spec.scaling);
+  const bool dynamic = depends_on_length(spec);
   Rope rope(spec);
   const std::vector<int> prompt = tokenizer.encode(o.prompt, /*bos=*/true);
   const std::uint64_t seed = o.seed.value_or(static_cast<std::uint64_t>(std::time(nullptr)));

@@ -39,25 +39,27 @@ std::string describe_scaling(const Spec& spec, const Plan& plan) {
       return fmt::format("partial_rotary_factor {}, factor {}", s.partial_rotary_factor, s.factor);
     }
     std::string operator()(const scaling::FreqFactors&) const { return "per-pair divisors (GGUF rope_freqs)"; }
+    std::string operator()(const scaling::QwenDynamicNtk& s) const {
+      return fmt::format("Qwen dynamic NTK, seq_length {}", s.seq_length);
+    }
   };
   return std::visit(Describer{plan}, spec.scaling);
 }
 
-void print_layer(std::ostream& out, const ModelRope& model, const LayerRope& layer,
+void print_layer(std::ostream& out, const ModelPositions& model, const LayerPositions& layer,
                  std::optional<std::int64_t> seq_len) {
   const Spec& spec = layer.spec;
   const Plan plan = make_plan(spec, seq_len);
   const std::int64_t context = original_context(spec, model.max_position_embeddings);
   const PairMap map = make_pair_map(spec);
 
-  fmt::print(out, "model         {} ({})\n", model.source, model.model_type.empty() ? "?" : model.model_type);
-  if (!layer.layer_type.empty()) fmt::print(out, "layer type    {}\n", layer.layer_type);
+  if (!layer.layer_type.empty()) fmt::print(out, "layer type    {} (layers {})\n", layer.layer_type, layer_ranges(layer.layers));
   fmt::print(out, "rope_type     {}: {}\n", rope_type_name(spec.scaling), describe_scaling(spec, plan));
   fmt::print(out, "pairing       {}   head_dim {}   rotary_dim {}   base {}\n", to_string(spec.pairing),
              spec.head_dim, spec.rotary_dim, spec.base);
-  if (layer.rope_offset > 0 || model.qk_head_dim != spec.head_dim) {
+  if (layer.rope_offset > 0 || layer.qk_head_dim != spec.head_dim) {
     fmt::print(out, "rope slice    lanes [{}, {}) of each {}-lane q/k head\n", layer.rope_offset,
-               layer.rope_offset + spec.head_dim, model.qk_head_dim);
+               layer.rope_offset + spec.head_dim, layer.qk_head_dim);
   }
   if (spec.mrope) {
     fmt::print(out, "m-rope        {} sections t/h/w = {}/{}/{} pairs\n",
@@ -87,15 +89,20 @@ void add_inspect(CLI::App& app, Streams io) {
   auto opts = std::make_shared<ModelOptions>();
   opts->add_to(*cmd);
   cmd->callback([io, opts] {
-    const ModelRope model = opts->load();
+    const ModelPositions model = opts->load();
     print_warnings(model, io.err);
-    if (opts->layer_type.empty() && model.layers.size() > 1) {
-      for (std::size_t i = 0; i < model.layers.size(); ++i) {
-        if (i) fmt::print(io.out, "\n");
-        print_layer(io.out, model, model.layers[i], opts->seq_len);
-      }
-    } else {
-      print_layer(io.out, model, model.layer(opts->layer_type), opts->seq_len);
+    // The per-layer story first (one line per group of layers with one plan), then each selected
+    // RoPE group pair by pair.
+    fmt::print(io.out, "model         {} ({}{})   {} layers\n", model.source,
+               model.model_type.empty() ? "?" : model.model_type,
+               model.family.empty() ? "" : fmt::format(", family {}", model.family),
+               model.num_layers > 0 ? fmt::format("{}", model.num_layers) : "?");
+    for (const LayerPositions& g : model.groups) fmt::print(io.out, "  {}\n", describe_group(model, g));
+    const std::vector<const LayerPositions*> selected = opts->selected_layers(model);
+    for (const LayerPositions* g : selected) {
+      if (g->encoding != PositionEncoding::Rope) continue;
+      fmt::print(io.out, "\n");
+      print_layer(io.out, model, *g, opts->seq_len);
     }
   });
 }

@@ -11,13 +11,17 @@ void add_presets(CLI::App& app, Streams io) {
   cmd->callback([io] {
     fmt::print(io.out, "{:<28} {:<38} {}\n", "preset", "model", "rope");
     for (const Preset& p : presets()) {
-      const ModelRope model = read_preset(p.name);
+      const ModelPositions model = read_preset(p.name);
       std::string rope;
-      for (const LayerRope& layer : model.layers) {
+      for (const LayerPositions& layer : model.groups) {
         if (!rope.empty()) rope += "; ";
+        if (layer.encoding != PositionEncoding::Rope) {
+          rope += fmt::format("{}: {}", layer.layer_type, encoding_name(layer.encoding));
+          continue;
+        }
         if (!layer.layer_type.empty()) rope += layer.layer_type + ": ";
         rope += fmt::format("{} base {} rotary {}/{} {}", rope_type_name(layer.spec.scaling), layer.spec.base,
-                            layer.spec.rotary_dim, model.qk_head_dim, to_string(layer.spec.pairing));
+                            layer.spec.rotary_dim, layer.qk_head_dim, to_string(layer.spec.pairing));
         if (layer.spec.mrope) rope += " m-rope";
       }
       fmt::print(io.out, "{:<28} {:<38} {}\n", p.name, p.model, rope);

@@ -16,12 +16,12 @@ void add_verify(CLI::App& app, Streams io) {
   opts->add_to(*cmd);
   cmd->add_flag("--json", *as_json, "one JSON object per check, in an array");
   cmd->callback([io, opts, as_json] {
-    const ModelRope model = opts->load();
+    const ModelPositions model = opts->load();
     print_warnings(model, io.err);
-    const std::vector<const LayerRope*> layers = opts->selected_layers(model);
+    const std::vector<const LayerPositions*> layers = opts->selected_rope_layers(model);
     nlohmann::json all = nlohmann::json::array();
     bool failed = false;
-    for (const LayerRope* layer : layers) {
+    for (const LayerPositions* layer : layers) {
       if (!*as_json && layers.size() > 1) fmt::print(io.out, "# layer type {}\n", layer->layer_type);
       for (const Check& c : verify(layer->spec, opts->seq_len)) {
         failed |= !c.passed && !c.skipped;
