@@ -168,6 +168,52 @@ TEST(Cli, FreqsJsonPrintsThePlanExactly) {
   EXPECT_NE(short_f["inv_freq"], long_f["inv_freq"]);
 }
 
+using json = nlohmann::json;
+const std::string kRepo = ROPEKIT_REPO_DIR;
+
+// The per-layer story: one summary line per group, --layer selects one layer, freqs --json gives
+// one object per group with its layers and encoding; a model without RoPE is reported (exit 0).
+TEST(Cli, PerLayerPlans) {
+  const std::string exaone = kRepo + "/tests/data/configs/exaone-4.0-32b.json";
+  const Result inspect = run({"inspect", "--config", exaone});
+  ASSERT_EQ(inspect.code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("64 layers"), std::string::npos) << inspect.out.substr(0, 400);
+  EXPECT_NE(inspect.out.find("layers 3,7,11,"), std::string::npos);
+  EXPECT_NE(inspect.out.find("none (NoPE)"), std::string::npos);
+  EXPECT_NE(inspect.out.find("window 4096"), std::string::npos);
+  EXPECT_EQ(inspect.out.find("layer type    full_attention"), std::string::npos);  // no pair table for NoPE
+
+  const Result freqs = run({"freqs", "--config", exaone, "--json"});
+  ASSERT_EQ(freqs.code, 0) << freqs.err;
+  const json all = json::parse(freqs.out);
+  ASSERT_TRUE(all.is_array());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0]["encoding"], "rope");
+  EXPECT_EQ(all[0]["rope_offset"], 0);
+  EXPECT_EQ(all[0]["sliding_window"], 4096);
+  EXPECT_EQ(all[1]["encoding"], "none");
+  EXPECT_EQ(all[1]["layers"][0], 3);
+  EXPECT_FALSE(all[1].contains("inv_freq"));
+
+  const Result one = run({"freqs", "--config", exaone, "--json", "--layer", "7"});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(json::parse(one.out)["layer_type"], "full_attention");
+  const Result rope_layer = run({"freqs", "--config", exaone, "--json", "--layer", "6"});
+  EXPECT_EQ(json::parse(rope_layer.out)["rope_type"], "llama3");
+
+  const Result out_of_range = run({"freqs", "--config", exaone, "--layer", "64"});
+  EXPECT_EQ(out_of_range.code, 2);
+  EXPECT_NE(out_of_range.err.find("layer = 64: out of range, the model has 64 layers"), std::string::npos)
+      << out_of_range.err;
+  const Result nope_verify = run({"verify", "--config", exaone, "--layer", "3"});
+  EXPECT_EQ(nope_verify.code, 2);
+  EXPECT_NE(nope_verify.err.find("layer = 3: has no RoPE (encoding none)"), std::string::npos) << nope_verify.err;
+
+  const Result bloom = run({"inspect", "--config", kRepo + "/tests/data/configs/bloom-560m.json"});
+  EXPECT_EQ(bloom.code, 0) << bloom.err;
+  EXPECT_NE(bloom.out.find("alibi (16 heads)"), std::string::npos) << bloom.out;
+}
+
 TEST(Cli, InspectShowsBandsAndMagnitudes) {
   const Result yarn = run({"inspect", "--preset", "qwen2.5-7b-instruct-yarn4"});
   ASSERT_EQ(yarn.code, 0) << yarn.err;
@@ -454,7 +500,6 @@ TEST(Cli, HelpExitsZero) {
 // The model sub-commands on the bundled model (models/, data/).
 namespace model_cli {
 
-const std::string kRepo = ROPEKIT_REPO_DIR;
 const std::string kModel = kRepo + "/models/tinystories-260k.bin";
 const std::string kTok = kRepo + "/models/tok512.bin";
 

@@ -36,6 +36,13 @@ class Writer {
     for (std::int32_t x : v) put(kv_, x);
     ++kv_count_;
   }
+  void bool_array(const std::string& key, const std::vector<bool>& v) {
+    this->key(key, 9);
+    put(kv_, std::uint32_t{7});
+    put(kv_, std::uint64_t{v.size()});
+    for (bool x : v) put(kv_, std::uint8_t{x});
+    ++kv_count_;
+  }
   void str_array(const std::string& key, const std::vector<std::string>& v) {
     this->key(key, 9);
     put(kv_, std::uint32_t{8});

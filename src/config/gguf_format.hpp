@@ -79,7 +79,7 @@ struct GgufValue {
   std::uint32_t type = 0;
   std::variant<std::monostate, double, bool, std::string, std::vector<GgufValue>> value;
 };
-constexpr std::uint64_t kMaxStoredArray = 64;
+constexpr std::uint64_t kMaxStoredArray = 1024;  // per-layer arrays (head counts, SWA patterns) of any real model
 constexpr std::uint64_t kMaxKeyLength = 65535;
 constexpr std::uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 

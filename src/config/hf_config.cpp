@@ -632,9 +632,11 @@ class ModelReader {
   QueryScaling query_scaling(const LayerKind& k, const LayerPositions& g) const {
     QueryScaling q;
     if (rule() == LayerRule::Llama4 && !k.rope) {
-      const Value tuning = r_.model_key("attn_temperature_tuning");
-      if (tuning && !r_.boolean(tuning)) return q;
-      if (tuning && tuning.node->is_number()) return q;
+      // Python truthiness: some configs carry a number here (HF only tests it).
+      if (const Value tuning = r_.model_key("attn_temperature_tuning")) {
+        const bool on = tuning.node->is_number() ? r_.number(tuning) != 0.0 : r_.boolean(tuning);
+        if (!on) return q;
+      }
       q.kind = QueryScaling::Kind::Llama4;
       q.floor_scale = 8192.0;  // Llama4TextConfig defaults
       q.scale = 0.1;
@@ -919,7 +921,8 @@ class ModelReader {
       warn_factor_below_one(p, type, l.factor);
       if (l.high_freq_factor <= l.low_freq_factor) {
         out_.warnings.push_back(fmt::format("{}: {}.high_freq_factor = {} is not above low_freq_factor = {} "
-                                            "(Hugging Face warns)",
+                                            "(Hugging Face warns; equal factors leave no smoothing band: a "
+                                            "hard step at original_max_position_embeddings / low_freq_factor)",
                                             r_.origin(), p.path, l.high_freq_factor, l.low_freq_factor));
       }
       return l;

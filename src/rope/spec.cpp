@@ -95,9 +95,11 @@ struct ScalingValidator {
     require_positive_finite("llama3.high_freq_factor", s.high_freq_factor);
     require_positive_length("llama3.original_max_position_embeddings",
                             s.original_max_position_embeddings);
-    if (s.high_freq_factor <= s.low_freq_factor) {
-      throw Error(fmt::format("llama3.high_freq_factor = {} is not above llama3.low_freq_factor = {}: "
-                              "the smoothing band would be empty or inverted",
+    // Equal factors are a hard step at L0/low_freq_factor with no smoothing band (Llama 4 ships
+    // 1 and 1); below it the band would be inverted.
+    if (s.high_freq_factor < s.low_freq_factor) {
+      throw Error(fmt::format("llama3.high_freq_factor = {} is below llama3.low_freq_factor = {}: "
+                              "the smoothing band would be inverted",
                               s.high_freq_factor, s.low_freq_factor));
     }
   }

@@ -52,12 +52,13 @@ void add_freqs(CLI::App& app, Streams io) {
     print_warnings(model, io.err);
     const std::vector<const LayerPositions*> layers = opts->selected_layers(model);
     const bool several = layers.size() > 1;
+    const bool named = model.groups.size() > 1;
     nlohmann::json all = nlohmann::json::array();
     for (const LayerPositions* layer : layers) {
       std::optional<Plan> plan;
       if (layer->encoding == PositionEncoding::Rope) plan = make_plan(layer->spec, opts->seq_len);
       if (*as_json) {
-        all.push_back(layer_json(*layer, plan, several));
+        all.push_back(layer_json(*layer, plan, named));
         continue;
       }
       if (several) fmt::print(io.out, "# layer type {} (layers {})\n", layer->layer_type, layer_ranges(layer->layers));
