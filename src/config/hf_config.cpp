@@ -275,10 +275,7 @@ class ModelReader {
     return rope;
   }
 
-  bool has_window() const {
-    if (Value v = r_.model_key("sliding_window")) return true;
-    return false;
-  }
+  bool has_window() const { return bool(r_.model_key("sliding_window")); }
 
   // One LayerKind per layer (or, without a layer count, one per kind the family has).
   std::vector<LayerKind> layer_kinds() {
@@ -304,8 +301,8 @@ class ModelReader {
       case LayerRule::Mpt:
       case LayerRule::Falcon:
       case LayerRule::Baichuan:
-        kinds.assign(indexed ? n : 1, LayerKind{"", true, !uses_alibi()});
-        if (rule() == LayerRule::Mpt && !uses_alibi()) kinds.assign(indexed ? n : 1, LayerKind{"", true, false});
+        // Falcon and Baichuan rotate unless they use ALiBi; MPT never rotates (ALiBi or learned).
+        kinds.assign(indexed ? n : 1, LayerKind{"", true, rule() != LayerRule::Mpt && !uses_alibi()});
         return kinds;
       case LayerRule::Jamba: {
         if (!indexed) return {LayerKind{"attention", true, false}, LayerKind{"mamba", false, false}};
@@ -735,7 +732,6 @@ class ModelReader {
       g.rope_offset = head_dim - rope_dim;  // V4 rotates the trailing lanes
       spec.head_dim = rope_dim;
       spec.rotary_dim = rope_dim;
-      p.dict = p.dict;  // YaRN's dimension is the rotary slice, as HF's int(head_dim * prf)
       spec.scaling = scaling(p, type, spec);
       validate(spec, g.layer_type);
       return;
