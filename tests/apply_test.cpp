@@ -425,3 +425,46 @@ TEST(ApplyDtypes, HalfPrecisionStorageMatchesFloat32UpToOneRounding) {
 }
 
 }  // namespace
+
+// Rope::cos_sin gives the coefficients a call multiplies by: rotating a pair (1, 0) forward writes
+// (c, s) exactly (fma(1, c, −0·s) = c, fma(0, c, 1·s) = s), so the two must agree bit for bit — for
+// the table and the on-the-fly source, a magnitude ≠ 1, M-RoPE's per-pair streams and both pairings.
+TEST(CosSin, EqualsTheCoefficientsApplyRotatesWith) {
+  const Spec yarn{.head_dim = 64, .rotary_dim = 48, .base = 1e4, .pairing = Pairing::Interleaved,
+                  .scaling = scaling::Yarn{.factor = 4, .original_max_position_embeddings = 2048}};
+  Spec mrope{.head_dim = 64, .rotary_dim = 64, .base = 1e6, .pairing = Pairing::Half};
+  mrope.mrope = MRope{.sections = {8, 12, 12}};
+  for (const Spec& spec : {yarn, mrope}) {
+    const Rope rope(spec);
+    const int axes = spec.mrope ? 3 : 1;
+    const std::vector<std::int64_t> stream = {0, 1, 7, 4095, 123456789, 5, 1LL << 40};
+    std::vector<std::int64_t> pos;
+    for (int a = 0; a < axes; ++a)
+      for (const std::int64_t p : stream) pos.push_back(p + a * 3);
+    const Positions positions{pos.data(), IndexType::I64, static_cast<std::int64_t>(stream.size()), axes};
+    const std::int64_t tokens = positions.count, pairs = spec.num_pairs();
+    std::vector<float> c(tokens * pairs), s(tokens * pairs);
+    rope.cos_sin(positions, c, s);
+    const PairMap map = make_pair_map(spec);
+    std::vector<float> unit(tokens * spec.head_dim, 0.0f);
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (int j = 0; j < pairs; ++j) unit[t * spec.head_dim + map.lane_a[j]] = 1.0f;
+    for (const bool on_the_fly : {false, true}) {
+      std::vector<float> x = unit;
+      const RotateArgs args{.q = bshd(x.data(), DType::F32, 1, tokens, 1, spec.head_dim), .positions = positions};
+      on_the_fly ? rope.apply_on_the_fly(args) : rope.apply(args);
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        for (int j = 0; j < pairs; ++j) {
+          ASSERT_EQ(x[t * spec.head_dim + map.lane_a[j]], c[t * pairs + j]) << "token " << t << " pair " << j;
+          ASSERT_EQ(x[t * spec.head_dim + map.lane_b[j]], s[t * pairs + j]) << "token " << t << " pair " << j;
+        }
+      }
+    }
+  }
+  const Rope rope(yarn);
+  std::vector<std::int64_t> pos = {1, 2};
+  std::vector<float> small(2 * 24 - 1), enough(2 * 24);
+  EXPECT_THROW(rope.cos_sin(positions(pos), small, enough), Error);
+  pos[1] = -1;
+  EXPECT_THROW(rope.cos_sin(positions(pos), enough, enough), Error);
+}

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
@@ -75,6 +76,16 @@ class Rope {
   void apply(const RotateArgs& args) const;
   void apply_on_the_fly(const RotateArgs& args) const;
   void apply(const RotateArgs& args, const Table& table) const;
+
+  // The float32 coefficients apply() multiplies by, per token and pair: for token t (of
+  // positions.count) and pair j, cos[t·P + j] = float32(cos θ) · float32(m) and sin likewise, rounded
+  // to float32 (P = num_pairs(), m = plan().cos_sin_scale, θ the angle of pair j at the position of
+  // the stream that drives it — M-RoPE selects per pair). This is Hugging Face's rotary-module output
+  // (cos(emb) · attention_scaling) in half-width form. Precision: bit for bit what every call of this
+  // Rope rotates with (the table's angle mode and error, ropekit/table.hpp; then one float32
+  // multiply). Errors: positions as a call checks them (count, axes, range), spans shorter than
+  // positions.count · num_pairs().
+  void cos_sin(Positions positions, std::span<float> cos, std::span<float> sin) const;
 
   // A table covering at least [0, num_positions), grown from the current one if needed (numerics:
   // ropekit/table.hpp). Errors: a table beyond kMaxTableBytes.

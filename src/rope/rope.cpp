@@ -10,6 +10,7 @@
 #include "cpu/rotate.hpp"
 #include "rope/angles.hpp"
 #include "rope/call.hpp"
+#include "rope/views.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 
@@ -160,6 +161,46 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
   if (keep_plan) call.plan_pin_ = state_;
   call.table_pin_ = std::move(pin);
   return call;
+}
+
+void Rope::cos_sin(Positions positions, std::span<float> cos, std::span<float> sin) const {
+  const State& state = *state_;
+  const PairMap& map = state.map;
+  const std::int64_t pairs = map.num_pairs();
+  const std::int64_t max_position = detail::check_positions(positions, "positions", positions.count, map.num_axes);
+  const std::int64_t needed = positions.count * pairs;
+  if (static_cast<std::int64_t>(cos.size()) < needed || static_cast<std::int64_t>(sin.size()) < needed) {
+    throw Error(fmt::format("cos_sin: output spans hold {} and {} values, {} positions x {} pairs need {}",
+                            cos.size(), sin.size(), positions.count, pairs, needed));
+  }
+  if (positions.count == 0) return;
+  // The same source and arithmetic as the scalar reference's coefficients (src/rope/reference.cpp).
+  const std::shared_ptr<const Table> table = table_for(max_position, positions.count * map.num_axes);
+  const auto magnitude = static_cast<float>(state.plan.cos_sin_scale);
+  std::vector<float> rows(static_cast<std::size_t>(2 * map.num_axes * pairs));
+  for (std::int64_t t = 0; t < positions.count; ++t) {
+    const float* cos_row[3] = {};
+    const float* sin_row[3] = {};
+    for (int a = 0; a < map.num_axes; ++a) {
+      const std::int64_t p = positions.at(a, t);
+      if (table) {
+        cos_row[a] = table->cos_row(p);
+        sin_row[a] = table->sin_row(p);
+      } else {
+        float* row = rows.data() + 2 * a * pairs;
+        state.angles.row(p, row, row + pairs);
+        cos_row[a] = row;
+        sin_row[a] = row + pairs;
+      }
+    }
+    float* c = cos.data() + t * pairs;
+    float* s = sin.data() + t * pairs;
+    for (std::int64_t j = 0; j < pairs; ++j) {
+      const int a = map.axis[static_cast<std::size_t>(j)];
+      c[j] = cos_row[a][j] * magnitude;
+      s[j] = sin_row[a][j] * magnitude;
+    }
+  }
 }
 
 RotateCall Rope::prepare(const RotateArgs& args) const {

@@ -1,0 +1,36 @@
+"""ropekit: rotary position embeddings that give Hugging Face's numbers, with accurate angles.
+
+    import numpy as np, ropekit
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    q = np.random.standard_normal((1, 16, 32, 128)).astype(np.float32)   # [batch, seq, heads, head_dim]
+    rope.apply(q)                                                          # rotated in place, positions 0..15
+
+See docs/python.md for the API, its numerics contract and how it maps to Hugging Face, flash-attn and
+FlashInfer conventions. PyTorch integration (autograd, nn.Module, HF-signature helpers): ropekit.torch.
+"""
+from ._ropekit import (  # noqa: F401  (the compiled core)
+    Error,
+    KvCache,
+    Model,
+    Rope,
+    Tokenizer,
+    attention,
+    default_threads,
+    eval,
+    eval_methods,
+    linear_attention,
+    model_positions,
+    model_positions_gguf,
+    model_positions_preset,
+    presets,
+    set_default_threads,
+    set_simd_target,
+    simd_target,
+    simd_targets,
+)
+
+__all__ = [
+    "Error", "KvCache", "Model", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
+    "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
+]

@@ -1,0 +1,174 @@
+"""ropekit for PyTorch: autograd through the fused kernel, and Hugging Face's rotary interfaces.
+
+    from ropekit.torch import RotaryEmbedding, apply_rotary, apply_rotary_pos_emb
+
+    rotary = RotaryEmbedding("config.json")             # like LlamaRotaryEmbedding(config)
+    cos, sin = rotary(x, position_ids)                  # accurate angles (angles="hf": HF's bits)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)         # HF's signature and expression
+
+    q, k = apply_rotary(rotary.rope, q, k, position_ids, layout="bhsd")   # the fused kernel, with autograd
+
+Numerics: docs/python.md. apply_rotary is ropekit's kernel (ropekit/call.hpp's contract: float32
+arithmetic, one rounding to storage); its backward is the kernel's Backward direction (the transpose of
+the forward rotation, magnitude included), so gradients of q and k are exact to the same contract.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ._ropekit import Error, Rope
+
+__all__ = [
+    "RotaryFunction", "apply_rotary", "RotaryEmbedding", "rotate_half", "apply_rotary_pos_emb",
+    "apply_multimodal_rotary_pos_emb",
+]
+
+
+class RotaryFunction(torch.autograd.Function):
+    """Forward: q, k rotated by `rope` at `positions` (new tensors). Backward: the gradients rotated by
+    the Backward direction (R(−θ) with the forward magnitude), which is the forward's transpose."""
+
+    @staticmethod
+    def forward(ctx, rope: Rope, positions, layout: str, angles: str, q: torch.Tensor, k: Optional[torch.Tensor]):
+        ctx.rope, ctx.positions, ctx.layout, ctx.angles = rope, positions, layout, angles
+        ctx.has_k = k is not None
+        out = rope.apply(q, k, positions, layout=layout, inplace=False, angles=angles)
+        return out if ctx.has_k else (out, None)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        if ctx.needs_input_grad[4] is False and ctx.needs_input_grad[5] is False:
+            return None, None, None, None, None, None
+        # Autograd may hand over expanded (stride-0) or non-contiguous gradients: one contiguous copy,
+        # then the transpose rotation in place on it.
+        gq = grad_q.contiguous() if grad_q is not None else None
+        gk = grad_k.contiguous() if (ctx.has_k and grad_k is not None) else None
+        if gq is not None and gk is not None:
+            ctx.rope.apply(gq, gk, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
+        elif gq is not None:
+            ctx.rope.apply(gq, None, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
+        elif gk is not None:
+            ctx.rope.apply(None, gk, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
+        return None, None, None, None, gq, gk
+
+
+def apply_rotary(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, positions=None, *,
+                 layout: str = "bshd", angles: str = "accurate"):
+    """q (and k) rotated by ropekit's kernel with autograd: returns new tensors (q', k') or q'.
+
+    layout: "bshd" [batch, seq, heads, head_dim] (flash-attn), "bhsd" [batch, heads, seq, head_dim]
+    (Hugging Face after transpose) or "thd" [tokens, heads, head_dim] (packed, FlashInfer).
+    positions: int32/int64, [batch, seq], [1, seq] or [seq] (M-RoPE: a leading 3); None = 0 … seq−1.
+    """
+    if isinstance(positions, torch.Tensor):
+        positions = positions.detach()
+    q_out, k_out = RotaryFunction.apply(rope, positions, layout, angles, q, k)
+    return (q_out, k_out) if k is not None else q_out
+
+
+def _rope_of(config, layer_type: Optional[str], pairing: Optional[str]) -> Rope:
+    if isinstance(config, Rope):
+        return config
+    if isinstance(config, str) and not os.path.exists(config) and not config.endswith(".json"):
+        ropes = Rope.from_preset(config, layer_type=layer_type)
+    else:
+        ropes = Rope.from_config(config, layer_type=layer_type, pairing=pairing)
+    if isinstance(ropes, dict):
+        raise Error(f"the model has several RoPE layer types ({', '.join(ropes)}): pass layer_type=")
+    return ropes
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """Hugging Face's rotary module (LlamaRotaryEmbedding and kin): forward(x, position_ids) → (cos, sin)
+    of shape [batch, seq, rotary_dim] in x's dtype and device, magnitude (attention_scaling) included.
+
+    config: a config.json path or dict, a preset name, or a ropekit.Rope. layer_type picks one layer type
+    of a per-layer model (Gemma 3's "sliding_attention", ...). angles="accurate" (default): cos/sin of the
+    exact angle, correctly rounded (ropekit's table). angles="hf": Hugging Face's own float32 expression
+    (inv_freq @ position_ids, cos, × attention_scaling) on ropekit's inv_freq — HF's bits wherever the
+    inv_freq is HF's (golden vectors: 22 539 of 22 800 values bit-identical, the rest within 2 ulp).
+    M-RoPE (Qwen2-VL/2.5-VL sections): position_ids [3, batch, seq] give cos/sin [3, batch, seq, dim] for
+    apply_multimodal_rotary_pos_emb; Qwen3-VL's interleaved layout returns the selected [batch, seq, dim].
+    """
+
+    def __init__(self, config, *, layer_type: Optional[str] = None, angles: str = "accurate",
+                 pairing: Optional[str] = None, device=None):
+        super().__init__()
+        if angles not in ("accurate", "hf"):
+            raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
+        self.rope = _rope_of(config, layer_type, pairing)
+        self.angles = angles
+        self.attention_scaling = self.rope.cos_sin_scale
+        self.register_buffer("inv_freq", torch.from_numpy(self.rope.inv_freq).to(device), persistent=False)
+
+    def set_current_length(self, length: int) -> bool:
+        """Re-forms the plan (dynamic NTK, LongRoPE); True when cached keys need re-rotation."""
+        changed = self.rope.set_current_length(length)
+        self.inv_freq = torch.from_numpy(self.rope.inv_freq).to(self.inv_freq.device)
+        self.attention_scaling = self.rope.cos_sin_scale
+        return changed
+
+    def _hf(self, position_ids: torch.Tensor):
+        lead = position_ids.shape[:-1]
+        pos = position_ids.reshape(-1, 1, position_ids.shape[-1]).float().cpu()
+        inv = self.inv_freq.cpu()[None, :, None].float().expand(pos.shape[0], -1, 1)
+        freqs = (inv @ pos).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+        return cos.reshape(*lead, -1, cos.shape[-1]), sin.reshape(*lead, -1, sin.shape[-1])
+
+    def _accurate(self, position_ids: torch.Tensor):
+        spec = self.rope.spec
+        pos = position_ids.detach().cpu().numpy()
+        if spec["mrope_section"] is not None and not spec["mrope_interleaved"]:
+            # Each stream's own cos/sin (Qwen2-VL's module output): all three streams at stream a.
+            outs = [self.rope.cos_sin(np.stack([pos[a]] * 3), layout="hf") for a in range(3)]
+            return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+        return self.rope.cos_sin(pos, layout="hf")
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+        if self.angles == "hf":
+            cos, sin = self._hf(position_ids)
+        else:
+            cos, sin = (torch.from_numpy(a) for a in self._accurate(position_ids))
+        return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's rotate_half: [-x2, x1] for x = [x1, x2]."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    rd = cos.shape[-1]
+    if rd == x.shape[-1]:
+        return (x * cos) + (rotate_half(x) * sin)
+    rot, rest = x[..., :rd], x[..., rd:]  # partial rotary (GPT-NeoX, Phi, GLM): the tail passes through
+    return torch.cat(((rot * cos) + (rotate_half(rot) * sin), rest), dim=-1)
+
+
+def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         position_ids=None, unsqueeze_dim: int = 1):
+    """Hugging Face's apply_rotary_pos_emb, same signature and expression (q·cos + rotate_half(q)·sin,
+    differentiable by autograd), with partial rotary handled as GPT-NeoX/Phi do (cos narrower than the
+    head: the tail passes through). position_ids is ignored, as in HF. Use it with RotaryEmbedding's
+    cos/sin to swap the angles under an HF model; use apply_rotary for ropekit's fused kernel."""
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                                    mrope_section: Sequence[int], unsqueeze_dim: int = 1):
+    """Qwen2-VL's apply_multimodal_rotary_pos_emb: cos/sin [3, batch, seq, dim] (one per stream t, h, w),
+    sections in pairs; the chunks of each half take their stream in turn, then HF's rotation."""
+    sections = list(mrope_section) * 2
+    cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1).unsqueeze(unsqueeze_dim)
+    sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1).unsqueeze(unsqueeze_dim)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)

@@ -1,0 +1,342 @@
+// NumPy / PyTorch arrays as ropekit views (see arrays.hpp).
+#include "arrays.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "ropekit/error.hpp"
+
+namespace ropekit::python {
+namespace {
+
+// PyTorch, looked up only once the caller has imported it (`import ropekit` never imports torch).
+// The references are kept for the life of the process.
+struct Torch {
+  PyObject* tensor_type = nullptr;
+  PyObject* float32 = nullptr;
+  PyObject* float16 = nullptr;
+  PyObject* bfloat16 = nullptr;
+  PyObject* int32 = nullptr;
+  PyObject* int64 = nullptr;
+  py::handle is_grad_enabled, empty;
+};
+
+const Torch* torch_api() {
+  static Torch api;
+  if (api.tensor_type != nullptr) return &api;
+  PyObject* module = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (module == nullptr) return nullptr;
+  py::handle torch(module);
+  auto keep = [](py::object o) { return o.release().ptr(); };
+  api.float32 = keep(torch.attr("float32"));
+  api.float16 = keep(torch.attr("float16"));
+  api.bfloat16 = keep(torch.attr("bfloat16"));
+  api.int32 = keep(torch.attr("int32"));
+  api.int64 = keep(torch.attr("int64"));
+  api.is_grad_enabled = keep(torch.attr("is_grad_enabled"));
+  api.empty = keep(torch.attr("empty"));
+  api.tensor_type = keep(torch.attr("Tensor"));
+  return &api;
+}
+
+bool is_torch_tensor(py::handle object, const Torch*& api) {
+  if (py::isinstance<py::array>(object)) return false;
+  api = torch_api();
+  return api != nullptr && PyObject_IsInstance(object.ptr(), api->tensor_type) == 1;
+}
+
+std::string_view numpy_dtype_name(const py::dtype& dtype) {
+  switch (dtype.kind()) {
+    case 'f': return dtype.itemsize() == 8 ? "float64" : dtype.itemsize() == 4 ? "float32" : "float16";
+    case 'u': return dtype.itemsize() == 2 ? "uint16" : "an unsigned integer type";
+    case 'i': return "an integer type";
+    case 'c': return "complex";
+    default: return "a non-float type";
+  }
+}
+
+void check_device_and_grad(py::handle tensor, const Torch& api, std::string_view name) {
+  if (!tensor.attr("is_cpu").cast<bool>()) {
+    throw Error(fmt::format("{}: a tensor on {}; ropekit's Python module rotates CPU tensors", name,
+                            py::str(tensor.attr("device")).cast<std::string>()));
+  }
+  if (tensor.attr("requires_grad").cast<bool>() && api.is_grad_enabled().cast<bool>()) {
+    throw Error(fmt::format("{} requires grad: rotate it through ropekit.torch.apply_rotary (autograd), "
+                            "or pass {}.detach()", name, name));
+  }
+}
+
+Array from_numpy(py::handle object, std::string_view name, std::string_view dtype_override) {
+  auto a = py::reinterpret_borrow<py::array>(object);
+  Array out;
+  out.owner = a;
+  out.framework = Framework::NumPy;
+  const py::dtype dt = a.dtype();
+  const char order = dt.byteorder();
+  if (order == '>') throw Error(fmt::format("{}: big-endian dtype {}; pass a native-endian array", name, py::str(py::handle(dt)).cast<std::string>()));
+  if (dtype_override == "bf16" || dtype_override == "bfloat16") {
+    if (dt.kind() != 'u' || dt.itemsize() != 2) {
+      throw Error(fmt::format("{}: dtype=\"bf16\" reads uint16 bfloat16 bits, got a {} array", name, numpy_dtype_name(dt)));
+    }
+    out.dtype = DType::BF16;
+  } else if (!dtype_override.empty()) {
+    throw Error(fmt::format("dtype = \"{}\": the only storage override is \"bf16\" (NumPy uint16 holding bfloat16 bits)", dtype_override));
+  } else if (dt.kind() == 'f' && dt.itemsize() == 4) {
+    out.dtype = DType::F32;
+  } else if (dt.kind() == 'f' && dt.itemsize() == 2) {
+    out.dtype = DType::F16;
+  } else if (dt.kind() == 'u' && dt.itemsize() == 2) {
+    throw Error(fmt::format("{}: a uint16 array; if it holds bfloat16 bits, say so with dtype=\"bf16\"", name));
+  } else {
+    throw Error(fmt::format("{}: dtype {} is not supported (float32, float16, or bfloat16 bits as uint16 "
+                            "with dtype=\"bf16\")", name, numpy_dtype_name(dt)));
+  }
+  out.ndim = static_cast<int>(a.ndim());
+  if (out.ndim > 8) throw Error(fmt::format("{}: {} dimensions", name, out.ndim));
+  const auto size = static_cast<std::int64_t>(dt.itemsize());
+  for (int i = 0; i < out.ndim; ++i) {
+    out.shape[i] = a.shape(i);
+    const std::int64_t bytes = a.strides(i);
+    if (bytes % size != 0) {
+      throw Error(fmt::format("{}: stride of axis {} is {} bytes, not a whole number of {}-byte elements", name, i, bytes, size));
+    }
+    out.strides[i] = bytes / size;
+  }
+  out.data = const_cast<void*>(a.data());
+  out.writable = a.writeable();
+  return out;
+}
+
+Array from_torch(py::handle object, const Torch& api, std::string_view name, std::string_view dtype_override) {
+  check_device_and_grad(object, api, name);
+  Array out;
+  out.owner = py::reinterpret_borrow<py::object>(object);
+  out.framework = Framework::Torch;
+  const py::object dtype = object.attr("dtype");
+  if (!dtype_override.empty() && dtype_override != "bf16" && dtype_override != "bfloat16") {
+    throw Error(fmt::format("dtype = \"{}\": the only storage override is \"bf16\"", dtype_override));
+  }
+  if (dtype.ptr() == api.float32) {
+    out.dtype = DType::F32;
+  } else if (dtype.ptr() == api.float16) {
+    out.dtype = DType::F16;
+  } else if (dtype.ptr() == api.bfloat16) {
+    out.dtype = DType::BF16;
+  } else {
+    throw Error(fmt::format("{}: dtype {} is not supported (torch.float32, torch.float16, torch.bfloat16)", name,
+                            py::str(dtype).cast<std::string>()));
+  }
+  if (!dtype_override.empty() && out.dtype != DType::BF16) {
+    throw Error(fmt::format("{}: dtype=\"bf16\" given for a {} tensor", name, py::str(dtype).cast<std::string>()));
+  }
+  const py::tuple shape = object.attr("shape");
+  const py::tuple strides = object.attr("stride")();
+  out.ndim = static_cast<int>(shape.size());
+  if (out.ndim > 8) throw Error(fmt::format("{}: {} dimensions", name, out.ndim));
+  for (int i = 0; i < out.ndim; ++i) {
+    out.shape[i] = shape[i].cast<std::int64_t>();
+    out.strides[i] = strides[i].cast<std::int64_t>();
+  }
+  out.data = reinterpret_cast<void*>(object.attr("data_ptr")().cast<std::uintptr_t>());
+  out.writable = true;
+  return out;
+}
+
+}  // namespace
+
+std::string Array::shape_text() const {
+  std::string s = "(";
+  for (int i = 0; i < ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + (ndim == 1 ? ",)" : ")");
+}
+
+Array float_array(py::handle object, std::string_view name, std::string_view dtype) {
+  if (object.is_none()) throw Error(fmt::format("{} is None", name));
+  const Torch* api = nullptr;
+  if (py::isinstance<py::array>(object)) return from_numpy(object, name, dtype);
+  if (is_torch_tensor(object, api)) return from_torch(object, *api, name, dtype);
+  throw Error(fmt::format("{}: a {}; ropekit takes NumPy arrays and PyTorch CPU tensors (no copy is made: "
+                          "convert with numpy.asarray if that is what you want)", name,
+                          py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+}
+
+Array empty_like(const Array& like, std::string_view name) {
+  std::vector<std::int64_t> shape(like.shape.begin(), like.shape.begin() + like.ndim);
+  Array out;
+  if (like.framework == Framework::NumPy) {
+    py::dtype dt = like.dtype == DType::F32 ? py::dtype::of<float>() : like.dtype == DType::F16 ? py::dtype("float16") : py::dtype::of<std::uint16_t>();
+    py::array a(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    return from_numpy(a, name, like.dtype == DType::BF16 ? "bf16" : "");
+  }
+  const Torch& api = *torch_api();
+  PyObject* dtype = like.dtype == DType::F32 ? api.float32 : like.dtype == DType::F16 ? api.float16 : api.bfloat16;
+  py::object t = api.empty(py::cast(shape), py::arg("dtype") = py::handle(dtype));
+  return from_torch(t, api, name, "");
+}
+
+Array empty_f32(const Array& like, const std::vector<std::int64_t>& shape, std::string_view name) {
+  if (like.framework == Framework::NumPy) {
+    py::array a(py::dtype::of<float>(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    return from_numpy(a, name, "");
+  }
+  const Torch& api = *torch_api();
+  py::object t = api.empty(py::cast(shape), py::arg("dtype") = py::handle(api.float32));
+  return from_torch(t, api, name, "");
+}
+
+Layout parse_layout(std::string_view text) {
+  if (text == "bshd") return Layout::BSHD;
+  if (text == "bhsd") return Layout::BHSD;
+  if (text == "thd") return Layout::THD;
+  throw Error(fmt::format("layout = \"{}\": must be \"bshd\" [batch, seq, heads, head_dim], \"bhsd\" "
+                          "[batch, heads, seq, head_dim] or \"thd\" [tokens, heads, head_dim]", text));
+}
+
+std::string_view to_string(Layout layout) {
+  switch (layout) {
+    case Layout::BSHD: return "bshd";
+    case Layout::BHSD: return "bhsd";
+    case Layout::THD: return "thd";
+  }
+  return "?";
+}
+
+Heads heads_view(const Array& a, Layout layout, int head_dim, std::string_view name) {
+  const int rank = layout == Layout::THD ? 3 : 4;
+  if (a.ndim != rank) {
+    throw Error(fmt::format("{}: shape {} has {} dimensions; layout \"{}\" needs {}", name, a.shape_text(), a.ndim,
+                            to_string(layout), layout == Layout::THD ? "3: [tokens, heads, head_dim]"
+                            : layout == Layout::BSHD ? "4: [batch, seq, heads, head_dim]" : "4: [batch, heads, seq, head_dim]"));
+  }
+  const std::int64_t d = a.shape[rank - 1];
+  if (head_dim > 0 && d != head_dim) {
+    throw Error(fmt::format("{}: shape {} has head_dim {} (last axis); this Rope's head_dim is {}", name,
+                            a.shape_text(), d, head_dim));
+  }
+  if (a.strides[rank - 1] != 1 && d > 1) {
+    throw Error(fmt::format("{}: the head_dim axis has stride {} elements; ropekit reads each head's lanes "
+                            "contiguously (stride 1): pass a view whose last axis is contiguous", name, a.strides[rank - 1]));
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (a.strides[i] < 0) {
+      throw Error(fmt::format("{}: axis {} has a negative stride ({}), which ropekit's views cannot express", name, i, a.strides[i]));
+    }
+  }
+  Heads h;
+  h.data = a.data;
+  h.dtype = a.dtype;
+  switch (layout) {
+    case Layout::BSHD:
+      h.batch = a.shape[0], h.seq = a.shape[1], h.heads = a.shape[2];
+      h.batch_stride = a.strides[0], h.seq_stride = a.strides[1], h.head_stride = a.strides[2];
+      break;
+    case Layout::BHSD:
+      h.batch = a.shape[0], h.heads = a.shape[1], h.seq = a.shape[2];
+      h.batch_stride = a.strides[0], h.head_stride = a.strides[1], h.seq_stride = a.strides[2];
+      break;
+    case Layout::THD:
+      h.batch = 1, h.seq = a.shape[0], h.heads = a.shape[1];
+      h.batch_stride = 0, h.seq_stride = a.strides[0], h.head_stride = a.strides[1];
+      break;
+  }
+  return h;
+}
+
+namespace {
+
+std::string expected_shapes(std::int64_t batch, std::int64_t seq, int axes) {
+  const std::string lead = axes == 3 ? "3, " : "";
+  if (batch == 1) return fmt::format("[{}{}] or [{}1, {}]", lead, seq, lead, seq);
+  return fmt::format("[{}{}, {}], [{}1, {}] or [{}{}]", lead, batch, seq, lead, seq, lead, seq);
+}
+
+}  // namespace
+
+PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes,
+                               std::string_view name, std::string_view for_what) {
+  PositionsBuffer out;
+  const std::int64_t tokens = batch * seq;
+  if (object.is_none()) {
+    out.owned.resize(static_cast<std::size_t>(axes * tokens));
+    for (std::int64_t i = 0; i < axes * tokens; ++i) out.owned[static_cast<std::size_t>(i)] = i % seq;
+    out.view = {out.owned.data(), IndexType::I64, tokens, axes};
+    return out;
+  }
+  // Integer data, C-contiguous: a NumPy array as it is, a torch tensor through its data pointer, else
+  // numpy.asarray (lists, ints, non-contiguous arrays).
+  const void* data = nullptr;
+  IndexType type = IndexType::I64;
+  std::vector<std::int64_t> shape;
+  const Torch* api = nullptr;
+  py::object held;
+  if (is_torch_tensor(object, api)) {
+    const py::object dtype = object.attr("dtype");
+    if (dtype.ptr() != api->int64 && dtype.ptr() != api->int32) {
+      throw Error(fmt::format("{}: dtype {}; positions are torch.int32 or torch.int64", name, py::str(dtype).cast<std::string>()));
+    }
+    held = object.attr("is_contiguous")().cast<bool>() && object.attr("is_cpu").cast<bool>()
+               ? py::reinterpret_borrow<py::object>(object)
+               : object.attr("detach")().attr("cpu")().attr("contiguous")();
+    type = dtype.ptr() == api->int32 ? IndexType::I32 : IndexType::I64;
+    for (const py::handle s : py::tuple(held.attr("shape"))) shape.push_back(s.cast<std::int64_t>());
+    data = reinterpret_cast<const void*>(held.attr("data_ptr")().cast<std::uintptr_t>());
+  } else {
+    py::array a = py::isinstance<py::array>(object) ? py::reinterpret_borrow<py::array>(object)
+                                                    : py::array(py::module_::import("numpy").attr("asarray")(object));
+    const py::dtype dt = a.dtype();
+    const bool integer = dt.kind() == 'i' || dt.kind() == 'u';
+    if (!integer || dt.itemsize() > 8 || (dt.kind() == 'u' && dt.itemsize() == 8)) {
+      throw Error(fmt::format("{}: dtype {}; positions are int32 or int64", name, py::str(py::handle(dt)).cast<std::string>()));
+    }
+    if (dt.byteorder() == '>' || !(dt.kind() == 'i' && (dt.itemsize() == 4 || dt.itemsize() == 8)) ||
+        !(a.flags() & py::array::c_style)) {
+      a = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+    }
+    type = a.dtype().itemsize() == 4 ? IndexType::I32 : IndexType::I64;
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) shape.push_back(a.shape(i));
+    data = a.data();
+    held = a;
+  }
+  // Shape → how the values map onto the tokens.
+  std::vector<std::int64_t> rest = shape;
+  if (axes == 3) {
+    if (shape.empty() || shape[0] != 3) {
+      throw Error(fmt::format("{}: shape ({}); M-RoPE needs three position streams (t, h, w) first: {} for {}", name,
+                              fmt::join(shape, ", "), expected_shapes(batch, seq, axes), for_what));
+    }
+    rest.erase(rest.begin());
+  }
+  const std::int64_t per_stream = std::accumulate(rest.begin(), rest.end(), std::int64_t{1}, std::multiplies<>());
+  bool direct = false, broadcast = false;
+  if (rest.size() == 2 && rest[0] == batch && rest[1] == seq) direct = true;
+  else if (rest.size() == 2 && rest[0] == 1 && rest[1] == seq) broadcast = true;
+  else if (rest.size() == 1 && rest[0] == seq) broadcast = true;
+  else if (rest.size() == 0 && seq == 1) broadcast = true;
+  if (batch == 1 && per_stream == seq) direct = true, broadcast = false;
+  if (!direct && !broadcast) {
+    throw Error(fmt::format("{}: shape ({}) does not fit {} tokens ({} × {}) of {}: give {}", name, fmt::join(shape, ", "),
+                            tokens, batch, seq, for_what, expected_shapes(batch, seq, axes)));
+  }
+  if (direct) {
+    out.keep = held;
+    out.view = {data, type, tokens, axes};
+    return out;
+  }
+  out.owned.resize(static_cast<std::size_t>(axes * tokens));
+  const Positions src{data, type, seq, axes};
+  for (int ax = 0; ax < axes; ++ax)
+    for (std::int64_t b = 0; b < batch; ++b)
+      for (std::int64_t s = 0; s < seq; ++s) out.owned[static_cast<std::size_t>(ax * tokens + b * seq + s)] = src.at(ax, s);
+  out.view = {out.owned.data(), IndexType::I64, tokens, axes};
+  return out;
+}
+
+py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vector<py::ssize_t> shape) {
+  py::array_t<std::int64_t> a(shape);
+  std::copy(values.begin(), values.end(), a.mutable_data());
+  return a;
+}
+
+}  // namespace ropekit::python

@@ -1,0 +1,22 @@
+// python/src/bindings.hpp — the parts of the extension bound outside module.cpp.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string_view>
+
+namespace ropekit::python {
+
+class PyRope;
+
+// KvCache, attention, linear_attention, the model runner, the tokenizer and the lab (consumers.cpp).
+void bind_consumers(pybind11::module_& m);
+
+// The C++ side of the Python benchmark: the same call as Rope.apply(q, k, positions, layout=...)
+// (in place, forward, accurate angles) prepared and run `iterations` times in a C++ loop; returns the
+// mean nanoseconds per call. The Python call's time minus this is the binding's overhead.
+double time_apply(const PyRope& rope, pybind11::handle q, pybind11::handle k, pybind11::handle positions,
+                  std::string_view layout, std::int64_t iterations, int threads);
+
+}  // namespace ropekit::python

@@ -1,0 +1,396 @@
+// python/src/consumers.cpp — where RoPE is consumed, from Python: the KV cache (append, K-shift,
+// erase, re-rotation, attention against it), softmax attention with RoPE fused, linear attention, the
+// Llama runner and tokenizer, the long-context lab. Arrays in, new float32 arrays out.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "rope_object.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace ropekit::python {
+namespace {
+
+DType parse_dtype(std::string_view text) {
+  if (text == "float32" || text == "f32") return DType::F32;
+  if (text == "bfloat16" || text == "bf16") return DType::BF16;
+  if (text == "float16" || text == "f16") return DType::F16;
+  throw Error(fmt::format("dtype = \"{}\": must be \"float32\", \"bfloat16\" or \"float16\"", text));
+}
+
+// The shape of an attention output: q's layout with v_head_dim lanes.
+std::vector<std::int64_t> out_shape(const Array& q, Layout layout, std::int64_t v_head_dim) {
+  std::vector<std::int64_t> shape(q.shape.begin(), q.shape.begin() + q.ndim);
+  shape.back() = v_head_dim;
+  (void)layout;
+  return shape;
+}
+
+// An array's values widened to float32, as a new NumPy array of `shape` (the view's elements in
+// token-major order).
+py::array_t<float> widened(const Heads& h, int head_dim) {
+  py::array_t<float> out(std::vector<py::ssize_t>{h.seq, h.heads, head_dim});
+  float* o = out.mutable_data();
+  for (std::int64_t s = 0; s < h.seq; ++s) {
+    for (std::int64_t head = 0; head < h.heads; ++head) {
+      const void* row = h.row(0, s, head);
+      for (int i = 0; i < head_dim; ++i) {
+        float v = 0;
+        switch (h.dtype) {
+          case DType::F32: v = static_cast<const float*>(row)[i]; break;
+          case DType::BF16: v = bf16_to_float(static_cast<const std::uint16_t*>(row)[i]); break;
+          case DType::F16: v = f16_to_float(static_cast<const std::uint16_t*>(row)[i]); break;
+        }
+        *o++ = v;
+      }
+    }
+  }
+  return out;
+}
+
+struct PyKvCache {
+  std::unique_ptr<KvCache> cache;
+  int head_dim = 0, v_head_dim = 0;
+};
+
+PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_heads, std::string_view dtype,
+                     int v_head_dim, std::string_view angles) {
+  const int head_dim = rope.spec().head_dim;
+  return {std::make_unique<KvCache>(rope.rope(parse_angles(angles)),
+                                    KvCacheShape{.capacity = capacity, .kv_heads = kv_heads, .v_head_dim = v_head_dim,
+                                                 .dtype = parse_dtype(dtype)}),
+          head_dim, v_head_dim > 0 ? v_head_dim : head_dim};
+}
+
+void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::handle v_obj, py::handle positions,
+                  std::string_view layout_text, std::string_view angles) {
+  const Layout layout = parse_layout(layout_text);
+  const Rope& rope = py_rope.rope(parse_angles(angles));
+  const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
+  const Heads kv = heads_view(k, layout, rope.spec().head_dim, "k"), vv = heads_view(v, layout, 0, "v");
+  if (kv.batch != 1) throw Error(fmt::format("k: batch = {}; a KvCache holds one sequence (batch 1)", kv.batch));
+  PositionsBuffer pos;
+  if (positions.is_none()) {  // after the cached tokens
+    const std::int64_t start = self.cache->size() == 0 ? 0 : self.cache->position(self.cache->size() - 1) + 1;
+    pos.owned.resize(static_cast<std::size_t>(kv.seq));
+    for (std::int64_t i = 0; i < kv.seq; ++i) pos.owned[static_cast<std::size_t>(i)] = start + i;
+    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
+  } else {
+    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  }
+  py::gil_scoped_release release;
+  self.cache->append(rope, kv, vv, pos.view);
+}
+
+py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_obj, py::handle v_obj,
+                          py::handle q_positions, py::handle k_positions, std::string_view layout_text, bool causal,
+                          std::int64_t window, std::optional<double> softmax_scale, std::optional<std::vector<float>> alibi,
+                          std::string_view angles, bool linear, std::string_view form) {
+  const Layout layout = parse_layout(layout_text);
+  const Rope* rope = py_rope ? &py_rope->rope(parse_angles(angles)) : nullptr;
+  const Array q = float_array(q_obj, "q", ""), k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
+  const int head_dim = rope ? rope->spec().head_dim : static_cast<int>(q.shape[q.ndim - 1]);
+  AttentionArgs args;
+  args.q = heads_view(q, layout, head_dim, "q");
+  args.k = heads_view(k, layout, head_dim, "k");
+  args.v = heads_view(v, layout, 0, "v");
+  const std::int64_t v_head_dim = v.shape[v.ndim - 1];
+  args.head_dim = head_dim;
+  args.v_head_dim = static_cast<int>(v_head_dim);
+  const Array out = empty_f32(q, out_shape(q, layout, v_head_dim), "out");
+  args.out = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
+  const int axes = rope ? rope->pair_map().num_axes : 1;
+  const PositionsBuffer qp = read_positions(q_positions, args.q.batch, args.q.seq, axes, "q_positions", "q");
+  const PositionsBuffer kp = read_positions(k_positions, args.k.batch, args.k.seq, axes, "k_positions", "k");
+  args.q_positions = qp.view;
+  args.k_positions = kp.view;
+  if (linear) {
+    if (!rope) throw Error("linear_attention: needs a rope");
+    LinearAttentionForm f;
+    if (form == "recurrent") f = LinearAttentionForm::Recurrent;
+    else if (form == "parallel") f = LinearAttentionForm::Parallel;
+    else throw Error(fmt::format("form = \"{}\": must be \"recurrent\" or \"parallel\"", form));
+    py::gil_scoped_release release;
+    linear_attention(*rope, args, causal, f);
+    return out.owner;
+  }
+  AttentionOptions options;
+  options.causal = causal;
+  options.window = window;
+  options.softmax_scale = softmax_scale;
+  if (alibi) options.bias = AlibiBias{*alibi};
+  {
+    py::gil_scoped_release release;
+    rope ? attention(*rope, args, options) : attention(args, options);
+  }
+  return out.owner;
+}
+
+py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
+                           std::string_view layout_text, bool causal, std::int64_t window,
+                           std::optional<double> softmax_scale, std::string_view angles) {
+  const Layout layout = parse_layout(layout_text);
+  const Rope& rope = py_rope.rope(parse_angles(angles));
+  const Array q = float_array(q_obj, "q", "");
+  const Heads qv = heads_view(q, layout, rope.spec().head_dim, "q");
+  const std::int64_t v_head_dim = self.v_head_dim;
+  const Array out = empty_f32(q, out_shape(q, layout, v_head_dim), "out");
+  const Heads ov = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
+  const PositionsBuffer pos = read_positions(positions, qv.batch, qv.seq, 1, "positions", "q");
+  AttentionOptions options;
+  options.causal = causal;
+  options.window = window;
+  options.softmax_scale = softmax_scale;
+  {
+    py::gil_scoped_release release;
+    attention(rope, qv, pos.view, *self.cache, ov, options);
+  }
+  return out.owner;
+}
+
+struct PyModel {
+  std::shared_ptr<const LlamaModel> model;
+};
+
+std::vector<std::int64_t> default_positions(std::size_t n, std::int64_t start) {
+  std::vector<std::int64_t> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = start + static_cast<std::int64_t>(i);
+  return p;
+}
+
+Spec model_spec(const PyModel& m, const PyRope* rope) { return rope ? rope->spec() : m.model->rope.layer().spec; }
+
+py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tokens, std::optional<std::vector<std::int64_t>> positions,
+                                const PyRope* py_rope, std::int64_t window, int threads) {
+  const LlamaModel& model = *self.model;
+  const std::vector<std::int64_t> pos = positions.value_or(default_positions(tokens.size(), 0));
+  const std::int64_t vocab = model.config.vocab_size;
+  py::array_t<float> logits(std::vector<py::ssize_t>{static_cast<py::ssize_t>(tokens.size()), static_cast<py::ssize_t>(vocab)});
+  float* out = logits.mutable_data();
+  const Rope own(model_spec(self, py_rope));
+  const Rope& rope = py_rope ? py_rope->rope(AngleMode::Accurate) : own;
+  {
+    py::gil_scoped_release release;
+    LlamaRunner runner(model, {.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokens.size())), .threads = threads});
+    runner.forward(rope, tokens, pos, {out, tokens.size() * static_cast<std::size_t>(vocab)}, {.window = window});
+  }
+  return logits;
+}
+
+// run.c's loop: the prompt read in one batch, then one token at a time; a length-dependent RoPE is
+// re-formed for each length read and the cached keys re-rotated (as `ropekit generate`).
+std::vector<int> model_generate(const PyModel& self, const std::vector<int>& prompt, std::int64_t steps, float temperature,
+                                float topp, std::uint64_t seed, const PyRope* py_rope, int threads) {
+  const LlamaModel& model = *self.model;
+  if (prompt.empty()) throw Error("prompt: empty (start it with BOS, the model's bos_id)");
+  if (steps <= 0) throw Error(fmt::format("steps = {}: must be > 0", steps));
+  const Spec spec = model_spec(self, py_rope);
+  const bool dynamic = depends_on_length(spec);
+  py::gil_scoped_release release;
+  Rope rope(spec);
+  Sampler sampler(model.config.vocab_size, temperature, topp, seed);
+  LlamaRunner runner(model, {.capacity = steps, .threads = threads});
+  std::vector<float> logits(static_cast<std::size_t>(model.config.vocab_size));
+  std::vector<int> out;
+  const std::int64_t forced = std::min<std::int64_t>(static_cast<std::int64_t>(prompt.size()) - 1, steps);
+  if (forced > 0) {
+    if (dynamic) rope = Rope(spec, AngleMode::Accurate, forced);
+    runner.forward(rope, std::span<const int>(prompt.data(), static_cast<std::size_t>(forced)),
+                   default_positions(static_cast<std::size_t>(forced), 0), logits);
+  }
+  std::int64_t pos = std::max<std::int64_t>(forced, 0);
+  int token = prompt[static_cast<std::size_t>(pos)];
+  while (pos < steps) {
+    const std::int64_t p = pos;
+    if (dynamic) {
+      Rope next(spec, AngleMode::Accurate, p + 1);
+      if (runner.size() > 0) runner.rerotate(rope, next);
+      rope = std::move(next);
+    }
+    runner.forward(rope, std::span<const int>(&token, 1), std::span<const std::int64_t>(&p, 1), logits);
+    const int next = sampler.sample(logits);
+    ++pos;
+    if (next == model.config.bos_id) break;
+    out.push_back(next);
+    token = next;
+  }
+  return out;
+}
+
+py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const std::string& methods,
+                    std::vector<std::int64_t> lengths, std::optional<std::vector<std::int64_t>> buckets,
+                    std::int64_t window_size, std::optional<std::int64_t> windows,
+                    std::optional<std::int64_t> trained_length, int threads) {
+  EvalOptions o;
+  o.methods = parse_methods(methods);
+  o.lengths = std::move(lengths);
+  if (buckets) o.buckets = *buckets;
+  o.window_size = window_size;
+  o.windows = windows;
+  o.trained_length = trained_length;
+  o.threads = threads;
+  EvalResult r;
+  {
+    py::gil_scoped_release release;
+    r = evaluate(*self.model, tokens, o);
+  }
+  const std::size_t n = r.rows.size();
+  py::list method;
+  py::array_t<std::int64_t> length(n), lo(n), hi(n), count(n);
+  py::array_t<double> scale(n), nll(n), ppl(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const EvalRow& row = r.rows[i];
+    method.append(row.method);
+    length.mutable_at(i) = row.n;
+    scale.mutable_at(i) = row.scale;
+    lo.mutable_at(i) = row.bucket_lo;
+    hi.mutable_at(i) = row.bucket_hi;
+    count.mutable_at(i) = row.tokens;
+    nll.mutable_at(i) = row.mean_nll;
+    ppl.mutable_at(i) = row.ppl;
+  }
+  py::dict d;
+  d["method"] = py::module_::import("numpy").attr("array")(method);
+  d["n"] = length;
+  d["scale"] = scale;
+  d["bucket_lo"] = lo;
+  d["bucket_hi"] = hi;
+  d["tokens"] = count;
+  d["mean_nll"] = nll;
+  d["ppl"] = ppl;
+  d["window_starts"] = py::array_t<std::int64_t>(r.window_starts.size(), r.window_starts.data());
+  d["trained_length"] = r.trained_length;
+  d["seconds"] = r.seconds;
+  return d;
+}
+
+}  // namespace
+
+double time_apply(const PyRope& py_rope, py::handle q_obj, py::handle k_obj, py::handle positions,
+                  std::string_view layout_text, std::int64_t iterations, int threads) {
+  const Layout layout = parse_layout(layout_text);
+  const Rope& rope = py_rope.rope(AngleMode::Accurate);
+  const Array q = float_array(q_obj, "q", ""), k = float_array(k_obj, "k", "");
+  RotateArgs args;
+  args.q = heads_view(q, layout, rope.spec().head_dim, "q");
+  args.k = heads_view(k, layout, rope.spec().head_dim, "k");
+  args.threads = threads;
+  const PositionsBuffer pos = read_positions(positions, args.q.batch, args.q.seq, 1, "positions", "q");
+  args.positions = pos.view;
+  py::gil_scoped_release release;
+  rope.apply(args);  // warm: the table
+  const auto start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < iterations; ++i) rope.prepare(args).run();
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  return ns / static_cast<double>(std::max<std::int64_t>(iterations, 1));
+}
+
+void bind_consumers(py::module_& m) {
+  py::class_<PyKvCache>(m, "KvCache")
+      .def(py::init(&make_cache), py::arg("rope"), py::arg("capacity"), py::arg("kv_heads"), py::kw_only(),
+           py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate")
+      .def("append", &cache_append, py::arg("rope"), py::arg("k"), py::arg("v"), py::arg("positions") = py::none(),
+           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate")
+      .def("attention", &cache_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::kw_only(),
+           py::arg("layout") = "thd", py::arg("causal") = true, py::arg("window") = 0,
+           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate")
+      .def("shift", [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) { c.cache->shift(first, last, delta); },
+           py::arg("first"), py::arg("last"), py::arg("delta"))
+      .def("erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
+           py::arg("first"), py::arg("last"))
+      .def("clear", [](PyKvCache& c) { c.cache->clear(); })
+      .def("rerotate", [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
+        py::gil_scoped_release release;
+        return c.cache->rerotate(rope.rope(parse_angles(angles)));
+      }, py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
+      .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })
+      .def("__len__", [](const PyKvCache& c) { return c.cache->size(); })
+      .def("keys", [](const PyKvCache& c) { return widened(c.cache->keys(), c.head_dim); })
+      .def("values", [](const PyKvCache& c) { return widened(c.cache->values(), c.v_head_dim); })
+      .def("positions", [](const PyKvCache& c) {
+        std::vector<std::int64_t> p(static_cast<std::size_t>(c.cache->size()));
+        for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
+        return py::array_t<std::int64_t>(p.size(), p.data());
+      });
+
+  m.def("attention",
+        [](py::handle q, py::handle k, py::handle v, const PyRope* rope, py::handle qp, py::handle kp,
+           std::string_view layout, bool causal, std::int64_t window, std::optional<double> scale,
+           std::optional<std::vector<float>> alibi, std::string_view angles) {
+          return attention_impl(rope, q, k, v, qp, kp, layout, causal, window, scale, std::move(alibi), angles, false, "");
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("rope") = nullptr, py::arg("q_positions") = py::none(),
+        py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
+        py::arg("window") = 0, py::arg("softmax_scale") = py::none(), py::arg("alibi_slopes") = py::none(),
+        py::arg("angles") = "accurate");
+  m.def("linear_attention",
+        [](const PyRope& rope, py::handle q, py::handle k, py::handle v, py::handle qp, py::handle kp,
+           std::string_view layout, bool causal, std::string_view form, std::string_view angles) {
+          return attention_impl(&rope, q, k, v, qp, kp, layout, causal, 0, std::nullopt, std::nullopt, angles, true, form);
+        },
+        py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_positions") = py::none(),
+        py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
+        py::arg("form") = "recurrent", py::arg("angles") = "accurate");
+
+  py::class_<PyModel>(m, "Model")
+      .def(py::init([](const std::filesystem::path& path) {
+             return PyModel{std::make_shared<const LlamaModel>(load_model_file(path))};
+           }), py::arg("path"))
+      .def_property_readonly("config", [](const PyModel& self) {
+        const LlamaConfig& c = self.model->config;
+        py::dict d;
+        d["dim"] = c.dim, d["hidden_dim"] = c.hidden_dim, d["n_layers"] = c.n_layers, d["n_heads"] = c.n_heads;
+        d["n_kv_heads"] = c.n_kv_heads, d["vocab_size"] = c.vocab_size, d["seq_len"] = c.seq_len;
+        d["head_dim"] = c.head_dim(), d["bos_id"] = c.bos_id, d["source"] = self.model->source;
+        return d;
+      })
+      .def_property_readonly("rope", [](const PyModel& self) {
+        auto r = std::make_shared<PyRope>(self.model->rope.layer().spec, std::nullopt, self.model->source);
+        r->layer = self.model->rope.layer();
+        return r;
+      })
+      .def("rope_with_scaling", [](const PyModel& self, py::dict fragment, std::optional<std::int64_t> trained_length) {
+        const std::string text = py::module_::import("json").attr("dumps")(fragment).cast<std::string>();
+        return std::make_shared<PyRope>(spec_with_scaling(*self.model, text, "rope_scaling", trained_length), std::nullopt, "rope_with_scaling");
+      }, py::arg("rope_scaling"), py::kw_only(), py::arg("trained_length") = py::none())
+      .def("logits", &model_logits, py::arg("tokens"), py::arg("positions") = py::none(), py::kw_only(),
+           py::arg("rope") = nullptr, py::arg("window") = 0, py::arg("threads") = 0)
+      .def("generate", &model_generate, py::arg("prompt"), py::arg("steps"), py::kw_only(), py::arg("temperature") = 0.0f,
+           py::arg("topp") = 0.9f, py::arg("seed") = 1, py::arg("rope") = nullptr, py::arg("threads") = 0);
+
+  py::class_<Tokenizer>(m, "Tokenizer")
+      .def(py::init([](const std::filesystem::path& path) { return Tokenizer::from_file(path); }), py::arg("path"))
+      .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
+      .def_property_readonly("bos_id", &Tokenizer::bos_id)
+      .def_property_readonly("eos_id", &Tokenizer::eos_id)
+      .def("encode", &Tokenizer::encode, py::arg("text"), py::kw_only(), py::arg("bos") = true, py::arg("eos") = false)
+      .def("decode", [](const Tokenizer& t, const std::vector<int>& tokens, int prev) {
+        std::string text;
+        for (const int id : tokens) {
+          text += t.decode(prev, id);
+          prev = id;
+        }
+        return py::bytes(text).attr("decode")("utf-8", "replace");
+      }, py::arg("tokens"), py::kw_only(), py::arg("prev") = 1);
+
+  m.def("eval", &eval_table, py::arg("model"), py::arg("tokens"), py::kw_only(), py::arg("methods") = "orig,pi,yarn,swa",
+        py::arg("lengths") = std::vector<std::int64_t>{512, 2048}, py::arg("buckets") = py::none(),
+        py::arg("window_size") = 2048, py::arg("windows") = py::none(), py::arg("trained_length") = py::none(),
+        py::arg("threads") = 0);
+  m.def("eval_methods", [] {
+    py::list out;
+    for (const EvalMethod& e : builtin_methods()) out.append(e.name);
+    return out;
+  });
+}
+
+}  // namespace ropekit::python

@@ -1,0 +1,475 @@
+// python/src/module.cpp — the `ropekit._ropekit` extension: Rope (construction from a config, preset,
+// GGUF or keywords; plan, cos/sin, zero-copy apply), the per-layer model plan, analysis. The
+// consumers (KV cache, attention, the model runner and the lab) are bound in consumers.cpp.
+//
+// Every ropekit::Error becomes ropekit.Error (a ValueError) carrying the C++ message. The GIL is
+// released while a kernel runs.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <fmt/format.h>
+
+#include <variant>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "rope_object.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace ropekit::python {
+
+AngleMode parse_angles(std::string_view text) {
+  if (text == "accurate") return AngleMode::Accurate;
+  if (text == "hf") return AngleMode::HfCompat;
+  throw Error(fmt::format("angles = \"{}\": must be \"accurate\" (correctly rounded cos/sin of the exact angle) "
+                          "or \"hf\" (Hugging Face's float32 angle)", text));
+}
+
+PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin)
+    : origin_(std::move(origin)), accurate_(std::make_unique<Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
+
+const Rope& PyRope::rope(AngleMode mode) const {
+  if (mode == AngleMode::Accurate) return *accurate_;
+  if (!hf_) hf_ = std::make_unique<Rope>(accurate_->spec(), accurate_->plan(), AngleMode::HfCompat);
+  return *hf_;
+}
+
+bool PyRope::set_current_length(std::int64_t n) {
+  const bool changed = accurate_->set_current_length(n);
+  if (hf_) hf_->set_current_length(n);
+  return changed;
+}
+
+namespace {
+
+Direction parse_direction(std::string_view text) {
+  if (text == "forward") return Direction::Forward;
+  if (text == "inverse") return Direction::Inverse;
+  if (text == "backward") return Direction::Backward;
+  throw Error(fmt::format("direction = \"{}\": must be \"forward\", \"inverse\" (undo forward, magnitude "
+                          "1/cos_sin_scale) or \"backward\" (the transpose: gradients)", text));
+}
+
+Pairing parse_pairing(std::string_view text) {
+  if (text == "half" || text == "neox" || text == "rotate_half") return Pairing::Half;
+  if (text == "interleaved" || text == "gptj") return Pairing::Interleaved;
+  throw Error(fmt::format("pairing = \"{}\": must be \"half\" (rotate_half: lanes j, j + d/2) or "
+                          "\"interleaved\" (lanes 2j, 2j + 1)", text));
+}
+
+py::dict scaling_dict(const Scaling& scaling) {
+  py::dict d;
+  d["rope_type"] = std::string(rope_type_name(scaling));
+  std::visit(
+      [&](const auto& s) {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, scaling::Linear> || std::is_same_v<T, scaling::Ntk>) {
+          d["factor"] = s.factor;
+        } else if constexpr (std::is_same_v<T, scaling::DynamicNtk>) {
+          d["factor"] = s.factor;
+          d["max_position_embeddings"] = s.max_position_embeddings;
+        } else if constexpr (std::is_same_v<T, scaling::QwenDynamicNtk>) {
+          d["seq_length"] = s.seq_length;
+        } else if constexpr (std::is_same_v<T, scaling::Yarn>) {
+          d["factor"] = s.factor;
+          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
+          d["beta_fast"] = s.beta_fast;
+          d["beta_slow"] = s.beta_slow;
+          d["truncate"] = s.truncate;
+          d["attention_factor"] = s.attention_factor;
+          d["mscale"] = s.mscale;
+          d["mscale_all_dim"] = s.mscale_all_dim;
+        } else if constexpr (std::is_same_v<T, scaling::Llama3>) {
+          d["factor"] = s.factor;
+          d["low_freq_factor"] = s.low_freq_factor;
+          d["high_freq_factor"] = s.high_freq_factor;
+          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
+        } else if constexpr (std::is_same_v<T, scaling::LongRope>) {
+          d["short_factor"] = s.short_factor;
+          d["long_factor"] = s.long_factor;
+          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
+          d["factor"] = s.factor;
+          d["attention_factor"] = s.attention_factor;
+        } else if constexpr (std::is_same_v<T, scaling::Proportional>) {
+          d["partial_rotary_factor"] = s.partial_rotary_factor;
+          d["factor"] = s.factor;
+        } else if constexpr (std::is_same_v<T, scaling::FreqFactors>) {
+          d["divisors"] = s.divisors;
+        }
+      },
+      scaling);
+  return d;
+}
+
+py::dict spec_dict(const Spec& spec) {
+  py::dict d;
+  d["head_dim"] = spec.head_dim;
+  d["rotary_dim"] = spec.rotary_dim;
+  d["base"] = spec.base;
+  d["pairing"] = std::string(to_string(spec.pairing));
+  d["rope_scaling"] = scaling_dict(spec.scaling);
+  if (spec.mrope) {
+    d["mrope_section"] = spec.mrope->sections;
+    d["mrope_interleaved"] = spec.mrope->layout == MRopeLayout::Interleaved;
+  } else {
+    d["mrope_section"] = py::none();
+  }
+  return d;
+}
+
+py::dict layer_dict(const LayerPositions& g) {
+  py::dict d;
+  d["layer_type"] = g.layer_type;
+  d["layers"] = g.layers;
+  d["encoding"] = std::string(encoding_name(g.encoding));
+  d["attention"] = g.attention;
+  d["spec"] = g.encoding == PositionEncoding::Rope ? py::object(spec_dict(g.spec)) : py::none();
+  d["rope_offset"] = g.rope_offset;
+  d["qk_head_dim"] = g.qk_head_dim;
+  d["alibi_slopes"] = g.alibi_slopes;
+  d["sliding_window"] = g.sliding_window;
+  d["attention_chunk"] = g.attention_chunk;
+  d["softmax_scale"] = g.softmax_scale;
+  d["logit_softcap"] = g.logit_softcap;
+  if (g.query_scaling.kind != QueryScaling::Kind::None) {
+    d["query_scaling"] = g.query_scaling.formula();
+  } else {
+    d["query_scaling"] = py::none();
+  }
+  return d;
+}
+
+py::dict positions_dict(const ModelPositions& m) {
+  py::dict d;
+  d["source"] = m.source;
+  d["model_type"] = m.model_type;
+  d["family"] = m.family;
+  d["num_layers"] = m.num_layers;
+  d["qk_head_dim"] = m.qk_head_dim;
+  d["max_position_embeddings"] = m.max_position_embeddings;
+  py::list groups;
+  for (const LayerPositions& g : m.groups) groups.append(layer_dict(g));
+  d["groups"] = groups;
+  d["layer_types"] = m.layer_types;
+  d["warnings"] = m.warnings;
+  return d;
+}
+
+std::string json_text(py::handle dict) {
+  return py::module_::import("json").attr("dumps")(dict).cast<std::string>();
+}
+
+ConfigOptions config_options(const std::optional<std::string>& pairing) {
+  ConfigOptions o;
+  if (pairing) o.pairing = parse_pairing(*pairing);
+  return o;
+}
+
+// A config given as a path (str / os.PathLike) or a dict (config.json's content).
+ModelPositions read_model(py::handle config, const std::optional<std::string>& pairing) {
+  if (py::isinstance<py::dict>(config)) return read_config(json_text(config), config_options(pairing), "config dict");
+  const auto path = py::module_::import("os").attr("fspath")(config).cast<std::string>();
+  return read_config_file(path, config_options(pairing));
+}
+
+std::shared_ptr<PyRope> rope_of_group(const ModelPositions& m, const LayerPositions& g) {
+  auto r = std::make_shared<PyRope>(g.spec, std::nullopt, m.source);
+  r->layer = g;
+  return r;
+}
+
+// One Rope when the model has one RoPE plan (or `layer_type` / `layer` picks one), else a dict of
+// Ropes keyed by layer type.
+py::object ropes_of(const ModelPositions& m, const std::optional<std::string>& layer_type, std::optional<int> layer) {
+  if (layer_type && layer) throw Error("give layer_type or layer, not both");
+  const LayerPositions* pick = nullptr;
+  if (layer) pick = &m.at_layer(*layer);
+  if (layer_type) pick = &m.layer(*layer_type);
+  if (pick) {
+    if (pick->encoding != PositionEncoding::Rope) {
+      throw Error(fmt::format("{}: layer{} {} has no RoPE (encoding {})", m.source, layer ? "" : " type",
+                              layer ? std::to_string(*layer) : pick->layer_type, encoding_name(pick->encoding)));
+    }
+    return py::cast(rope_of_group(m, *pick));
+  }
+  const auto groups = m.rope_groups();
+  if (groups.empty()) throw Error(fmt::format("{}: no layer of this model uses RoPE", m.source));
+  if (groups.size() == 1) return py::cast(rope_of_group(m, *groups.front()));
+  py::dict out;
+  for (const LayerPositions* g : groups) out[py::str(g->layer_type)] = rope_of_group(m, *g);
+  return out;
+}
+
+std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rotary_dim, double base,
+                                           const std::string& pairing, py::object rope_scaling,
+                                           std::optional<std::int64_t> max_position_embeddings,
+                                           std::optional<std::vector<int>> mrope_section, bool mrope_interleaved,
+                                           std::optional<std::int64_t> current_length) {
+  // The scaling dict is read by the config reader, in config.json syntax, as a Llama's would be.
+  py::dict config;
+  config["model_type"] = "llama";
+  config["head_dim"] = head_dim;
+  config["hidden_size"] = head_dim;
+  config["num_attention_heads"] = 1;
+  config["rope_theta"] = base;
+  if (max_position_embeddings) config["max_position_embeddings"] = *max_position_embeddings;
+  if (!rope_scaling.is_none()) {
+    if (!py::isinstance<py::dict>(rope_scaling)) throw Error("rope_scaling: must be a dict in config.json syntax, or None");
+    config["rope_scaling"] = rope_scaling;
+  }
+  ConfigOptions options;
+  options.pairing = parse_pairing(pairing);
+  const ModelPositions m = read_config(json_text(config), options, "Rope(...)");
+  Spec spec = m.groups.at(0).spec;
+  spec.head_dim = head_dim;
+  spec.rotary_dim = rotary_dim.value_or(head_dim);
+  if (mrope_section) spec.mrope = MRope{*mrope_section, mrope_interleaved ? MRopeLayout::Interleaved : MRopeLayout::Sectioned};
+  spec.validate();
+  return std::make_shared<PyRope>(spec, current_length, "Rope(...)");
+}
+
+// Rotates q and k (NumPy arrays or torch CPU tensors) in place or into new arrays.
+py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
+                 std::string_view layout_text, bool inplace, std::string_view direction, std::string_view angles,
+                 std::string_view dtype, int threads) {
+  const Layout layout = parse_layout(layout_text);
+  const Rope& rope = self.rope(parse_angles(angles));
+  const int head_dim = rope.spec().head_dim;
+  const bool has_q = !q_obj.is_none(), has_k = !k_obj.is_none();
+  if (!has_q && !has_k) throw Error("apply: q and k are both None");
+  Array q, k;
+  Heads qv, kv;
+  if (has_q) q = float_array(q_obj, "q", dtype), qv = heads_view(q, layout, head_dim, "q");
+  if (has_k) k = float_array(k_obj, "k", dtype), kv = heads_view(k, layout, head_dim, "k");
+  const Heads& first = has_q ? qv : kv;
+  if (has_q && has_k && (qv.batch != kv.batch || qv.seq != kv.seq)) {
+    throw Error(fmt::format("q {} and k {} hold different tokens (layout \"{}\"): batch and seq must agree",
+                            q.shape_text(), k.shape_text(), layout_text));
+  }
+  RotateArgs args;
+  args.direction = parse_direction(direction);
+  args.threads = threads;
+  Array q_out, k_out;
+  if (inplace) {
+    if (has_q && !q.writable) throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+    if (has_k && !k.writable) throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+  } else {
+    if (has_q) q_out = empty_like(q, "q_out"), args.q_out = heads_view(q_out, layout, head_dim, "q_out");
+    if (has_k) k_out = empty_like(k, "k_out"), args.k_out = heads_view(k_out, layout, head_dim, "k_out");
+  }
+  args.q = qv;
+  args.k = kv;
+  const PositionsBuffer pos = read_positions(positions_obj, first.batch, first.seq, rope.pair_map().num_axes,
+                                             "positions", fmt::format("q/k (layout \"{}\")", layout_text));
+  args.positions = pos.view;
+  const RotateCall call = rope.prepare(args);
+  {
+    py::gil_scoped_release release;
+    call.run();
+  }
+  py::object q_result = !has_q ? py::none() : inplace ? q.owner : q_out.owner;
+  py::object k_result = !has_k ? py::none() : inplace ? k.owner : k_out.owner;
+  if (!has_k) return q_result;
+  if (!has_q) return k_result;
+  return py::make_tuple(q_result, k_result);
+}
+
+// (cos, sin) at `positions` as float32 arrays, magnitude included.
+py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view layout, std::string_view angles) {
+  const Rope& rope = self.rope(parse_angles(angles));
+  const bool hf = layout == "hf";
+  if (!hf && layout != "half") {
+    throw Error(fmt::format("layout = \"{}\": must be \"hf\" (Hugging Face's [cos θ_0 … cos θ_P−1, cos θ_0 … cos θ_P−1], "
+                            "rotary_dim wide) or \"half\" (flash-attn's P = rotary_dim/2 values)", layout));
+  }
+  const int axes = rope.pair_map().num_axes;
+  // Positions of any shape (after M-RoPE's leading 3): read as one row of tokens.
+  py::array pos = py::module_::import("numpy").attr("asarray")(positions_obj);  // torch CPU tensors too
+  std::vector<py::ssize_t> shape(pos.shape(), pos.shape() + pos.ndim());
+  if (axes == 3) {
+    if (shape.empty() || shape[0] != 3) throw Error("positions: M-RoPE needs three position streams (t, h, w) first: shape [3, ...]");
+    shape.erase(shape.begin());
+  }
+  std::int64_t count = 1;
+  for (const auto s : shape) count *= s;
+  const PositionsBuffer buffer = read_positions(pos.attr("reshape")(axes == 3 ? py::make_tuple(3, 1, count) : py::make_tuple(1, count)),
+                                                1, count, axes, "positions", "cos_sin");
+  const std::int64_t pairs = rope.spec().num_pairs();
+  const std::int64_t width = hf ? 2 * pairs : pairs;
+  shape.push_back(width);
+  py::array_t<float> c(shape), s(shape);
+  float* cp = c.mutable_data();
+  float* sp = s.mutable_data();
+  {
+    py::gil_scoped_release release;
+    rope.cos_sin(buffer.view, {cp, static_cast<std::size_t>(count * width)}, {sp, static_cast<std::size_t>(count * width)});
+    if (hf) {  // spread each row of P values to [row, row], back to front in place
+      for (std::int64_t t = count - 1; t >= 0; --t) {
+        for (float* a : {cp, sp}) {
+          const float* src = a + t * pairs;
+          float* dst = a + t * width;
+          std::copy_backward(src, src + pairs, dst + pairs);
+          std::copy(dst, dst + pairs, dst + pairs);
+        }
+      }
+    }
+  }
+  return py::make_tuple(c, s);
+}
+
+py::dict bands(const PyRope& self, std::optional<std::int64_t> context) {
+  const std::int64_t ctx = context.value_or(original_context(self.spec(), 0));
+  const std::vector<PairBand> b = pair_bands(self.spec(), self.plan(), ctx);
+  py::array_t<std::int64_t> pair(b.size());
+  py::array_t<double> inv_freq(b.size()), wavelength(b.size()), turns(b.size()), divisor(b.size());
+  py::list band;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    pair.mutable_at(i) = b[i].pair;
+    inv_freq.mutable_at(i) = b[i].inv_freq;
+    wavelength.mutable_at(i) = b[i].wavelength;
+    turns.mutable_at(i) = b[i].turns;
+    divisor.mutable_at(i) = b[i].divisor;
+    band.append(std::string(to_string(b[i].band)));
+  }
+  py::dict d;
+  d["pair"] = pair;
+  d["inv_freq"] = inv_freq;
+  d["wavelength"] = wavelength;
+  d["turns"] = turns;
+  d["divisor"] = divisor;
+  d["band"] = band;
+  d["context"] = ctx;
+  return d;
+}
+
+py::list verify_checks(const PyRope& self) {
+  py::list out;
+  for (const Check& c : verify(self.spec(), self.current_length())) {
+    py::dict d;
+    d["name"] = c.name;
+    d["what"] = c.what;
+    d["figure"] = c.figure;
+    d["bound"] = c.bound;
+    d["passed"] = c.passed;
+    d["skipped"] = c.skipped;
+    d["detail"] = c.detail;
+    out.append(d);
+  }
+  return out;
+}
+
+std::string repr(const PyRope& r) {
+  const Spec& s = r.spec();
+  return fmt::format("ropekit.Rope({} {} base={:g} head_dim={} rotary_dim={}{}{}{})", rope_type_name(s.scaling),
+                     to_string(s.pairing), s.base, s.head_dim, s.rotary_dim, s.mrope ? " mrope" : "",
+                     r.plan().cos_sin_scale != 1.0 ? fmt::format(" cos_sin_scale={:g}", r.plan().cos_sin_scale) : "",
+                     r.layer && !r.layer->layer_type.empty() ? " layer_type=" + r.layer->layer_type : "");
+}
+
+}  // namespace
+
+}  // namespace ropekit::python
+
+PYBIND11_MODULE(_ropekit, m) {
+  using namespace ropekit;
+  using namespace ropekit::python;
+  namespace py = pybind11;
+  m.doc() = "ropekit: rotary position embeddings that match Hugging Face, with accurate angles (C++ core)";
+
+  static py::exception<Error> error(m, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    } catch (const std::bad_alloc&) {
+      throw;  // pybind11 turns it into MemoryError
+    } catch (const std::filesystem::filesystem_error& e) {
+      PyErr_SetString(error.ptr(), e.what());
+    }
+  });
+
+  py::class_<PyRope, std::shared_ptr<PyRope>>(m, "Rope")
+      .def(py::init(&rope_from_keywords), py::arg("head_dim"), py::kw_only(), py::arg("rotary_dim") = py::none(),
+           py::arg("base") = 10000.0, py::arg("pairing") = "half", py::arg("rope_scaling") = py::none(),
+           py::arg("max_position_embeddings") = py::none(), py::arg("mrope_section") = py::none(),
+           py::arg("mrope_interleaved") = false, py::arg("current_length") = py::none())
+      .def_static("from_config",
+                  [](py::handle config, std::optional<std::string> layer_type, std::optional<int> layer,
+                     std::optional<std::string> pairing) { return ropes_of(read_model(config, pairing), layer_type, layer); },
+                  py::arg("config"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
+                  py::arg("pairing") = py::none())
+      .def_static("from_preset",
+                  [](const std::string& name, std::optional<std::string> layer_type, std::optional<int> layer) {
+                    return ropes_of(read_preset(name), layer_type, layer);
+                  },
+                  py::arg("name"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none())
+      .def_static("from_gguf",
+                  [](py::handle path, std::optional<std::string> layer_type, std::optional<int> layer,
+                     std::optional<std::string> pairing) {
+                    const auto p = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+                    return ropes_of(read_gguf_file(p, config_options(pairing)), layer_type, layer);
+                  },
+                  py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
+                  py::arg("pairing") = py::none())
+      .def_property_readonly("head_dim", [](const PyRope& r) { return r.spec().head_dim; })
+      .def_property_readonly("rotary_dim", [](const PyRope& r) { return r.spec().rotary_dim; })
+      .def_property_readonly("num_pairs", [](const PyRope& r) { return r.spec().num_pairs(); })
+      .def_property_readonly("pairing", [](const PyRope& r) { return std::string(to_string(r.spec().pairing)); })
+      .def_property_readonly("rope_type", [](const PyRope& r) { return std::string(rope_type_name(r.spec().scaling)); })
+      .def_property_readonly("spec", [](const PyRope& r) { return spec_dict(r.spec()); })
+      .def_property_readonly("layer", [](const PyRope& r) { return r.layer ? py::object(layer_dict(*r.layer)) : py::none(); })
+      .def_property_readonly("inv_freq", [](const PyRope& r) {
+        const auto& f = r.plan().inv_freq;
+        py::array_t<float> a(f.size());
+        for (std::size_t i = 0; i < f.size(); ++i) a.mutable_at(i) = static_cast<float>(f[i]);
+        return a;
+      })
+      .def_property_readonly("inv_freq64", [](const PyRope& r) { return py::array_t<double>(r.plan().inv_freq.size(), r.plan().inv_freq.data()); })
+      .def_property_readonly("cos_sin_scale", [](const PyRope& r) { return r.plan().cos_sin_scale; })
+      .def_property_readonly("softmax_scale_mult", [](const PyRope& r) { return r.plan().softmax_scale_mult; })
+      .def_property_readonly("current_length", &PyRope::current_length)
+      .def_property_readonly("uses_long_factors", [](const PyRope& r) { return r.plan().uses_long_factors; })
+      .def_property_readonly("depends_on_length", [](const PyRope& r) { return depends_on_length(r.spec()); })
+      .def("set_current_length", &PyRope::set_current_length, py::arg("length"))
+      .def("bands", &bands, py::arg("context") = py::none())
+      .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf", py::arg("angles") = "accurate")
+      .def("apply", &apply, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(), py::kw_only(),
+           py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
+           py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0)
+      .def("verify", &verify_checks)
+      .def("decay_bound", [](const PyRope& r, std::int64_t max_distance) {
+        const std::vector<double> d = decay_bound(r.plan(), max_distance);
+        return py::array_t<double>(d.size(), d.data());
+      }, py::arg("max_distance"))
+      .def("__repr__", &repr);
+
+  m.def("model_positions",
+        [](py::handle config, std::optional<std::string> pairing) { return positions_dict(read_model(config, pairing)); },
+        py::arg("config"), py::kw_only(), py::arg("pairing") = py::none());
+  m.def("model_positions_preset", [](const std::string& name) { return positions_dict(read_preset(name)); }, py::arg("name"));
+  m.def("model_positions_gguf", [](py::handle path) {
+    return positions_dict(read_gguf_file(py::module_::import("os").attr("fspath")(path).cast<std::string>()));
+  }, py::arg("path"));
+  m.def("presets", [] {
+    py::list out;
+    for (const Preset& p : presets()) {
+      py::dict d;
+      d["name"] = std::string(p.name);
+      d["model"] = std::string(p.model);
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("simd_target", &simd_target);
+  m.def("simd_targets", &simd_targets);
+  m.def("set_simd_target", [](const std::string& name) { set_simd_target(name); }, py::arg("name"));
+  m.def("default_threads", &default_threads);
+  m.def("set_default_threads", &set_default_threads, py::arg("threads"));
+  m.def("_time_apply", &time_apply, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("positions"),
+        py::arg("layout"), py::arg("iterations"), py::arg("threads") = 0);
+
+  bind_consumers(m);
+}

@@ -1,0 +1,38 @@
+// python/src/rope_object.hpp — the Python Rope: a Spec, its current length and the C++ Ropes for each
+// angle mode (the HfCompat one is built on first use).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ropekit/model_positions.hpp"
+#include "ropekit/rope.hpp"
+
+namespace ropekit::python {
+
+AngleMode parse_angles(std::string_view text);
+
+class PyRope {
+ public:
+  PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin);
+
+  const Spec& spec() const { return accurate_->spec(); }
+  const Plan& plan() const { return accurate_->plan(); }
+  std::optional<std::int64_t> current_length() const { return plan().current_length; }
+  const std::string& origin() const { return origin_; }
+  // The Rope forming angles in `mode` (its plan is always the same as the accurate one's).
+  const Rope& rope(AngleMode mode) const;
+  bool set_current_length(std::int64_t n);
+
+  // What the per-layer plan says besides the Spec, when the Rope was read from a model.
+  std::optional<LayerPositions> layer;
+
+ private:
+  std::string origin_;
+  std::unique_ptr<Rope> accurate_;
+  mutable std::unique_ptr<Rope> hf_;
+};
+
+}  // namespace ropekit::python
