@@ -14,6 +14,11 @@ packages=(
   libopenblas-dev     # OpenBLAS: the model runner's matrix products
   libgtest-dev libgmock-dev
   clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
+  # The Python module (python/): pybind11, Debian's Python 3.11 headers, pip + setuptools + wheel to
+  # install it, NumPy and PyTorch (CPU) for its arrays, pytest + Hypothesis for its tests, matplotlib
+  # for examples/python.
+  python3-dev pybind11-dev python3-pip python3-setuptools python3-wheel
+  python3-numpy python3-torch python3-pytest python3-hypothesis python3-matplotlib
 )
 
 missing=()
