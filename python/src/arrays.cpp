@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include "ropekit/error.hpp"
 
@@ -41,6 +42,26 @@ const Torch* torch_api() {
   return &api;
 }
 
+// Attribute access by interned name (pybind11's attr("...") builds a new str per call; on the decode
+// path every Python-level call counts).
+py::object get(py::handle object, const char* name) {
+  thread_local std::unordered_map<const char*, PyObject*> interned;
+  PyObject*& key = interned[name];
+  if (key == nullptr) key = PyUnicode_InternFromString(name);
+  PyObject* value = PyObject_GetAttr(object.ptr(), key);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+py::object call(py::handle object, const char* name) {
+  thread_local std::unordered_map<const char*, PyObject*> interned;
+  PyObject*& key = interned[name];
+  if (key == nullptr) key = PyUnicode_InternFromString(name);
+  PyObject* value = PyObject_CallMethodNoArgs(object.ptr(), key);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
 bool is_torch_tensor(py::handle object, const Torch*& api) {
   if (py::isinstance<py::array>(object)) return false;
   api = torch_api();
@@ -58,11 +79,11 @@ std::string_view numpy_dtype_name(const py::dtype& dtype) {
 }
 
 void check_device_and_grad(py::handle tensor, const Torch& api, std::string_view name) {
-  if (!tensor.attr("is_cpu").cast<bool>()) {
+  if (get(tensor, "is_cpu").ptr() != Py_True) {
     throw Error(fmt::format("{}: a tensor on {}; ropekit's Python module rotates CPU tensors", name,
                             py::str(tensor.attr("device")).cast<std::string>()));
   }
-  if (tensor.attr("requires_grad").cast<bool>() && api.is_grad_enabled().cast<bool>()) {
+  if (get(tensor, "requires_grad").ptr() == Py_True && api.is_grad_enabled().ptr() == Py_True) {
     throw Error(fmt::format("{} requires grad: rotate it through ropekit.torch.apply_rotary (autograd), "
                             "or pass {}.detach()", name, name));
   }
@@ -114,7 +135,7 @@ Array from_torch(py::handle object, const Torch& api, std::string_view name, std
   Array out;
   out.owner = py::reinterpret_borrow<py::object>(object);
   out.framework = Framework::Torch;
-  const py::object dtype = object.attr("dtype");
+  const py::object dtype = get(object, "dtype");
   if (!dtype_override.empty() && dtype_override != "bf16" && dtype_override != "bfloat16") {
     throw Error(fmt::format("dtype = \"{}\": the only storage override is \"bf16\"", dtype_override));
   }
@@ -131,15 +152,15 @@ Array from_torch(py::handle object, const Torch& api, std::string_view name, std
   if (!dtype_override.empty() && out.dtype != DType::BF16) {
     throw Error(fmt::format("{}: dtype=\"bf16\" given for a {} tensor", name, py::str(dtype).cast<std::string>()));
   }
-  const py::tuple shape = object.attr("shape");
-  const py::tuple strides = object.attr("stride")();
+  const py::tuple shape = get(object, "shape");
+  const py::tuple strides = call(object, "stride");
   out.ndim = static_cast<int>(shape.size());
   if (out.ndim > 8) throw Error(fmt::format("{}: {} dimensions", name, out.ndim));
   for (int i = 0; i < out.ndim; ++i) {
     out.shape[i] = shape[i].cast<std::int64_t>();
     out.strides[i] = strides[i].cast<std::int64_t>();
   }
-  out.data = reinterpret_cast<void*>(object.attr("data_ptr")().cast<std::uintptr_t>());
+  out.data = reinterpret_cast<void*>(call(object, "data_ptr").cast<std::uintptr_t>());
   out.writable = true;
   return out;
 }
@@ -272,16 +293,16 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   const Torch* api = nullptr;
   py::object held;
   if (is_torch_tensor(object, api)) {
-    const py::object dtype = object.attr("dtype");
+    const py::object dtype = get(object, "dtype");
     if (dtype.ptr() != api->int64 && dtype.ptr() != api->int32) {
       throw Error(fmt::format("{}: dtype {}; positions are torch.int32 or torch.int64", name, py::str(dtype).cast<std::string>()));
     }
-    held = object.attr("is_contiguous")().cast<bool>() && object.attr("is_cpu").cast<bool>()
+    held = call(object, "is_contiguous").ptr() == Py_True && get(object, "is_cpu").ptr() == Py_True
                ? py::reinterpret_borrow<py::object>(object)
                : object.attr("detach")().attr("cpu")().attr("contiguous")();
     type = dtype.ptr() == api->int32 ? IndexType::I32 : IndexType::I64;
-    for (const py::handle s : py::tuple(held.attr("shape"))) shape.push_back(s.cast<std::int64_t>());
-    data = reinterpret_cast<const void*>(held.attr("data_ptr")().cast<std::uintptr_t>());
+    for (const py::handle s : py::tuple(get(held, "shape"))) shape.push_back(s.cast<std::int64_t>());
+    data = reinterpret_cast<const void*>(call(held, "data_ptr").cast<std::uintptr_t>());
   } else {
     py::array a = py::isinstance<py::array>(object) ? py::reinterpret_borrow<py::array>(object)
                                                     : py::array(py::module_::import("numpy").attr("asarray")(object));
