@@ -125,3 +125,12 @@ def test_model_runner_and_lab():
                          buckets=[0, 256, 512])
     assert set(table["method"]) == {"orig", "pi"}
     assert (table["ppl"] > 1).all() and np.allclose(table["ppl"], np.exp(table["mean_nll"]))
+
+
+def test_example_script_plots_the_bands(tmp_path):
+    import subprocess
+    import sys
+    out = tmp_path / "bands.png"
+    subprocess.run([sys.executable, str(REPO / "examples" / "python" / "compare_methods.py"),
+                    str(CONFIGS / "smollm3-3b.json"), "--out", str(out)], check=True, capture_output=True)
+    assert out.stat().st_size > 10000
