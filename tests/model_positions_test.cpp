@@ -402,6 +402,12 @@ TEST(ModelPositions, BadPerLayerKeysNameTheKey) {
   json qwen = json::parse(text_of("qwen-7b-chat"));
   qwen.erase("seq_length");
   expect_error(qwen, "seq_length");
+  // An odd head without rotary_pct: the error names kv_channels (found by config_fuzz: it dereferenced
+  // the absent rotary_pct).
+  json odd = json::parse(text_of("qwen-7b-chat"));
+  odd.erase("rotary_pct");
+  odd["kv_channels"] = 129;
+  expect_error(odd, "kv_channels = 129: gives rotary_dim = 129");
   json v4 = json::parse(text_of("deepseek-v4-legacy-keys"));
   v4["compress_ratios"][2] = 5;
   expect_error(v4, "compress_ratios[2] = 5");

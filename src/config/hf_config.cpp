@@ -707,7 +707,11 @@ class ModelReader {
       if (pv) pct = r_.number(pv);
       if (!(pct > 0.0 && pct <= 1.0)) r_.fail(pv.path, *pv.node, "must be in (0, 1]");
       spec.rotary_dim = int(head_dim * pct);
-      if (spec.rotary_dim % 2 != 0 || spec.rotary_dim == 0) r_.fail(pv.path, *pv.node, fmt::format("gives rotary_dim = {}: must be even and > 0", spec.rotary_dim));
+      if (spec.rotary_dim % 2 != 0 || spec.rotary_dim == 0) {
+        const std::string why = fmt::format("gives rotary_dim = {}: must be even and > 0", spec.rotary_dim);
+        if (pv) r_.fail(pv.path, *pv.node, why);
+        r_.fail("kv_channels", head_dim, why);  // no rotary_pct: the head itself is odd
+      }
       spec.scaling = scaling::None{};
       if (Value v = r_.model_key("use_dynamic_ntk"); v && r_.boolean(v)) {
         spec.scaling = scaling::QwenDynamicNtk{qwen_seq_length()};
