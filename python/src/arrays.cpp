@@ -43,23 +43,23 @@ const Torch* torch_api() {
 }
 
 // Attribute access by interned name (pybind11's attr("...") builds a new str per call; on the decode
-// path every Python-level call counts).
-py::object get(py::handle object, const char* name) {
-  thread_local std::unordered_map<const char*, PyObject*> interned;
-  PyObject*& key = interned[name];
+// path every Python-level call counts). Names are string literals, so their addresses are the keys.
+PyObject* interned(const char* name) {
+  thread_local std::unordered_map<const char*, PyObject*> names;
+  PyObject*& key = names[name];
   if (key == nullptr) key = PyUnicode_InternFromString(name);
-  PyObject* value = PyObject_GetAttr(object.ptr(), key);
+  return key;
+}
+
+py::object steal_or_throw(PyObject* value) {
   if (value == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(value);
 }
 
+py::object get(py::handle object, const char* name) { return steal_or_throw(PyObject_GetAttr(object.ptr(), interned(name))); }
+
 py::object call(py::handle object, const char* name) {
-  thread_local std::unordered_map<const char*, PyObject*> interned;
-  PyObject*& key = interned[name];
-  if (key == nullptr) key = PyUnicode_InternFromString(name);
-  PyObject* value = PyObject_CallMethodNoArgs(object.ptr(), key);
-  if (value == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(value);
+  return steal_or_throw(PyObject_CallMethodNoArgs(object.ptr(), interned(name)));
 }
 
 bool is_torch_tensor(py::handle object, const Torch*& api) {

@@ -27,10 +27,9 @@ DType parse_dtype(std::string_view text) {
 }
 
 // The shape of an attention output: q's layout with v_head_dim lanes.
-std::vector<std::int64_t> out_shape(const Array& q, Layout layout, std::int64_t v_head_dim) {
+std::vector<std::int64_t> out_shape(const Array& q, std::int64_t v_head_dim) {
   std::vector<std::int64_t> shape(q.shape.begin(), q.shape.begin() + q.ndim);
   shape.back() = v_head_dim;
-  (void)layout;
   return shape;
 }
 
@@ -105,7 +104,7 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
   const std::int64_t v_head_dim = v.shape[v.ndim - 1];
   args.head_dim = head_dim;
   args.v_head_dim = static_cast<int>(v_head_dim);
-  const Array out = empty_f32(q, out_shape(q, layout, v_head_dim), "out");
+  const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
   args.out = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
   const int axes = rope ? rope->pair_map().num_axes : 1;
   const PositionsBuffer qp = read_positions(q_positions, args.q.batch, args.q.seq, axes, "q_positions", "q");
@@ -142,7 +141,7 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
   const Array q = float_array(q_obj, "q", "");
   const Heads qv = heads_view(q, layout, rope.spec().head_dim, "q");
   const std::int64_t v_head_dim = self.v_head_dim;
-  const Array out = empty_f32(q, out_shape(q, layout, v_head_dim), "out");
+  const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
   const Heads ov = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
   const PositionsBuffer pos = read_positions(positions, qv.batch, qv.seq, 1, "positions", "q");
   AttentionOptions options;
