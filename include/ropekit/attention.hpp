@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -43,6 +44,55 @@ struct DenseBias {
 };
 using AttentionBias = std::variant<std::monostate, AlibiBias, RelativeBucketBias, DenseBias>;
 
+// Position regimes: training-free context extension that keeps every relative position a query sees
+// inside the trained range while attending to the whole context. The logit of query i and key j (mask
+// positions) is scale·⟨R(P_q(i)) q, R(P_k(j)) k⟩ with (P_q, P_k) taken from one of a few regimes chosen
+// per (i, j); the regimes' scores are merged before one online softmax (never an N × N matrix):
+//   ReRope      Su (2023): regime 0 (i − j < window): P_q = i, P_k = j; regime 1: P_q = window,
+//               P_k = 0 — the relative position is i − j inside the window and the constant `window`
+//               beyond it.
+//   SelfExtend  Jin et al. (2024), "LLM Maybe LongLM": regime 0 (i − j < window, the neighbours):
+//               P_q = i, P_k = j; regime 1 (grouped): P_q = ⌊i/G⌋ + window − ⌊window/G⌋, P_k = ⌊j/G⌋.
+//   DualChunk   An et al. (2024), Qwen2.5-1M as vLLM runs it: chunk_len c = chunk_size − local_size;
+//               P_k = j mod c in every regime; regime 0 (intra, ⌊i/c⌋ = ⌊j/c⌋): P_q = i mod c;
+//               regime 1 (successive, ⌊i/c⌋ = ⌊j/c⌋ + 1): P_q = min(i mod c + c, chunk_size);
+//               regime 2 (inter, further back): P_q = min(2c − 1, chunk_size).
+// The largest relative position a query at i sees: ReRope w; DualChunk chunk_size; SelfExtend
+// ⌊i/G⌋ + W − ⌊W/G⌋ (choose G ≥ (N − W)/(L0 − W) to stay inside a trained length L0). The rotations
+// are the Rope's own (frequencies, magnitude, pairing), so regimes combine with any scaling.
+// Attention with regimes is the fused tile loop of plain attention with each K tile rotated once per
+// regime it needs; where one regime covers a whole row (w ≥ N, W ≥ N, one chunk) the arithmetic is
+// plain attention's, bit for bit.
+namespace regimes {
+struct ReRope {
+  std::int64_t window = 0;  // w > 0
+  bool operator==(const ReRope&) const = default;
+};
+struct SelfExtend {
+  std::int64_t window = 0;  // W ≥ group
+  std::int64_t group = 0;   // G ≥ 1
+  bool operator==(const SelfExtend&) const = default;
+};
+struct DualChunk {
+  std::int64_t chunk_size = 0;  // > local_size
+  std::int64_t local_size = 0;  // ≥ 0
+  bool operator==(const DualChunk&) const = default;
+};
+}  // namespace regimes
+using PositionRegimes = std::variant<std::monostate, regimes::ReRope, regimes::SelfExtend, regimes::DualChunk>;
+
+// Throws ropekit::Error naming the parameter (w ≤ 0, G < 1, W < G, local_size < 0, chunk_size ≤
+// local_size, values of 2^47 or more). `what` prefixes the message (the caller's field name).
+void validate_regimes(const PositionRegimes& regimes, std::string_view what = "regimes");
+// How many regimes the variant has (1 for none) and the one query i and key j use (positions ≥ 0).
+int regime_count(const PositionRegimes& regimes);
+int regime_of(const PositionRegimes& regimes, std::int64_t i, std::int64_t j);
+// The positions regime r rotates query position i and key position j to.
+std::int64_t regime_query_position(const PositionRegimes& regimes, int r, std::int64_t i);
+std::int64_t regime_key_position(const PositionRegimes& regimes, int r, std::int64_t j);
+// A short text for messages and tables: "rerope(w=256)", "self_extend(W=128,G=8)", "dca(chunk=512,local=16)".
+std::string to_string(const PositionRegimes& regimes);
+
 struct AttentionOptions {
   bool causal = true;        // key j visible from query i only if j ≤ i (mask positions)
   std::int64_t window = 0;   // > 0: also i − j < window (Mistral / Gemma sliding window, HF's rule)
@@ -52,6 +102,12 @@ struct AttentionOptions {
   std::optional<double> softmax_scale;
   double softmax_scale_mult = 1.0;  // only read by the overload without a Rope
   AttentionBias bias;
+  // Context extension (see PositionRegimes above); needs `causal`, one position stream and no bias.
+  PositionRegimes regimes;
+  // > 0: log-n query scaling (Qwen v1's use_logn_attn; ReRoPE's patch): the logits of the query at
+  // position i are multiplied by max(1, ln(i + 1) / ln(logn_length)), taken in double and rounded
+  // into the float32 softmax scale, so queries at i + 1 ≤ logn_length are exactly unscaled.
+  std::int64_t logn_length = 0;
   int threads = 0;  // 0: ropekit::default_threads()
 };
 

@@ -25,15 +25,30 @@ struct KvCacheShape {
   int head_dim = 0;    // 0: the Rope's spec().head_dim; anything else must equal it
   int v_head_dim = 0;  // 0: head_dim
   DType dtype = DType::F32;
+  // The position regimes attention will read the keys with (attention.hpp), which decide how they
+  // are stored so that no key is ever rotated twice on its way to a logit:
+  //   none        rotated at the key's position j (R(j)k): plain attention reads them as stored.
+  //   ReRope      unrotated: the far regime's key is R(0)k = k (ReRoPE's far logits need the key without
+  //               its position; from a rotated key they would need one query rotation per key), and the
+  //               near window is rotated on load at j — exactly the bits a rotated cache would hold.
+  //   SelfExtend  unrotated: its keys are needed at j (neighbours) and at ⌊j/G⌋ (groups); each is one
+  //               rotation of the stored key on load, bit for bit what a cache at either would store.
+  //   DualChunk   rotated at j mod chunk_len: every regime reads the key there, so keys are read as
+  //               stored; the regimes differ only in the query's position.
+  // A key's stored position depends on its own position only, so a sequence that grows past a group
+  // or chunk boundary during decode changes no cached key: the regime of each (query, key) pair is
+  // decided when the logits are formed, from the two positions.
+  PositionRegimes regimes;
 };
 
 // One sequence's keys and values, keys stored rotated (Forward, with cos_sin_scale) under the plan
-// they were appended with. Slots [0, size()) hold tokens in append order, each with its position.
+// they were appended with (or as KvCacheShape::regimes says). Slots [0, size()) hold tokens in append order, each with its position.
 // Not thread-safe for writes; attention() may read it from many threads.
 class KvCache {
  public:
   // Errors: capacity ≤ 0, kv_heads ≤ 0, head_dim ≠ the rope's, v_head_dim < 0, an M-RoPE rope
-  // (its three position streams per token are not cached yet).
+  // (its three position streams per token are not cached yet), invalid regimes (validate_regimes),
+  // a DualChunk chunk_size larger than the capacity.
   KvCache(const Rope& rope, KvCacheShape shape);
   ~KvCache();
   KvCache(KvCache&&) noexcept;
@@ -59,7 +74,8 @@ class KvCache {
   void append(const Rope& rope, const Heads& k, const Heads& v, Positions positions);
 
   // K-shift: slots [first, last) move by delta positions, their keys rotated by R(delta), a pure
-  // rotation with magnitude 1 — cos_sin_scale is applied once, at append, never again (llama.cpp
+  // rotation with magnitude 1 (unrotated keys — ReRope, SelfExtend — only change position; DualChunk's
+  // keys turn by R(new − old stored position), each its own) — cos_sin_scale is applied once, at append, never again (llama.cpp
   // multiplies YaRN's magnitude in on every shift). Precision (F32 storage), against the exact
   // m·R(p)k in double (m = cos_sin_scale, |pair| = the pair's norm in the unrotated key): append
   // is one rotation, within 5 ε·m·|pair| (ε = 2^−24; numerics.md: 3e-7); each shift adds at most 2.5 ε·m·|pair|
@@ -80,7 +96,8 @@ class KvCache {
   // and rotated again (Forward under the new one) in float32, then rounded once to storage.
   // Precision (F32 storage): within 15 ε·m·|pair| of the exact rotation under the new plan — three
   // rotations' worth (append, inverse, forward), against 5 for appending the unrotated keys anew;
-  // measured ≤ 5.6. Returns false (and changes nothing) when the plans agree.
+  // measured ≤ 5.6. Returns false (and changes nothing) when the plans agree, and for unrotated keys
+  // (ReRope, SelfExtend), which only adopt the new plan.
   bool rerotate(const Rope& rope);
   // The same, un-rotating with `from` — a Rope whose plan is the cached keys' — and its table, so
   // that a caller who re-rotates often (dynamic NTK, one step per token) builds no table for the
@@ -100,7 +117,9 @@ class KvCache {
 };
 
 // Attention of new queries against a cache: q (batch 1, not yet rotated) is rotated by `rope` on
-// load; keys come from the cache as stored. Mask positions: q_positions and the cache's positions.
+// load; keys come from the cache as stored (unrotated keys are rotated on load per regime). Mask
+// positions: q_positions and the cache's positions. The regimes are the cache's: options.regimes must
+// be unset or equal to them.
 // Numerics: as attention() in attention.hpp — bit for bit rope.apply() on q, then attention() on the
 // cached keys and values (tests/targets_test.cpp, every storage type).
 // Errors: rope's plan differs from the cache's (its keys need rerotate first), shapes as above.

@@ -35,6 +35,92 @@ constexpr double kWorkPerThread = 1 << 20;
 
 }  // namespace
 
+namespace {
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b; }  // a ≥ 0, b > 0
+
+// DualChunk's chunk_len.
+std::int64_t chunk_len(const regimes::DualChunk& dc) { return dc.chunk_size - dc.local_size; }
+
+}  // namespace
+
+void validate_regimes(const PositionRegimes& regimes, std::string_view what) {
+  const auto check = [&](std::string_view name, std::int64_t value, std::int64_t min, std::string_view rule) {
+    if (value < min || value >= kPositionLimit) {
+      throw Error(fmt::format("{}.{} = {}: must be {} (and below 2^47)", what, name, value, rule));
+    }
+  };
+  if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) {
+    check("window", r->window, 1, ">= 1");
+  } else if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
+    check("group", se->group, 1, ">= 1");
+    check("window", se->window, 1, ">= 1");
+    if (se->window < se->group) {
+      throw Error(fmt::format("{}.window = {}: must be >= group = {} (the neighbour window holds at least one "
+                              "group)", what, se->window, se->group));
+    }
+  } else if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
+    check("local_size", dc->local_size, 0, ">= 0");
+    check("chunk_size", dc->chunk_size, 1, ">= 1");
+    if (dc->chunk_size <= dc->local_size) {
+      throw Error(fmt::format("{}.chunk_size = {}: must be > local_size = {} (chunk_len = chunk_size - "
+                              "local_size must be positive)", what, dc->chunk_size, dc->local_size));
+    }
+  }
+}
+
+int regime_count(const PositionRegimes& regimes) {
+  switch (regimes.index()) {
+    case 1: case 2: return 2;
+    case 3: return 3;
+    default: return 1;
+  }
+}
+
+int regime_of(const PositionRegimes& regimes, std::int64_t i, std::int64_t j) {
+  if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) return i - j < r->window ? 0 : 1;
+  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) return i - j < se->window ? 0 : 1;
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
+    const std::int64_t c = chunk_len(*dc), ci = floor_div(i, c), cj = floor_div(j, c);
+    return ci <= cj ? 0 : ci == cj + 1 ? 1 : 2;
+  }
+  return 0;
+}
+
+std::int64_t regime_query_position(const PositionRegimes& regimes, int r, std::int64_t i) {
+  if (r == 0 && regimes.index() != 3) return i;
+  if (const auto* rr = std::get_if<regimes::ReRope>(&regimes)) return rr->window;
+  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
+    return floor_div(i, se->group) + se->window - floor_div(se->window, se->group);
+  }
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
+    const std::int64_t c = chunk_len(*dc);
+    if (r == 0) return i % c;
+    if (r == 1) return std::min(i % c + c, dc->chunk_size);
+    return std::min(2 * c - 1, dc->chunk_size);
+  }
+  return i;
+}
+
+std::int64_t regime_key_position(const PositionRegimes& regimes, int r, std::int64_t j) {
+  if (r == 0 && regimes.index() != 3) return j;
+  if (std::holds_alternative<regimes::ReRope>(regimes)) return 0;
+  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) return floor_div(j, se->group);
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) return j % chunk_len(*dc);
+  return j;
+}
+
+std::string to_string(const PositionRegimes& regimes) {
+  if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) return fmt::format("rerope(w={})", r->window);
+  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
+    return fmt::format("self_extend(W={},G={})", se->window, se->group);
+  }
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
+    return fmt::format("dca(chunk={},local={})", dc->chunk_size, dc->local_size);
+  }
+  return "none";
+}
+
 namespace detail {
 
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
@@ -110,7 +196,8 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   }
   const bool positional_bias = std::holds_alternative<AlibiBias>(options.bias) ||
                                std::holds_alternative<RelativeBucketBias>(options.bias);
-  if (options.causal || options.window > 0 || positional_bias) {
+  // Log-n scaling reads the query positions (and so the mask path) too.
+  if (options.causal || options.window > 0 || positional_bias || options.logn_length > 0) {
     // validated: the rope's positions were checked when the rotation was prepared (or come from a
     // cache, which holds only positions it checked).
     const auto mask = [&](const Positions& explicit_mask, const Positions& rope_positions,
@@ -174,8 +261,73 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   }
   const double base_scale = options.softmax_scale.value_or(1.0 / std::sqrt(double(d)));
   const double mult = rope != nullptr ? rope->plan().softmax_scale_mult : options.softmax_scale_mult;
-  r.scale = float(base_scale * mult);
+  r.exact_scale = base_scale * mult;
+  r.scale = float(r.exact_scale);
+  if (options.logn_length < 0 || options.logn_length == 1 || options.logn_length >= kPositionLimit) {
+    throw Error(fmt::format("options.logn_length = {}: must be 0 (off) or in [2, 2^47) (the trained length "
+                            "whose log divides)", options.logn_length));
+  }
+  if (options.regimes.index() != 0) resolve_regimes(rope, args, options, loads, r);
   return r;
+}
+
+void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
+                     ResolvedAttention& r) {
+  validate_regimes(options.regimes, "options.regimes");
+  if (rope == nullptr || loads == RopeLoads::None) {
+    throw Error("options.regimes: position regimes rotate q and k themselves: use attention(rope, ...)");
+  }
+  if (!options.causal) throw Error("options.regimes: needs options.causal (the regimes are defined for i >= j)");
+  if (options.bias.index() != 0) throw Error("options.regimes: cannot be combined with options.bias");
+  if (args.q_positions.axes != 1 || (args.k.tokens() > 0 && args.k_positions.axes != 1) ||
+      args.q_mask_positions.data != nullptr || args.k_mask_positions.data != nullptr) {
+    throw Error("options.regimes: needs one position stream per token (no M-RoPE) and no separate mask "
+                "positions: the regimes derive every rotation from the tokens' positions");
+  }
+  const PositionRegimes& regimes = options.regimes;
+  const bool dual_chunk = std::holds_alternative<regimes::DualChunk>(regimes);
+  r.regime_count = regime_count(regimes);
+  const std::int64_t q_tokens = args.q.tokens(), k_tokens = args.k.tokens();
+  // Materializes regime `reg`'s positions of `tokens` token positions into storage slot `slot`.
+  const auto materialize = [&](int slot, const Positions& from, std::int64_t tokens, bool query, int reg) {
+    std::vector<std::int64_t>& out = r.regime_positions[std::size_t(slot)];
+    out.resize(std::size_t(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t p = from.at(0, t);
+      out[std::size_t(t)] = query ? regime_query_position(regimes, reg, p) : regime_key_position(regimes, reg, p);
+    }
+    return ropekit::positions(std::span<const std::int64_t>(out));
+  };
+  // Queries: DualChunk's regime 0 rotates to i mod chunk_len (r.q_rotation is then unused); the
+  // other kinds' regime 0 is the plain rotation.
+  for (int reg = dual_chunk ? 0 : 1; reg < r.regime_count; ++reg) {
+    r.q_regime[std::size_t(reg)] = prepare_call(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
+                                                ViewUse::Read, {.q = "q", .positions = "q_positions"});
+  }
+  if (dual_chunk) {
+    // Every regime reads the keys at j mod chunk_len: one K tile (stored so by a cache).
+    r.k_tile_of = {0, 0, 0};
+    if (loads == RopeLoads::QueriesAndKeys && k_tokens > 0) {
+      r.k_regime[0] = prepare_call(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
+                                   ViewUse::Read, {.q = "k", .positions = "k_positions"});
+    } else {
+      r.k_as_stored = {true, true, true};
+    }
+    return;
+  }
+  if (loads != RopeLoads::QueriesAndKeys) {
+    throw Error(fmt::format("options.regimes = {}: needs the keys unrotated (a KvCache made with these regimes)",
+                            to_string(regimes)));
+  }
+  if (k_tokens == 0) return;
+  // Regime 1's keys: ReRope's at position 0 — as stored when the magnitude is 1 (R(0) is the identity) —
+  // SelfExtend's at ⌊j/G⌋.
+  if (std::holds_alternative<regimes::ReRope>(regimes) && rope->plan().cos_sin_scale == 1.0) {
+    r.k_as_stored[1] = true;
+    return;
+  }
+  r.k_regime[1] = prepare_call(*rope, {.q = args.k, .positions = materialize(4, args.k_positions, k_tokens, false, 1)},
+                               ViewUse::Read, {.q = "k", .positions = "k_positions"});
 }
 
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& r) {
@@ -212,8 +364,29 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
     p.dense_heads = dense->heads;
   }
 
-  if (r.q_rotation) p.q_rotation = &r.q_rotation->job();
-  if (r.k_rotation) p.k_rotation = &r.k_rotation->job();
+  if (r.q_rotation) p.q_rotations[0] = &r.q_rotation->job();
+  if (r.k_rotation) p.k_rotations[0] = &r.k_rotation->job();
+  p.exact_scale = r.exact_scale;
+  p.logn_length = options.logn_length;
+  if (r.regime_count > 1) {
+    p.rule.count = r.regime_count;
+    if (const auto* rr = std::get_if<regimes::ReRope>(&options.regimes)) {
+      p.rule.kind = cpu::RegimeRule::Kind::Window;
+      p.rule.window = rr->window;
+    } else if (const auto* se = std::get_if<regimes::SelfExtend>(&options.regimes)) {
+      p.rule.kind = cpu::RegimeRule::Kind::Window;
+      p.rule.window = se->window;
+    } else if (const auto* dc = std::get_if<regimes::DualChunk>(&options.regimes)) {
+      p.rule.kind = cpu::RegimeRule::Kind::DualChunk;
+      p.rule.chunk_len = dc->chunk_size - dc->local_size;
+    }
+    p.k_tile_of = r.k_tile_of;
+    for (std::size_t reg = 0; reg < 3; ++reg) {
+      if (r.q_regime[reg]) p.q_rotations[reg] = &r.q_regime[reg]->job();
+      if (r.k_regime[reg]) p.k_rotations[reg] = &r.k_regime[reg]->job();
+      if (r.k_as_stored[reg]) p.k_rotations[reg] = nullptr;
+    }
+  }
 
   const int max_threads = options.threads > 0 ? options.threads : default_threads();
   const auto blocks_of = [&p](std::int64_t tokens) { return (p.q_seq + tokens - 1) / tokens; };

@@ -3,6 +3,7 @@
 // resolved call on the per-target driver.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -11,8 +12,9 @@
 
 namespace ropekit::detail {
 
-// What the rope rotates on load: q and k (fused attention), q only (keys come from a cache, stored
-// rotated), or nothing (the caller rotates features of its own: linear attention, which validates
+// What the rope rotates on load: q and k (fused attention, and a cache of unrotated keys: ReRope,
+// SelfExtend), q only (keys come from a cache, stored rotated at the positions every regime reads them
+// at: plain and DualChunk), or nothing (the caller rotates features of its own: linear attention, which validates
 // the positions when it prepares them).
 enum class RopeLoads { QueriesAndKeys, Queries, None };
 
@@ -23,11 +25,23 @@ struct ResolvedAttention {
   std::vector<int> t5_lut;          // T5 bucket of relative position r at [r + t5_range]
   std::int64_t t5_range = 0;
   std::optional<RotateCall> q_rotation, k_rotation;  // prepared (validated once) for the loads
+  // Position regimes (options.regimes): regime r > 0 rotates Q (and K, when keys rotate on load) at
+  // its own positions, materialized here once per call (O(tokens), never O(q · k)). Regime 0 is
+  // q_rotation / k_rotation unless its positions differ from the tokens' (DualChunk).
+  int regime_count = 1;
+  std::array<std::optional<RotateCall>, 3> q_regime, k_regime;  // [0] unused: q_rotation, k_rotation
+  std::array<int, 3> k_tile_of = {0, 1, 2};  // the K tile regime r reads (DualChunk: every regime 0's)
+  std::array<bool, 3> k_as_stored = {false, false, false};  // regime r reads keys as stored (no rotation)
+  std::array<std::vector<std::int64_t>, 6> regime_positions;  // storage: q of regime r at [r], k at [3 + r]
+  double exact_scale = 1.0;  // softmax scale × softmax_scale_mult in double (log-n scaling starts here)
 };
 
 // Validates everything (ropekit::Error naming the field). rope: the rope of the call, or null.
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
                                     const AttentionOptions& options, RopeLoads loads);
+// The regimes' rotations (options.regimes set): part of resolve_attention.
+void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
+                     ResolvedAttention& resolved);
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved);
 
 }  // namespace ropekit::detail

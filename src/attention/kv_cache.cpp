@@ -25,13 +25,37 @@ Plan unit_magnitude(Plan plan) {
 
 }  // namespace
 
+namespace {
+
+// How the cache stores keys (KvCacheShape::regimes).
+enum class KeyStorage { AtPosition, Unrotated, ChunkRelative };
+
+KeyStorage storage_of(const PositionRegimes& regimes) {
+  if (std::holds_alternative<regimes::ReRope>(regimes) || std::holds_alternative<regimes::SelfExtend>(regimes)) {
+    return KeyStorage::Unrotated;
+  }
+  if (std::holds_alternative<regimes::DualChunk>(regimes)) return KeyStorage::ChunkRelative;
+  return KeyStorage::AtPosition;
+}
+
+}  // namespace
+
 struct KvCache::State {
   Spec spec;
   AngleMode mode;
   Plan plan;
+  KeyStorage storage = KeyStorage::AtPosition;
   std::vector<std::byte> keys, values;
   std::vector<std::int64_t> positions;
+  // The position each key is rotated at (ChunkRelative: position mod chunk_len; else unused).
+  std::vector<std::int64_t> stored;
   std::optional<Rope> shift_rope;
+
+  // The positions the keys of slots [first, first + n) are rotated at.
+  Positions rotated_at(std::int64_t first, std::int64_t n) const {
+    const auto& from = storage == KeyStorage::ChunkRelative ? stored : positions;
+    return ropekit::positions(std::span<const std::int64_t>(from.data() + first, std::size_t(n)));
+  }
 
   State(const Rope& rope) : spec(rope.spec()), mode(rope.angle_mode()), plan(rope.plan()) {}
   void adopt(const Plan& next) {
@@ -64,10 +88,17 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
     throw Error(fmt::format("KvCacheShape.capacity = {}: {} bytes per token would exceed 1 TiB",
                             shape_.capacity, row));
   }
+  validate_regimes(shape_.regimes, "KvCacheShape.regimes");
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&shape_.regimes); dc != nullptr && dc->chunk_size > shape_.capacity) {
+    throw Error(fmt::format("KvCacheShape.regimes.chunk_size = {}: larger than the cache (capacity {})",
+                            dc->chunk_size, shape_.capacity));
+  }
   state_ = std::make_unique<State>(rope);
+  state_->storage = storage_of(shape_.regimes);
   state_->keys.resize(std::size_t(shape_.capacity * shape_.kv_heads * shape_.head_dim * element_size(shape_.dtype)));
   state_->values.resize(std::size_t(shape_.capacity * shape_.kv_heads * shape_.v_head_dim * element_size(shape_.dtype)));
   state_->positions.resize(std::size_t(shape_.capacity));
+  if (state_->storage == KeyStorage::ChunkRelative) state_->stored.resize(std::size_t(shape_.capacity));
 }
 
 KvCache::~KvCache() = default;
@@ -115,7 +146,7 @@ std::string length(const Plan& p) {
 
 void KvCache::require_compatible(const Rope& rope, std::string_view caller) const {
   check_layout(rope, caller);
-  if (size_ > 0 && needs_rerotation(state_->plan, rope.plan())) {
+  if (size_ > 0 && state_->storage != KeyStorage::Unrotated && needs_rerotation(state_->plan, rope.plan())) {
     throw Error(fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
                             "the rope's: {}): call KvCache::rerotate(rope) first", caller,
                             length(state_->plan), length(rope.plan())));
@@ -145,16 +176,30 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   }
   const std::int64_t es = element_size(shape_.dtype);
   // k and the positions are validated once, here (the call names them as the caller does).
-  const RotateCall call = detail::prepare_call(
-      rope,
-      {.k = k,
-       .k_out = bshd(state_->keys.data() + size_ * shape_.kv_heads * shape_.head_dim * es, shape_.dtype, 1,
-                     std::max<std::int64_t>(n, 0), shape_.kv_heads, shape_.head_dim),
-       .positions = positions},
-      detail::ViewUse::Write, {.k = "k", .k_out = "the cache's key slots", .positions = "positions"});
+  const Heads slots = bshd(state_->keys.data() + size_ * shape_.kv_heads * shape_.head_dim * es, shape_.dtype, 1,
+                           std::max<std::int64_t>(n, 0), shape_.kv_heads, shape_.head_dim);
+  const detail::CallNames names{.k = "k", .k_out = "the cache's key slots", .positions = "positions"};
+  const RotateCall call = detail::prepare_call(rope, {.k = k, .k_out = slots, .positions = positions},
+                                               detail::ViewUse::Write, names);
   if (n == 0) return;
   if (size_ == 0) state_->adopt(rope.plan());
-  call.run();
+  switch (state_->storage) {
+    case KeyStorage::AtPosition: call.run(); break;
+    case KeyStorage::Unrotated:
+      for (std::int64_t t = 0; t < n; ++t) {
+        for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
+          std::memcpy(slots.row(0, t, h), k.row(0, t, h), std::size_t(shape_.head_dim * es));
+        }
+      }
+      break;
+    case KeyStorage::ChunkRelative: {
+      std::int64_t* stored = state_->stored.data() + size_;
+      for (std::int64_t t = 0; t < n; ++t) stored[t] = regime_key_position(shape_.regimes, 0, positions.at(0, t));
+      detail::prepare_call(rope, {.k = k, .k_out = slots, .positions = state_->rotated_at(size_, n)},
+                           detail::ViewUse::Write, names).run();
+      break;
+    }
+  }
   auto* values = state_->values.data() + size_ * shape_.kv_heads * shape_.v_head_dim * es;
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
@@ -189,14 +234,33 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
   }
   // R(δ) = rotation by δ·θ with magnitude 1 (the unit-magnitude rope); δ < 0 is the inverse
   // rotation by |δ|, which for magnitude 1 is exactly R(δ).
-  const std::int64_t n = last - first;
-  const std::vector<std::int64_t> steps(std::size_t(n), delta < 0 ? -delta : delta);
-  RotateArgs rotate;
-  rotate.k = bshd(state_->keys.data() + first * shape_.kv_heads * shape_.head_dim * element_size(shape_.dtype),
-                  shape_.dtype, 1, n, shape_.kv_heads, shape_.head_dim);
-  rotate.positions = ropekit::positions(std::span<const std::int64_t>(steps));
-  rotate.direction = delta < 0 ? Direction::Inverse : Direction::Forward;
-  state_->shift_rope->apply(rotate);
+  const auto turn = [&](std::int64_t from, std::int64_t to, std::int64_t by) {
+    const std::vector<std::int64_t> steps(std::size_t(to - from), by < 0 ? -by : by);
+    RotateArgs rotate;
+    rotate.k = bshd(state_->keys.data() + from * shape_.kv_heads * shape_.head_dim * element_size(shape_.dtype),
+                    shape_.dtype, 1, to - from, shape_.kv_heads, shape_.head_dim);
+    rotate.positions = ropekit::positions(std::span<const std::int64_t>(steps));
+    rotate.direction = by < 0 ? Direction::Inverse : Direction::Forward;
+    state_->shift_rope->apply(rotate);
+  };
+  switch (state_->storage) {
+    case KeyStorage::AtPosition: turn(first, last, delta); break;
+    case KeyStorage::Unrotated: break;  // positions only
+    case KeyStorage::ChunkRelative:
+      // Each key turns from its stored position to the new one: runs of slots with one step.
+      for (std::int64_t slot = first; slot < last;) {
+        const auto step_of = [&](std::int64_t at) {
+          return regime_key_position(shape_.regimes, 0, state_->positions[at] + delta) - state_->stored[at];
+        };
+        const std::int64_t step = step_of(slot);
+        std::int64_t end = slot + 1;
+        while (end < last && step_of(end) == step) ++end;
+        if (step != 0) turn(slot, end, step);
+        for (std::int64_t at = slot; at < end; ++at) state_->stored[at] += step;
+        slot = end;
+      }
+      break;
+  }
   for (std::int64_t slot = first; slot < last; ++slot) state_->positions[slot] += delta;
 }
 
@@ -213,6 +277,9 @@ void KvCache::erase(std::int64_t first, std::int64_t last) {
   std::memmove(state_->values.data() + first * v_row, state_->values.data() + last * v_row,
                std::size_t(moved * v_row));
   std::copy(state_->positions.begin() + last, state_->positions.begin() + size_, state_->positions.begin() + first);
+  if (!state_->stored.empty()) {
+    std::copy(state_->stored.begin() + last, state_->stored.begin() + size_, state_->stored.begin() + first);
+  }
   size_ -= last - first;
 }
 
@@ -235,7 +302,7 @@ bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
     throw Error(fmt::format("KvCache::rerotate: from's plan (current length {}) is not the cached keys' ({})",
                             length(old_rope.plan()), length(state_->plan)));
   }
-  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan())) {
+  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan()) || state_->storage == KeyStorage::Unrotated) {
     if (size_ > 0) state_->adopt(rope.plan());
     return false;
   }
@@ -245,7 +312,7 @@ bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
   if (shape_.dtype == DType::F32) {  // float32 keys rotate where they are: the same two roundings, no copies
     RotateArgs rotate;
     rotate.k = bshd(state_->keys.data(), DType::F32, 1, size_, shape_.kv_heads, d);
-    rotate.positions = ropekit::positions(std::span<const std::int64_t>(state_->positions.data(), std::size_t(size_)));
+    rotate.positions = state_->rotated_at(0, size_);
     rotate.direction = Direction::Inverse;
     old_rope.apply(rotate);
     rotate.direction = Direction::Forward;
@@ -260,7 +327,7 @@ bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
     detail::widen(stored, shape_.dtype, int(n * row), buffer.data());
     RotateArgs rotate;
     rotate.k = bshd(buffer.data(), DType::F32, 1, n, shape_.kv_heads, d);
-    rotate.positions = ropekit::positions(std::span<const std::int64_t>(state_->positions.data() + first, std::size_t(n)));
+    rotate.positions = state_->rotated_at(first, n);
     rotate.direction = Direction::Inverse;  // exact inverse of the cached Forward, magnitude included
     old_rope.apply(rotate);
     rotate.direction = Direction::Forward;
@@ -283,8 +350,18 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, const Kv
   args.k_positions = cache.positions();
   args.head_dim = cache.shape().head_dim;
   args.v_head_dim = cache.shape().v_head_dim;
-  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, detail::RopeLoads::Queries);
-  detail::run_attention(args, options, r);
+  const PositionRegimes& regimes = cache.shape().regimes;
+  if (options.regimes.index() != 0 && options.regimes != regimes) {
+    throw Error(fmt::format("attention: options.regimes = {} differs from the cache's regimes = {} (they decide "
+                            "how its keys are stored)", to_string(options.regimes), to_string(regimes)));
+  }
+  AttentionOptions with_regimes = options;
+  with_regimes.regimes = regimes;
+  // Unrotated keys are rotated on load, per regime; others are read as stored.
+  const detail::RopeLoads loads = storage_of(regimes) == KeyStorage::Unrotated ? detail::RopeLoads::QueriesAndKeys
+                                                                               : detail::RopeLoads::Queries;
+  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
+  detail::run_attention(args, with_regimes, r);
 }
 
 }  // namespace ropekit

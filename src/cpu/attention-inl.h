@@ -18,6 +18,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -107,16 +108,11 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
   return lane;
 }
 
-// For each row r: scores = q·k·scale + bias; max' = max(max, scores); p = exp(scores − max');
-// sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
-// a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
-HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
+// For each row r: scores = q·k·scale + bias (−infinity past the valid keys).
+HWY_INLINE void TileScores(const RowTile& t) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t n = hn::Lanes(d);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-
-  // 1. Scores.
   if (t.k_rows != nullptr) {
     for (int r0 = 0; r0 < t.rows; r0 += 4) RowScores(d, t, r0, std::min(4, t.rows - r0));
   } else {
@@ -134,8 +130,18 @@ HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
       }
     }
   }
+}
 
-  // 2. Online softmax per row: p = exp(s − max'), zero where masked (−infinity is outside Exp's
+// For each row r, from the scores of TileScores: max' = max(max, scores); p = exp(scores − max');
+// sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
+// a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
+HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t n = hn::Lanes(d);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // Online softmax per row: p = exp(s − max'), zero where masked (−infinity is outside Exp's
   // domain). NaN scores stay NaN (Ne is true for them) and reach the output, as in the reference.
   float correction[kMaxRows];
   bool active[kMaxRows];
@@ -160,7 +166,7 @@ HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
     state.max = new_max;
   }
 
-  // 3. acc = acc·correction + Σ_j p_j v_j: blocks of up to four rows × two vectors of lanes kept in
+  // acc = acc·correction + Σ_j p_j v_j: blocks of up to four rows × two vectors of lanes kept in
   // registers, each value row loaded once per block.
   for (int r0 = 0; r0 < t.rows; r0 += 4) {
     int block[4], nr = 0;
@@ -207,13 +213,20 @@ HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
 }
 
 
+HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
+  TileScores(t);
+  AccumulateRows(t, states);
+}
+
 // The per-thread buffers of the items a thread runs.
 struct ItemBuffers {
   std::vector<std::byte> rotated;  // rotated rows in the storage type, before widening
-  std::vector<float> q;            // rows × head_dim
-  std::vector<float> keys_t;       // head_dim × kTileKeys
-  std::vector<float> keys;         // kTileKeys × head_dim (row layout, rotated or non-F32 keys)
-  std::vector<const float*> k_rows;
+  // Per position regime (one without regimes): the Q block and the K tile rotated its way.
+  std::array<std::vector<float>, 3> q;       // rows × head_dim
+  std::array<std::vector<float>, 3> keys_t;  // head_dim × kTileKeys
+  std::array<std::vector<float>, 3> keys;    // kTileKeys × head_dim (row layout, rotated or non-F32 keys)
+  std::array<std::vector<const float*>, 3> k_rows;
+  std::array<std::vector<float>, 3> regime_scores;  // kMaxRows × kTileKeys: one regime's scores, merged
   std::vector<float> v;            // kTileKeys × v_head_dim (non-F32 values)
   std::vector<const float*> v_rows;
   std::vector<float> bias, scores;
@@ -225,10 +238,15 @@ struct ItemBuffers {
     const std::size_t rows = std::size_t(p.block_tokens * p.group);
     const std::size_t d = std::size_t(p.head_dim), dv = std::size_t(p.v_head_dim);
     rotated.resize(std::max<std::size_t>(std::size_t(p.group), 1) * d * 4);
-    q.resize(rows * d);
-    keys_t.resize(d * kTileKeys);
-    keys.resize(d * kTileKeys);
-    k_rows.resize(kTileKeys);
+    for (int r = 0; r < p.rule.count; ++r) {
+      q[r].resize(rows * d);
+      if (p.k_tile_of[r] == r) {
+        keys_t[r].resize(d * kTileKeys);
+        keys[r].resize(d * kTileKeys);
+        k_rows[r].resize(kTileKeys);
+      }
+      if (p.rule.count > 1) regime_scores[r].resize(std::size_t(kMaxRows) * kTileKeys);
+    }
     v.resize(std::size_t(kTileKeys) * dv);
     v_rows.resize(kTileKeys);
     bias.resize(std::size_t(kMaxRows) * kTileKeys);
@@ -237,7 +255,10 @@ struct ItemBuffers {
     max.resize(rows);
     sum.resize(rows);
     acc.resize(rows * dv);
-    const detail::RotateJob* job = p.q_rotation ? p.q_rotation : p.k_rotation;
+    const detail::RotateJob* job = nullptr;  // every rotation of a call has the rope's pair map
+    for (int r = 0; r < 3; ++r) {
+      if (job == nullptr) job = p.q_rotations[r] != nullptr ? p.q_rotations[r] : p.k_rotations[r];
+    }
     if (job != nullptr) rotation = std::make_unique<Scratch>(*job->map);
   }
 };
@@ -278,6 +299,32 @@ HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64
   return 0.0f;
 }
 
+// K tile `kt` of keys [k_first, k_first + keys): rotated by k_rotations[kt] in the storage type and
+// widened, then transposed (padding keys zero) or kept as rows (float32 keys that need no rotation are
+// read in place).
+HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, std::int64_t kv_head,
+                            std::int64_t k_first, int keys, ItemBuffers& s) {
+  const detail::RotateJob* job = p.k_rotations[kt];
+  const int d = p.head_dim;
+  const float** k_rows = s.k_rows[kt].data();
+  for (int j = 0; j < keys; ++j) {
+    float* row = s.keys[kt].data() + std::size_t(j) * d;
+    if (job == nullptr && p.k.dtype == DType::F32) {
+      k_rows[j] = static_cast<const float*>(p.k.row(b, k_first + j, kv_head));
+    } else {
+      LoadRows(job, p.k, p.k_seq, b, k_first + j, kv_head, 1, d, row, s);
+      k_rows[j] = row;
+    }
+  }
+  if (p.transpose) {  // lane-major: each destination row written contiguously, padding keys zero
+    for (int l = 0; l < d; ++l) {
+      float* dst = s.keys_t[kt].data() + std::size_t(l) * kTileKeys;
+      for (int j = 0; j < keys; ++j) dst[j] = k_rows[j][l];
+      std::fill(dst + keys, dst + kTileKeys, 0.0f);
+    }
+  }
+}
+
 void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first,
              ItemBuffers& s) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -287,12 +334,19 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
   const std::int64_t q_token0 = b * p.q_seq + q_first;
   const bool need_mask = p.q_mask.data != nullptr;
   const bool transpose = p.transpose;
+  const int regimes = p.rule.count;
 
-  // Q block: rows ordered (token, head within the group), rotated on load.
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    LoadRows(p.q_rotation, p.q, p.q_seq, b, q_first + t, kv_head * p.group, p.group, d,
-             s.q.data() + t * p.group * d, s);
-  }
+  // Q block per regime: rows ordered (token, head within the group), rotated on load; regime 0 now,
+  // the others when a tile first needs them.
+  std::array<bool, 3> q_loaded = {false, false, false};
+  const auto load_q = [&](int r) {
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      LoadRows(p.q_rotations[r], p.q, p.q_seq, b, q_first + t, kv_head * p.group, p.group, d,
+               s.q[r].data() + t * p.group * d, s);
+    }
+    q_loaded[r] = true;
+  };
+  load_q(0);
   std::fill_n(s.max.begin(), rows, kNegInf);
   std::fill_n(s.sum.begin(), rows, 0.0f);
   std::fill_n(s.acc.begin(), rows * dv, 0.0f);
@@ -308,6 +362,7 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
     }
   }
 
+  int sel[kTileKeys];  // the regime of each key of the tile for the current token
   for (std::int64_t k_first = 0; k_first < p.k_seq; k_first += kTileKeys) {
     const int keys = int(std::min<std::int64_t>(kTileKeys, p.k_seq - k_first));
     const std::int64_t k_token0 = b * p.k_seq + k_first;
@@ -323,24 +378,18 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       if (p.window > 0 && q_min - tile_k_max >= p.window) continue;
     }
 
-    // K tile: rotated in the storage type and widened, then transposed (padding keys zero) or kept
-    // as rows (float32 keys that need no rotation are read in place).
-    for (int j = 0; j < keys; ++j) {
-      float* row = s.keys.data() + std::size_t(j) * d;
-      if (p.k_rotation == nullptr && p.k.dtype == DType::F32) {
-        s.k_rows[j] = static_cast<const float*>(p.k.row(b, k_first + j, kv_head));
-      } else {
-        LoadRows(p.k_rotation, p.k, p.k_seq, b, k_first + j, kv_head, 1, d, row, s);
-        s.k_rows[j] = row;
+    // K tiles: without regimes now; with regimes when a token first needs them (ReRoPE's far tiles
+    // never rotate the keys for the near regime).
+    std::array<bool, 3> k_loaded = {false, false, false};
+    const auto need = [&](int r) {
+      if (!q_loaded[r]) load_q(r);
+      const int kt = p.k_tile_of[r];
+      if (!k_loaded[kt]) {
+        LoadKeyTile(p, kt, b, kv_head, k_first, keys, s);
+        k_loaded[kt] = true;
       }
-    }
-    if (transpose) {  // lane-major: each destination row written contiguously, padding keys zero
-      for (int l = 0; l < d; ++l) {
-        float* dst = s.keys_t.data() + std::size_t(l) * kTileKeys;
-        for (int j = 0; j < keys; ++j) dst[j] = s.k_rows[j][l];
-        std::fill(dst + keys, dst + kTileKeys, 0.0f);
-      }
-    }
+    };
+    if (regimes == 1) need(0);
     // V rows: read in place when float32, else widened.
     for (int j = 0; j < keys; ++j) {
       const auto* row = static_cast<const std::byte*>(p.v.row(b, k_first + j, kv_head));
@@ -353,11 +402,6 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
     }
 
     RowTile tile;
-    if (transpose) {
-      tile.keys_t = s.keys_t.data();
-    } else {
-      tile.k_rows = s.k_rows.data();
-    }
     tile.v_rows = s.v_rows.data();
     tile.bias = s.bias.data();
     tile.head_dim = d;
@@ -365,10 +409,21 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
     tile.keys = keys;
     tile.scale = p.scale;
     tile.scores = s.scores.data();
+    // Points the tile at regime r's Q rows (from row r0 of the block) and K tile.
+    const auto use_regime = [&](RowTile& t, int r, std::int64_t r0) {
+      const int kt = p.k_tile_of[r];
+      t.keys_t = transpose ? s.keys_t[kt].data() : nullptr;
+      t.k_rows = transpose ? nullptr : s.k_rows[kt].data();
+      t.q = s.q[r].data() + r0 * d;
+    };
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t qp = need_mask ? p.q_mask.at(0, q_token0 + t) : 0;
       if (need_mask && ((p.causal && tile_k_min > qp) || (p.window > 0 && qp - tile_k_max >= p.window))) {
         continue;  // this token sees no key of the tile
+      }
+      tile.scale = p.scale;
+      if (p.logn_length > 0 && qp + 1 > p.logn_length) {
+        tile.scale = float(p.exact_scale * (std::log(double(qp + 1)) / std::log(double(p.logn_length))));
       }
       // Without a bias the row of masks is the same for every head of the group: formed once per
       // token (and without per-key tests when the whole tile is visible), then copied.
@@ -384,6 +439,22 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
             masked = (p.causal && kp > qp) || (p.window > 0 && qp - kp >= p.window);
           }
           bias[j] = masked ? kNegInf : 0.0f;
+        }
+      }
+      // The regimes this token's visible keys use (regimes need no bias: the row above is the mask).
+      unsigned used = 1;
+      int only = 0;
+      if (regimes > 1) {
+        used = 0;
+        for (int j = 0; j < keys; ++j) {
+          if (s.bias[j] == kNegInf) continue;
+          sel[j] = p.rule.of(qp, p.k_mask.at(0, k_token0 + j));
+          used |= 1u << sel[j];
+        }
+        if (used == 0) continue;
+        only = (used & (used - 1)) == 0 ? __builtin_ctz(used) : -1;
+        for (int r = 0; r < regimes; ++r) {
+          if (used & (1u << r)) need(r);
         }
       }
       for (std::int64_t g0 = 0; g0 < p.group; g0 += kMaxRows) {
@@ -407,9 +478,29 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
             bias[j] = masked ? kNegInf : BiasValue(p, b, head, q_first + t, k_first + j, qp, kp);
           }
         }
-        tile.q = s.q.data() + (t * p.group + g0) * d;
         tile.rows = rows_now;
-        UpdateRows(tile, s.states.data());
+        if (only >= 0) {  // one regime for the whole row: plain attention's arithmetic
+          use_regime(tile, only, t * p.group + g0);
+          UpdateRows(tile, s.states.data());
+        } else {
+          // Each regime's scores for the rows, then per key the score of its regime: one softmax.
+          for (int reg = 0; reg < regimes; ++reg) {
+            if (!(used & (1u << reg))) continue;
+            RowTile part = tile;
+            use_regime(part, reg, t * p.group + g0);
+            part.scores = s.regime_scores[reg].data();
+            TileScores(part);
+          }
+          for (int g = 0; g < rows_now; ++g) {
+            float* merged = s.scores.data() + std::size_t(g) * kTileKeys;
+            for (int j = 0; j < kTileKeys; ++j) {
+              merged[j] = j < keys && s.bias[j] != kNegInf
+                              ? s.regime_scores[sel[j]][std::size_t(g) * kTileKeys + j]
+                              : kNegInf;
+            }
+          }
+          AccumulateRows(tile, s.states.data());
+        }
         for (int g = 0; g < rows_now; ++g) {
           const std::int64_t r = t * p.group + g0 + g;
           s.max[r] = s.states[g].max;

@@ -6,6 +6,7 @@
 // schedules the work; this backend reads plain data only.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "rope/call.hpp"
@@ -19,14 +20,43 @@ inline constexpr int kMaxRows = 64;  // query rows per online-softmax update
 
 enum class BiasKind { None, Alibi, RelativeBucket, Dense };
 
+// The regime of query position i and key position j (ropekit::regime_of, inlined for the tile loop).
+struct RegimeRule {
+  enum class Kind { None, Window, DualChunk } kind = Kind::None;
+  std::int64_t window = 0;     // Window: regime 0 when i − j < window (ReRope, SelfExtend)
+  std::int64_t chunk_len = 1;  // DualChunk: chunk_size − local_size
+  int count = 1;
+
+  int of(std::int64_t i, std::int64_t j) const {
+    switch (kind) {
+      case Kind::Window: return i - j < window ? 0 : 1;
+      case Kind::DualChunk: {
+        const std::int64_t ci = i / chunk_len, cj = j / chunk_len;
+        return ci <= cj ? 0 : ci == cj + 1 ? 1 : 2;
+      }
+      case Kind::None: break;
+    }
+    return 0;
+  }
+};
+
 // One attention call, resolved. Work items are (batch b, kv head, block of block_tokens query
 // tokens): item i is block i % blocks of kv head (i / blocks) % kv_heads of batch i / (blocks·kv_heads).
 struct AttentionProblem {
   Heads q, k, v, out;
   // Rotations applied on load (RoPE fused): the prepared calls over all of q / k, whose rows are
   // rotated into thread-local buffers exactly as RotateCall::run() would write them. Null: as stored.
-  const detail::RotateJob* q_rotation = nullptr;
-  const detail::RotateJob* k_rotation = nullptr;
+  // Position regimes (ropekit/attention.hpp): regime r rotates Q by q_rotations[r] and reads the K
+  // tile of regime k_tile_of[r], rotated by k_rotations[k_tile_of[r]] (null: as stored). Entry 0 is
+  // the plain call's rotation. rule picks the regime of (query position, key position).
+  std::array<const detail::RotateJob*, 3> q_rotations = {};
+  std::array<const detail::RotateJob*, 3> k_rotations = {};
+  std::array<int, 3> k_tile_of = {0, 1, 2};
+  RegimeRule rule;
+  // Log-n query scaling: the query at position i scores with float(exact_scale · ln(i+1)/ln(logn_length))
+  // when i + 1 > logn_length (> 0), else with `scale`.
+  double exact_scale = 1.0;
+  std::int64_t logn_length = 0;
   int head_dim = 0, v_head_dim = 0;
   std::int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, kv_heads = 0, group = 0;
   std::int64_t block_tokens = 1;  // query tokens per item
