@@ -24,6 +24,10 @@ struct Method {
   enum class Keys { Same, PerQuery, AtAppend } keys = Keys::Same;  // Same: static plan
   std::int64_t window = 0;
   bool restart = false;
+  // Position regimes: the logit of query i and key j is ⟨R(rel(i, j)) q, R(0) k⟩ (the relative-position
+  // matrix, from the papers' definitions); absent: R(i) q against R(j) k.
+  std::function<std::int64_t(std::int64_t, std::int64_t)> rel;
+  std::int64_t logn_length = 0;  // > 0: logits of query i times max(1, ln(i+1)/ln(logn_length))
 };
 
 inline std::vector<double> default_inv_freq(double base, int d) {
@@ -86,7 +90,35 @@ inline Method method(const std::string& name, int d, double base, double s, std:
     m.window = l0;
   } else if (name == "restart") {
     m.restart = true;
+  } else if (name == "rerope" || name == "rerope_logn") {  // w = 256 unless given below
+    m.rel = [](std::int64_t i, std::int64_t j) { return std::min<std::int64_t>(i - j, 256); };
+    if (name == "rerope_logn") m.logn_length = l0;
+  } else if (name == "logn") {
+    m.logn_length = l0;
   }
+  return m;
+}
+
+// The regime methods with explicit parameters (the lab's NAME:key=value methods).
+inline Method rerope(int d, double base, std::int64_t w, std::int64_t logn) {
+  Method m = method("orig", d, base, 1.0, 1);
+  m.rel = [w](std::int64_t i, std::int64_t j) { return i - j < w ? i - j : w; };
+  m.logn_length = logn;
+  return m;
+}
+inline Method self_extend(int d, double base, std::int64_t W, std::int64_t G) {
+  Method m = method("orig", d, base, 1.0, 1);
+  m.rel = [W, G](std::int64_t i, std::int64_t j) { return i - j < W ? i - j : i / G - j / G + W - W / G; };
+  return m;
+}
+inline Method dca(int d, double base, std::int64_t chunk, std::int64_t local) {
+  Method m = method("orig", d, base, 1.0, 1);
+  const std::int64_t c = chunk - local;
+  m.rel = [c, chunk](std::int64_t i, std::int64_t j) {
+    if (i / c == j / c) return i % c - j % c;
+    if (i / c == j / c + 1) return std::min(i % c + c, chunk) - j % c;
+    return std::min(2 * c - 1, chunk) - j % c;
+  };
   return m;
 }
 
@@ -158,10 +190,19 @@ inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const st
           if (m.window > 0 && i - j >= m.window) continue;
           std::vector<double> kj(k[std::size_t(j)].begin() + kh * hd, k[std::size_t(j)].begin() + (kh + 1) * hd);
           const auto fk = m.keys == Method::Keys::AtAppend ? m.inv_freq(j + 1) : fq;
-          rotate(kj.data(), hd, position(j), fk, m.magnitude);
+          std::vector<double> qr = qh;
+          if (m.rel) {  // ⟨R(rel) q, R(0) k⟩
+            qr.assign(q[std::size_t(i)].begin() + h * hd, q[std::size_t(i)].begin() + (h + 1) * hd);
+            rotate(qr.data(), hd, m.rel(i, j), fq, m.magnitude);
+            rotate(kj.data(), hd, 0, fk, m.magnitude);
+          } else {
+            rotate(kj.data(), hd, position(j), fk, m.magnitude);
+          }
           double dot = 0;
-          for (int l = 0; l < hd; ++l) dot += qh[std::size_t(l)] * kj[std::size_t(l)];
-          logits.push_back(dot / std::sqrt(double(hd)));
+          for (int l = 0; l < hd; ++l) dot += qr[std::size_t(l)] * kj[std::size_t(l)];
+          const double logn = m.logn_length > 0 && i + 1 > m.logn_length
+                                  ? std::log(double(i + 1)) / std::log(double(m.logn_length)) : 1.0;
+          logits.push_back(dot / std::sqrt(double(hd)) * logn);
           keys.push_back(j);
         }
         const double mx = *std::max_element(logits.begin(), logits.end());

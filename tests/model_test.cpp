@@ -400,6 +400,83 @@ TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
   }
 }
 
+// The position-regime methods (NAME:parameters), against the float64 oracle's relative-position matrix.
+TEST(Lab, RegimeMethodsWithinOneMilliNatOfTheFloat64Protocol) {
+  const auto& tokens = excerpt_tokens();
+  ropekit::EvalOptions o;
+  o.window_size = 48;
+  o.windows = 2;
+  o.lengths = {16, 48};
+  o.buckets = {0, 16, 32};
+  o.trained_length = 16;
+  o.methods = ropekit::parse_methods("rerope:w=6,rerope_logn:w=10,self_extend:W=8,G=3,self_extend:W=6,G=2,logn=1,"
+                                     "dca,dca:chunk=12,local=3,logn");
+  ASSERT_EQ(o.methods.size(), 7u);
+  EXPECT_EQ(o.methods[2].name, "self_extend:W=8,G=3");
+  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
+  const int d = 8;
+  const double base = 10000.0;
+  std::map<std::string, oracle::Method> methods = {
+      {"rerope:w=6", oracle::rerope(d, base, 6, 0)},
+      {"rerope_logn:w=10", oracle::rerope(d, base, 10, 16)},
+      {"self_extend:W=8,G=3", oracle::self_extend(d, base, 8, 3)},
+      {"self_extend:W=6,G=2,logn=1", oracle::self_extend(d, base, 6, 2)},
+      {"dca", oracle::dca(d, base, 16, 0)},  // chunk = L0, local = L0 / 32
+      {"dca:chunk=12,local=3", oracle::dca(d, base, 12, 3)},
+      {"logn", oracle::method("logn", d, base, 1.0, 16)}};
+  methods["self_extend:W=6,G=2,logn=1"].logn_length = 16;
+  std::map<std::pair<std::string, std::int64_t>, std::map<std::int64_t, std::pair<double, std::int64_t>>> expected;
+  for (const auto& [name, om] : methods) {
+    for (std::int64_t n : o.lengths) {
+      for (std::int64_t start : result.window_starts) {
+        const std::vector<int> window(tokens.begin() + start, tokens.begin() + start + n);
+        const std::vector<double> nll = oracle::window_nll(bundled(), window, om, 1);
+        for (std::size_t t = 1; t < std::size_t(n); ++t) {
+          auto& [sum, count] = expected[{name, n}][t < 16 ? 0 : t < 32 ? 16 : 32];
+          sum += nll[t - 1];
+          ++count;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(result.rows.size(), 7u * (1 + 3));
+  for (const ropekit::EvalRow& row : result.rows) {
+    const auto [sum, count] = expected[{row.method, row.n}][row.bucket_lo];
+    EXPECT_EQ(row.tokens, count) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
+    EXPECT_NEAR(row.mean_nll, sum / double(count), 1e-3) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
+  }
+  // Each method differs from the model's own RoPE where its regimes apply (so the check can fail).
+  o.methods = ropekit::parse_methods("orig");
+  const ropekit::EvalResult orig = ropekit::evaluate(bundled(), tokens, o);
+  auto far = [](const ropekit::EvalResult& r, const std::string& method) {
+    for (const auto& row : r.rows) {
+      if (row.method == method && row.n == 48 && row.bucket_lo == 32) return row.mean_nll;
+    }
+    return 0.0;
+  };
+  for (const auto& [name, om] : methods) EXPECT_GT(std::fabs(far(result, name) - far(orig, "orig")), 1e-3) << name;
+}
+
+TEST(Lab, RegimeMethodParametersAreChecked) {
+  EXPECT_ERROR(ropekit::parse_methods("rerope:x=3"), "unknown parameter x", "logn, w");
+  EXPECT_ERROR(ropekit::parse_methods("rerope:w=abc"), "w = \"abc\"", "not an integer");
+  EXPECT_ERROR(ropekit::parse_methods("rerope:w"), "\"w\" is not key=value");
+  EXPECT_ERROR(ropekit::parse_methods("rerope:w=3,w=4"), "w is given twice");
+  EXPECT_ERROR(ropekit::parse_methods("swa:w=3"), "only rerope");
+  ropekit::EvalOptions o;
+  o.window_size = 48;
+  o.windows = 1;
+  o.lengths = {48};
+  o.trained_length = 16;
+  const auto& tokens = excerpt_tokens();
+  for (const auto& [method, needle] : std::vector<std::pair<const char*, const char*>>{
+           {"rerope:w=0", "w = 0"}, {"self_extend:G=0", "G = 0"}, {"self_extend:W=4,G=8", "W = 4"},
+           {"dca:chunk=16,local=16", "local = 16"}, {"dca:chunk=0", "chunk = 0"}, {"logn:L=1", "L = 1"}}) {
+    o.methods = ropekit::parse_methods(method);
+    EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), method, needle);
+  }
+}
+
 // restart on a window with a story boundary inside (the windows above hold one story each).
 TEST(Lab, RestartCutsTheContextAtEveryBos) {
   const auto& all = excerpt_tokens();

@@ -39,13 +39,24 @@ namespace ropekit {
 //   llama3        Llama 3: factor s, low_freq_factor 1, high_freq_factor 4, original L0
 //   swa           the model's RoPE, a sliding window of L0 keys
 //   restart       the model's RoPE, context cut at every BOS with positions restarting at 0 there
+// Methods that change how attention uses positions (attention.hpp's regimes; not in the default list),
+// with parameters after a colon — NAME:key=value,key=value — defaults in brackets:
+//   rerope        ReRoPE: relative position i − j inside a window, w beyond it   w [256], logn [0]
+//   rerope_logn   the same with log-n query scaling (Su's patch)                 w [256], logn [1]
+//   self_extend   SelfExtend: neighbours at i − j, grouped positions beyond      W [128], G [8], logn [0]
+//   dca           dual-chunk attention (Qwen2.5-1M)                              chunk [L0], local [chunk/32], logn [0]
+//   logn          the model's RoPE with log-n query scaling max(1, ln(i+1)/ln L)  L [L0]
+// logn=1 adds log-n scaling with L = L0 to a regime method.
 // A fragment whose plan depends on the length (dynamic, longrope) runs like dyn_ntk.
 struct EvalMethod {
   std::string name;
   std::string fragment;  // empty for a built-in
 };
-// Parses "orig,pi,name={...}" (commas inside a JSON fragment's braces do not split). Errors: an
-// unknown name (listing the built-ins), an empty name, a duplicate.
+// Parses "orig,pi,name={...},rerope:w=384,self_extend:W=256,G=4" (commas inside a JSON fragment's
+// braces do not split; a key=value piece after a NAME:parameters method continues its parameters).
+// Errors: an unknown name (listing the built-ins), an empty name, a duplicate, parameters on a method
+// without any, an unknown parameter (listing the method's), a value that is not an integer. Values out
+// of range (w < 1, G < 1, W < G, local outside [0, chunk)) are errors of evaluate().
 std::vector<EvalMethod> parse_methods(std::string_view list);
 std::vector<EvalMethod> builtin_methods();
 

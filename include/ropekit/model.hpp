@@ -113,6 +113,11 @@ struct ForwardOptions {
   // Stale keys (Hugging Face's dynamic-NTK cache): keys are kept as rotated at their append, even
   // when `rope`'s plan has changed since; queries use `rope`. Without it a plan change needs rerotate().
   bool stale_keys = false;
+  // Position regimes (ReRoPE, SelfExtend, dual-chunk; attention.hpp) and log-n query scaling. The
+  // layer caches are made for the regimes of the first forward after clear(); changing them while
+  // tokens are cached is an error.
+  PositionRegimes regimes;
+  std::int64_t logn_length = 0;
 };
 
 // Runs a model over one sequence. Not thread-safe (one sequence, one runner); each call uses the

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -15,9 +16,20 @@ namespace {
 
 constexpr std::string_view kBuiltins[] = {"orig",    "pi",            "ntk",    "yarn", "yarn_notemp",
                                           "dyn_ntk", "dyn_ntk_stale", "llama3", "swa",  "restart"};
+// Methods that change attention rather than the frequencies; they take parameters after a colon
+// (NAME:key=value,key=value) and are not in the default list.
+constexpr std::string_view kRegimeMethods[] = {"rerope", "rerope_logn", "self_extend", "dca", "logn"};
+
+// The method's base name: before the parameters.
+std::string_view base_name(std::string_view name) { return name.substr(0, name.find(':')); }
 
 bool is_builtin(std::string_view name) {
-  return std::find(std::begin(kBuiltins), std::end(kBuiltins), name) != std::end(kBuiltins);
+  const std::string_view base = base_name(name);
+  if (base.size() != name.size()) {  // parameters: regime methods only
+    return std::find(std::begin(kRegimeMethods), std::end(kRegimeMethods), base) != std::end(kRegimeMethods);
+  }
+  return std::find(std::begin(kBuiltins), std::end(kBuiltins), name) != std::end(kBuiltins) ||
+         std::find(std::begin(kRegimeMethods), std::end(kRegimeMethods), name) != std::end(kRegimeMethods);
 }
 
 // How a method reads a window.
@@ -25,7 +37,58 @@ struct MethodRun {
   enum class Kind { Batched, Dynamic, DynamicStale, Restart } kind = Kind::Batched;
   Spec spec;
   std::int64_t window = 0;  // sliding window (swa)
+  PositionRegimes regimes;
+  std::int64_t logn_length = 0;
 };
+
+// The parameters a regime method takes, with their defaults (dca's local −1: chunk / 32).
+std::map<std::string, std::int64_t> parameters_of(std::string_view base, std::int64_t l0) {
+  if (base == "rerope" || base == "rerope_logn") return {{"w", 256}, {"logn", base == "rerope_logn" ? 1 : 0}};
+  if (base == "self_extend") return {{"W", 128}, {"G", 8}, {"logn", 0}};
+  if (base == "dca") return {{"chunk", l0}, {"local", -1}, {"logn", 0}};
+  if (base == "logn") return {{"L", l0}};
+  return {};
+}
+
+// NAME:key=value,... → the values by key; every key must be one of `allowed` (with its default).
+std::map<std::string, std::int64_t> method_parameters(std::string_view name,
+                                                      const std::map<std::string, std::int64_t>& allowed) {
+  std::map<std::string, std::int64_t> values = allowed;
+  const std::size_t colon = name.find(':');
+  if (colon == std::string_view::npos) return values;
+  std::string_view rest = name.substr(colon + 1);
+  std::set<std::string> given;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const std::size_t eq = item.find('=');
+    const std::string key(item.substr(0, eq));
+    if (eq == std::string_view::npos || key.empty()) {
+      throw Error(fmt::format("method {}: parameter \"{}\" is not key=value", name, item));
+    }
+    if (!allowed.contains(key)) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : allowed) keys.push_back(k);
+      throw Error(fmt::format("method {}: unknown parameter {} (this method takes {})", name, key,
+                              fmt::join(keys, ", ")));
+    }
+    if (!given.insert(key).second) throw Error(fmt::format("method {}: parameter {} is given twice", name, key));
+    const std::string text(item.substr(eq + 1));
+    std::size_t used = 0;
+    std::int64_t value = 0;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size()) {
+      throw Error(fmt::format("method {}: parameter {} = \"{}\": not an integer", name, key, text));
+    }
+    values[key] = value;
+  }
+  return values;
+}
 
 void replace_scale(nlohmann::json& node, double s) {
   if (node.is_object()) {
@@ -84,6 +147,32 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
     run.window = l0;
   } else if (n == "restart") {
     run.kind = MethodRun::Kind::Restart;
+  } else if (const std::string_view base = base_name(n); base == "rerope" || base == "rerope_logn") {
+    const auto p = method_parameters(n, parameters_of(base, l0));
+    if (p.at("w") < 1) throw Error(fmt::format("method {}: w = {}: must be >= 1", n, p.at("w")));
+    run.regimes = regimes::ReRope{.window = p.at("w")};
+    run.logn_length = p.at("logn") != 0 ? l0 : 0;
+  } else if (base == "self_extend") {
+    const auto p = method_parameters(n, parameters_of(base, l0));
+    if (p.at("G") < 1) throw Error(fmt::format("method {}: G = {}: must be >= 1", n, p.at("G")));
+    if (p.at("W") < p.at("G")) {
+      throw Error(fmt::format("method {}: W = {}: must be >= G = {}", n, p.at("W"), p.at("G")));
+    }
+    run.regimes = regimes::SelfExtend{.window = p.at("W"), .group = p.at("G")};
+    run.logn_length = p.at("logn") != 0 ? l0 : 0;
+  } else if (base == "dca") {
+    const auto p = method_parameters(n, parameters_of(base, l0));
+    const std::int64_t chunk = p.at("chunk"), local = p.at("local") < 0 && n.find("local=") == std::string::npos ? chunk / 32 : p.at("local");
+    if (chunk < 1) throw Error(fmt::format("method {}: chunk = {}: must be >= 1", n, chunk));
+    if (local < 0 || local >= chunk) {
+      throw Error(fmt::format("method {}: local = {}: must lie in [0, chunk = {})", n, local, chunk));
+    }
+    run.regimes = regimes::DualChunk{.chunk_size = chunk, .local_size = local};
+    run.logn_length = p.at("logn") != 0 ? l0 : 0;
+  } else if (base == "logn") {
+    const auto p = method_parameters(n, parameters_of(base, l0));
+    if (p.at("L") < 2) throw Error(fmt::format("method {}: L = {}: must be >= 2", n, p.at("L")));
+    run.logn_length = p.at("L");
   } else {
     throw Error(fmt::format("method {}: unknown", n));
   }
@@ -160,7 +249,8 @@ class WindowReader {
     switch (run.kind) {
       case MethodRun::Kind::Batched: {
         const Rope rope(run.spec);
-        feed(rope, 0, n, positions_.data(), {.window = run.window});
+        feed(rope, 0, n, positions_.data(),
+             {.window = run.window, .regimes = run.regimes, .logn_length = run.logn_length});
         break;
       }
       case MethodRun::Kind::Restart: {
@@ -238,9 +328,33 @@ std::vector<EvalMethod> parse_methods(std::string_view list) {
     current += ch;
   }
   items.push_back(std::move(current));
+  // NAME:key=value,key=value — a piece "key=value" (no colon, not NAME=JSON) after a method with
+  // parameters continues its parameter list.
+  std::vector<std::string> merged;
+  for (std::string& item : items) {
+    const std::size_t eq = item.find('=');
+    const bool continues = !merged.empty() && merged.back().find(':') != std::string::npos &&
+                           item.find(':') == std::string::npos && eq != std::string::npos &&
+                           item.find('{') == std::string::npos;
+    if (continues) {
+      merged.back() += "," + item;
+    } else {
+      merged.push_back(std::move(item));
+    }
+  }
   std::vector<EvalMethod> methods;
   std::set<std::string> seen;
-  for (const std::string& item : items) {
+  for (const std::string& item : merged) {
+    if (item.find(':') != std::string::npos && item.find('{') == std::string::npos) {  // NAME:parameters
+      if (!is_builtin(item)) {
+        throw Error(fmt::format("methods: {}: only {} take parameters", item,
+                                fmt::join(std::begin(kRegimeMethods), std::end(kRegimeMethods), ", ")));
+      }
+      method_parameters(item, parameters_of(base_name(item), 0));  // names and syntax; values when resolved
+      if (!seen.insert(item).second) throw Error(fmt::format("methods: {} is given twice", item));
+      methods.push_back({item, ""});
+      continue;
+    }
     const std::size_t eq = item.find('=');
     EvalMethod m{item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1)};
     if (m.name.empty()) throw Error(fmt::format("methods = {}: an empty method name", list));
@@ -250,8 +364,9 @@ std::vector<EvalMethod> parse_methods(std::string_view list) {
       }
     }
     if (eq == std::string::npos && !is_builtin(m.name)) {
-      throw Error(fmt::format("methods: {} is not a built-in method ({}) nor NAME=JSON", m.name,
-                              fmt::join(std::begin(kBuiltins), std::end(kBuiltins), ", ")));
+      throw Error(fmt::format("methods: {} is not a built-in method ({}, {}) nor NAME=JSON", m.name,
+                              fmt::join(std::begin(kBuiltins), std::end(kBuiltins), ", "),
+                              fmt::join(std::begin(kRegimeMethods), std::end(kRegimeMethods), ", ")));
     }
     if (eq != std::string::npos && m.fragment.empty()) {
       throw Error(fmt::format("methods: {}= has an empty JSON fragment", m.name));
@@ -322,7 +437,14 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
   const std::int64_t per_method = std::accumulate(options.lengths.begin(), options.lengths.end(), std::int64_t{0}) *
                                   std::int64_t(result.window_starts.size());
   const std::int64_t total = per_method * std::int64_t(options.methods.size());
-  WindowReader reader(model, max_n, options.threads);
+  // The caches hold a window, and at least one dual chunk (a DualChunk cache holds its chunk).
+  std::int64_t capacity = max_n;
+  for (const auto& per_length : runs) {
+    for (const MethodRun& run : per_length) {
+      if (const auto* dc = std::get_if<regimes::DualChunk>(&run.regimes)) capacity = std::max(capacity, dc->chunk_size);
+    }
+  }
+  WindowReader reader(model, capacity, options.threads);
   std::int64_t done = 0;
   for (std::size_t m = 0; m < options.methods.size(); ++m) {
     for (std::size_t li = 0; li < options.lengths.size(); ++li) {

@@ -148,11 +148,21 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   if (s.size > 0 && options.stale_keys != s.stale) {
     throw Error("LlamaRunner::forward: stale_keys must not change while tokens are cached (clear() first)");
   }
+  if (options.stale_keys && options.regimes.index() != 0) {
+    throw Error("LlamaRunner::forward: stale_keys and position regimes do not combine (regimes need the runner's caches)");
+  }
+  if (!s.caches.empty() && s.caches.front().shape().regimes != options.regimes) {
+    if (s.size > 0) {
+      throw Error(fmt::format("LlamaRunner::forward: regimes {} differ from the cached tokens' {} (clear() first)",
+                              to_string(options.regimes), to_string(s.caches.front().shape().regimes)));
+    }
+    s.caches.clear();
+  }
   s.stale = options.stale_keys;
   if (s.caches.empty() && !s.stale) {
     for (int l = 0; l < c.n_layers; ++l) {
       s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity, .kv_heads = c.n_kv_heads,
-                                               .dtype = s.options.kv_dtype});
+                                               .dtype = s.options.kv_dtype, .regimes = options.regimes});
     }
   }
   if (s.stale && s.stale_keys.empty()) {
@@ -187,6 +197,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   }
   AttentionOptions attention_options;
   attention_options.window = options.window;
+  attention_options.logn_length = options.logn_length;
   attention_options.threads = s.threads;
   const Positions pos = ropekit::positions(positions);
   const Heads q = bshd(s.q.data(), DType::F32, 1, n, c.n_heads, hd);
