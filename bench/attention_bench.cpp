@@ -3,11 +3,13 @@
 //      the rotated copies, for the attention perf cases of the case table (bench/lib/cases.hpp):
 //      prefill, and decode of one token against a KV cache (with the cache's read rate as a fraction
 //      of a memcpy of the same bytes timed in the same rounds: decode is bound by reading the cache);
-//   2. linear attention (RoFormer) vs softmax attention as the sequence grows: time per token.
+//   2. linear attention (RoFormer) vs softmax attention as the sequence grows: time per token;
+//   3. position regimes (ReRoPE, SelfExtend, dual-chunk, log-n) vs plain fused attention, prefill of
+//      4096 tokens and decode at 4096 cached tokens (issue target: ≤ 2× plain for two regimes).
 // Each pair of contenders is timed interleaved (A, B, A, B, ...), median of the rounds, so both see
 // the same machine state (bench::interleaved).
 //
-//   attention_bench [--quick] [--target NAME]     markdown tables on stdout
+//   attention_bench [--quick] [--regimes] [--target NAME]     markdown tables on stdout (--regimes: 3 only)
 #include <fmt/format.h>
 
 #include <cstring>
@@ -98,19 +100,100 @@ void linear_vs_softmax(const std::vector<std::int64_t>& lengths, int rounds, dou
   fmt::print("\n");
 }
 
+// Position regimes (ReRoPE, SelfExtend, dual-chunk) against plain fused attention on the same data, in
+// the same rounds: prefill of n tokens (q, k, v raw; the rotations fused into the tile loads) and decode
+// of one token against n cached tokens (each contender's cache holds the keys as it reads them: rotated
+// for plain attention, unrotated for ReRoPE / SelfExtend, chunk-relative for DCA). Parameters as for a
+// model trained at L0 = n / 4: ReRoPE w = L0, SelfExtend W = L0 / 2, G = 8, DCA chunk = L0, local = L0 / 32.
+void regimes_vs_plain(std::int64_t n, std::int64_t prefill_heads, int rounds, double min_seconds) {
+  const std::int64_t l0 = n / 4;
+  const std::vector<std::pair<std::string, PositionRegimes>> contenders = {
+      {"plain", PositionRegimes{}},
+      {fmt::format("rerope w={}", l0), regimes::ReRope{.window = l0}},
+      {fmt::format("self_extend W={} G=8", l0 / 2), regimes::SelfExtend{.window = l0 / 2, .group = 8}},
+      {fmt::format("dca chunk={} local={}", l0, l0 / 32), regimes::DualChunk{.chunk_size = l0, .local_size = l0 / 32}},
+      {"plain + logn", PositionRegimes{}}};
+  const int d = 128;
+  const Rope rope(llama(d));
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::size_t es = std::size_t(element_size(dt));
+    const auto make = [&](std::int64_t tokens, std::int64_t heads, unsigned seed) {
+      const std::vector<float> f = random_floats(std::size_t(tokens * heads * d), seed);
+      std::vector<std::byte> out(f.size() * es);
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        if (dt == DType::F32) {
+          std::memcpy(out.data() + 4 * i, &f[i], 4);
+        } else {
+          const std::uint16_t h = float_to_bf16(f[i]);
+          std::memcpy(out.data() + 2 * i, &h, 2);
+        }
+      }
+      return out;
+    };
+    const std::vector<std::int64_t> pos = first_positions(n + 1);
+    // Prefill: prefill_heads query heads over prefill_heads / 4 kv heads.
+    const std::int64_t hq = prefill_heads, hk = std::max<std::int64_t>(1, prefill_heads / 4);
+    std::vector<std::byte> q = make(n, hq, 1), k = make(n, hk, 2), v = make(n, hk, 3);
+    std::vector<float> out(std::size_t(n * hq * d));
+    AttentionArgs a;
+    a.q = bshd(q.data(), dt, 1, n, hq, d);
+    a.k = bshd(k.data(), dt, 1, n, hk, d);
+    a.v = bshd(v.data(), dt, 1, n, hk, d);
+    a.out = bshd(out.data(), DType::F32, 1, n, hq, d);
+    a.q_positions = a.k_positions = positions(std::span<const std::int64_t>(pos.data(), std::size_t(n)));
+    std::vector<std::function<void()>> prefill;
+    for (std::size_t c = 0; c < contenders.size(); ++c) {
+      AttentionOptions o;
+      o.regimes = contenders[c].second;
+      if (c + 1 == contenders.size()) o.logn_length = l0;
+      prefill.push_back([&, o] { attention(rope, a, o); });
+    }
+    const auto tp = interleaved(prefill, rounds, min_seconds);
+    // Decode: 32 query heads over 8 kv heads, one token at position n against n cached tokens.
+    std::vector<std::byte> dk = make(n, 8, 4), dv = make(n, 8, 5), dq = make(1, 32, 6);
+    std::vector<float> one(32 * d);
+    std::vector<KvCache> caches;
+    for (const auto& [name, regimes] : contenders) {
+      caches.emplace_back(rope, KvCacheShape{.capacity = n, .kv_heads = 8, .dtype = dt, .regimes = regimes});
+      caches.back().append(rope, bshd(dk.data(), dt, 1, n, 8, d), bshd(dv.data(), dt, 1, n, 8, d),
+                           positions(std::span<const std::int64_t>(pos.data(), std::size_t(n))));
+    }
+    const Positions at = positions(std::span<const std::int64_t>(pos.data() + n, 1));
+    std::vector<std::function<void()>> decode_calls;
+    for (std::size_t c = 0; c < contenders.size(); ++c) {
+      AttentionOptions o;
+      if (c + 1 == contenders.size()) o.logn_length = l0;
+      decode_calls.push_back([&, c, o] {
+        attention(rope, bshd(dq.data(), dt, 1, 1, 32, d), at, caches[c], bshd(one.data(), DType::F32, 1, 1, 32, d), o);
+      });
+    }
+    const auto td = interleaved(decode_calls, rounds, min_seconds);
+    fmt::print("## Position regimes vs plain fused attention, {}: prefill {} tokens ({} q / {} kv heads × 128), "
+               "decode at {} cached tokens (32 q / 8 kv heads × 128)\n\n", to_string(dt), n, hq, hk, n);
+    fmt::print("| method | prefill ms | / plain | decode µs | / plain |\n|---|---|---|---|---|\n");
+    for (std::size_t c = 0; c < contenders.size(); ++c) {
+      fmt::print("| {} | {:.2f} | {:.2f} | {:.1f} | {:.2f} |\n", contenders[c].first, tp[c] * 1e3, tp[c] / tp[0],
+                 td[c] * 1e6, td[c] / td[0]);
+    }
+    fmt::print("\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, regimes_only = false;
   std::string target;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--regimes") {
+      regimes_only = true;
     } else if (arg == "--target" && i + 1 < argc) {
       target = argv[++i];
     } else {
-      fmt::print(stderr, "usage: attention_bench [--quick] [--target NAME]\n");
+      fmt::print(stderr, "usage: attention_bench [--quick] [--regimes] [--target NAME]\n");
       return 2;
     }
   }
@@ -123,6 +206,10 @@ int main(int argc, char** argv) {
   fmt::print("threads: {}, SIMD target: {}\n\n", default_threads(), simd_target());
   const int rounds = quick ? 1 : 7;
   const double min_seconds = quick ? 0.0 : 0.05;
+  if (regimes_only) {  // section 3 alone
+    regimes_vs_plain(quick ? 256 : 4096, quick ? 4 : 8, quick ? 1 : 3, 0.0);
+    return 0;
+  }
   std::vector<cases::Case> selected;
   for (cases::Case c : cases::perf_cases()) {
     if (c.op == cases::Op::Rotate) continue;
@@ -140,8 +227,10 @@ int main(int argc, char** argv) {
   decode(selected, rounds, min_seconds);
   if (quick) {
     linear_vs_softmax({128, 256}, rounds, min_seconds);
+    regimes_vs_plain(256, 4, rounds, min_seconds);
   } else {
     linear_vs_softmax({256, 512, 1024, 2048, 4096, 8192}, rounds, min_seconds);
+    regimes_vs_plain(4096, 8, 3, 0.0);
   }
   return 0;
 }
