@@ -71,11 +71,14 @@ void print_table(std::ostream& out, const EvalResult& result, const std::vector<
     std::sort(buckets.begin(), buckets.end());
     const double s = std::max(1.0, double(n) / double(result.trained_length));
     fmt::print(out, "\nN = {} (s = {:g}): PPL by target position\n", n, s);
-    fmt::print(out, "{:<16}", "method");
+    // The method column fits the longest name (parameterized methods: "self_extend:W=256,G=16,logn=1").
+    std::size_t width = 16;
+    for (const EvalMethod& m : methods) width = std::max(width, m.name.size() + 2);
+    fmt::print(out, "{:<{}}", "method", width);
     for (auto [lo, hi] : buckets) fmt::print(out, "{:>12}", fmt::format("{}-{}", lo, std::min(hi, n)));
     fmt::print(out, "\n");
     for (const EvalMethod& m : methods) {
-      fmt::print(out, "{:<16}", m.name);
+      fmt::print(out, "{:<{}}", m.name, width);
       for (auto [lo, hi] : buckets) {
         const auto it = by_method[m.name].find(lo);
         if (it == by_method[m.name].end()) {
@@ -86,7 +89,7 @@ void print_table(std::ostream& out, const EvalResult& result, const std::vector<
       }
       fmt::print(out, "\n");
     }
-    fmt::print(out, "{:<16}", "targets");
+    fmt::print(out, "{:<{}}", "targets", width);
     const auto& any = by_method[methods.front().name];
     for (auto [lo, hi] : buckets) {
       const auto it = any.find(lo);
