@@ -63,6 +63,11 @@ using AttentionBias = std::variant<std::monostate, AlibiBias, RelativeBucketBias
 // Attention with regimes is the fused tile loop of plain attention with each K tile rotated once per
 // regime it needs; where one regime covers a whole row (w ≥ N, W ≥ N, one chunk) the arithmetic is
 // plain attention's, bit for bit.
+//   Error: against a double-precision softmax whose logits come from the relative-position matrix,
+//     scale·f(i)·m²·⟨R(rel(i, j)) q, k⟩ on q and k as stored (unrotated; m = cos_sin_scale, f the log-n
+//     factor), each float32 output is within 1e-6·(1 + R)·max|v| + 2.2·δ·max|v|, δ = scale·f·m²·(10ε + 2u)
+//     ·|q_i|·max_j |k_j| (two rotations of 5ε·m each, u = the storage type's unit roundoff, 0 for float32).
+//     Measured over tests/regimes_test.cpp on every SIMD target: ≤ 0.021 of that bound.
 namespace regimes {
 struct ReRope {
   std::int64_t window = 0;  // w > 0
