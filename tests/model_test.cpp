@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <numeric>
 #include <random>
@@ -350,26 +351,26 @@ TEST(Runner, BadCallsAreErrors) {
   EXPECT_ERROR(ropekit::spec_with_scaling(bundled(), "{nope"), "--rope-scaling", "invalid JSON");
 }
 
-// The lab's protocol on a short configuration, every built-in method, against the float64 oracle.
-TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
-  const auto& tokens = excerpt_tokens();
+// The lab's configuration for the oracle comparisons: L0 = 16, N = 16 and 48, two windows, buckets 0/16/32.
+ropekit::EvalOptions short_lab() {
   ropekit::EvalOptions o;
   o.window_size = 48;
   o.windows = 2;
   o.lengths = {16, 48};
   o.buckets = {0, 16, 32};
   o.trained_length = 16;
-  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
-  // Window starts: 0, then the first BOS at or after 48.
-  std::int64_t second = 48;
-  while (tokens[std::size_t(second)] != 1) ++second;
-  ASSERT_EQ(result.window_starts, (std::vector<std::int64_t>{0, second}));
-  const int d = 8;
+  return o;
+}
+
+// Every row of `result` within 1e-3 nats of the float64 oracle's protocol, the method of each row given
+// by method_of(name, N), and with the oracle's target count.
+void expect_rows_match_the_oracle(const ropekit::EvalResult& result, const ropekit::EvalOptions& o,
+                                  const std::function<oracle::Method(const std::string&, std::int64_t)>& method_of) {
+  const auto& tokens = excerpt_tokens();
   std::map<std::pair<std::string, std::int64_t>, std::map<std::int64_t, std::pair<double, std::int64_t>>> expected;
-  for (const auto& m : ropekit::builtin_methods()) {
+  for (const auto& m : o.methods) {
     for (std::int64_t n : o.lengths) {
-      const double s = std::max(1.0, double(n) / 16.0);
-      const oracle::Method om = oracle::method(m.name, d, 10000.0, s, 16);
+      const oracle::Method om = method_of(m.name, n);
       for (std::int64_t start : result.window_starts) {
         const std::vector<int> window(tokens.begin() + start, tokens.begin() + start + n);
         const std::vector<double> nll = oracle::window_nll(bundled(), window, om, 1);
@@ -381,13 +382,28 @@ TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
       }
     }
   }
-  ASSERT_EQ(result.rows.size(), 10u * (1 + 3));
+  ASSERT_EQ(result.rows.size(), o.methods.size() * (1 + 3));
   for (const ropekit::EvalRow& row : result.rows) {
     const auto [sum, count] = expected[{row.method, row.n}][row.bucket_lo];
     EXPECT_EQ(row.tokens, count) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
     EXPECT_NEAR(row.mean_nll, sum / double(count), 1e-3) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
     EXPECT_DOUBLE_EQ(row.ppl, std::exp(row.mean_nll));
   }
+}
+
+// The lab's protocol on a short configuration, every built-in method, against the float64 oracle.
+TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
+  const auto& tokens = excerpt_tokens();
+  const ropekit::EvalOptions o = short_lab();
+  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
+  // Window starts: 0, then the first BOS at or after 48.
+  std::int64_t second = 48;
+  while (tokens[std::size_t(second)] != 1) ++second;
+  ASSERT_EQ(result.window_starts, (std::vector<std::int64_t>{0, second}));
+  ASSERT_EQ(o.methods.size(), 10u);
+  expect_rows_match_the_oracle(result, o, [](const std::string& name, std::int64_t n) {
+    return oracle::method(name, 8, 10000.0, std::max(1.0, double(n) / 16.0), 16);
+  });
   // The methods differ where they should (the check above can tell them apart).
   auto nll_of = [&](const std::string& method, std::int64_t bucket) {
     for (const auto& r : result.rows) {
@@ -403,12 +419,7 @@ TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
 // The position-regime methods (NAME:parameters), against the float64 oracle's relative-position matrix.
 TEST(Lab, RegimeMethodsWithinOneMilliNatOfTheFloat64Protocol) {
   const auto& tokens = excerpt_tokens();
-  ropekit::EvalOptions o;
-  o.window_size = 48;
-  o.windows = 2;
-  o.lengths = {16, 48};
-  o.buckets = {0, 16, 32};
-  o.trained_length = 16;
+  ropekit::EvalOptions o = short_lab();
   o.methods = ropekit::parse_methods("rerope:w=6,rerope_logn:w=10,self_extend:W=8,G=3,self_extend:W=6,G=2,logn=1,"
                                      "dca,dca:chunk=12,local=3,logn");
   ASSERT_EQ(o.methods.size(), 7u);
@@ -425,26 +436,7 @@ TEST(Lab, RegimeMethodsWithinOneMilliNatOfTheFloat64Protocol) {
       {"dca:chunk=12,local=3", oracle::dca(d, base, 12, 3)},
       {"logn", oracle::method("logn", d, base, 1.0, 16)}};
   methods["self_extend:W=6,G=2,logn=1"].logn_length = 16;
-  std::map<std::pair<std::string, std::int64_t>, std::map<std::int64_t, std::pair<double, std::int64_t>>> expected;
-  for (const auto& [name, om] : methods) {
-    for (std::int64_t n : o.lengths) {
-      for (std::int64_t start : result.window_starts) {
-        const std::vector<int> window(tokens.begin() + start, tokens.begin() + start + n);
-        const std::vector<double> nll = oracle::window_nll(bundled(), window, om, 1);
-        for (std::size_t t = 1; t < std::size_t(n); ++t) {
-          auto& [sum, count] = expected[{name, n}][t < 16 ? 0 : t < 32 ? 16 : 32];
-          sum += nll[t - 1];
-          ++count;
-        }
-      }
-    }
-  }
-  ASSERT_EQ(result.rows.size(), 7u * (1 + 3));
-  for (const ropekit::EvalRow& row : result.rows) {
-    const auto [sum, count] = expected[{row.method, row.n}][row.bucket_lo];
-    EXPECT_EQ(row.tokens, count) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
-    EXPECT_NEAR(row.mean_nll, sum / double(count), 1e-3) << row.method << " N=" << row.n << " bucket " << row.bucket_lo;
-  }
+  expect_rows_match_the_oracle(result, o, [&](const std::string& name, std::int64_t) { return methods.at(name); });
   // Each method differs from the model's own RoPE where its regimes apply (so the check can fail).
   o.methods = ropekit::parse_methods("orig");
   const ropekit::EvalResult orig = ropekit::evaluate(bundled(), tokens, o);
