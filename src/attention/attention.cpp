@@ -37,10 +37,21 @@ constexpr double kWorkPerThread = 1 << 20;
 
 namespace {
 
-std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b; }  // a ≥ 0, b > 0
-
 // DualChunk's chunk_len.
 std::int64_t chunk_len(const regimes::DualChunk& dc) { return dc.chunk_size - dc.local_size; }
+
+// The regime rule the per-target driver inlines; regime_of and regime_count read the same one.
+cpu::RegimeRule rule_of(const PositionRegimes& regimes) {
+  cpu::RegimeRule rule;
+  if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) {
+    rule = {.kind = cpu::RegimeRule::Kind::Window, .window = r->window, .count = 2};
+  } else if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
+    rule = {.kind = cpu::RegimeRule::Kind::Window, .window = se->window, .count = 2};
+  } else if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
+    rule = {.kind = cpu::RegimeRule::Kind::DualChunk, .chunk_len = chunk_len(*dc), .count = 3};
+  }
+  return rule;
+}
 
 }  // namespace
 
@@ -69,29 +80,15 @@ void validate_regimes(const PositionRegimes& regimes, std::string_view what) {
   }
 }
 
-int regime_count(const PositionRegimes& regimes) {
-  switch (regimes.index()) {
-    case 1: case 2: return 2;
-    case 3: return 3;
-    default: return 1;
-  }
-}
+int regime_count(const PositionRegimes& regimes) { return rule_of(regimes).count; }
 
-int regime_of(const PositionRegimes& regimes, std::int64_t i, std::int64_t j) {
-  if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) return i - j < r->window ? 0 : 1;
-  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) return i - j < se->window ? 0 : 1;
-  if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
-    const std::int64_t c = chunk_len(*dc), ci = floor_div(i, c), cj = floor_div(j, c);
-    return ci <= cj ? 0 : ci == cj + 1 ? 1 : 2;
-  }
-  return 0;
-}
+int regime_of(const PositionRegimes& regimes, std::int64_t i, std::int64_t j) { return rule_of(regimes).of(i, j); }
 
 std::int64_t regime_query_position(const PositionRegimes& regimes, int r, std::int64_t i) {
   if (r == 0 && regimes.index() != 3) return i;
   if (const auto* rr = std::get_if<regimes::ReRope>(&regimes)) return rr->window;
   if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
-    return floor_div(i, se->group) + se->window - floor_div(se->window, se->group);
+    return i / se->group + se->window - se->window / se->group;
   }
   if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
     const std::int64_t c = chunk_len(*dc);
@@ -105,7 +102,7 @@ std::int64_t regime_query_position(const PositionRegimes& regimes, int r, std::i
 std::int64_t regime_key_position(const PositionRegimes& regimes, int r, std::int64_t j) {
   if (r == 0 && regimes.index() != 3) return j;
   if (std::holds_alternative<regimes::ReRope>(regimes)) return 0;
-  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) return floor_div(j, se->group);
+  if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) return j / se->group;
   if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) return j % chunk_len(*dc);
   return j;
 }
@@ -369,17 +366,7 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
   p.exact_scale = r.exact_scale;
   p.logn_length = options.logn_length;
   if (r.regime_count > 1) {
-    p.rule.count = r.regime_count;
-    if (const auto* rr = std::get_if<regimes::ReRope>(&options.regimes)) {
-      p.rule.kind = cpu::RegimeRule::Kind::Window;
-      p.rule.window = rr->window;
-    } else if (const auto* se = std::get_if<regimes::SelfExtend>(&options.regimes)) {
-      p.rule.kind = cpu::RegimeRule::Kind::Window;
-      p.rule.window = se->window;
-    } else if (const auto* dc = std::get_if<regimes::DualChunk>(&options.regimes)) {
-      p.rule.kind = cpu::RegimeRule::Kind::DualChunk;
-      p.rule.chunk_len = dc->chunk_size - dc->local_size;
-    }
+    p.rule = rule_of(options.regimes);
     p.k_tile_of = r.k_tile_of;
     for (std::size_t reg = 0; reg < 3; ++reg) {
       if (r.q_regime[reg]) p.q_rotations[reg] = &r.q_regime[reg]->job();
