@@ -96,7 +96,9 @@ class SpecBuilder {
     // the period llama.cpp hard-codes for the architecture), which rotate.
     int n = 0;
     if (auto b = number(prefix_ + "block_count")) {
-      if (*b < 0 || *b > 100000 || *b != std::floor(*b)) fail(prefix_ + "block_count", *b, "must be an integer in [0, 100000]");
+      if (*b < 0 || *b > detail::kMaxLayers || *b != std::floor(*b)) {
+        fail(prefix_ + "block_count", *b, fmt::format("must be an integer in [0, {}]", detail::kMaxLayers));
+      }
       n = int(*b);
     }
     const std::optional<double> window = number(prefix_ + "attention.sliding_window");
@@ -161,7 +163,7 @@ class SpecBuilder {
         return out;
       }
       const double* d = std::get_if<double>(&it->second.value);
-      if (!d || *d < 0 || *d > 100000 || *d != std::floor(*d)) fail(key, "(value)", "expected a period or a bool per layer");
+      if (!d || *d < 0 || *d > detail::kMaxLayers || *d != std::floor(*d)) fail(key, "(value)", "expected a period or a bool per layer");
       period = int(*d);
     }
     for (int i = 0; i < n; ++i) out[std::size_t(i)] = period > 0 && i % period < period - 1;

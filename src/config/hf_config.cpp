@@ -206,12 +206,12 @@ class ModelReader {
     if (!v) {
       if (Value types = r_.model_key("layer_types"); types && types.node->is_array()) {
         num_layers_ = int(types.node->size());
-        if (num_layers_ > kMaxLayers) r_.fail(types.path, *types.node, fmt::format("has more than {} entries", kMaxLayers));
+        if (num_layers_ > detail::kMaxLayers) r_.fail(types.path, *types.node, fmt::format("has more than {} entries", detail::kMaxLayers));
       }
       return;
     }
     const std::int64_t n = r_.integer(v);
-    if (n < 0 || n > kMaxLayers) r_.fail(v.path, *v.node, fmt::format("must be in [0, {}]", kMaxLayers));
+    if (n < 0 || n > detail::kMaxLayers) r_.fail(v.path, *v.node, fmt::format("must be in [0, {}]", detail::kMaxLayers));
     num_layers_ = int(n);
   }
 
@@ -982,8 +982,6 @@ class ModelReader {
         beta ? fmt::format("model_type {}'s attention code does not apply llama_4_scaling_beta", out_.model_type)
              : "as in Hugging Face"));
   }
-
-  static constexpr int kMaxLayers = 100000;
 
   Reader r_;
   const json& root_;

@@ -96,7 +96,10 @@ std::vector<const LayerPositions*> ModelPositions::rope_groups() const {
 namespace detail {
 
 namespace {
+// Equal in everything but `layers` (compared without copying when neither lists layers: the readers
+// pass one plan per layer, and groups gain their layers only after every layer found its group).
 bool same_plan(const LayerPositions& a, const LayerPositions& b) {
+  if (a.layers.empty() && b.layers.empty()) return a == b;
   LayerPositions x = a, y = b;
   x.layers.clear();
   y.layers.clear();
@@ -122,8 +125,10 @@ void assemble_groups(ModelPositions& out, const std::vector<LayerPositions>& per
       out.groups.push_back(plan);
       out.groups.back().layers.clear();
     }
-    if (indexed) out.groups[g].layers.push_back(int(i));
     group_of.push_back(g);
+  }
+  if (indexed) {
+    for (std::size_t i = 0; i < per_layer.size(); ++i) out.groups[group_of[i]].layers.push_back(int(i));
   }
   // Distinct plans under one name: the later ones are named after what differs.
   for (std::size_t g = 0; g < out.groups.size(); ++g) {
