@@ -10,8 +10,10 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 namespace ropekit {
@@ -54,6 +56,42 @@ inline std::uint16_t float_to_f16(float value) {
   std::uint16_t bits;
   std::memcpy(&bits, &h, sizeof bits);
   return bits;
+}
+
+// fp8 E4M3 ("e4m3fn", OCP 8-bit floating point, as vLLM's and FlashInfer's fp8 KV caches store it):
+// 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities; S.1111.111 is NaN; the largest finite
+// value is ±448, the smallest subnormal 2^-9. Storage only, for KV caches (ropekit/append.hpp).
+//   float_to_e4m3: round to nearest, ties to even, saturating — every |x| ≥ 448 and ±infinity become ±448
+//   (CUDA's __NV_SATFINITE, so the cache never holds a NaN made from a large value); every NaN becomes
+//   0x7f (the canonical NaN CUDA's conversion writes); −0 stays −0.
+//   e4m3_to_float: exact.
+//   Error: ≤ half a spacing of e4m3 at |x| (2^-4 relative for normals, 2^-10 absolute below 2^-6) for
+//   |x| < 448. Valid range: every float32 and every 8-bit pattern (tests/append_test.cpp, all 256
+//   patterns and the rounding boundaries against a double oracle).
+inline float e4m3_to_float(std::uint8_t bits) {
+  const float sign = (bits & 0x80u) != 0 ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+}
+
+inline std::uint8_t float_to_e4m3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  const std::uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const float a = std::fabs(value);
+  if (!(a < 448.0f)) return sign | 0x7e;  // saturate (±448), infinities included
+  // a = q · 2^(E−3) with E the binade of a (at least −6: subnormals share the lowest binade's
+  // spacing); q rounded to an integer, ties to even, is the encoding's mantissa with its implicit bit.
+  // Scaling by a power of two is exact, so this is the one rounding.
+  int e = 0;
+  (void)std::frexp(a, &e);
+  const int binade = a < 0x1p-6f ? -6 : e - 1;  // zero included
+  const int q = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - binade)));  // in [0, 16]
+  if (binade == -6) return sign | static_cast<std::uint8_t>(q);  // exponent field 0 or (q = 8..16) 1..2
+  const int exponent = q == 16 ? binade + 1 : binade;
+  const int mantissa = q == 16 ? 0 : q - 8;
+  return sign | static_cast<std::uint8_t>(((exponent + 7) << 3) | mantissa);
 }
 
 }  // namespace ropekit

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ropekit/analysis.hpp"
+#include "ropekit/append.hpp"
 #include "ropekit/call.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/config.hpp"

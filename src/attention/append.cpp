@@ -1,0 +1,490 @@
+// Fused rotate-and-append into a paged or slot-mapped KV cache the caller owns (ropekit/append.hpp):
+// validated and resolved once (prepare_append), then per token: q rotated (after its QK-norm), k
+// rotated into the cache entry (directly when the cache has k's type, else through a per-thread row
+// buffer and one conversion), k_nope and v converted into their entries.
+#include "ropekit/append.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "cpu/parallel.hpp"
+#include "cpu/rotate.hpp"
+#include "rope/call.hpp"
+#include "rope/reference.hpp"
+#include "rope/views.hpp"
+#include "ropekit/cpu.hpp"
+#include "ropekit/error.hpp"
+
+namespace ropekit {
+
+std::string_view to_string(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::F32: return "f32";
+    case CacheDType::BF16: return "bf16";
+    case CacheDType::F16: return "f16";
+    case CacheDType::F8E4M3: return "f8e4m3";
+  }
+  return "(invalid CacheDType)";
+}
+
+std::string_view to_string(PageLayout layout) {
+  switch (layout) {
+    case PageLayout::NHD: return "NHD";
+    case PageLayout::HND: return "HND";
+  }
+  return "(invalid PageLayout)";
+}
+
+namespace {
+
+std::int64_t entry_offset(const PagedCache& c, std::int64_t slot, std::int64_t head, int lanes) {
+  const std::int64_t page = slot / c.page_size, entry = slot % c.page_size;
+  const std::int64_t row = c.layout == PageLayout::NHD ? (page * c.page_size + entry) * c.kv_heads + head
+                                                       : (page * c.kv_heads + head) * c.page_size + entry;
+  return row * lanes * element_size(c.dtype);
+}
+
+}  // namespace
+
+void* PagedCache::key(std::int64_t slot, std::int64_t head) const {
+  return static_cast<std::byte*>(k) + entry_offset(*this, slot, head, head_dim);
+}
+void* PagedCache::value(std::int64_t slot, std::int64_t head) const {
+  return static_cast<std::byte*>(v) + entry_offset(*this, slot, head, v_head_dim);
+}
+
+namespace {
+
+bool same_view(const Heads& a, const Heads& b) {
+  return a.data == b.data && a.dtype == b.dtype && a.batch == b.batch && a.seq == b.seq && a.heads == b.heads &&
+         a.batch_stride == b.batch_stride && a.seq_stride == b.seq_stride && a.head_stride == b.head_stride;
+}
+
+void require_shape(const Heads& view, std::string_view name, const Heads& like, std::string_view like_name) {
+  if (view.batch != like.batch || view.seq != like.seq) {
+    throw Error(fmt::format("{} has batch {} x seq {} but {} has batch {} x seq {}: they must hold the same tokens",
+                            name, view.batch, view.seq, like_name, like.batch, like.seq));
+  }
+}
+
+void check_cache(const PagedCache& c) {
+  const auto positive = [](std::string_view field, std::int64_t value) {
+    if (value <= 0) throw Error(fmt::format("cache.{} = {}: must be > 0", field, value));
+  };
+  if (c.dtype != CacheDType::F32 && c.dtype != CacheDType::BF16 && c.dtype != CacheDType::F16 &&
+      c.dtype != CacheDType::F8E4M3) {
+    throw Error(fmt::format("cache.dtype = {}: not a CacheDType", static_cast<int>(c.dtype)));
+  }
+  if (c.layout != PageLayout::NHD && c.layout != PageLayout::HND) {
+    throw Error(fmt::format("cache.layout = {}: not a PageLayout", static_cast<int>(c.layout)));
+  }
+  if (c.k == nullptr) throw Error("cache.k is null");
+  positive("num_pages", c.num_pages);
+  positive("page_size", c.page_size);
+  positive("kv_heads", c.kv_heads);
+  positive("head_dim", c.head_dim);
+  if (c.v_head_dim < 0) throw Error(fmt::format("cache.v_head_dim = {}: must be >= 0", c.v_head_dim));
+  if ((c.v == nullptr) != (c.v_head_dim == 0)) {
+    throw Error(fmt::format("cache.v is {} but cache.v_head_dim = {}: a cache without values has v = null and "
+                            "v_head_dim = 0", c.v == nullptr ? "null" : "set", c.v_head_dim));
+  }
+  // Every byte offset of the cache must fit int64 (and the address space).
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;
+  const std::int64_t per_slot = c.kv_heads * std::int64_t{std::max(c.head_dim, c.v_head_dim)} * element_size(c.dtype);
+  if (c.page_size > kMaxBytes / c.num_pages || c.num_pages * c.page_size > kMaxBytes / per_slot) {
+    throw Error(fmt::format("cache: {} pages x {} entries x {} bytes exceed 2^46 bytes", c.num_pages, c.page_size,
+                            per_slot));
+  }
+  for (const auto& [name, scale] : {std::pair{"k_scale", c.k_scale}, std::pair{"v_scale", c.v_scale}}) {
+    if (c.dtype == CacheDType::F8E4M3) {
+      if (!std::isfinite(scale) || scale <= 0.0f) {
+        throw Error(fmt::format("cache.{} = {}: must be finite and > 0", name, scale));
+      }
+    } else if (scale != 1.0f) {
+      throw Error(fmt::format("cache.{} = {}: only an f8e4m3 cache is scaled (cache.dtype = {}); leave it 1", name,
+                              scale, to_string(c.dtype)));
+    }
+  }
+}
+
+// The resolved slot of every token: −1 for none. Throws on anything outside the cache or shared.
+std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, std::int64_t tokens) {
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens), -1);
+  const std::int64_t total = c.slots();
+  if (const auto* m = std::get_if<SlotMapping>(&args.slots)) {
+    if (m->type != IndexType::I32 && m->type != IndexType::I64) {
+      throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(m->type)));
+    }
+    if (m->count != tokens) {
+      throw Error(fmt::format("slots.count = {}: must equal the number of tokens, {}", m->count, tokens));
+    }
+    if (tokens > 0 && m->data == nullptr) throw Error("slots.data is null");
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int64_t s = m->type == IndexType::I32 ? static_cast<const std::int32_t*>(m->data)[t]
+                                                       : static_cast<const std::int64_t*>(m->data)[t];
+      if (s < -1 || s >= total) {
+        throw Error(fmt::format("slots[{}] = {}: outside the cache's {} slots [0, {}) (-1 skips a token)", t, s,
+                                total, total));
+      }
+      slots[std::size_t(t)] = s;
+    }
+  } else {
+    const PageTable& p = std::get<PageTable>(args.slots);
+    if (p.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
+    const std::size_t batch = p.indptr.size() - 1;
+    if (p.last_page_len.size() != batch) {
+      throw Error(fmt::format("page_table.last_page_len has {} values: must have batch = {} (indptr has {})",
+                              p.last_page_len.size(), batch, p.indptr.size()));
+    }
+    if (p.indptr[0] != 0) throw Error(fmt::format("page_table.indptr[0] = {}: must be 0", p.indptr[0]));
+    std::vector<std::int64_t> length(batch);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const std::int32_t first = p.indptr[b], last = p.indptr[b + 1];
+      if (last < first || static_cast<std::size_t>(last) > p.indices.size()) {
+        throw Error(fmt::format("page_table.indptr[{}] = {}: must be in [indptr[{}] = {}, indices.size() = {}]", b + 1,
+                                last, b, first, p.indices.size()));
+      }
+      for (std::int32_t i = first; i < last; ++i) {
+        if (p.indices[std::size_t(i)] < 0 || p.indices[std::size_t(i)] >= c.num_pages) {
+          throw Error(fmt::format("page_table.indices[{}] = {}: outside the cache's pages [0, {})", i,
+                                  p.indices[std::size_t(i)], c.num_pages));
+        }
+      }
+      const std::int32_t len = p.last_page_len[b];
+      const bool has_pages = last > first;
+      if (has_pages ? len < 1 || len > c.page_size : len != 0) {
+        throw Error(fmt::format("page_table.last_page_len[{}] = {}: must be in [1, page_size = {}] for a sequence "
+                                "with pages, 0 for one without",
+                                b, len, c.page_size));
+      }
+      length[b] = has_pages ? std::int64_t{last - first - 1} * c.page_size + len : 0;
+    }
+    if (std::int64_t(p.batch_indices.size()) != tokens || std::int64_t(p.seq_positions.size()) != tokens) {
+      throw Error(fmt::format("page_table.batch_indices / seq_positions have {} / {} values: must have one per token, {}",
+                              p.batch_indices.size(), p.seq_positions.size(), tokens));
+    }
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::int32_t b = p.batch_indices[std::size_t(t)], e = p.seq_positions[std::size_t(t)];
+      if (b < 0 || static_cast<std::size_t>(b) >= batch) {
+        throw Error(fmt::format("page_table.batch_indices[{}] = {}: outside the batch [0, {})", t, b, batch));
+      }
+      if (e < 0 || e >= length[std::size_t(b)]) {
+        throw Error(fmt::format("page_table.seq_positions[{}] = {}: outside sequence {}'s {} entries", t, e, b,
+                                length[std::size_t(b)]));
+      }
+      const std::int32_t page = p.indices[std::size_t(p.indptr[std::size_t(b)] + e / c.page_size)];
+      slots[std::size_t(t)] = std::int64_t{page} * c.page_size + e % c.page_size;
+    }
+  }
+  // Two tokens writing one slot would race (and the result would depend on the split).
+  std::vector<std::int64_t> order(slots.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return slots[std::size_t(a)] != slots[std::size_t(b)] ? slots[std::size_t(a)] < slots[std::size_t(b)] : a < b;
+  });
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const std::int64_t s = slots[std::size_t(order[i])];
+    if (s >= 0 && s == slots[std::size_t(order[i - 1])]) {
+      throw Error(fmt::format("tokens {} and {} both write slot {}: slots must be distinct within a call",
+                              order[i - 1], order[i], s));
+    }
+  }
+  return slots;
+}
+
+// n lanes of storage type `from` into the cache's type (one rounding at most; fp8: x / scale first).
+void convert_lanes(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale, float* buffer) {
+  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
+    std::memcpy(dst, src, std::size_t(n * element_size(from)));
+    return;
+  }
+  detail::widen(src, from, n, buffer);
+  if (to == CacheDType::F8E4M3) {
+    auto* out = static_cast<std::uint8_t*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_e4m3(buffer[i] / scale);
+    return;
+  }
+  detail::narrow(buffer, n, static_cast<DType>(to), dst);
+}
+
+}  // namespace
+
+struct AppendCall::Resolved {
+  AppendArgs args;
+  PagedCache cache;
+  RotateCall rotation;  // q and k, read-only: the coefficients and positions of every token
+  std::vector<std::int64_t> slots;
+  detail::TokenKernel q_kernel = nullptr, k_kernel = nullptr, f32_kernel = nullptr;
+  std::vector<float> q_weight, k_weight;  // weight + weight_offset, float32
+  bool k_in_place = false;
+  int head_dim = 0;
+  int threads = 1;
+  std::int64_t bytes_moved = 0;
+
+  void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
+  void normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const;
+};
+
+AppendCall::AppendCall() = default;
+AppendCall::~AppendCall() = default;
+AppendCall::AppendCall(AppendCall&&) noexcept = default;
+AppendCall& AppendCall::operator=(AppendCall&&) noexcept = default;
+
+std::int64_t AppendCall::rows() const { return r_ ? r_->slots.size() : 0; }
+
+// RMSNorm of every head of token t of `in` into out (heads × head_dim floats), as QkNorm says.
+void AppendCall::Resolved::normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const {
+  const std::int64_t b = t / in.seq, s = t % in.seq, d = head_dim;
+  for (std::int64_t h = 0; h < in.heads; ++h) detail::widen(in.row(b, s, h), in.dtype, d, out + h * d);
+  const bool across = args.norm.across_heads;
+  const std::int64_t group = across ? in.heads * d : d;
+  for (std::int64_t first = 0; first < in.heads * d; first += group) {
+    double sum = 0.0;
+    for (std::int64_t l = 0; l < group; ++l) sum += double(out[first + l]) * double(out[first + l]);
+    const float r = static_cast<float>(1.0 / std::sqrt(sum / double(group) + double(args.norm.eps)));
+    for (std::int64_t l = 0; l < group; ++l) {
+      out[first + l] = (out[first + l] * r) * weight[std::size_t(across ? first + l : l)];
+    }
+  }
+}
+
+void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const {
+  const detail::RotateJob& job = rotation.job();
+  const std::int64_t d = head_dim, kv = args.k.heads;
+  const std::int64_t b = t / args.k.seq, s = t % args.k.seq;
+  const std::int64_t slot = slots[std::size_t(t)];
+  float* convert = buffer.data();  // max(head_dim, k_nope_dim, v_head_dim) floats
+  float* norm = convert + std::max({d, std::int64_t{args.k_nope_dim}, std::int64_t{cache.v_head_dim}});
+
+  if (!args.q.empty()) {
+    const Heads& q = args.q;
+    const Heads& dst = args.q_out.empty() ? q : args.q_out;
+    if (!q_weight.empty()) {
+      normed(q, t, q_weight, norm);
+      f32_kernel(job, t, norm, d, norm, d, q.heads);
+      for (std::int64_t h = 0; h < q.heads; ++h) detail::narrow(norm + h * d, d, q.dtype, dst.row(b, s, h));
+    } else {
+      q_kernel(job, t, q.row(b, s, 0), q.head_stride, dst.row(b, s, 0), dst.head_stride, q.heads);
+    }
+  }
+
+  // The rotated keys in k's storage type: in k_out, straight in the cache entries, or in `rows`.
+  const Heads& k = args.k;
+  const bool live = !args.k_out.empty();
+  if (slot < 0 && !live) return;
+  const bool direct = !live && k_weight.empty() && static_cast<int>(cache.dtype) == static_cast<int>(k.dtype);
+  const void* rotated = nullptr;
+  std::int64_t rotated_stride = 0;
+  if (direct) {
+    k_kernel(job, t, k.row(b, s, 0), k.head_stride, static_cast<std::byte*>(cache.key(slot, 0)) +
+             args.k_offset * element_size(cache.dtype), cache.head_stride(cache.head_dim), kv);
+  } else {
+    void* out = live ? args.k_out.row(b, s, 0) : rows.data();
+    const std::int64_t out_stride = live ? args.k_out.head_stride : d;
+    if (!k_weight.empty()) {
+      normed(k, t, k_weight, norm);
+      f32_kernel(job, t, norm, d, norm, d, kv);
+      for (std::int64_t h = 0; h < kv; ++h) {
+        detail::narrow(norm + h * d, d, k.dtype, static_cast<std::byte*>(out) + h * out_stride * element_size(k.dtype));
+      }
+    } else {
+      k_kernel(job, t, k.row(b, s, 0), k.head_stride, out, out_stride, kv);
+    }
+    rotated = out;
+    rotated_stride = out_stride;
+  }
+  if (slot < 0) return;
+  for (std::int64_t h = 0; h < kv; ++h) {
+    std::byte* entry = static_cast<std::byte*>(cache.key(slot, h));
+    if (!direct) {
+      convert_lanes(static_cast<const std::byte*>(rotated) + h * rotated_stride * element_size(k.dtype), k.dtype, d,
+                    entry + args.k_offset * element_size(cache.dtype), cache.dtype, cache.k_scale, convert);
+    }
+    if (!args.k_nope.empty()) {
+      convert_lanes(args.k_nope.row(b, s, h), args.k_nope.dtype, args.k_nope_dim,
+                    entry + args.k_nope_offset * element_size(cache.dtype), cache.dtype, cache.k_scale, convert);
+    }
+    if (!args.v.empty()) {
+      convert_lanes(args.v.row(b, s, h), args.v.dtype, cache.v_head_dim, cache.value(slot, h), cache.dtype,
+                    cache.v_scale, convert);
+    }
+  }
+}
+
+void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
+  if (!r_ || first >= last) return;
+  // Per-thread buffers, grown once per thread: the engine's threads may split the tokens any way.
+  thread_local std::vector<float> buffer;
+  thread_local std::vector<std::byte> rows;
+  const std::int64_t d = r_->head_dim;
+  const std::int64_t heads = std::max(r_->args.q.heads, r_->args.k.heads);
+  const std::size_t floats = std::size_t(std::max({d, std::int64_t{r_->args.k_nope_dim}, std::int64_t{r_->cache.v_head_dim}}) +
+                                         heads * d);
+  const std::size_t bytes = std::size_t(r_->args.k.heads * d * element_size(r_->args.k.dtype));
+  if (buffer.size() < floats) buffer.resize(floats);
+  if (rows.size() < bytes) rows.resize(bytes);
+  for (std::int64_t t = first; t < last; ++t) r_->token(t, buffer, rows);
+}
+
+void AppendCall::run() const {
+  if (!r_) return;
+  const std::int64_t tokens = rows();
+  const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(r_->threads, r_->bytes_moved), tokens));
+  cpu::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
+}
+
+std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache) {
+  check_cache(cache);
+  return slots_of(args, cache, args.k.batch * args.k.seq);
+}
+
+AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache) {
+  const Spec& spec = rope.spec();
+  const int d = spec.head_dim;
+  check_cache(cache);
+  if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
+
+  // The views: k is required; each view's lanes and heads against the rope and the cache.
+  if (args.k.empty()) throw Error("k is empty: an append needs the new keys");
+  detail::check_view(args.k, "k", d);
+  if (args.k.heads != cache.kv_heads) {
+    throw Error(fmt::format("k.heads = {} differs from cache.kv_heads = {}", args.k.heads, cache.kv_heads));
+  }
+  if (args.k_offset < 0 || args.k_offset > cache.head_dim - d) {
+    throw Error(fmt::format("k_offset = {}: k's {} lanes must fit the cache's {}-lane key entry", args.k_offset, d,
+                            cache.head_dim));
+  }
+  if (!args.q.empty()) {
+    detail::check_view(args.q, "q", d);
+    require_shape(args.q, "q", args.k, "k");
+  }
+  const auto check_output = [&](const Heads& out, std::string_view name, const Heads& in, std::string_view in_name) {
+    if (out.empty()) {
+      if (out.data != nullptr) throw Error(fmt::format("{}.data is set but {} is empty", name, name));
+      return;
+    }
+    if (in.empty()) throw Error(fmt::format("{} is set but {} is empty: nothing to write", name, in_name));
+    detail::check_view(out, name, d);
+    if (out.batch != in.batch || out.seq != in.seq || out.heads != in.heads || out.dtype != in.dtype) {
+      throw Error(fmt::format("{} [{}, {}, {}] {} differs from {} [{}, {}, {}] {}", name, out.batch, out.seq, out.heads,
+                              to_string(out.dtype), in_name, in.batch, in.seq, in.heads, to_string(in.dtype)));
+    }
+    detail::require_no_self_overlap(out, name, d);
+  };
+  check_output(args.q_out, "q_out", args.q, "q");
+  check_output(args.k_out, "k_out", args.k, "k");
+  if (args.q_out.empty() && !args.q.empty()) detail::require_no_self_overlap(args.q, "q", d);
+  const bool k_in_place = !args.k_out.empty() && same_view(args.k, args.k_out);
+  if (args.k_nope.empty() != (args.k_nope_dim == 0)) {
+    throw Error(fmt::format("k_nope is {} but k_nope_dim = {}: give both or neither", args.k_nope.empty() ? "empty" : "set",
+                            args.k_nope_dim));
+  }
+  if (!args.k_nope.empty()) {
+    detail::check_view(args.k_nope, "k_nope", args.k_nope_dim);
+    require_shape(args.k_nope, "k_nope", args.k, "k");
+    if (args.k_nope.heads != cache.kv_heads) {
+      throw Error(fmt::format("k_nope.heads = {} differs from cache.kv_heads = {}", args.k_nope.heads, cache.kv_heads));
+    }
+    if (args.k_nope_offset < 0 || args.k_nope_dim < 0 || args.k_nope_offset > cache.head_dim - args.k_nope_dim) {
+      throw Error(fmt::format("k_nope_offset = {}: k_nope's {} lanes must fit the cache's {}-lane key entry",
+                              args.k_nope_offset, args.k_nope_dim, cache.head_dim));
+    }
+    if (args.k_nope_offset < args.k_offset + d && args.k_offset < args.k_nope_offset + args.k_nope_dim) {
+      throw Error(fmt::format("k_nope lanes [{}, {}) overlap k's lanes [{}, {}) of the key entry", args.k_nope_offset,
+                              args.k_nope_offset + args.k_nope_dim, args.k_offset, args.k_offset + d));
+    }
+  }
+  if (args.v.empty() != (cache.v == nullptr)) {
+    throw Error(fmt::format("v is {} but cache.v is {}: values go exactly into a cache that has them",
+                            args.v.empty() ? "empty" : "set", cache.v == nullptr ? "null" : "set"));
+  }
+  if (!args.v.empty()) {
+    detail::check_view(args.v, "v", cache.v_head_dim);
+    require_shape(args.v, "v", args.k, "k");
+    if (args.v.heads != cache.kv_heads) {
+      throw Error(fmt::format("v.heads = {} differs from cache.kv_heads = {}", args.v.heads, cache.kv_heads));
+    }
+  }
+
+  // No written memory may be read or written by another view.
+  {
+    const std::int64_t slots = cache.slots();
+    const auto cache_range = [&](void* base, int lanes, std::string_view name) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(base);
+      return detail::ByteRange{begin, begin + std::uintptr_t(slots * cache.kv_heads * lanes * element_size(cache.dtype)), name};
+    };
+    std::vector<detail::ByteRange> written, read;
+    if (!args.q.empty()) (args.q_out.empty() ? written : read).push_back(detail::byte_range(args.q, "q", d));
+    if (!args.q_out.empty()) written.push_back(detail::byte_range(args.q_out, "q_out", d));
+    (k_in_place ? written : read).push_back(detail::byte_range(args.k, "k", d));
+    if (!args.k_out.empty() && !k_in_place) written.push_back(detail::byte_range(args.k_out, "k_out", d));
+    if (!args.k_nope.empty()) read.push_back(detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim));
+    if (!args.v.empty()) read.push_back(detail::byte_range(args.v, "v", cache.v_head_dim));
+    written.push_back(cache_range(cache.k, cache.head_dim, "cache.k"));
+    if (cache.v != nullptr) written.push_back(cache_range(cache.v, cache.v_head_dim, "cache.v"));
+    for (std::size_t i = 0; i < written.size(); ++i) {
+      for (std::size_t j = i + 1; j < written.size(); ++j) detail::require_disjoint(std::array{written[i], written[j]});
+      for (const detail::ByteRange& r : read) detail::require_disjoint(std::array{written[i], r});
+    }
+  }
+
+  // QK-norm weights.
+  const QkNorm& norm = args.norm;
+  const auto weights = [&](std::span<const float> w, const Heads& view, std::string_view name, std::string_view of) {
+    std::vector<float> out;
+    if (w.empty()) return out;
+    if (view.empty()) throw Error(fmt::format("norm.{} is set but {} is empty", name, of));
+    const std::int64_t want = norm.across_heads ? view.heads * d : d;
+    if (std::int64_t(w.size()) != want) {
+      throw Error(fmt::format("norm.{} has {} values: must have {} ({})", name, w.size(), want,
+                              norm.across_heads ? "heads x head_dim, across_heads" : "head_dim"));
+    }
+    out.resize(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) out[i] = w[i] + norm.weight_offset;
+    return out;
+  };
+  std::vector<float> q_weight = weights(norm.q_weight, args.q, "q_weight", "q");
+  std::vector<float> k_weight = weights(norm.k_weight, args.k, "k_weight", "k");
+  if ((!q_weight.empty() || !k_weight.empty()) && (!std::isfinite(norm.eps) || norm.eps <= 0.0f)) {
+    throw Error(fmt::format("norm.eps = {}: must be finite and > 0", norm.eps));
+  }
+  if (!std::isfinite(norm.weight_offset)) throw Error(fmt::format("norm.weight_offset = {}: must be finite", norm.weight_offset));
+
+  const std::int64_t tokens = args.k.batch * args.k.seq;
+  std::vector<std::int64_t> slots = slots_of(args, cache, tokens);
+
+  // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
+  RotateCall rotation = detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
+                                             detail::ViewUse::Read, {});
+
+  AppendCall call;
+  call.r_ = std::make_unique<AppendCall::Resolved>();
+  AppendCall::Resolved& r = *call.r_;
+  r.args = args;
+  r.cache = cache;
+  r.rotation = std::move(rotation);
+  r.slots = std::move(slots);
+  r.q_kernel = cpu::select_token_kernel(args.q.empty() ? DType::F32 : args.q.dtype);
+  r.k_kernel = cpu::select_token_kernel(args.k.dtype);
+  r.f32_kernel = cpu::select_token_kernel(DType::F32);
+  r.q_weight = std::move(q_weight);
+  r.k_weight = std::move(k_weight);
+  r.k_in_place = k_in_place;
+  r.head_dim = d;
+  r.threads = args.threads > 0 ? args.threads : default_threads();
+  const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
+  const std::int64_t k_bytes = args.k.heads * d * element_size(args.k.dtype) * (args.k_out.empty() ? 1 : 2) +
+                               args.k.heads * (d + args.k_nope_dim + cache.v_head_dim) * element_size(cache.dtype) +
+                               args.k_nope.heads * args.k_nope_dim * element_size(args.k_nope.dtype) +
+                               args.v.heads * cache.v_head_dim * element_size(args.v.dtype);
+  r.bytes_moved = tokens * (q_bytes + k_bytes);
+  return call;
+}
+
+}  // namespace ropekit

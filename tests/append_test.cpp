@@ -1,0 +1,493 @@
+// Fused rotate-and-append (ropekit/append.hpp), on every SIMD target: the fp8 e4m3 codec against a
+// double oracle; the fused call against the unfused sequence written here (Rope::apply, then each
+// element converted with dtype.hpp's scalar codecs and copied to the address the layout says) bit for
+// bit, over pairings, partial rotary, storage and cache types, page layouts, slot mappings and page
+// tables, MLA entries, live-k write-back and thread splits; the fused QK-norm against a double oracle
+// and the unfused norm-then-rotate; and every class of bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "attention_oracle.hpp"
+#include "expect_error.hpp"
+#include "oracle.hpp"
+#include "ropekit/ropekit.hpp"
+#include "targets.hpp"
+
+namespace {
+
+using namespace ropekit;
+
+// ---- the fp8 codec ------------------------------------------------------------------------------
+
+// Every finite e4m3 value, from its definition (sign, 4-bit exponent with bias 7, 3-bit mantissa,
+// exponent 0 subnormal), in double.
+double e4m3_value(int bits) {
+  const int e = (bits >> 3) & 15, m = bits & 7;
+  const double magnitude = e == 0 ? m * std::pow(2.0, -9) : (1.0 + m / 8.0) * std::pow(2.0, e - 7);
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+TEST(E4m3, DecodesEveryPattern) {
+  for (int b = 0; b < 256; ++b) {
+    const float f = e4m3_to_float(std::uint8_t(b));
+    if ((b & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(f)) << b;
+      continue;
+    }
+    EXPECT_EQ(double(f), e4m3_value(b)) << b;
+    EXPECT_EQ(std::signbit(f), (b & 0x80) != 0) << b;
+  }
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+}
+
+// The oracle: the nearest finite e4m3 value, ties to the even mantissa, saturating at ±448.
+std::uint8_t nearest_e4m3(double x) {
+  if (std::isnan(x)) return 0x7f;
+  const bool negative = std::signbit(x);
+  const double a = std::fabs(x);
+  int best = 0;
+  for (int b = 1; b <= 0x7e; ++b) {
+    const double d = std::fabs(e4m3_value(b) - a), db = std::fabs(e4m3_value(best) - a);
+    if (d < db || (d == db && (b & 1) == 0)) best = b;
+  }
+  return std::uint8_t((negative ? 0x80 : 0) | best);
+}
+
+TEST(E4m3, RoundsToNearestEvenAndSaturates) {
+  std::vector<float> inputs = {0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 480.0f, 1e30f, -1e30f,
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -10), std::ldexp(3.0f, -11)};
+  // Every value, the midpoints between neighbours (ties) and one float32 step either side of them.
+  for (int b = 0; b < 0x7e; ++b) {
+    const float lo = float(e4m3_value(b)), hi = float(e4m3_value(b + 1));
+    const float mid = float((double(lo) + double(hi)) / 2);
+    for (const float x : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), hi}) {
+      inputs.push_back(x);
+      inputs.push_back(-x);
+    }
+  }
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> exponent(-12.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) inputs.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  for (const float x : inputs) {
+    const std::uint8_t got = float_to_e4m3(x), want = nearest_e4m3(x);
+    if (x == 0.0f) {
+      EXPECT_EQ(got, std::signbit(x) ? 0x80 : 0x00);
+      continue;
+    }
+    EXPECT_EQ(int(got), int(want)) << x;
+  }
+  EXPECT_EQ(float_to_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_EQ(float_to_e4m3(-std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) != 0x7f) EXPECT_EQ(int(float_to_e4m3(e4m3_to_float(std::uint8_t(b)))), b);
+  }
+}
+
+// ---- storage helpers ----------------------------------------------------------------------------
+
+// Elements of one storage type in bytes, read and written through dtype.hpp's scalar conversions.
+struct Buffer {
+  int type;  // a DType or CacheDType value (1 f32, 2 bf16, 3 f16, 4 f8e4m3)
+  std::vector<std::byte> bytes;
+  Buffer(int t, std::size_t n, std::byte fill = std::byte{0x5a}) : type(t), bytes(n * size(t), fill) {}
+  static std::size_t size(int t) { return t == 1 ? 4 : t == 4 ? 1 : 2; }
+  void* data() { return bytes.data(); }
+  void set(std::size_t i, float x, float scale = 1.0f) {
+    std::byte* p = bytes.data() + i * size(type);
+    if (type == 1) std::memcpy(p, &x, 4);
+    if (type == 2 || type == 3) {
+      const std::uint16_t h = type == 2 ? float_to_bf16(x) : float_to_f16(x);
+      std::memcpy(p, &h, 2);
+    }
+    if (type == 4) *reinterpret_cast<std::uint8_t*>(p) = float_to_e4m3(x / scale);
+  }
+  float get(std::size_t i) const {
+    const std::byte* p = bytes.data() + i * size(type);
+    if (type == 1) {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    if (type == 4) return e4m3_to_float(*reinterpret_cast<const std::uint8_t*>(p));
+    std::uint16_t h;
+    std::memcpy(&h, p, 2);
+    return type == 2 ? bf16_to_float(h) : f16_to_float(h);
+  }
+};
+
+Buffer random_buffer(DType type, std::size_t n, std::uint32_t seed) {
+  Buffer b(int(type), n);
+  const std::vector<float> x = attn_oracle::normal(n, seed);
+  for (std::size_t i = 0; i < n; ++i) b.set(i, x[i]);
+  return b;
+}
+
+// The element offset of lane `lane` of head h's entry in `slot`, written out from the layouts.
+std::int64_t cache_index(PageLayout layout, std::int64_t page_size, std::int64_t heads, int lanes, std::int64_t slot,
+                         std::int64_t h, int lane) {
+  const std::int64_t page = slot / page_size, entry = slot % page_size;
+  return (layout == PageLayout::NHD ? ((page * page_size + entry) * heads + h) * lanes
+                                    : ((page * heads + h) * page_size + entry) * lanes) + lane;
+}
+
+// ---- fused == unfused ---------------------------------------------------------------------------
+
+struct Case {
+  Pairing pairing;
+  int head_dim, rotary_dim;
+  DType storage;
+  CacheDType cache;
+  PageLayout layout;
+  bool page_table, write_back, q_out;
+};
+
+class AppendTest : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(AppendTest);
+
+// One fused append against the unfused sequence; every buffer compared bit for bit.
+void check_case(const Case& c, int threads_split) {
+  SCOPED_TRACE(::testing::Message() << to_string(c.pairing) << " d=" << c.head_dim << " r=" << c.rotary_dim << " "
+                                    << to_string(c.storage) << "->" << to_string(c.cache) << " "
+                                    << to_string(c.layout) << (c.page_table ? " pages" : " slots")
+                                    << (c.write_back ? " k_out" : "") << (c.q_out ? " q_out" : ""));
+  const Spec spec{.head_dim = c.head_dim, .rotary_dim = c.rotary_dim, .base = 10000.0, .pairing = c.pairing,
+                  .scaling = scaling::Yarn{.factor = 4.0, .original_max_position_embeddings = 64}};
+  const Rope rope(spec);
+  const std::int64_t tokens = 7, q_heads = 4, kv = 2, page_size = 4, num_pages = 5;
+  const int d = c.head_dim;
+  // Scales that are not powers of two: x / scale and x · (1 / scale) round differently.
+  const float k_scale = c.cache == CacheDType::F8E4M3 ? 0.3f : 1.0f, v_scale = c.cache == CacheDType::F8E4M3 ? 0.07f : 1.0f;
+  Buffer q = random_buffer(c.storage, tokens * q_heads * d, 1), k = random_buffer(c.storage, tokens * kv * d, 2),
+         v = random_buffer(c.storage, tokens * kv * d, 3);
+  const std::vector<std::int64_t> pos = {3, 0, 1000, 17, 17, 123456, 5};
+  // Two sequences: sequence 0 on pages {3, 0}, sequence 1 on pages {4, 1, 2}; tokens 0-2 extend
+  // sequence 0, tokens 3-6 sequence 1.
+  const std::vector<std::int32_t> indices = {3, 0, 4, 1, 2}, indptr = {0, 2, 5}, last = {3, 2};
+  const std::vector<std::int32_t> batch_indices = {0, 0, 0, 1, 1, 1, 1}, seq_positions = {4, 5, 6, 7, 8, 9, 3};
+  std::vector<std::int64_t> slot_map(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const int b = batch_indices[t], e = seq_positions[t];
+    slot_map[t] = indices[indptr[b] + e / page_size] * page_size + e % page_size;
+  }
+  if (!c.page_table) slot_map[2] = -1;  // a padding token
+
+  // Unfused: rotate copies, then convert and copy each element to its slot.
+  Buffer q_want = q, k_want = k;
+  rope.apply({.q = bshd(q_want.data(), c.storage, 1, tokens, q_heads, d), .k = bshd(k_want.data(), c.storage, 1, tokens, kv, d),
+              .positions = positions(pos)});
+  const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
+  Buffer kc_want(int(c.cache), cache_elems), vc_want(int(c.cache), cache_elems);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    if (slot_map[t] < 0) continue;
+    for (std::int64_t h = 0; h < kv; ++h) {
+      for (int l = 0; l < d; ++l) {
+        kc_want.set(cache_index(c.layout, page_size, kv, d, slot_map[t], h, l), k_want.get((t * kv + h) * d + l), k_scale);
+        vc_want.set(cache_index(c.layout, page_size, kv, d, slot_map[t], h, l), v.get((t * kv + h) * d + l), v_scale);
+      }
+    }
+  }
+
+  // Fused.
+  Buffer q_got = q, k_got = k, q_out(int(c.storage), q.bytes.size() / Buffer::size(int(c.storage))),
+         k_out(int(c.storage), k.bytes.size() / Buffer::size(int(c.storage)));
+  Buffer kc(int(c.cache), cache_elems), vc(int(c.cache), cache_elems);
+  const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = c.cache, .layout = c.layout, .num_pages = num_pages,
+                         .page_size = page_size, .kv_heads = kv, .head_dim = d, .v_head_dim = d, .k_scale = k_scale,
+                         .v_scale = v_scale};
+  AppendArgs args{.q = bshd(q_got.data(), c.storage, 1, tokens, q_heads, d),
+                  .k = bshd(k_got.data(), c.storage, 1, tokens, kv, d),
+                  .v = bshd(v.data(), c.storage, 1, tokens, kv, d),
+                  .positions = positions(pos)};
+  if (c.q_out) args.q_out = bshd(q_out.data(), c.storage, 1, tokens, q_heads, d);
+  if (c.write_back) args.k_out = bshd(k_out.data(), c.storage, 1, tokens, kv, d);
+  if (c.page_table) {
+    args.slots = PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
+                           .seq_positions = seq_positions};
+  } else {
+    args.slots = slot_mapping(slot_map);
+  }
+  const AppendCall call = prepare_append(rope, args, cache);
+  ASSERT_EQ(call.rows(), tokens);
+  if (threads_split > 0) {
+    call.run(0, threads_split);
+    call.run(threads_split, tokens);
+  } else {
+    call.run();
+  }
+  EXPECT_EQ(kc.bytes, kc_want.bytes);
+  EXPECT_EQ(vc.bytes, vc_want.bytes);
+  EXPECT_EQ((c.q_out ? q_out : q_got).bytes, q_want.bytes);
+  if (c.q_out) EXPECT_EQ(q_got.bytes, q.bytes);  // q only read
+  EXPECT_EQ(k_got.bytes, k.bytes);                // k never written without k_out
+  if (c.write_back) EXPECT_EQ(k_out.bytes, k_want.bytes);
+}
+
+TEST_P(AppendTest, FusedEqualsRotateThenConvertThenCopy) {
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+    for (const auto& [d, r] : {std::pair{64, 64}, std::pair{40, 24}, std::pair{128, 32}}) {
+      for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
+        for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+          for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+            const bool odd = (d + int(storage) + int(cache) + int(layout)) % 2 == 1;
+            check_case({pairing, d, r, storage, cache, layout, odd, !odd, odd}, 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(AppendTest, AnySplitOfTheTokensGivesTheSameBits) {
+  for (const int split : {1, 3, 6}) {
+    check_case({Pairing::Half, 64, 64, DType::BF16, CacheDType::F8E4M3, PageLayout::HND, true, true, false}, split);
+    check_case({Pairing::Interleaved, 40, 24, DType::F32, CacheDType::BF16, PageLayout::NHD, false, false, true}, split);
+  }
+}
+
+TEST_P(AppendTest, RotatesTheLiveKeysInPlace) {
+  const Spec spec{.head_dim = 32, .rotary_dim = 32, .base = 10000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  Buffer k = random_buffer(DType::F32, 3 * 2 * 32, 4), v = random_buffer(DType::F32, 3 * 2 * 32, 5);
+  Buffer want = k;
+  const std::vector<std::int64_t> pos = {9, 10, 11}, slots = {0, 1, 2};
+  rope.apply({.k = bshd(want.data(), DType::F32, 1, 3, 2, 32), .positions = positions(pos)});
+  Buffer kc(1, 4 * 2 * 32), vc(1, 4 * 2 * 32);
+  const Heads kv = bshd(k.data(), DType::F32, 1, 3, 2, 32);
+  append(rope, {.k = kv, .k_out = kv, .v = bshd(v.data(), DType::F32, 1, 3, 2, 32), .positions = positions(pos),
+                .slots = slot_mapping(slots)},
+         {.k = kc.data(), .v = vc.data(), .num_pages = 1, .page_size = 4, .kv_heads = 2, .head_dim = 32, .v_head_dim = 32});
+  EXPECT_EQ(k.bytes, want.bytes);
+  EXPECT_EQ(std::memcmp(kc.data(), want.data(), want.bytes.size()), 0);  // NHD, slots 0-2 in order
+}
+
+// DeepSeek's MLA cache: one entry per token = [latent (kv_lora_rank) | k_pe (rope dim)], no values.
+TEST_P(AppendTest, MlaEntryHoldsTheLatentAndTheRotatedRopePart) {
+  const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Interleaved,
+                  .scaling = scaling::Yarn{.factor = 40.0, .original_max_position_embeddings = 4096, .mscale = 1.0,
+                                           .mscale_all_dim = 1.0}};
+  const Rope rope(spec);
+  const std::int64_t tokens = 5, rank = 512, entry = rank + 64;
+  Buffer kpe = random_buffer(DType::BF16, tokens * 64, 8), latent = random_buffer(DType::BF16, tokens * rank, 9);
+  Buffer want = kpe;
+  const std::vector<std::int32_t> pos = {0, 1, 4095, 4096, 160000}, slots = {7, 2, 0, 5, 6};
+  rope.apply({.k = bshd(want.data(), DType::BF16, 1, tokens, 1, 64), .positions = positions(pos)});
+  Buffer kc(2, 2 * 4 * entry);
+  append(rope, {.k = bshd(kpe.data(), DType::BF16, 1, tokens, 1, 64), .k_nope = bshd(latent.data(), DType::BF16, 1, tokens, 1, rank),
+                .positions = positions(pos), .slots = slot_mapping(slots), .k_offset = int(rank), .k_nope_dim = int(rank)},
+         {.k = kc.data(), .dtype = CacheDType::BF16, .num_pages = 2, .page_size = 4, .kv_heads = 1, .head_dim = int(entry)});
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t l = 0; l < rank; ++l) ASSERT_EQ(kc.get(slots[t] * entry + l), latent.get(t * rank + l));
+    for (std::int64_t l = 0; l < 64; ++l) ASSERT_EQ(kc.get(slots[t] * entry + rank + l), want.get(t * 64 + l));
+  }
+  EXPECT_EQ(kc.get(1 * entry), Buffer(2, 1).get(0));  // slot 1 untouched
+}
+
+// M-RoPE needs three position streams per token; the cache keeps none, so it appends like any rope.
+TEST_P(AppendTest, MropeAppendsLikeApply) {
+  Spec spec{.head_dim = 32, .rotary_dim = 32, .base = 10000.0, .pairing = Pairing::Half};
+  spec.mrope = MRope{.sections = {4, 6, 6}};
+  const Rope rope(spec);
+  Buffer k = random_buffer(DType::F32, 2 * 32, 10), v = random_buffer(DType::F32, 2 * 32, 11), want = k;
+  const std::vector<std::int64_t> p = {5, 6, 1, 2, 3, 9};
+  rope.apply({.k = bshd(want.data(), DType::F32, 1, 2, 1, 32), .positions = mrope_positions(p)});
+  Buffer kc(1, 2 * 32), vc(1, 2 * 32);
+  const std::vector<std::int64_t> slots = {1, 0};
+  append(rope, {.k = bshd(k.data(), DType::F32, 1, 2, 1, 32), .v = bshd(v.data(), DType::F32, 1, 2, 1, 32),
+                .positions = mrope_positions(p), .slots = slot_mapping(slots)},
+         {.k = kc.data(), .v = vc.data(), .num_pages = 2, .page_size = 1, .kv_heads = 1, .head_dim = 32, .v_head_dim = 32});
+  EXPECT_EQ(std::memcmp(kc.bytes.data(), want.bytes.data() + 32 * 4, 32 * 4), 0);
+  EXPECT_EQ(std::memcmp(kc.bytes.data() + 32 * 4, want.bytes.data(), 32 * 4), 0);
+}
+
+// ---- QK-norm ------------------------------------------------------------------------------------
+
+// The norm of the pair lane l belongs to (Half pairing, rotary_dim 48 of 64; pass-through lanes: |x|).
+double pair_norm(const std::vector<double>& x, int l) {
+  constexpr int kRotary = 48;
+  if (l >= kRotary) return std::fabs(x[l]);
+  const int partner = l < kRotary / 2 ? l + kRotary / 2 : l - kRotary / 2;
+  return std::hypot(x[l], x[partner]);
+}
+
+// The fused norm against (1) the exact norm-then-rotate in double: within half an ulp of storage plus
+// 4 ε·|y| per pair; (2) the unfused sequence — norm rounded to storage, then Rope::apply — within
+// one ulp of storage (it rounds twice, the fused once).
+TEST_P(AppendTest, QkNormIsNormThenRotateToOneRounding) {
+  for (const DType storage : {DType::F32, DType::BF16}) {
+    for (const bool across : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << to_string(storage) << (across ? " across heads" : " per head"));
+      const int d = 64;
+      const std::int64_t tokens = 5, heads = 3;
+      const Spec spec{.head_dim = d, .rotary_dim = 48, .base = 1e6, .pairing = Pairing::Half};
+      const Rope rope(spec);
+      const std::vector<std::int64_t> pos = {0, 7, 100, 4096, 99999};
+      Buffer q = random_buffer(storage, tokens * heads * d, 12), k = random_buffer(storage, tokens * heads * d, 13);
+      const std::vector<float> weight = attn_oracle::normal(std::size_t(across ? heads * d : d), 14, 0.3f);
+      const float eps = 1e-6f, offset = across ? 0.0f : 1.0f;  // Gemma's 1 + weight on one of them
+      Buffer kc(1, tokens * heads * d), q_fused = q;
+      const std::vector<std::int64_t> slots = {0, 1, 2, 3, 4};
+      append(rope, {.q = bshd(q_fused.data(), storage, 1, tokens, heads, d), .k = bshd(k.data(), storage, 1, tokens, heads, d),
+                    .positions = positions(pos), .slots = slot_mapping(slots),
+                    .norm = {.q_weight = weight, .k_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
+             {.k = kc.data(), .num_pages = 1, .page_size = tokens, .kv_heads = heads, .head_dim = d});
+      // Unfused: norm in float32 rounded to storage, then rotate.
+      Buffer q_unfused = q;
+      const double ulp = storage == DType::F32 ? 0x1p-23 : 0x1p-7;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const std::int64_t span = across ? heads * d : d;
+        for (std::int64_t first = 0; first < heads * d; first += span) {
+          double ss = 0.0;
+          for (std::int64_t l = 0; l < span; ++l) ss += std::pow(double(q.get(t * heads * d + first + l)), 2);
+          const double r = 1.0 / std::sqrt(ss / double(span) + eps);
+          std::vector<double> y(static_cast<std::size_t>(span), 0.0);
+          for (std::int64_t l = 0; l < span; ++l) {
+            y[l] = double(q.get(t * heads * d + first + l)) * r * (double(weight[across ? first + l : l]) + offset);
+            q_unfused.set(t * heads * d + first + l, float(y[l]));
+          }
+          // The exact norm-then-rotate of each head in this span, against the fused q: within half an
+          // ulp of storage of the lane plus 8 ε·|pair| (norm: 3 roundings; rotation: numerics.md's 3e-7).
+          for (std::int64_t h0 = 0; h0 < span; h0 += d) {
+            const std::vector<double> x(y.begin() + h0, y.begin() + h0 + d);
+            const std::vector<double> want = oracle::rotate(spec, rope.plan(), x, &pos[t]);
+            for (int l = 0; l < d; ++l) {
+              const double got = q_fused.get(t * heads * d + first + h0 + l);
+              const double tol = std::fabs(want[l]) * ulp / 2 + 8 * 0x1p-24 * pair_norm(x, l);
+              ASSERT_NEAR(got, want[l], tol) << "token " << t << " lane " << first + h0 + l;
+            }
+          }
+        }
+      }
+      rope.apply({.q = bshd(q_unfused.data(), storage, 1, tokens, heads, d), .positions = positions(pos)});
+      // Against the unfused sequence: its extra rounding of the normed lanes (half an ulp each) turns with
+      // the pair, so the two differ by at most (1/2 + 1/2 + 1/2) ulp of storage times the pair's norm.
+      for (std::int64_t row = 0; row < tokens * heads; ++row) {
+        std::vector<double> y(static_cast<std::size_t>(d), 0.0);
+        for (int l = 0; l < d; ++l) y[l] = q_unfused.get(row * d + l);
+        for (int l = 0; l < d; ++l) {
+          const double a = q_fused.get(row * d + l), b = q_unfused.get(row * d + l);
+          ASSERT_LE(std::fabs(a - b), 1.5 * ulp * pair_norm(y, l)) << "row " << row << " lane " << l;
+        }
+      }
+      // k took the same path into the cache (float32 cache: the rotated keys as stored).
+      Buffer k_fused(int(storage), std::size_t(tokens * heads * d));
+      for (std::size_t i = 0; i < k_fused.bytes.size() / Buffer::size(int(storage)); ++i) k_fused.set(i, kc.get(i));
+      Buffer k_alone = k;
+      append(rope, {.q = bshd(k_alone.data(), storage, 1, tokens, heads, d), .k = bshd(k.data(), storage, 1, tokens, heads, d),
+                    .positions = positions(pos), .slots = slot_mapping(slots),
+                    .norm = {.q_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
+             {.k = Buffer(1, tokens * heads * d).data(), .num_pages = 1, .page_size = tokens, .kv_heads = heads, .head_dim = d});
+      EXPECT_EQ(k_fused.bytes, k_alone.bytes);
+    }
+  }
+}
+
+// ---- bad input ----------------------------------------------------------------------------------
+
+TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
+  const Spec spec{.head_dim = 16, .rotary_dim = 16, .base = 10000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  std::vector<float> q(2 * 4 * 16, 1.0f), k(2 * 2 * 16, 1.0f), v(2 * 2 * 16, 1.0f), kc(4 * 2 * 16, 7.0f), vc(4 * 2 * 16, 7.0f);
+  const std::vector<float> kc_before = kc;
+  const std::vector<std::int64_t> pos = {0, 1}, good = {0, 1}, outside = {0, 4}, minus2 = {0, -2}, twice = {3, 3};
+  const PagedCache cache{.k = kc.data(), .v = vc.data(), .num_pages = 2, .page_size = 2, .kv_heads = 2, .head_dim = 16,
+                         .v_head_dim = 16};
+  const AppendArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 4, 16), .k = bshd(k.data(), DType::F32, 1, 2, 2, 16),
+                        .v = bshd(v.data(), DType::F32, 1, 2, 2, 16), .positions = positions(pos), .slots = slot_mapping(good)};
+  EXPECT_NO_THROW(prepare_append(rope, args, cache));
+
+  auto a = args;
+  a.slots = slot_mapping(outside);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "slots[1] = 4", "[0, 4)");
+  a.slots = slot_mapping(minus2);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "slots[1] = -2");
+  a.slots = slot_mapping(twice);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "tokens 0 and 1 both write slot 3");
+  a.slots = SlotMapping{good.data(), IndexType::I64, 1};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "slots.count = 1");
+
+  const std::vector<std::int32_t> idx = {1, 0}, indptr = {0, 2}, last = {2}, bi = {0, 0}, sp = {2, 3};
+  const std::vector<std::int32_t> bad_indptr = {1, 2}, shrinking = {0, 2, 1}, two_last = {2, 1}, bad_idx = {1, 2},
+                                   bad_last = {3}, bad_bi = {0, 1}, bad_sp = {2, 4};
+  a.slots = PageTable{idx, indptr, last, bi, sp};
+  EXPECT_NO_THROW(prepare_append(rope, a, cache));
+  a.slots = PageTable{idx, bad_indptr, last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "indptr[0] = 1");
+  a.slots = PageTable{idx, shrinking, two_last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "indptr[2] = 1");
+  a.slots = PageTable{bad_idx, indptr, last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "indices[1] = 2");
+  a.slots = PageTable{idx, indptr, bad_last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "last_page_len[0] = 3");
+  a.slots = PageTable{idx, indptr, last, bad_bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "batch_indices[1] = 1");
+  a.slots = PageTable{idx, indptr, last, bi, bad_sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "seq_positions[1] = 4", "4 entries");
+
+  auto c = cache;
+  c.k_scale = 0.5f;
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.k_scale = 0.5", "only an f8e4m3 cache");
+  c.dtype = CacheDType::F8E4M3;
+  c.v_scale = 0.0f;
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.v_scale = 0");
+  c.v_scale = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.v_scale = nan");
+  c = cache;
+  c.num_pages = 0;
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.num_pages = 0");
+  c = cache;
+  c.dtype = static_cast<CacheDType>(9);
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.dtype = 9");
+  c = cache;
+  c.kv_heads = 3;
+  EXPECT_ERROR(prepare_append(rope, args, c), "k.heads = 2", "cache.kv_heads = 3");
+  c = cache;
+  c.v = nullptr;
+  EXPECT_ERROR(prepare_append(rope, args, c), "cache.v is null", "v_head_dim = 16");
+
+  a = args;
+  a.k_offset = 1;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "k_offset = 1");
+  a = args;
+  a.k_nope = bshd(v.data(), DType::F32, 1, 2, 2, 8);
+  a.k_nope_dim = 8;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "k_nope lanes [0, 8) overlap k's lanes [0, 16)");
+  a.k_nope_offset = 16;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "k_nope_offset = 16", "16-lane key entry");
+  a.k_nope_dim = 0;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "k_nope is set but k_nope_dim = 0");
+  a = args;
+  a.v = {};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "v is empty but cache.v is set");
+  a = args;
+  a.q = bshd(kc.data(), DType::F32, 1, 2, 4, 16);  // q rotated in place inside the cache
+  EXPECT_ERROR(prepare_append(rope, a, cache), "q and cache.k share memory");
+  a = args;
+  a.k_out = bshd(q.data(), DType::F32, 1, 2, 2, 16);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "q and k_out share memory");
+  a = args;
+  a.q_out = bshd(q.data(), DType::F32, 1, 2, 2, 16);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "q_out [1, 2, 2]");
+  a = args;
+  const std::vector<float> w15(15, 1.0f), w16(16, 1.0f);
+  a.norm.q_weight = w15;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "norm.q_weight has 15 values", "must have 16");
+  a.norm.q_weight = w16;
+  a.norm.eps = 0.0f;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "norm.eps = 0");
+  a = args;
+  const std::vector<std::int64_t> far = {0, std::int64_t{1} << 47};
+  a.positions = positions(far);
+  EXPECT_ERROR(prepare_append(rope, a, cache), "positions");
+  a = args;
+  a.threads = -1;
+  EXPECT_ERROR(prepare_append(rope, a, cache), "threads = -1");
+  EXPECT_EQ(kc, kc_before);
+}
+
+}  // namespace
