@@ -25,6 +25,31 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir / "model");
   std::filesystem::create_directories(dir / "gguf_model");
   std::filesystem::create_directories(dir / "tokenizer");
+  std::filesystem::create_directories(dir / "append");
+
+  // append_fuzz: a slot mapping and a page table that prepare_append accepts (the field order of
+  // append_fuzz.cpp: mode, pages, page size, kv heads, tokens, head_dim, scale, scale used, dtype,
+  // layout, k_offset, then int32 arrays).
+  {
+    const auto seed = [&](const char* name, std::uint8_t mode, std::uint8_t dtype, std::vector<std::int32_t> arrays) {
+      std::vector<std::byte> bytes;
+      const auto put = [&](const void* p, std::size_t n) {
+        bytes.insert(bytes.end(), static_cast<const std::byte*>(p), static_cast<const std::byte*>(p) + n);
+      };
+      const std::uint8_t head[] = {mode, 4, 4, 2, 3, 16};
+      put(head, sizeof head);
+      const float scale = 0.5f;
+      put(&scale, 4);
+      const std::uint8_t tail[] = {dtype == 4 ? std::uint8_t{1} : std::uint8_t{0}, dtype, 1, 4};
+      put(tail, sizeof tail);
+      put(arrays.data(), arrays.size() * 4);
+      save(dir / "append" / name, bytes);
+    };
+    seed("slots", 0, 1, {5, 0, 15});
+    seed("slots_fp8", 0, 4, {1, 2, -1});
+    // mode 3: batch 1; indptr {0, 2}, last_page_len {3}, batch_indices {0, 0, 0}, seq_positions {4, 5, 6}, indices {2, 1}
+    seed("pages", 3, 2, {0, 2, 3, 0, 0, 0, 4, 5, 6, 2, 1});
+  }
 
   // Tiny models in both llama2.c exports and as GGUF (F32, F16, BF16; with a tokenizer), and tokenizers.
   for (bool shared : {true, false}) {
