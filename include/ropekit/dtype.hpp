@@ -76,22 +76,23 @@ inline float e4m3_to_float(std::uint8_t bits) {
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
 }
 
+// Branch-free (selects only), so that conversion loops vectorize.
 inline std::uint8_t float_to_e4m3(float value) {
-  if (std::isnan(value)) return 0x7f;
-  const std::uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
-  const float a = std::fabs(value);
-  if (!(a < 448.0f)) return sign | 0x7e;  // saturate (±448), infinities included
-  // a = q · 2^(E−3) with E the binade of a (at least −6: subnormals share the lowest binade's
-  // spacing); q rounded to an integer, ties to even, is the encoding's mantissa with its implicit bit.
-  // Scaling by a power of two is exact, so this is the one rounding.
-  int e = 0;
-  (void)std::frexp(a, &e);
-  const int binade = a < 0x1p-6f ? -6 : e - 1;  // zero included
-  const int q = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - binade)));  // in [0, 16]
-  if (binade == -6) return sign | static_cast<std::uint8_t>(q);  // exponent field 0 or (q = 8..16) 1..2
-  const int exponent = q == 16 ? binade + 1 : binade;
-  const int mantissa = q == 16 ? 0 : q - 8;
-  return sign | static_cast<std::uint8_t>(((exponent + 7) << 3) | mantissa);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t sign = (bits >> 24) & 0x80u;
+  const std::uint32_t a = bits & 0x7fffffffu;
+  // A normal (2^-6 ≤ |x| < 448): round float32's 23 mantissa bits to 3 at bit 20, ties to even (a carry
+  // moves into the exponent, as it should), then rebias the exponent from 127 to 7.
+  const std::uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
+  // |x| < 2^-6: a multiple of 2^-9 (subnormals, and 2^-6 itself): |x|·2^9 (exact) rounded to an integer,
+  // ties to even, by adding and removing 2^23; the integer is then the low bits of the sum.
+  const float scaled = std::bit_cast<float>(a) * 512.0f + 0x1p23f;
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(scaled) - 0x4b000000u;
+  std::uint32_t out = a < 0x3c800000u ? subnormal : normal;
+  out = a >= 0x43e00000u ? 0x7eu : out;  // |x| ≥ 448, infinities included: saturate to ±448
+  out |= sign;
+  out = a > 0x7f800000u ? 0x7fu : out;   // NaN
+  return static_cast<std::uint8_t>(out);
 }
 
 }  // namespace ropekit
