@@ -10,7 +10,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <numeric>
 
 #include "cpu/parallel.hpp"
@@ -222,7 +221,6 @@ struct AppendCall::Resolved {
   std::vector<std::int64_t> slots;
   detail::TokenKernel q_kernel = nullptr, k_kernel = nullptr, f32_kernel = nullptr;
   std::vector<float> q_weight, k_weight;  // weight + weight_offset, float32
-  bool k_in_place = false;
   int head_dim = 0;
   int threads = 1;
   std::int64_t bytes_moved = 0;
@@ -475,7 +473,6 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
   r.f32_kernel = cpu::select_token_kernel(DType::F32);
   r.q_weight = std::move(q_weight);
   r.k_weight = std::move(k_weight);
-  r.k_in_place = k_in_place;
   r.head_dim = d;
   r.threads = args.threads > 0 ? args.threads : default_threads();
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
