@@ -89,8 +89,8 @@ using TokenKernel = void (*)(const RotateJob& job, std::int64_t token, const voi
 //   const ropekit::RotateCall call = rope.prepare(args);   // throws ropekit::Error on bad input
 //   pool.parallel_for(0, call.rows(), [&](auto first, auto last) { call.run(first, last); });
 //
-// The call keeps what it read from the Rope alive (plan, table), so it stays valid after
-// Rope::set_current_length or the Rope's destruction; the tensors and positions it points to must
+// The call keeps what it read from the Rope alive (plan, table), so it stays valid after the Rope's
+// destruction; the tensors and positions it points to must
 // outlive it, and the positions must keep the values prepare checked (the table covers those only).
 // Numerics: as the file comment says, identical for any split of the rows.
 class RotateCall {

@@ -13,8 +13,10 @@
 // the best target this CPU supports (ropekit/cpu.hpp), bit-identical to the scalar reference
 // (src/rope/reference.cpp, the specification). Numerics of every call: ropekit/call.hpp.
 //
-// prepare() and apply() may be called from many threads at once; set_current_length() may not run
-// concurrently with anything else on the same Rope (calls already prepared stay valid).
+// A Rope never changes after construction: prepare() and apply() may be called from many threads at
+// once. Its plan is the one for the current length it was built with; sequences at other lengths
+// (dynamic NTK, LongRoPE) use other Ropes, which ropekit::RopeSet (ropekit/rope_set.hpp) builds once
+// per distinct plan and shares between threads.
 #pragma once
 
 #include <cstdint>
@@ -55,11 +57,6 @@ class Rope {
   const PairMap& pair_map() const;
   AngleMode angle_mode() const { return mode_; }
 
-  // Re-forms the plan for a new current length in [1, 2^47) (dynamic NTK, LongRoPE; numerics:
-  // make_plan). Returns true when the rotation changed, i.e. keys already rotated and cached must be
-  // re-rotated (needs_rerotation).
-  bool set_current_length(std::int64_t current_length);
-
   // Validates `args` and resolves the call once (ropekit/call.hpp): views and positions checked,
   // angles from the growing table or on the fly (chosen by the call's size and reach), the kernel
   // chosen. Errors: ropekit::Error naming the view, field or position (call.hpp's valid range).
@@ -71,8 +68,8 @@ class Rope {
   RotateCall prepare(const RotateArgs& args, std::shared_ptr<const Table> table) const;
 
   // prepare(...) then RotateCall::run(): the rotation on the library's threads. (A call that runs at
-  // once need not keep the plan alive — set_current_length cannot run concurrently — so these skip
-  // that pin; the numbers are the same.)
+  // once need not keep the plan alive — the Rope outlives it — so these skip that pin; the numbers
+  // are the same.)
   void apply(const RotateArgs& args) const;
   void apply_on_the_fly(const RotateArgs& args) const;
   void apply(const RotateArgs& args, const Table& table) const;

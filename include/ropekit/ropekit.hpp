@@ -17,6 +17,7 @@
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
 #include "ropekit/rope.hpp"
+#include "ropekit/rope_set.hpp"
 #include "ropekit/spec.hpp"
 #include "ropekit/table.hpp"
 #include "ropekit/tensor.hpp"

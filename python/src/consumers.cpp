@@ -63,7 +63,7 @@ struct PyKvCache {
 PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_heads, std::string_view dtype,
                      int v_head_dim, std::string_view angles) {
   const int head_dim = rope.spec().head_dim;
-  return {std::make_unique<KvCache>(rope.rope(parse_angles(angles)),
+  return {std::make_unique<KvCache>(*rope.rope(parse_angles(angles)),
                                     KvCacheShape{.capacity = capacity, .kv_heads = kv_heads, .v_head_dim = v_head_dim,
                                                  .dtype = parse_dtype(dtype)}),
           head_dim, v_head_dim > 0 ? v_head_dim : head_dim};
@@ -72,7 +72,8 @@ PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_
 void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::handle v_obj, py::handle positions,
                   std::string_view layout_text, std::string_view angles) {
   const Layout layout = parse_layout(layout_text);
-  const Rope& rope = py_rope.rope(parse_angles(angles));
+  const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
   const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
   const Heads kv = heads_view(k, layout, rope.spec().head_dim, "k"), vv = heads_view(v, layout, 0, "v");
   if (kv.batch != 1) throw Error(fmt::format("k: batch = {}; a KvCache holds one sequence (batch 1)", kv.batch));
@@ -94,7 +95,8 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
                           std::int64_t window, std::optional<double> softmax_scale, std::optional<std::vector<float>> alibi,
                           std::string_view angles, bool linear, std::string_view form) {
   const Layout layout = parse_layout(layout_text);
-  const Rope* rope = py_rope ? &py_rope->rope(parse_angles(angles)) : nullptr;
+  const std::shared_ptr<const Rope> rope_held = py_rope ? py_rope->rope(parse_angles(angles)) : nullptr;
+  const Rope* rope = rope_held.get();
   const Array q = float_array(q_obj, "q", ""), k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
   const int head_dim = rope ? rope->spec().head_dim : static_cast<int>(q.shape[q.ndim - 1]);
   AttentionArgs args;
@@ -137,7 +139,8 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
                            std::string_view layout_text, bool causal, std::int64_t window,
                            std::optional<double> softmax_scale, std::string_view angles) {
   const Layout layout = parse_layout(layout_text);
-  const Rope& rope = py_rope.rope(parse_angles(angles));
+  const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
   const Array q = float_array(q_obj, "q", "");
   const Heads qv = heads_view(q, layout, rope.spec().head_dim, "q");
   const std::int64_t v_head_dim = self.v_head_dim;
@@ -175,7 +178,8 @@ py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tok
   py::array_t<float> logits(std::vector<py::ssize_t>{static_cast<py::ssize_t>(tokens.size()), static_cast<py::ssize_t>(vocab)});
   float* out = logits.mutable_data();
   const Rope own(model_spec(self, py_rope));
-  const Rope& rope = py_rope ? py_rope->rope(AngleMode::Accurate) : own;
+  const std::shared_ptr<const Rope> rope_held = py_rope ? py_rope->rope(AngleMode::Accurate) : nullptr;
+  const Rope& rope = rope_held ? *rope_held : own;
   {
     py::gil_scoped_release release;
     LlamaRunner runner(model, {.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokens.size())), .threads = threads});
@@ -276,7 +280,8 @@ py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const s
 double time_apply(const PyRope& py_rope, py::handle q_obj, py::handle k_obj, py::handle positions,
                   std::string_view layout_text, std::int64_t iterations, int threads) {
   const Layout layout = parse_layout(layout_text);
-  const Rope& rope = py_rope.rope(AngleMode::Accurate);
+  const std::shared_ptr<const Rope> rope_held = py_rope.rope(AngleMode::Accurate);
+  const Rope& rope = *rope_held;
   const Array q = float_array(q_obj, "q", ""), k = float_array(k_obj, "k", "");
   RotateArgs args;
   args.q = heads_view(q, layout, rope.spec().head_dim, "q");
@@ -307,8 +312,9 @@ void bind_consumers(py::module_& m) {
            py::arg("first"), py::arg("last"))
       .def("clear", [](PyKvCache& c) { c.cache->clear(); })
       .def("rerotate", [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
+        const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
         py::gil_scoped_release release;
-        return c.cache->rerotate(rope.rope(parse_angles(angles)));
+        return c.cache->rerotate(*held);
       }, py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
       .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
       .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })

@@ -28,17 +28,19 @@ AngleMode parse_angles(std::string_view text) {
 }
 
 PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin)
-    : origin_(std::move(origin)), accurate_(std::make_unique<Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
+    : origin_(std::move(origin)), accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
 
-const Rope& PyRope::rope(AngleMode mode) const {
-  if (mode == AngleMode::Accurate) return *accurate_;
-  if (!hf_) hf_ = std::make_unique<Rope>(accurate_->spec(), accurate_->plan(), AngleMode::HfCompat);
-  return *hf_;
+std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
+  if (mode == AngleMode::Accurate) return accurate_;
+  if (!hf_) hf_ = std::make_shared<const Rope>(accurate_->spec(), accurate_->plan(), AngleMode::HfCompat);
+  return hf_;
 }
 
 bool PyRope::set_current_length(std::int64_t n) {
-  const bool changed = accurate_->set_current_length(n);
-  if (hf_) hf_->set_current_length(n);
+  auto next = std::make_shared<const Rope>(accurate_->spec(), AngleMode::Accurate, n);
+  const bool changed = needs_rerotation(accurate_->plan(), next->plan());
+  accurate_ = std::move(next);
+  hf_.reset();  // rebuilt from the new plan on first use
   return changed;
 }
 
@@ -235,7 +237,8 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
                  std::string_view layout_text, bool inplace, std::string_view direction, std::string_view angles,
                  std::string_view dtype, int threads) {
   const Layout layout = parse_layout(layout_text);
-  const Rope& rope = self.rope(parse_angles(angles));
+  const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
   const int head_dim = rope.spec().head_dim;
   const bool has_q = !q_obj.is_none(), has_k = !k_obj.is_none();
   if (!has_q && !has_k) throw Error("apply: q and k are both None");
@@ -278,7 +281,8 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
 
 // (cos, sin) at `positions` as float32 arrays, magnitude included.
 py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view layout, std::string_view angles) {
-  const Rope& rope = self.rope(parse_angles(angles));
+  const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
   const bool hf = layout == "hf";
   if (!hf && layout != "half") {
     throw Error(fmt::format("layout = \"{}\": must be \"hf\" (Hugging Face's [cos θ_0 … cos θ_P−1, cos θ_0 … cos θ_P−1], "

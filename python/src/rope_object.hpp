@@ -22,8 +22,11 @@ class PyRope {
   const Plan& plan() const { return accurate_->plan(); }
   std::optional<std::int64_t> current_length() const { return plan().current_length; }
   const std::string& origin() const { return origin_; }
-  // The Rope forming angles in `mode` (its plan is always the same as the accurate one's).
-  const Rope& rope(AngleMode mode) const;
+  // The Rope forming angles in `mode` (its plan is always the same as the accurate one's). Callers
+  // that release the GIL hold the pointer: set_current_length replaces the Ropes meanwhile.
+  std::shared_ptr<const Rope> rope(AngleMode mode) const;
+  // Replaces the Ropes by ones planned for length n (a Rope never changes); true when keys rotated
+  // under the old plan need re-rotation.
   bool set_current_length(std::int64_t n);
 
   // What the per-layer plan says besides the Spec, when the Rope was read from a model.
@@ -31,8 +34,8 @@ class PyRope {
 
  private:
   std::string origin_;
-  std::unique_ptr<Rope> accurate_;
-  mutable std::unique_ptr<Rope> hf_;
+  std::shared_ptr<const Rope> accurate_;
+  mutable std::shared_ptr<const Rope> hf_;
 };
 
 }  // namespace ropekit::python

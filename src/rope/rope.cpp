@@ -17,7 +17,7 @@
 namespace ropekit {
 
 // Everything a call reads from the Rope besides the table: immutable once built, so that a call can
-// keep it alive while the Rope moves on (set_current_length builds a new one).
+// keep it alive after the Rope is gone.
 struct Rope::State {
   Plan plan;
   PairMap map;
@@ -78,17 +78,6 @@ Rope& Rope::operator=(Rope&&) noexcept = default;
 
 const Plan& Rope::plan() const { return state_->plan; }
 const PairMap& Rope::pair_map() const { return state_->map; }
-
-bool Rope::set_current_length(std::int64_t current_length) {
-  Plan next = make_plan(spec_, current_length);
-  const bool changed = needs_rerotation(state_->plan, next);
-  state_ = std::make_shared<const State>(std::move(next), state_->map, mode_);
-  if (changed) {
-    std::lock_guard lock(cache_->mutex);
-    cache_->table.reset();
-  }
-  return changed;
-}
 
 std::shared_ptr<const Table> Rope::table(std::int64_t num_positions) const {
   std::lock_guard lock(cache_->mutex);
@@ -217,8 +206,7 @@ RotateCall Rope::prepare(const RotateArgs& args, std::shared_ptr<const Table> ta
   return resolve(args, Angles::Given, given, std::move(table), detail::ViewUse::Write, {});
 }
 
-// The apply() calls run at once, so they keep neither the plan (set_current_length cannot run
-// meanwhile) nor, for a table the caller passes, that table alive; an automatic table snapshot stays
+// The apply() calls run at once, so they keep neither the plan (the Rope outlives the call) nor, for a table the caller passes, that table alive; an automatic table snapshot stays
 // pinned (another thread's call may grow the table meanwhile).
 void Rope::apply(const RotateArgs& args) const {
   resolve(args, Angles::Auto, nullptr, nullptr, detail::ViewUse::Write, {}, false).run();
