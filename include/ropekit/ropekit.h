@@ -1,0 +1,224 @@
+/* ropekit/ropekit.h — the C API: ropekit for engines written in C (or bound from any language with a
+ * C FFI). Opaque handles, status codes, no exception crosses it.
+ *
+ *   rk_model* model;  rk_spec* spec;  rk_rope* rope;
+ *   if (rk_model_from_config_json(json, json_len, &model) != RK_OK) fprintf(stderr, "%s\n", rk_last_error());
+ *   rk_model_layer_spec(model, 0, &spec);            // the spec of layer 0
+ *   rk_rope_create(spec, RK_ANGLES_ACCURATE, 0, &rope);
+ *   rk_rotate_args args = {0};
+ *   args.q = rk_bshd(q, RK_BF16, 1, seq, 32, 128);  args.k = rk_bshd(k, RK_BF16, 1, seq, 8, 128);
+ *   args.positions = rk_positions_i64(pos, seq);
+ *   rk_call* call;
+ *   rk_rope_prepare(rope, &args, &call);             // validated once
+ *   ... each worker: rk_call_run(call, first, last) over [0, rk_call_rows(call)) ...
+ *   rk_call_destroy(call);
+ *
+ * Errors: every function that can fail returns an rk_status; RK_OK is 0. On failure nothing was
+ * written (no output handle, no tensor, no cache entry) and rk_last_error() returns the message —
+ * the same text the C++ API's ropekit::Error carries, naming the field and the value. The message is
+ * per thread and stays until that thread's next failing call.
+ *
+ * Numerics, valid ranges and thread safety are those of the C++ functions each one calls (named in
+ * its comment): the C API adds no arithmetic. Handles: an rk_rope and an rk_spec are immutable and
+ * may be used from many threads at once; an rk_call / rk_append_call may be run on disjoint row
+ * ranges from many threads at once. Destroy functions accept NULL.
+ *
+ * Threads: rk_*_run_all and rk_rope_apply run on the library's threads (OpenMP when built with it,
+ * else the calling thread; args.threads = 0 picks ropekit's default). An engine with its own pool
+ * splits rk_call_rows() with rk_call_run instead; results never depend on the split.
+ */
+#ifndef ROPEKIT_ROPEKIT_H
+#define ROPEKIT_ROPEKIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rk_status {
+  RK_OK = 0,
+  RK_INVALID_ARGUMENT = 1, /* bad input: the message names the field and the value */
+  RK_OUT_OF_MEMORY = 2,
+  RK_INTERNAL = 3          /* a bug in ropekit: please report the message */
+} rk_status;
+
+/* The message of this thread's last failing call ("" if none). Valid until its next failing call. */
+const char* rk_last_error(void);
+/* "ok", "invalid argument", "out of memory", "internal error"; "unknown status" otherwise. */
+const char* rk_status_name(rk_status status);
+/* The library version, "MAJOR.MINOR.PATCH". */
+const char* rk_version(void);
+
+/* ---- element types, views and positions (ropekit/tensor.hpp) ------------------------------------ */
+
+typedef enum rk_dtype { RK_F32 = 1, RK_BF16 = 2, RK_F16 = 3 } rk_dtype;
+typedef enum rk_index_type { RK_I32 = 1, RK_I64 = 2 } rk_index_type;
+
+/* A [batch, seq, heads, head_dim] view with element strides; the head's lanes are contiguous. A view
+ * with batch, seq or heads 0 (all zero: {0}) is absent. */
+typedef struct rk_heads {
+  void* data;
+  rk_dtype dtype;
+  int64_t batch, seq, heads;
+  int64_t batch_stride, seq_stride, head_stride; /* in elements */
+} rk_heads;
+
+/* Contiguous [batch, seq, heads, head_dim] and [batch, heads, seq, head_dim]. */
+rk_heads rk_bshd(void* data, rk_dtype dtype, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+rk_heads rk_bhsd(void* data, rk_dtype dtype, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+
+/* One position per token (batch × seq of them, token-major); M-RoPE: axes = 3 streams of count each. */
+typedef struct rk_positions {
+  const void* data;
+  rk_index_type type;
+  int64_t count;
+  int axes;
+} rk_positions;
+
+rk_positions rk_positions_i64(const int64_t* data, int64_t count);
+rk_positions rk_positions_i32(const int32_t* data, int64_t count);
+
+/* ---- a model's plan and its specs (ropekit/config.hpp, ropekit/spec.hpp) ------------------------- */
+
+typedef struct rk_model rk_model; /* a model's per-layer positional plan */
+typedef struct rk_spec rk_spec;   /* the RoPE of one group of layers */
+
+/* From Hugging Face config.json text (a whole config or a fragment with the RoPE keys), read as
+ * ropekit::read_config; from a built-in preset (ropekit::read_preset, e.g. "llama-3.1-8b"). */
+rk_status rk_model_from_config_json(const char* json, size_t length, rk_model** out);
+rk_status rk_model_from_preset(const char* name, rk_model** out);
+void rk_model_destroy(rk_model* model);
+/* The layer count (0 when the config gives none) and the count of warnings (HF's, assumptions made). */
+int rk_model_num_layers(const rk_model* model);
+size_t rk_model_num_warnings(const rk_model* model);
+const char* rk_model_warning(const rk_model* model, size_t index); /* NULL outside [0, count) */
+
+/* Facts of the layer group a layer belongs to. layer = -1: the only RoPE group (an error when there
+ * are several). */
+typedef struct rk_layer_info {
+  int rotates;           /* 1: RoPE; 0: no positional encoding, ALiBi or no attention */
+  int rope_offset;       /* lanes before the rotary slice in each q/k head (MLA) */
+  int qk_head_dim;       /* full width of a q/k head */
+  int64_t sliding_window; /* 0: none */
+  double softmax_scale;  /* before the plan's softmax_scale_mult */
+  double logit_softcap;  /* 0: none */
+} rk_layer_info;
+rk_status rk_model_layer_info(const rk_model* model, int layer, rk_layer_info* out);
+/* The spec of that group; an error for a layer that does not rotate. */
+rk_status rk_model_layer_spec(const rk_model* model, int layer, rk_spec** out);
+
+typedef enum rk_pairing { RK_INTERLEAVED = 1, RK_HALF = 2 } rk_pairing;
+/* Plain RoPE (no scaling): θ_i = base^(-2i/rotary_dim), validated as ropekit::Spec::validate. For a
+ * scaled variant, pass its config JSON fragment to rk_model_from_config_json. */
+rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing pairing, rk_spec** out);
+void rk_spec_destroy(rk_spec* spec);
+int rk_spec_head_dim(const rk_spec* spec);
+int rk_spec_rotary_dim(const rk_spec* spec);
+
+/* ---- the rope and its validated call (ropekit/rope.hpp, ropekit/call.hpp) ------------------------ */
+
+typedef enum rk_angle_mode { RK_ANGLES_ACCURATE = 0, RK_ANGLES_HF = 1 } rk_angle_mode;
+typedef enum rk_direction { RK_FORWARD = 0, RK_INVERSE = 1, RK_BACKWARD = 2 } rk_direction;
+
+typedef struct rk_rope rk_rope;
+/* ropekit::Rope(spec, mode, current_length); current_length 0: the plan at initialisation. */
+rk_status rk_rope_create(const rk_spec* spec, rk_angle_mode mode, int64_t current_length, rk_rope** out);
+void rk_rope_destroy(rk_rope* rope);
+/* The plan: rotary_dim/2 inverse frequencies (radians per position) into inv_freq[0, capacity), the
+ * cos/sin magnitude and the softmax scale multiplier (any output may be NULL). */
+rk_status rk_rope_plan(const rk_rope* rope, double* inv_freq, size_t capacity, double* cos_sin_scale,
+                       double* softmax_scale_mult);
+
+typedef struct rk_rotate_args {
+  rk_heads q, k;
+  rk_heads q_out, k_out; /* absent: rotate in place */
+  rk_positions positions;
+  rk_direction direction;
+  int threads; /* run_all / apply: 0 = the library's default */
+} rk_rotate_args;
+
+typedef struct rk_call rk_call;
+rk_status rk_rope_prepare(const rk_rope* rope, const rk_rotate_args* args, rk_call** out);
+int64_t rk_call_rows(const rk_call* call);
+/* Rows [first, last): an error unless 0 <= first <= last <= rows. */
+rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last);
+rk_status rk_call_run_all(const rk_call* call);
+void rk_call_destroy(rk_call* call);
+/* prepare then run_all. */
+rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args);
+
+/* ---- fused rotate-and-append into a paged cache (ropekit/append.hpp) ----------------------------- */
+
+typedef enum rk_cache_dtype { RK_CACHE_F32 = 1, RK_CACHE_BF16 = 2, RK_CACHE_F16 = 3, RK_CACHE_F8E4M3 = 4 } rk_cache_dtype;
+typedef enum rk_page_layout { RK_NHD = 1, RK_HND = 2 } rk_page_layout;
+
+typedef struct rk_paged_cache {
+  void* k;
+  void* v; /* NULL (v_head_dim 0): keys only */
+  rk_cache_dtype dtype;
+  rk_page_layout layout;
+  int64_t num_pages, page_size, kv_heads;
+  int head_dim, v_head_dim;
+  float k_scale, v_scale; /* fp8 only; 0 is read as 1 */
+} rk_paged_cache;
+
+typedef struct rk_append_args {
+  rk_heads q, q_out, k, k_out, k_nope, v;
+  rk_positions positions;
+  /* Either a slot mapping (vLLM: token t -> slot, -1 skips) ... */
+  const void* slot_mapping;
+  rk_index_type slot_type;
+  int64_t slot_count;
+  /* ... or, when slot_mapping is NULL, a page table (FlashInfer's append_paged_kv_cache), int32. */
+  const int32_t* page_indices;
+  int64_t num_page_indices;
+  const int32_t* page_indptr; /* batch + 1 */
+  const int32_t* last_page_len; /* batch */
+  int64_t batch;
+  const int32_t* batch_indices; /* per token */
+  const int32_t* seq_positions; /* per token */
+  int64_t num_tokens;
+  int k_offset, k_nope_offset, k_nope_dim;
+  /* Fused RMSNorm of q and k (NULL weights: none); q_norm_count / k_norm_count values each. */
+  const float* q_norm_weight;
+  size_t q_norm_count;
+  const float* k_norm_weight;
+  size_t k_norm_count;
+  float norm_eps; /* 0 is read as 1e-6 */
+  float norm_weight_offset;
+  int norm_across_heads;
+  int threads;
+} rk_append_args;
+
+typedef struct rk_append_call rk_append_call;
+rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache,
+                            rk_append_call** out);
+int64_t rk_append_call_rows(const rk_append_call* call); /* tokens */
+rk_status rk_append_call_run(const rk_append_call* call, int64_t first, int64_t last);
+rk_status rk_append_call_run_all(const rk_append_call* call);
+void rk_append_call_destroy(rk_append_call* call);
+rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache);
+
+/* ---- attention (ropekit/attention.hpp) ----------------------------------------------------------- */
+
+typedef struct rk_attention_args {
+  rk_heads q, k, v, out;
+  rk_positions q_positions, k_positions;
+  int head_dim, v_head_dim; /* 0: the rope's head_dim; v_head_dim 0: head_dim */
+  int causal;               /* nonzero: key j visible from query i only if j <= i */
+  int64_t window;           /* > 0: also i - j < window */
+  double softmax_scale;     /* 0: 1/sqrt(head_dim) */
+  int threads;
+} rk_attention_args;
+
+/* Softmax attention with RoPE fused into the tile loads (rope non-NULL: q and k given unrotated) or
+ * on q and k as given (rope NULL). ropekit::attention. */
+rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ROPEKIT_ROPEKIT_H */

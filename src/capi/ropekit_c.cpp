@@ -1,0 +1,432 @@
+// The C API (ropekit/ropekit.h): each function translates its C structs into the C++ ones, calls the
+// C++ API and turns every exception into a status and a per-thread message. No arithmetic of its own.
+#include "ropekit/ropekit.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "ropekit/append.hpp"
+#include "ropekit/attention.hpp"
+#include "ropekit/config.hpp"
+#include "ropekit/error.hpp"
+#include "ropekit/rope.hpp"
+
+struct rk_model {
+  ropekit::ModelPositions model;
+};
+struct rk_spec {
+  ropekit::Spec spec;
+};
+struct rk_rope {
+  ropekit::Rope rope;
+};
+struct rk_call {
+  ropekit::RotateCall call;
+};
+struct rk_append_call {
+  ropekit::AppendCall call;
+};
+
+namespace {
+
+using namespace ropekit;
+
+thread_local std::string last_error;
+
+// Runs f, which may throw anything; the status says what kind of failure it was.
+template <class F>
+rk_status guarded(F&& f) noexcept {
+  try {
+    f();
+    return RK_OK;
+  } catch (const Error& e) {
+    last_error = e.what();
+    return RK_INVALID_ARGUMENT;
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return RK_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    last_error = fmt::format("internal error: {}", e.what());
+    return RK_INTERNAL;
+  } catch (...) {
+    last_error = "internal error: an unknown exception";
+    return RK_INTERNAL;
+  }
+}
+
+template <class T>
+const T& need(const T* p, const char* name) {
+  if (!p) throw Error(fmt::format("{} is NULL", name));
+  return *p;
+}
+
+template <class T>
+void need_out(T** out, const char* name) {
+  if (!out) throw Error(fmt::format("{} (the output handle) is NULL", name));
+}
+
+DType dtype_of(rk_dtype d, const char* field) {
+  switch (d) {
+    case RK_F32: return DType::F32;
+    case RK_BF16: return DType::BF16;
+    case RK_F16: return DType::F16;
+  }
+  throw Error(fmt::format("{}.dtype = {}: must be RK_F32, RK_BF16 or RK_F16", field, static_cast<int>(d)));
+}
+
+Heads heads_of(const rk_heads& h, const char* field) {
+  Heads out;
+  if (h.batch == 0 || h.seq == 0 || h.heads == 0) {
+    // Absent: C callers zero the struct, so its dtype may be 0.
+    out.batch = h.batch;
+    out.seq = h.seq;
+    out.heads = h.heads;
+    return out;
+  }
+  out.data = h.data;
+  out.dtype = dtype_of(h.dtype, field);
+  out.batch = h.batch;
+  out.seq = h.seq;
+  out.heads = h.heads;
+  out.batch_stride = h.batch_stride;
+  out.seq_stride = h.seq_stride;
+  out.head_stride = h.head_stride;
+  return out;
+}
+
+IndexType index_type_of(rk_index_type t, const char* field) {
+  if (t == RK_I32) return IndexType::I32;
+  if (t == RK_I64) return IndexType::I64;
+  throw Error(fmt::format("{} = {}: must be RK_I32 or RK_I64", field, static_cast<int>(t)));
+}
+
+Positions positions_of(const rk_positions& p, const char* field) {
+  if (p.count == 0) return {};
+  return {p.data, index_type_of(p.type, (std::string(field) + ".type").c_str()), p.count, p.axes};
+}
+
+rk_heads to_c(const Heads& h) {
+  return {h.data, static_cast<rk_dtype>(h.dtype), h.batch, h.seq, h.heads, h.batch_stride, h.seq_stride, h.head_stride};
+}
+
+template <class T>
+std::span<const T> span_of(const T* data, std::int64_t count, const char* field) {
+  if (count < 0) throw Error(fmt::format("{} count = {}: must be >= 0", field, count));
+  if (count > 0 && !data) throw Error(fmt::format("{} is NULL with count {}", field, count));
+  return {data, static_cast<std::size_t>(count)};
+}
+
+RotateArgs rotate_args_of(const rk_rotate_args& a) {
+  RotateArgs out;
+  out.q = heads_of(a.q, "q");
+  out.k = heads_of(a.k, "k");
+  out.q_out = heads_of(a.q_out, "q_out");
+  out.k_out = heads_of(a.k_out, "k_out");
+  out.positions = positions_of(a.positions, "positions");
+  switch (a.direction) {
+    case RK_FORWARD: out.direction = Direction::Forward; break;
+    case RK_INVERSE: out.direction = Direction::Inverse; break;
+    case RK_BACKWARD: out.direction = Direction::Backward; break;
+    default:
+      throw Error(fmt::format("direction = {}: must be RK_FORWARD, RK_INVERSE or RK_BACKWARD", static_cast<int>(a.direction)));
+  }
+  out.threads = a.threads;
+  return out;
+}
+
+PagedCache cache_of(const rk_paged_cache& c) {
+  PagedCache out;
+  out.k = c.k;
+  out.v = c.v;
+  switch (c.dtype) {
+    case RK_CACHE_F32: out.dtype = CacheDType::F32; break;
+    case RK_CACHE_BF16: out.dtype = CacheDType::BF16; break;
+    case RK_CACHE_F16: out.dtype = CacheDType::F16; break;
+    case RK_CACHE_F8E4M3: out.dtype = CacheDType::F8E4M3; break;
+    default: throw Error(fmt::format("cache.dtype = {}: not an rk_cache_dtype", static_cast<int>(c.dtype)));
+  }
+  switch (c.layout) {
+    case RK_NHD: out.layout = PageLayout::NHD; break;
+    case RK_HND: out.layout = PageLayout::HND; break;
+    default: throw Error(fmt::format("cache.layout = {}: must be RK_NHD or RK_HND", static_cast<int>(c.layout)));
+  }
+  out.num_pages = c.num_pages;
+  out.page_size = c.page_size;
+  out.kv_heads = c.kv_heads;
+  out.head_dim = c.head_dim;
+  out.v_head_dim = c.v_head_dim;
+  // Zero means "not set" only where a scale has no meaning (non-fp8 caches keep 1); an fp8 cache
+  // must be given its scale, and C++ names a bad one.
+  const bool fp8 = out.dtype == CacheDType::F8E4M3;
+  out.k_scale = (!fp8 && c.k_scale == 0.0f) ? 1.0f : c.k_scale;
+  out.v_scale = (!fp8 && c.v_scale == 0.0f) ? 1.0f : c.v_scale;
+  return out;
+}
+
+AppendArgs append_args_of(const rk_append_args& a) {
+  AppendArgs out;
+  out.q = heads_of(a.q, "q");
+  out.q_out = heads_of(a.q_out, "q_out");
+  out.k = heads_of(a.k, "k");
+  out.k_out = heads_of(a.k_out, "k_out");
+  out.k_nope = heads_of(a.k_nope, "k_nope");
+  out.v = heads_of(a.v, "v");
+  out.positions = positions_of(a.positions, "positions");
+  if (a.slot_mapping) {
+    out.slots = SlotMapping{a.slot_mapping, index_type_of(a.slot_type, "slot_type"), a.slot_count};
+  } else {
+    if (a.batch < 0) throw Error(fmt::format("batch = {}: must be >= 0", a.batch));
+    out.slots = PageTable{
+        .indices = span_of(a.page_indices, a.num_page_indices, "page_indices"),
+        .indptr = span_of(a.page_indptr, a.batch + 1, "page_indptr"),
+        .last_page_len = span_of(a.last_page_len, a.batch, "last_page_len"),
+        .batch_indices = span_of(a.batch_indices, a.num_tokens, "batch_indices"),
+        .seq_positions = span_of(a.seq_positions, a.num_tokens, "seq_positions")};
+  }
+  out.k_offset = a.k_offset;
+  out.k_nope_offset = a.k_nope_offset;
+  out.k_nope_dim = a.k_nope_dim;
+  out.norm.q_weight = span_of(a.q_norm_weight, static_cast<std::int64_t>(a.q_norm_count), "q_norm_weight");
+  out.norm.k_weight = span_of(a.k_norm_weight, static_cast<std::int64_t>(a.k_norm_count), "k_norm_weight");
+  out.norm.eps = a.norm_eps == 0.0f ? 1e-6f : a.norm_eps;
+  out.norm.weight_offset = a.norm_weight_offset;
+  out.norm.across_heads = a.norm_across_heads != 0;
+  out.threads = a.threads;
+  return out;
+}
+
+void check_range(std::int64_t first, std::int64_t last, std::int64_t rows) {
+  if (first < 0 || first > last || last > rows) {
+    throw Error(fmt::format("rows [first, last) = [{}, {}): must lie in [0, {}] with first <= last", first, last, rows));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* rk_last_error(void) { return last_error.c_str(); }
+
+const char* rk_status_name(rk_status status) {
+  switch (status) {
+    case RK_OK: return "ok";
+    case RK_INVALID_ARGUMENT: return "invalid argument";
+    case RK_OUT_OF_MEMORY: return "out of memory";
+    case RK_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* rk_version(void) { return ROPEKIT_VERSION_STRING; }
+
+rk_heads rk_bshd(void* data, rk_dtype dtype, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  rk_heads h = to_c(bshd(data, DType::F32, batch, seq, heads, head_dim));
+  h.dtype = dtype;
+  return h;
+}
+
+rk_heads rk_bhsd(void* data, rk_dtype dtype, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+  rk_heads h = to_c(bhsd(data, DType::F32, batch, seq, heads, head_dim));
+  h.dtype = dtype;
+  return h;
+}
+
+rk_positions rk_positions_i64(const int64_t* data, int64_t count) { return {data, RK_I64, count, 1}; }
+rk_positions rk_positions_i32(const int32_t* data, int64_t count) { return {data, RK_I32, count, 1}; }
+
+rk_status rk_model_from_config_json(const char* json, size_t length, rk_model** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    if (!json && length > 0) throw Error(fmt::format("json is NULL with length {}", length));
+    *out = new rk_model{read_config(std::string_view(json ? json : "", length))};
+  });
+}
+
+rk_status rk_model_from_preset(const char* name, rk_model** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    if (!name) throw Error("name is NULL");
+    *out = new rk_model{read_preset(name)};
+  });
+}
+
+void rk_model_destroy(rk_model* model) { delete model; }
+
+int rk_model_num_layers(const rk_model* model) { return model ? model->model.num_layers : 0; }
+
+size_t rk_model_num_warnings(const rk_model* model) { return model ? model->model.warnings.size() : 0; }
+
+const char* rk_model_warning(const rk_model* model, size_t index) {
+  if (!model || index >= model->model.warnings.size()) return nullptr;
+  return model->model.warnings[index].c_str();
+}
+
+namespace {
+const LayerPositions& group_of(const rk_model* model, int layer) {
+  const ModelPositions& m = need(model, "model").model;
+  if (layer == -1) return m.layer("");
+  return m.at_layer(layer);
+}
+}  // namespace
+
+rk_status rk_model_layer_info(const rk_model* model, int layer, rk_layer_info* out) {
+  return guarded([&] {
+    if (!out) throw Error("out is NULL");
+    const LayerPositions& g = group_of(model, layer);
+    *out = {.rotates = g.encoding == PositionEncoding::Rope ? 1 : 0,
+            .rope_offset = g.rope_offset,
+            .qk_head_dim = g.qk_head_dim,
+            .sliding_window = g.sliding_window.value_or(0),
+            .softmax_scale = g.softmax_scale,
+            .logit_softcap = g.logit_softcap.value_or(0.0)};
+  });
+}
+
+rk_status rk_model_layer_spec(const rk_model* model, int layer, rk_spec** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    const LayerPositions& g = group_of(model, layer);
+    if (g.encoding != PositionEncoding::Rope) {
+      throw Error(fmt::format("layer = {}: its layers ({}) do not use RoPE", layer,
+                              g.layer_type.empty() ? std::string("the only group") : g.layer_type));
+    }
+    *out = new rk_spec{g.spec};
+  });
+}
+
+rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing pairing, rk_spec** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    if (pairing != RK_INTERLEAVED && pairing != RK_HALF) {
+      throw Error(fmt::format("pairing = {}: must be RK_INTERLEAVED or RK_HALF", static_cast<int>(pairing)));
+    }
+    Spec spec{.head_dim = head_dim, .rotary_dim = rotary_dim, .base = base,
+              .pairing = pairing == RK_HALF ? Pairing::Half : Pairing::Interleaved};
+    spec.validate();
+    *out = new rk_spec{std::move(spec)};
+  });
+}
+
+void rk_spec_destroy(rk_spec* spec) { delete spec; }
+int rk_spec_head_dim(const rk_spec* spec) { return spec ? spec->spec.head_dim : 0; }
+int rk_spec_rotary_dim(const rk_spec* spec) { return spec ? spec->spec.rotary_dim : 0; }
+
+rk_status rk_rope_create(const rk_spec* spec, rk_angle_mode mode, int64_t current_length, rk_rope** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    const Spec& s = need(spec, "spec").spec;
+    if (mode != RK_ANGLES_ACCURATE && mode != RK_ANGLES_HF) {
+      throw Error(fmt::format("mode = {}: must be RK_ANGLES_ACCURATE or RK_ANGLES_HF", static_cast<int>(mode)));
+    }
+    if (current_length < 0) throw Error(fmt::format("current_length = {}: must be >= 0 (0: none)", current_length));
+    const std::optional<std::int64_t> length = current_length == 0 ? std::nullopt : std::optional(current_length);
+    *out = new rk_rope{Rope(s, mode == RK_ANGLES_HF ? AngleMode::HfCompat : AngleMode::Accurate, length)};
+  });
+}
+
+void rk_rope_destroy(rk_rope* rope) { delete rope; }
+
+rk_status rk_rope_plan(const rk_rope* rope, double* inv_freq, size_t capacity, double* cos_sin_scale,
+                       double* softmax_scale_mult) {
+  return guarded([&] {
+    const Plan& plan = need(rope, "rope").rope.plan();
+    if (inv_freq) {
+      if (capacity < plan.inv_freq.size()) {
+        throw Error(fmt::format("capacity = {}: inv_freq needs {} entries", capacity, plan.inv_freq.size()));
+      }
+      std::copy(plan.inv_freq.begin(), plan.inv_freq.end(), inv_freq);
+    }
+    if (cos_sin_scale) *cos_sin_scale = plan.cos_sin_scale;
+    if (softmax_scale_mult) *softmax_scale_mult = plan.softmax_scale_mult;
+  });
+}
+
+rk_status rk_rope_prepare(const rk_rope* rope, const rk_rotate_args* args, rk_call** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    RotateCall call = need(rope, "rope").rope.prepare(rotate_args_of(need(args, "args")));
+    *out = new rk_call{std::move(call)};
+  });
+}
+
+int64_t rk_call_rows(const rk_call* call) { return call ? call->call.rows() : 0; }
+
+rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last) {
+  return guarded([&] {
+    const RotateCall& c = need(call, "call").call;
+    check_range(first, last, c.rows());
+    c.run(first, last);
+  });
+}
+
+rk_status rk_call_run_all(const rk_call* call) {
+  return guarded([&] { need(call, "call").call.run(); });
+}
+
+void rk_call_destroy(rk_call* call) { delete call; }
+
+rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args) {
+  return guarded([&] { need(rope, "rope").rope.apply(rotate_args_of(need(args, "args"))); });
+}
+
+rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache,
+                            rk_append_call** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    AppendCall call = prepare_append(need(rope, "rope").rope, append_args_of(need(args, "args")),
+                                     cache_of(need(cache, "cache")));
+    *out = new rk_append_call{std::move(call)};
+  });
+}
+
+int64_t rk_append_call_rows(const rk_append_call* call) { return call ? call->call.rows() : 0; }
+
+rk_status rk_append_call_run(const rk_append_call* call, int64_t first, int64_t last) {
+  return guarded([&] {
+    const AppendCall& c = need(call, "call").call;
+    check_range(first, last, c.rows());
+    c.run(first, last);
+  });
+}
+
+rk_status rk_append_call_run_all(const rk_append_call* call) {
+  return guarded([&] { need(call, "call").call.run(); });
+}
+
+void rk_append_call_destroy(rk_append_call* call) { delete call; }
+
+rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache) {
+  return guarded([&] {
+    append(need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
+  });
+}
+
+rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args) {
+  return guarded([&] {
+    const rk_attention_args& a = need(args, "args");
+    AttentionArgs cpp{.q = heads_of(a.q, "q"),
+                      .k = heads_of(a.k, "k"),
+                      .v = heads_of(a.v, "v"),
+                      .out = heads_of(a.out, "out"),
+                      .q_positions = positions_of(a.q_positions, "q_positions"),
+                      .k_positions = positions_of(a.k_positions, "k_positions"),
+                      .head_dim = a.head_dim,
+                      .v_head_dim = a.v_head_dim};
+    AttentionOptions options;
+    options.causal = a.causal != 0;
+    options.window = a.window;
+    if (a.softmax_scale != 0.0) options.softmax_scale = a.softmax_scale;
+    options.threads = a.threads;
+    if (rope) {
+      attention(rope->rope, cpp, options);
+    } else {
+      attention(cpp, options);
+    }
+  });
+}
+
+}  // extern "C"
