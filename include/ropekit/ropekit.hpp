@@ -18,6 +18,7 @@
 #include "ropekit/plan.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/rope_set.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/spec.hpp"
 #include "ropekit/table.hpp"
 #include "ropekit/tensor.hpp"

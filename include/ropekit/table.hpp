@@ -40,8 +40,22 @@ class Table {
   // if num_positions is negative or the table would exceed kMaxTableBytes.
   Table(const Plan& plan, AngleMode mode, std::int64_t num_positions);
   // The same table grown to num_positions (>= previous.num_positions()), reusing its rows: bit for bit
-  // the table built at that size directly.
+  // the table built at that size directly. Errors also: an external table (its rows are not ours to
+  // compute).
   Table(const Table& previous, std::int64_t num_positions);
+
+  // A table holding an engine's own values (import_cos_sin_cache, ropekit/cos_sin_cache.hpp):
+  // num_positions rows of inv_freq.size() cos and sin values each, with the magnitude
+  // `included_magnitude` already multiplied in (HF's cos·attention_scaling, vLLM's cos·mscale). A
+  // call using it rotates by exactly these coefficients (Forward and Backward; Inverse divides by
+  // the magnitude squared, one more float32 rounding). Errors: sizes that do not match, a value that
+  // is not finite (named by position and pair), included_magnitude not finite and > 0.
+  static Table external(std::vector<double> inv_freq, std::vector<float> cos, std::vector<float> sin,
+                        std::int64_t num_positions, double included_magnitude);
+  bool is_external() const { return external_; }
+  // The magnitude the values include: 1 for a computed table.
+  double included_magnitude() const { return included_magnitude_; }
+
 
   std::int64_t num_positions() const { return num_positions_; }
   int num_pairs() const { return static_cast<int>(inv_freq_.size()); }
@@ -53,10 +67,13 @@ class Table {
   const float* sin_row(std::int64_t p) const { return sin_.data() + p * num_pairs(); }
 
  private:
+  Table() = default;
   void fill(std::int64_t first, std::int64_t last);  // rows [first, last)
 
   std::vector<double> inv_freq_;
-  AngleMode mode_;
+  AngleMode mode_ = AngleMode::Accurate;
+  bool external_ = false;
+  double included_magnitude_ = 1.0;
   std::int64_t num_positions_ = 0;
   std::vector<float> cos_;
   std::vector<float> sin_;

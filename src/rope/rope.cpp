@@ -130,7 +130,7 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
         if (given->inv_freq() != state.plan.inv_freq) {
           throw Error("table was built for other frequencies than this Rope's plan");
         }
-        if (given->mode() != mode_) {
+        if (!given->is_external() && given->mode() != mode_) {
           throw Error(fmt::format("table angle mode = {} differs from this Rope's angle mode = {}",
                                   to_string(given->mode()), to_string(mode_)));
         }
@@ -145,6 +145,12 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
   }
   RotateCall call(args);
   detail::make_job(call.job_, state.map, state.plan, shape, table, table ? nullptr : &state.angles);
+  if (table && table->included_magnitude() != 1.0) {
+    // The values carry the magnitude m already (an imported cache): Forward and Backward multiply by
+    // 1 (exact), Inverse by 1/m² to leave cos/m.
+    const double m = table->included_magnitude();
+    call.job_.magnitude = args.direction == Direction::Inverse ? static_cast<float>(1.0 / (m * m)) : 1.0f;
+  }
   call.kernel_ = use == detail::ViewUse::Read ? cpu::no_rows_kernel()
                                                : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
   if (keep_plan) call.plan_pin_ = state_;
