@@ -12,6 +12,7 @@
 #include <random>
 
 #include "attention_oracle.hpp"
+#include "cpu/rotate.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
 #include "ropekit/ropekit.hpp"
@@ -226,6 +227,72 @@ void check_case(const Case& c, int threads_split) {
   if (c.q_out) EXPECT_EQ(q_got.bytes, q.bytes);  // q only read
   EXPECT_EQ(k_got.bytes, k.bytes);                // k never written without k_out
   if (c.write_back) EXPECT_EQ(k_out.bytes, k_want.bytes);
+}
+
+// The per-target cache converter (SIMD e4m3 encoder, bf16/f16 narrowing) gives the scalar codec's
+// bits for every input class: every e4m3 value, tie and neighbour (and their products with the
+// scales), random magnitudes over the whole range, ±0, subnormal floats, infinities, NaNs; every
+// bf16 and f16 pattern. Only a NaN's payload may differ in a 16-bit output (call.hpp); fp8 is exact.
+TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
+  std::vector<float> f32 = {0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 1e30f, -1e30f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                            std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xffc12345u),
+                            std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -126), std::ldexp(1.0f, -10)};
+  for (int b = 0; b < 0x7e; ++b) {
+    const float lo = float(e4m3_value(b)), hi = float(e4m3_value(b + 1));
+    const float mid = float((double(lo) + double(hi)) / 2);
+    for (const float x : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), hi}) {
+      for (const float scale : {1.0f, 0.05f, 3.7f}) {
+        f32.push_back(x * scale);
+        f32.push_back(-x * scale);
+      }
+    }
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-140.0f, 120.0f);
+  for (int i = 0; i < 20000; ++i) f32.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  std::vector<std::uint16_t> every(65536);
+  for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::uint16_t>(i);
+
+  const cpu::CacheConvertKernel convert = cpu::select_cache_convert_kernel();
+  int compared = 0;
+  for (const DType from : {DType::F32, DType::BF16, DType::F16}) {
+    const void* src = from == DType::F32 ? static_cast<const void*>(f32.data()) : every.data();
+    const std::int64_t total = from == DType::F32 ? std::int64_t(f32.size()) : 65536;
+    for (const CacheDType to : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+      for (const float scale : {1.0f, 0.05f, 3.7f}) {
+        if (to != CacheDType::F8E4M3 && scale != 1.0f) continue;
+        // Odd offsets and lengths: vector bodies and scalar tails both run.
+        for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{3}}) {
+          const std::int64_t n = total - offset - 5;
+          const std::int64_t es = element_size(to);
+          std::vector<std::byte> got(std::size_t(n * es)), want(got.size());
+          const void* in = static_cast<const std::byte*>(src) + offset * element_size(from);
+          convert(in, from, n, got.data(), to, scale);
+          cpu::convert_to_cache_reference(in, from, n, want.data(), to, scale);
+          for (std::int64_t i = 0; i < n; ++i) {
+            ++compared;
+            if (std::memcmp(got.data() + i * es, want.data() + i * es, std::size_t(es)) == 0) continue;
+            const auto as_float = [&](const std::byte* p) {
+              float f = 0.0f;
+              if (to == CacheDType::F32) std::memcpy(&f, p, 4);
+              std::uint16_t h = 0;
+              if (es == 2) std::memcpy(&h, p, 2);
+              if (to == CacheDType::BF16) f = bf16_to_float(h);
+              if (to == CacheDType::F16) f = f16_to_float(h);
+              return f;
+            };
+            const bool both_nan = to != CacheDType::F8E4M3 && std::isnan(as_float(got.data() + i * es)) &&
+                                  std::isnan(as_float(want.data() + i * es));
+            ASSERT_TRUE(both_nan) << to_string(from) << " -> " << to_string(to) << " scale " << scale << " element "
+                                  << offset + i;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000000);
 }
 
 TEST_P(AppendTest, FusedEqualsRotateThenConvertThenCopy) {

@@ -78,6 +78,19 @@ using RowsKernel = void (*)(const RotateJob& job, std::int64_t first, std::int64
 // rows. For consumers that rotate into buffers of their own (linear attention's features).
 using TokenKernel = void (*)(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
                              void* dst, std::int64_t dst_stride, std::int64_t heads);
+// Head rows of one token in one storage type: `heads` rows read from src, written to dst (rows
+// *_stride elements apart; dst == src rotates in place). heads = 0: none.
+struct HeadRows {
+  const void* src = nullptr;
+  std::int64_t src_stride = 0;
+  void* dst = nullptr;
+  std::int64_t dst_stride = 0;
+  std::int64_t heads = 0;
+  DType dtype = DType::F32;
+};
+// Two sets of head rows of token `token` (the fused append's q and k) rotated with one set of
+// coefficients, formed once: the bits a TokenKernel writes for each.
+using TokenPairKernel = void (*)(const RotateJob& job, std::int64_t token, const HeadRows& a, const HeadRows& b);
 
 }  // namespace detail
 

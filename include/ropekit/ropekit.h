@@ -37,7 +37,15 @@
 extern "C" {
 #endif
 
-typedef enum rk_status {
+/* Enumerations with int as their type in C++ as well: a C caller may pass any int (a bad value is an
+ * RK_INVALID_ARGUMENT naming it), which C++ must be able to read without undefined behaviour. */
+#ifdef __cplusplus
+#define RK_ENUM(name) enum name : int
+#else
+#define RK_ENUM(name) enum name
+#endif
+
+typedef RK_ENUM(rk_status) {
   RK_OK = 0,
   RK_INVALID_ARGUMENT = 1, /* bad input: the message names the field and the value */
   RK_OUT_OF_MEMORY = 2,
@@ -53,8 +61,8 @@ const char* rk_version(void);
 
 /* ---- element types, views and positions (ropekit/tensor.hpp) ------------------------------------ */
 
-typedef enum rk_dtype { RK_F32 = 1, RK_BF16 = 2, RK_F16 = 3 } rk_dtype;
-typedef enum rk_index_type { RK_I32 = 1, RK_I64 = 2 } rk_index_type;
+typedef RK_ENUM(rk_dtype) { RK_F32 = 1, RK_BF16 = 2, RK_F16 = 3 } rk_dtype;
+typedef RK_ENUM(rk_index_type) { RK_I32 = 1, RK_I64 = 2 } rk_index_type;
 
 /* A [batch, seq, heads, head_dim] view with element strides; the head's lanes are contiguous. A view
  * with batch, seq or heads 0 (all zero: {0}) is absent. */
@@ -109,7 +117,7 @@ rk_status rk_model_layer_info(const rk_model* model, int layer, rk_layer_info* o
 /* The spec of that group; an error for a layer that does not rotate. */
 rk_status rk_model_layer_spec(const rk_model* model, int layer, rk_spec** out);
 
-typedef enum rk_pairing { RK_INTERLEAVED = 1, RK_HALF = 2 } rk_pairing;
+typedef RK_ENUM(rk_pairing) { RK_INTERLEAVED = 1, RK_HALF = 2 } rk_pairing;
 /* Plain RoPE (no scaling): θ_i = base^(-2i/rotary_dim), validated as ropekit::Spec::validate. For a
  * scaled variant, pass its config JSON fragment to rk_model_from_config_json. */
 rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing pairing, rk_spec** out);
@@ -119,8 +127,8 @@ int rk_spec_rotary_dim(const rk_spec* spec);
 
 /* ---- the rope and its validated call (ropekit/rope.hpp, ropekit/call.hpp) ------------------------ */
 
-typedef enum rk_angle_mode { RK_ANGLES_ACCURATE = 0, RK_ANGLES_HF = 1 } rk_angle_mode;
-typedef enum rk_direction { RK_FORWARD = 0, RK_INVERSE = 1, RK_BACKWARD = 2 } rk_direction;
+typedef RK_ENUM(rk_angle_mode) { RK_ANGLES_ACCURATE = 0, RK_ANGLES_HF = 1 } rk_angle_mode;
+typedef RK_ENUM(rk_direction) { RK_FORWARD = 0, RK_INVERSE = 1, RK_BACKWARD = 2 } rk_direction;
 
 typedef struct rk_rope rk_rope;
 /* ropekit::Rope(spec, mode, current_length); current_length 0: the plan at initialisation. */
@@ -151,8 +159,8 @@ rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args);
 
 /* ---- fused rotate-and-append into a paged cache (ropekit/append.hpp) ----------------------------- */
 
-typedef enum rk_cache_dtype { RK_CACHE_F32 = 1, RK_CACHE_BF16 = 2, RK_CACHE_F16 = 3, RK_CACHE_F8E4M3 = 4 } rk_cache_dtype;
-typedef enum rk_page_layout { RK_NHD = 1, RK_HND = 2 } rk_page_layout;
+typedef RK_ENUM(rk_cache_dtype) { RK_CACHE_F32 = 1, RK_CACHE_BF16 = 2, RK_CACHE_F16 = 3, RK_CACHE_F8E4M3 = 4 } rk_cache_dtype;
+typedef RK_ENUM(rk_page_layout) { RK_NHD = 1, RK_HND = 2 } rk_page_layout;
 
 typedef struct rk_paged_cache {
   void* k;

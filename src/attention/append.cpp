@@ -1,7 +1,9 @@
 // Fused rotate-and-append into a paged or slot-mapped KV cache the caller owns (ropekit/append.hpp):
-// validated and resolved once (prepare_append), then per token: q rotated (after its QK-norm), k
-// rotated into the cache entry (directly when the cache has k's type, else through a per-thread row
-// buffer and one conversion), k_nope and v converted into their entries.
+// validated and resolved once (prepare_append), then per token: q and k rotated by one per-target
+// kernel with the token's coefficients formed once (QK-normed heads go through the float32 kernel
+// first), k straight into its cache entries when the cache has k's type (else into k_out or a
+// per-thread row buffer, then one conversion), k_nope and v converted into their entries by the
+// per-target converter (SIMD e4m3 / bf16 / f16, the scalar codecs' bits).
 #include "ropekit/append.hpp"
 
 #include <fmt/format.h>
@@ -181,7 +183,20 @@ std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, 
       slots[std::size_t(t)] = std::int64_t{page} * c.page_size + e % c.page_size;
     }
   }
-  // Two tokens writing one slot would race (and the result would depend on the split).
+  // Two tokens writing one slot would race (and the result would depend on the split). Few tokens
+  // (decode) compare pairwise, without the index sort's allocation.
+  const auto shared = [](std::int64_t a, std::int64_t b, std::int64_t s) {
+    return Error(fmt::format("tokens {} and {} both write slot {}: slots must be distinct within a call", a, b, s));
+  };
+  constexpr std::size_t kPairwise = 16;
+  if (slots.size() <= kPairwise) {
+    for (std::size_t j = 1; j < slots.size(); ++j) {
+      for (std::size_t i = 0; i < j; ++i) {
+        if (slots[j] >= 0 && slots[i] == slots[j]) throw shared(std::int64_t(i), std::int64_t(j), slots[j]);
+      }
+    }
+    return slots;
+  }
   std::vector<std::int64_t> order(slots.size());
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
@@ -189,27 +204,9 @@ std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, 
   });
   for (std::size_t i = 1; i < order.size(); ++i) {
     const std::int64_t s = slots[std::size_t(order[i])];
-    if (s >= 0 && s == slots[std::size_t(order[i - 1])]) {
-      throw Error(fmt::format("tokens {} and {} both write slot {}: slots must be distinct within a call",
-                              order[i - 1], order[i], s));
-    }
+    if (s >= 0 && s == slots[std::size_t(order[i - 1])]) throw shared(order[i - 1], order[i], s);
   }
   return slots;
-}
-
-// n lanes of storage type `from` into the cache's type (one rounding at most; fp8: x / scale first).
-void convert_lanes(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale, float* buffer) {
-  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
-    std::memcpy(dst, src, std::size_t(n * element_size(from)));
-    return;
-  }
-  detail::widen(src, from, n, buffer);
-  if (to == CacheDType::F8E4M3) {
-    auto* out = static_cast<std::uint8_t*>(dst);
-    for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_e4m3(buffer[i] / scale);
-    return;
-  }
-  detail::narrow(buffer, n, static_cast<DType>(to), dst);
 }
 
 }  // namespace
@@ -219,7 +216,9 @@ struct AppendCall::Resolved {
   PagedCache cache;
   RotateCall rotation;  // q and k, read-only: the coefficients and positions of every token
   std::vector<std::int64_t> slots;
-  detail::TokenKernel q_kernel = nullptr, k_kernel = nullptr, f32_kernel = nullptr;
+  detail::TokenPairKernel pair_kernel = nullptr;  // q and k rows, coefficients formed once per token
+  detail::TokenKernel f32_kernel = nullptr;       // normed heads, rotated in float32
+  cpu::CacheConvertKernel convert = nullptr;      // rotated k (when not written directly), k_nope, v
   std::vector<float> q_weight, k_weight;  // weight + weight_offset, float32
   int head_dim = 0;
   int threads = 1;
@@ -227,6 +226,8 @@ struct AppendCall::Resolved {
 
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
   void normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const;
+  void norm_rotate(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* norm, void* dst,
+                   std::int64_t dst_stride) const;
 };
 
 AppendCall::AppendCall() = default;
@@ -252,65 +253,71 @@ void AppendCall::Resolved::normed(const Heads& in, std::int64_t t, const std::ve
   }
 }
 
+// RMSNorm of token t's heads of `in`, rotated in float32 and rounded once into dst (in's storage
+// type, head rows dst_stride elements apart).
+void AppendCall::Resolved::norm_rotate(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* norm,
+                                       void* dst, std::int64_t dst_stride) const {
+  const std::int64_t d = head_dim;
+  normed(in, t, weight, norm);
+  f32_kernel(rotation.job(), t, norm, d, norm, d, in.heads);
+  for (std::int64_t h = 0; h < in.heads; ++h) {
+    detail::narrow(norm + h * d, d, in.dtype, static_cast<std::byte*>(dst) + h * dst_stride * element_size(in.dtype));
+  }
+}
+
 void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const {
-  const detail::RotateJob& job = rotation.job();
   const std::int64_t d = head_dim, kv = args.k.heads;
   const std::int64_t b = t / args.k.seq, s = t % args.k.seq;
   const std::int64_t slot = slots[std::size_t(t)];
-  float* convert = buffer.data();  // max(head_dim, k_nope_dim, v_head_dim) floats
-  float* norm = convert + std::max({d, std::int64_t{args.k_nope_dim}, std::int64_t{cache.v_head_dim}});
+  float* norm = buffer.data();  // heads × head_dim floats: QK-norm's float32 rows
 
+  // Rows rotated by the one pair kernel (coefficients formed once per token); normed heads go through
+  // the float32 kernel first and are handed to neither.
+  detail::HeadRows q_rows, k_rows;
   if (!args.q.empty()) {
     const Heads& q = args.q;
     const Heads& dst = args.q_out.empty() ? q : args.q_out;
-    if (!q_weight.empty()) {
-      normed(q, t, q_weight, norm);
-      f32_kernel(job, t, norm, d, norm, d, q.heads);
-      for (std::int64_t h = 0; h < q.heads; ++h) detail::narrow(norm + h * d, d, q.dtype, dst.row(b, s, h));
+    if (q_weight.empty()) {
+      q_rows = {q.row(b, s, 0), q.head_stride, dst.row(b, s, 0), dst.head_stride, q.heads, q.dtype};
     } else {
-      q_kernel(job, t, q.row(b, s, 0), q.head_stride, dst.row(b, s, 0), dst.head_stride, q.heads);
+      norm_rotate(q, t, q_weight, norm, dst.row(b, s, 0), dst.head_stride);
     }
   }
 
   // The rotated keys in k's storage type: in k_out, straight in the cache entries, or in `rows`.
   const Heads& k = args.k;
   const bool live = !args.k_out.empty();
-  if (slot < 0 && !live) return;
   const bool direct = !live && k_weight.empty() && static_cast<int>(cache.dtype) == static_cast<int>(k.dtype);
-  const void* rotated = nullptr;
+  void* rotated = nullptr;
   std::int64_t rotated_stride = 0;
-  if (direct) {
-    k_kernel(job, t, k.row(b, s, 0), k.head_stride, static_cast<std::byte*>(cache.key(slot, 0)) +
-             args.k_offset * element_size(cache.dtype), cache.head_stride(cache.head_dim), kv);
-  } else {
-    void* out = live ? args.k_out.row(b, s, 0) : rows.data();
-    const std::int64_t out_stride = live ? args.k_out.head_stride : d;
-    if (!k_weight.empty()) {
-      normed(k, t, k_weight, norm);
-      f32_kernel(job, t, norm, d, norm, d, kv);
-      for (std::int64_t h = 0; h < kv; ++h) {
-        detail::narrow(norm + h * d, d, k.dtype, static_cast<std::byte*>(out) + h * out_stride * element_size(k.dtype));
-      }
+  if (slot >= 0 || live) {
+    if (direct) {
+      rotated = static_cast<std::byte*>(cache.key(slot, 0)) + args.k_offset * element_size(cache.dtype);
+      rotated_stride = cache.head_stride(cache.head_dim);
     } else {
-      k_kernel(job, t, k.row(b, s, 0), k.head_stride, out, out_stride, kv);
+      rotated = live ? args.k_out.row(b, s, 0) : rows.data();
+      rotated_stride = live ? args.k_out.head_stride : d;
     }
-    rotated = out;
-    rotated_stride = out_stride;
+    if (k_weight.empty()) {
+      k_rows = {k.row(b, s, 0), k.head_stride, rotated, rotated_stride, kv, k.dtype};
+    } else {
+      norm_rotate(k, t, k_weight, norm, rotated, rotated_stride);
+    }
   }
+  if (q_rows.heads > 0 || k_rows.heads > 0) pair_kernel(rotation.job(), t, q_rows, k_rows);
   if (slot < 0) return;
   for (std::int64_t h = 0; h < kv; ++h) {
     std::byte* entry = static_cast<std::byte*>(cache.key(slot, h));
     if (!direct) {
-      convert_lanes(static_cast<const std::byte*>(rotated) + h * rotated_stride * element_size(k.dtype), k.dtype, d,
-                    entry + args.k_offset * element_size(cache.dtype), cache.dtype, cache.k_scale, convert);
+      convert(static_cast<const std::byte*>(rotated) + h * rotated_stride * element_size(k.dtype), k.dtype, d,
+              entry + args.k_offset * element_size(cache.dtype), cache.dtype, cache.k_scale);
     }
     if (!args.k_nope.empty()) {
-      convert_lanes(args.k_nope.row(b, s, h), args.k_nope.dtype, args.k_nope_dim,
-                    entry + args.k_nope_offset * element_size(cache.dtype), cache.dtype, cache.k_scale, convert);
+      convert(args.k_nope.row(b, s, h), args.k_nope.dtype, args.k_nope_dim,
+              entry + args.k_nope_offset * element_size(cache.dtype), cache.dtype, cache.k_scale);
     }
     if (!args.v.empty()) {
-      convert_lanes(args.v.row(b, s, h), args.v.dtype, cache.v_head_dim, cache.value(slot, h), cache.dtype,
-                    cache.v_scale, convert);
+      convert(args.v.row(b, s, h), args.v.dtype, cache.v_head_dim, cache.value(slot, h), cache.dtype, cache.v_scale);
     }
   }
 }
@@ -322,8 +329,7 @@ void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
   thread_local std::vector<std::byte> rows;
   const std::int64_t d = r_->head_dim;
   const std::int64_t heads = std::max(r_->args.q.heads, r_->args.k.heads);
-  const std::size_t floats = std::size_t(std::max({d, std::int64_t{r_->args.k_nope_dim}, std::int64_t{r_->cache.v_head_dim}}) +
-                                         heads * d);
+  const std::size_t floats = std::size_t(heads * d);
   const std::size_t bytes = std::size_t(r_->args.k.heads * d * element_size(r_->args.k.dtype));
   if (buffer.size() < floats) buffer.resize(floats);
   if (rows.size() < bytes) rows.resize(bytes);
@@ -468,9 +474,9 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
   r.cache = cache;
   r.rotation = std::move(rotation);
   r.slots = std::move(slots);
-  r.q_kernel = cpu::select_token_kernel(args.q.empty() ? DType::F32 : args.q.dtype);
-  r.k_kernel = cpu::select_token_kernel(args.k.dtype);
+  r.pair_kernel = cpu::select_token_pair_kernel(spec.pairing);
   r.f32_kernel = cpu::select_token_kernel(DType::F32);
+  r.convert = cpu::select_cache_convert_kernel();
   r.q_weight = std::move(q_weight);
   r.k_weight = std::move(k_weight);
   r.head_dim = d;

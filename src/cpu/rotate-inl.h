@@ -415,6 +415,112 @@ inline detail::TokenKernel TokenKernelFor(DType dtype) {
   }
 }
 
+template <Pairing kPairing, class Codec>
+HWY_INLINE void RotateHeadRowsAs(const RotateJob& job, const detail::HeadRows& rows, const Scratch& scratch) {
+  using T = typename Codec::T;
+  bool streamed = false;
+  for (std::int64_t h = 0; h < rows.heads; ++h) {
+    const T* in = static_cast<const T*>(rows.src) + h * rows.src_stride;
+    T* out = static_cast<T*>(rows.dst) + h * rows.dst_stride;
+    RotateHead<Codec, kPairing>(*job.map, in, out, scratch, false, streamed);
+  }
+}
+
+template <Pairing kPairing>
+HWY_INLINE void RotateHeadRows(const RotateJob& job, const detail::HeadRows& rows, const Scratch& scratch) {
+  switch (rows.dtype) {
+    case DType::BF16: return RotateHeadRowsAs<kPairing, BF16Codec>(job, rows, scratch);
+    case DType::F16: return RotateHeadRowsAs<kPairing, F16Codec>(job, rows, scratch);
+    default: return RotateHeadRowsAs<kPairing, F32Codec>(job, rows, scratch);
+  }
+}
+
+// A TokenPairKernel: the token's coefficients built once for both sets of rows.
+template <Pairing kPairing>
+void TokenPairRows(const RotateJob& job, std::int64_t token, const detail::HeadRows& a, const detail::HeadRows& b) {
+  Scratch scratch(*job.map);
+  BuildCoefficients<kPairing>(job, token, scratch);
+  RotateHeadRows<kPairing>(job, a, scratch);
+  RotateHeadRows<kPairing>(job, b, scratch);
+}
+
+inline detail::TokenPairKernel TokenPairKernelFor(Pairing pairing) {
+  return pairing == Pairing::Interleaved ? &TokenPairRows<Pairing::Interleaved> : &TokenPairRows<Pairing::Half>;
+}
+
+// float_to_e4m3 (ropekit/dtype.hpp) in vectors: the same integer steps, lane by lane. |x|'s bits fit
+// int32 without the sign, so the selects compare as signed.
+HWY_INLINE auto EncodeE4m3(VF v) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<std::uint8_t, DF> du8;
+  const DF d;
+  const auto bits = hn::BitCast(du32, v);
+  const auto sign = hn::And(hn::ShiftRight<24>(bits), hn::Set(du32, 0x80u));
+  const auto a = hn::And(bits, hn::Set(du32, 0x7fffffffu));
+  const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du32, 1u));
+  const auto normal = hn::Sub(hn::ShiftRight<20>(hn::Add(a, hn::Add(hn::Set(du32, 0x7ffffu), lsb))),
+                              hn::Set(du32, 120u << 3));
+  // |x|·2^9 is exact where this result is selected (|x| < 2^-6), so the sum rounds as the scalar's.
+  const auto product = hn::Mul(hn::BitCast(d, a), hn::Set(d, 512.0f));
+  const auto sum = hn::Add(product, hn::Set(d, 0x1p23f));
+  const auto subnormal = hn::Sub(hn::BitCast(du32, sum), hn::Set(du32, 0x4b000000u));
+  const auto ai = hn::BitCast(di32, a);
+  auto out = hn::IfThenElse(hn::RebindMask(du32, hn::Lt(ai, hn::Set(di32, 0x3c800000))), subnormal, normal);
+  out = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(ai, hn::Set(di32, 0x43dfffff))), hn::Set(du32, 0x7eu), out);
+  out = hn::Or(out, sign);
+  out = hn::IfThenElse(hn::RebindMask(du32, hn::Gt(ai, hn::Set(di32, 0x7f800000))), hn::Set(du32, 0x7fu), out);
+  return hn::DemoteTo(du8, hn::BitCast(di32, out));
+}
+
+template <class From>
+HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_t n, void* dst, CacheDType to,
+                            float scale) {
+  const DF d;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t i = 0;
+  switch (to) {
+    case CacheDType::F32:
+      for (; i + lanes <= n; i += lanes) F32Codec::Store<false>(From::Load(d, src + i), d, static_cast<float*>(dst) + i);
+      break;
+    case CacheDType::BF16:
+      for (; i + lanes <= n; i += lanes) {
+        BF16Codec::Store<false>(From::Load(d, src + i), d, static_cast<std::uint16_t*>(dst) + i);
+      }
+      break;
+    case CacheDType::F16:
+      for (; i + lanes <= n; i += lanes) {
+        F16Codec::Store<false>(From::Load(d, src + i), d, static_cast<std::uint16_t*>(dst) + i);
+      }
+      break;
+    case CacheDType::F8E4M3: {
+      const hn::Rebind<std::uint8_t, DF> du8;
+      const VF divisor = hn::Set(d, scale);
+      for (; i + lanes <= n; i += lanes) {
+        hn::StoreU(EncodeE4m3(hn::Div(From::Load(d, src + i), divisor)), du8, static_cast<std::uint8_t*>(dst) + i);
+      }
+      break;
+    }
+  }
+  if (i < n) {
+    convert_to_cache_reference(src + i, from, n - i, static_cast<std::byte*>(dst) + i * element_size(to), to, scale);
+  }
+}
+
+inline void ConvertToCache(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
+  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n * element_size(from)));
+    return;
+  }
+  switch (from) {
+    case DType::BF16: return ConvertFrom<BF16Codec>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
+    case DType::F16: return ConvertFrom<F16Codec>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
+    default: return ConvertFrom<F32Codec>(static_cast<const float*>(src), from, n, dst, to, scale);
+  }
+}
+
+inline CacheConvertKernel CacheConvertKernelFor() { return &ConvertToCache; }
+
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
 
 inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType) { return &detail::rotate_rows_reference; }
@@ -429,6 +535,21 @@ void ReferenceTokenRows(const RotateJob& job, std::int64_t token, const void* sr
                         std::int64_t dst_stride, std::int64_t heads) {
   detail::rotate_token_rows_reference(job, token, src, src_stride, dst, dst_stride, heads, kType);
 }
+
+// The reference forms the coefficients per set of rows; the bits are the same.
+inline void ReferenceTokenPairRows(const RotateJob& job, std::int64_t token, const detail::HeadRows& a,
+                                   const detail::HeadRows& b) {
+  for (const detail::HeadRows* rows : {&a, &b}) {
+    if (rows->heads > 0) {
+      detail::rotate_token_rows_reference(job, token, rows->src, rows->src_stride, rows->dst, rows->dst_stride,
+                                          rows->heads, rows->dtype);
+    }
+  }
+}
+
+inline detail::TokenPairKernel TokenPairKernelFor(Pairing) { return &ReferenceTokenPairRows; }
+
+inline CacheConvertKernel CacheConvertKernelFor() { return &convert_to_cache_reference; }
 
 inline detail::TokenKernel TokenKernelFor(DType dtype) {
   switch (dtype) {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "cpu/dispatch.hpp"
 #include "cpu/parallel.hpp"
@@ -23,6 +24,8 @@ namespace ropekit::cpu {
 
 HWY_EXPORT(RotateKernelFor);
 HWY_EXPORT(TokenKernelFor);
+HWY_EXPORT(TokenPairKernelFor);
+HWY_EXPORT(CacheConvertKernelFor);
 
 namespace {
 
@@ -51,6 +54,35 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
 
 detail::TokenKernel select_token_kernel(DType dtype) {
   return HWY_DISPATCH_TABLE(TokenKernelFor)[current_index()](dtype);
+}
+
+detail::TokenPairKernel select_token_pair_kernel(Pairing pairing) {
+  return HWY_DISPATCH_TABLE(TokenPairKernelFor)[current_index()](pairing);
+}
+
+CacheConvertKernel select_cache_convert_kernel() {
+  return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[current_index()]();
+}
+
+void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
+  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n * element_size(from)));
+    return;
+  }
+  // In blocks through a float32 buffer on the stack: widen (exact), then one rounding.
+  constexpr std::int64_t kBlock = 256;
+  float buffer[kBlock];
+  for (std::int64_t first = 0; first < n; first += kBlock) {
+    const std::int64_t count = std::min(kBlock, n - first);
+    detail::widen(static_cast<const std::byte*>(src) + first * element_size(from), from, count, buffer);
+    void* out = static_cast<std::byte*>(dst) + first * element_size(to);
+    if (to == CacheDType::F8E4M3) {
+      auto* bytes = static_cast<std::uint8_t*>(out);
+      for (std::int64_t i = 0; i < count; ++i) bytes[i] = float_to_e4m3(buffer[i] / scale);
+    } else {
+      detail::narrow(buffer, count, static_cast<DType>(to), out);
+    }
+  }
 }
 
 detail::RowsKernel no_rows_kernel() { return &no_rows; }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "rope/call.hpp"
+#include "ropekit/append.hpp"
 
 namespace ropekit::cpu {
 
@@ -19,6 +20,13 @@ namespace ropekit::cpu {
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written);
 // The token kernel for rows stored as `dtype`, on the SIMD target calls run on now (read once).
 detail::TokenKernel select_token_kernel(DType dtype);
+// The kernel rotating two sets of one token's head rows with one set of coefficients (read once).
+detail::TokenPairKernel select_token_pair_kernel(Pairing pairing);
+// n lanes of storage type `from` into a cache entry of type `to`: one rounding, fp8 as e4m3(x / scale)
+// (ropekit/dtype.hpp), the bits of convert_to_cache_reference on every target; the same type copies.
+using CacheConvertKernel = void (*)(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
+CacheConvertKernel select_cache_convert_kernel();
+void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
 // A kernel that rotates nothing (for calls that only describe their rows to a consumer).
 detail::RowsKernel no_rows_kernel();
 // Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).
