@@ -423,18 +423,24 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
       const auto begin = reinterpret_cast<std::uintptr_t>(base);
       return detail::ByteRange{begin, begin + std::uintptr_t(slots * cache.kv_heads * lanes * element_size(cache.dtype)), name};
     };
-    std::vector<detail::ByteRange> written, read;
-    if (!args.q.empty()) (args.q_out.empty() ? written : read).push_back(detail::byte_range(args.q, "q", d));
-    if (!args.q_out.empty()) written.push_back(detail::byte_range(args.q_out, "q_out", d));
-    (k_in_place ? written : read).push_back(detail::byte_range(args.k, "k", d));
-    if (!args.k_out.empty() && !k_in_place) written.push_back(detail::byte_range(args.k_out, "k_out", d));
-    if (!args.k_nope.empty()) read.push_back(detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim));
-    if (!args.v.empty()) read.push_back(detail::byte_range(args.v, "v", cache.v_head_dim));
-    written.push_back(cache_range(cache.k, cache.head_dim, "cache.k"));
-    if (cache.v != nullptr) written.push_back(cache_range(cache.v, cache.v_head_dim, "cache.v"));
-    for (std::size_t i = 0; i < written.size(); ++i) {
-      for (std::size_t j = i + 1; j < written.size(); ++j) detail::require_disjoint(std::array{written[i], written[j]});
-      for (const detail::ByteRange& r : read) detail::require_disjoint(std::array{written[i], r});
+    // At most 5 written and 4 read ranges: fixed arrays, no allocation (decode calls are small).
+    std::array<detail::ByteRange, 5> written{};
+    std::array<detail::ByteRange, 4> read{};
+    std::size_t n_written = 0, n_read = 0;
+    const auto add = [&](bool is_written, detail::ByteRange r) {
+      if (is_written) written[n_written++] = r; else read[n_read++] = r;
+    };
+    if (!args.q.empty()) add(args.q_out.empty(), detail::byte_range(args.q, "q", d));
+    if (!args.q_out.empty()) add(true, detail::byte_range(args.q_out, "q_out", d));
+    add(k_in_place, detail::byte_range(args.k, "k", d));
+    if (!args.k_out.empty() && !k_in_place) add(true, detail::byte_range(args.k_out, "k_out", d));
+    if (!args.k_nope.empty()) add(false, detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim));
+    if (!args.v.empty()) add(false, detail::byte_range(args.v, "v", cache.v_head_dim));
+    add(true, cache_range(cache.k, cache.head_dim, "cache.k"));
+    if (cache.v != nullptr) add(true, cache_range(cache.v, cache.v_head_dim, "cache.v"));
+    for (std::size_t i = 0; i < n_written; ++i) {
+      for (std::size_t j = i + 1; j < n_written; ++j) detail::require_disjoint(std::array{written[i], written[j]});
+      for (std::size_t j = 0; j < n_read; ++j) detail::require_disjoint(std::array{written[i], read[j]});
     }
   }
 
