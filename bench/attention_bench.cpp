@@ -5,15 +5,18 @@
 //      of a memcpy of the same bytes timed in the same rounds: decode is bound by reading the cache);
 //   2. linear attention (RoFormer) vs softmax attention as the sequence grows: time per token;
 //   3. position regimes (ReRoPE, SelfExtend, dual-chunk, log-n) vs plain fused attention, prefill of
-//      4096 tokens and decode at 4096 cached tokens (issue target: ≤ 2× plain for two regimes).
+//      4096 tokens and decode at 4096 cached tokens (issue target: ≤ 2× plain for two regimes);
+//   4. decode of many sequences over one PagedKvCache vs one contiguous KvCache per sequence.
 // Each pair of contenders is timed interleaved (A, B, A, B, ...), median of the rounds, so both see
 // the same machine state (bench::interleaved).
 //
-//   attention_bench [--quick] [--regimes] [--target NAME]     markdown tables on stdout (--regimes: 3 only)
+//   attention_bench [--quick] [--regimes | --paged] [--target NAME]   markdown tables on stdout
+//                                                     (--regimes: 3 only; --paged: 4 only)
 #include <fmt/format.h>
 
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -181,8 +184,80 @@ void regimes_vs_plain(std::int64_t n, std::int64_t prefill_heads, int rounds, do
 
 }  // namespace
 
+// Decode over many sequences: one attention call over a PagedKvCache (sequences appended in turns of
+// one page each, so their pages interleave) against one call per sequence over its own contiguous
+// KvCache holding the same tokens; and a memcpy of the K and V bytes read, timed in the same rounds.
+void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
+  fmt::print("## Decode over a paged cache vs contiguous caches (bf16, 32 q / 8 kv heads × 128, pages of 16)\n\n");
+  fmt::print("| sequences × cached tokens | paged µs | contiguous µs | paged / contiguous | cache GB/s | of memcpy |\n");
+  fmt::print("|---|---|---|---|---|---|\n");
+  const Spec spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  const std::int64_t q_heads = 32, kv = 8, d = 128, page_size = 16;
+  for (const auto& [batch, n] : {std::pair<std::int64_t, std::int64_t>{1, quick ? 256 : 4096},
+                                 std::pair<std::int64_t, std::int64_t>{16, quick ? 64 : 1024}}) {
+    PagedKvCache paged(rope, {.num_pages = batch * (n / page_size), .page_size = page_size, .kv_heads = kv,
+                              .dtype = CacheDType::BF16, .max_sequences = int(batch)});
+    std::vector<KvCache> contiguous;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    const auto bf16 = [&](std::int64_t count) {
+      std::vector<std::uint16_t> x(static_cast<std::size_t>(count));
+      for (auto& e : x) e = float_to_bf16(normal(rng));
+      return x;
+    };
+    std::vector<std::vector<std::uint16_t>> k, v;
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(n));
+    std::iota(pos.begin(), pos.end(), 0);
+    for (std::int64_t s = 0; s < batch; ++s) {
+      k.push_back(bf16(n * kv * d));
+      v.push_back(bf16(n * kv * d));
+      contiguous.emplace_back(rope, KvCacheShape{.capacity = n, .kv_heads = kv, .dtype = DType::BF16});
+      contiguous.back().append(rope, bshd(k.back().data(), DType::BF16, 1, n, kv, d),
+                               bshd(v.back().data(), DType::BF16, 1, n, kv, d), positions(pos));
+    }
+    const std::vector<std::int32_t> one_page_of(static_cast<std::size_t>(page_size), 0);
+    for (std::int64_t first = 0; first < n; first += page_size) {
+      for (std::int64_t s = 0; s < batch; ++s) {
+        std::vector<std::int32_t> seq_of(static_cast<std::size_t>(page_size), std::int32_t(s));
+        const std::size_t at = static_cast<std::size_t>(first * kv * d);
+        paged.append(rope, seq_of,
+                     {.k = bshd(k[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
+                      .v = bshd(v[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
+                      .positions = positions(std::span<const std::int64_t>(pos).subspan(std::size_t(first),
+                                                                                      std::size_t(page_size)))});
+      }
+    }
+    std::vector<std::uint16_t> q = bf16(batch * q_heads * d), out(q.size());
+    const std::vector<std::int64_t> q_pos(static_cast<std::size_t>(batch), n);
+    std::vector<std::int32_t> seq_of(static_cast<std::size_t>(batch));
+    std::iota(seq_of.begin(), seq_of.end(), 0);
+    const std::size_t bytes = std::size_t(batch * n * kv * 2 * d * 2);
+    std::vector<std::byte> src(bytes), dst(bytes);
+    std::memset(src.data(), 1, bytes);
+    const auto t = interleaved(
+        {[&] {
+           attention(rope, bshd(q.data(), DType::BF16, 1, batch, q_heads, d), positions(q_pos), seq_of, paged,
+                     bshd(out.data(), DType::BF16, 1, batch, q_heads, d));
+         },
+         [&] {
+           for (std::int64_t s = 0; s < batch; ++s) {
+             const std::vector<std::int64_t> one = {n};
+             attention(rope, bshd(q.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d), positions(one),
+                       contiguous[std::size_t(s)], bshd(out.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d));
+           }
+         },
+         [&] { std::memcpy(dst.data(), src.data(), bytes); }},
+        rounds, min_seconds);
+    const double gbps = double(bytes) / t[0] * 1e-9, copy = 2.0 * double(bytes) / t[2] * 1e-9;
+    fmt::print("| {} × {} | {:.1f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} |\n", batch, n, t[0] * 1e6, t[1] * 1e6,
+               t[0] / t[1], gbps, gbps / copy);
+  }
+  fmt::print("\n(cache GB/s: K and V bytes read per call / time; of memcpy: that over memcpy's read + write rate.)\n\n");
+}
+
 int main(int argc, char** argv) {
-  bool quick = false, regimes_only = false;
+  bool quick = false, regimes_only = false, paged_only = false;
   std::string target;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -190,10 +265,12 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--regimes") {
       regimes_only = true;
+    } else if (arg == "--paged") {
+      paged_only = true;
     } else if (arg == "--target" && i + 1 < argc) {
       target = argv[++i];
     } else {
-      fmt::print(stderr, "usage: attention_bench [--quick] [--regimes] [--target NAME]\n");
+      fmt::print(stderr, "usage: attention_bench [--quick] [--regimes | --paged] [--target NAME]\n");
       return 2;
     }
   }
@@ -208,6 +285,10 @@ int main(int argc, char** argv) {
   const double min_seconds = quick ? 0.0 : 0.05;
   if (regimes_only) {  // section 3 alone
     regimes_vs_plain(quick ? 256 : 4096, quick ? 4 : 8, quick ? 1 : 3, 0.0);
+    return 0;
+  }
+  if (paged_only) {  // section 4 alone
+    paged_vs_contiguous(rounds, min_seconds, quick);
     return 0;
   }
   std::vector<cases::Case> selected;
@@ -232,5 +313,6 @@ int main(int argc, char** argv) {
     linear_vs_softmax({256, 512, 1024, 2048, 4096, 8192}, rounds, min_seconds);
     regimes_vs_plain(4096, 8, 3, 0.0);
   }
+  paged_vs_contiguous(rounds, min_seconds, quick);
   return 0;
 }

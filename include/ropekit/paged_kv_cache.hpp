@@ -1,0 +1,125 @@
+// ropekit/paged_kv_cache.hpp — many sequences in one paged KV cache: the fused append per token,
+// llama.cpp's per-sequence operations (seq_rm, seq_add = K-shift, seq_cp), re-rotation per sequence,
+// and attention of a batch of sequences with ragged lengths (decode: one query per sequence; prefill
+// over a cached prefix).
+//
+//   ropekit::PagedKvCache cache(rope, {.num_pages = 1024, .page_size = 16, .kv_heads = 8,
+//                                      .dtype = ropekit::CacheDType::BF16, .max_sequences = 64});
+//   cache.append(rope, seq_of_token, {.q = q, .k = k, .v = v, .positions = ropekit::positions(pos)});
+//   ropekit::attention(rope, q, ropekit::positions(pos), seq_of_token, cache, out);
+//   cache.seq_add(seq, 100, -1, -50);      // keys at positions ≥ 100 of `seq` move back by 50: R(−50)
+//
+// Memory: the cache owns num_pages pages in the layout of ropekit/append.hpp (`cache()` is its
+// PagedCache, `page_table()` FlashInfer's view of it, so an engine's own kernels can read it). Pages
+// are handed to sequences from a free list as they grow and returned when they shrink. Entry i of a
+// sequence lives in its page pages(seq)[i / page_size], entry i % page_size; positions(seq)[i] is
+// its position. Keys are stored rotated (Forward, cos_sin_scale included) under the plan of the
+// sequence (plan(seq)), which a sequence adopts from the rope of its first append; sequences may
+// have different plans (dynamic NTK or LongRoPE at different lengths: ropekit/rope_set.hpp).
+//
+// Numerics: append is ropekit::append (bit-identical to rope.apply → convert → copy). seq_add's
+// K-shift is KvCache::shift's pure rotation R(δ) with magnitude 1 (f32/bf16/f16 entries rotated in
+// place, one rounding to storage; fp8 entries widened × k_scale, rotated in float32, stored
+// e4m3(x / k_scale): one more fp8 rounding per shift). rerotate is KvCache::rerotate's (un-rotate
+// under the old plan, rotate under the new one in float32, one rounding to storage). attention: for
+// each run of query tokens of one sequence, bit for bit ropekit's attention (attention.hpp: q rotated
+// on load, keys read as stored) over that sequence's entries gathered in entry order — so equal to
+// a KvCache holding the same tokens; fp8 entries are read as e4m3 · scale, rounded to float32.
+// Cost: the gather copies the sequence's K and V once per call (per page, on the library's threads)
+// into per-thread buffers that grow to the longest sequence read and are kept; measured 1.05–1.7× the
+// time of contiguous caches (docs/performance.md) — reading pages in the attention tiles is the next
+// step. Not thread-safe for writes; attention() only reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "ropekit/append.hpp"
+#include "ropekit/attention.hpp"
+#include "ropekit/plan.hpp"
+#include "ropekit/rope.hpp"
+
+namespace ropekit {
+
+struct PagedKvCacheShape {
+  std::int64_t num_pages = 0;
+  std::int64_t page_size = 0;  // entries per page
+  std::int64_t kv_heads = 0;
+  int head_dim = 0;    // 0: the Rope's head_dim (anything else must equal it)
+  int v_head_dim = 0;  // 0: head_dim
+  CacheDType dtype = CacheDType::F32;
+  PageLayout layout = PageLayout::NHD;
+  float k_scale = 1.0f;  // fp8 only
+  float v_scale = 1.0f;
+  int max_sequences = 0;  // sequence ids are [0, max_sequences)
+};
+
+class PagedKvCache {
+ public:
+  // Errors: a shape field out of range (named), an M-RoPE rope (one position per entry is kept).
+  PagedKvCache(const Rope& rope, PagedKvCacheShape shape);
+  ~PagedKvCache();
+  PagedKvCache(PagedKvCache&&) noexcept;
+  PagedKvCache& operator=(PagedKvCache&&) noexcept;
+
+  const PagedKvCacheShape& shape() const { return shape_; }
+  // The memory, for ropekit::append / prepare_append and an engine's kernels.
+  const PagedCache& cache() const;
+  std::int64_t free_pages() const;
+  std::int64_t length(int seq) const;                       // entries
+  std::span<const std::int64_t> positions(int seq) const;   // per entry
+  std::span<const std::int32_t> pages(int seq) const;       // the sequence's pages, in entry order
+  // The plan seq's keys are rotated under. Errors: an empty sequence (it has none yet).
+  const Plan& plan(int seq) const;
+
+  // Appends the tokens of args (batch 1; token t to sequence seq_of[t]) at the end of their
+  // sequences — q rotated as args says, k rotated into the new entries, v copied (ropekit::append;
+  // args.slots must be left default: the cache resolves them). Errors (nothing changes): a sequence
+  // id outside [0, max_sequences), seq_of not one per token, too few free pages, a rope whose spec
+  // or angle mode differ from the cache's, a rope whose plan differs from a non-empty sequence's
+  // (rerotate it first), positions with more than one stream, and everything ropekit::append refuses.
+  void append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args);
+
+  // llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end, p0 < 0: from 0).
+  // seq_rm: removes those entries; later entries move down keeping their positions; pages no longer
+  // needed return to the free list.
+  void seq_rm(int seq, std::int64_t p0, std::int64_t p1);
+  // seq_add: those entries move by delta positions, their keys turned by R(delta) (K-shift). Errors:
+  // a position that would fall below 0 or reach 2^47 (nothing changes).
+  void seq_add(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta);
+  // seq_cp: copies those entries of src to the end of dst (keys, values, positions; dst adopts src's
+  // plan when empty, else the plans must agree). Errors: src == dst, too few free pages.
+  void seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1);
+  // Removes every entry of seq (its plan too).
+  void seq_clear(int seq);
+
+  // Re-rotates seq's keys from plan(seq) to rope's plan (KvCache::rerotate). Returns false (changing
+  // nothing but adopting the plan) when they agree or the sequence is empty.
+  bool rerotate(int seq, const Rope& rope);
+
+  // FlashInfer's page table of sequences `seqs` (indices, indptr, last_page_len), into the given
+  // vectors: an engine's attention kernel can read the cache with it.
+  void page_table(std::span<const std::int32_t> seqs, std::vector<std::int32_t>& indices,
+                  std::vector<std::int32_t>& indptr, std::vector<std::int32_t>& last_page_len) const;
+
+  // Throws unless rope has the cache's layout (head_dim, rotary_dim, pairing) and angle mode.
+  void require_layout(const Rope& rope, std::string_view caller) const;
+
+ private:
+  struct State;
+  PagedKvCacheShape shape_;
+  std::unique_ptr<State> state_;
+};
+
+// Attention of new queries against their sequences' cached entries: q (batch 1; token t of sequence
+// seq_of[t], at q_positions[t]) rotated by `rope` on load; each query sees its own sequence's entries
+// under options' mask (causal by positions, window). Numerics: the file comment. Errors: seq_of not
+// one per token or naming a sequence outside the cache, rope's plan differs from a non-empty
+// sequence's (rerotate first), options.regimes set (not supported over a paged cache yet), shapes as
+// attention() checks them.
+void attention(const Rope& rope, const Heads& q, Positions q_positions, std::span<const std::int32_t> seq_of,
+               const PagedKvCache& cache, const Heads& out, const AttentionOptions& options = {});
+
+}  // namespace ropekit
