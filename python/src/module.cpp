@@ -280,6 +280,46 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
 }
 
 // (cos, sin) at `positions` as float32 arrays, magnitude included.
+// vLLM's cos_sin_cache layout ([n, rotary_dim]: m·cos then m·sin), ropekit/cos_sin_cache.hpp.
+py::array_t<float> cos_sin_cache(const PyRope& self, std::int64_t num_positions, std::string_view angles) {
+  const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
+  if (num_positions < 0) throw Error(fmt::format("num_positions = {}: must be >= 0", num_positions));
+  py::array_t<float> out(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_positions), rope_held->spec().rotary_dim});
+  float* data = out.mutable_data();
+  const auto size = static_cast<std::size_t>(out.size());
+  {
+    py::gil_scoped_release release;
+    export_cos_sin_cache(*rope_held, num_positions, {data, size});
+  }
+  return out;
+}
+
+py::dict check_cache(const PyRope& self, py::handle cache_obj, double tolerance) {
+  const std::shared_ptr<const Rope> rope_held = self.rope(AngleMode::Accurate);
+  const py::array_t<float, py::array::c_style | py::array::forcecast> cache =
+      py::module_::import("numpy").attr("ascontiguousarray")(cache_obj, "float32");
+  if (cache.ndim() != 2 || cache.shape(1) != rope_held->spec().rotary_dim) {
+    throw Error(fmt::format("cache: shape [num_positions, rotary_dim = {}] expected, got {} dimensions",
+                            rope_held->spec().rotary_dim, cache.ndim()));
+  }
+  CosSinCacheReport r;
+  {
+    py::gil_scoped_release release;
+    r = check_cos_sin_cache(*rope_held, {cache.data(), static_cast<std::size_t>(cache.size())}, cache.shape(0),
+                            tolerance);
+  }
+  py::dict d;
+  d["num_positions"] = r.num_positions;
+  d["tolerance"] = r.tolerance;
+  d["max_error"] = r.max_error;
+  d["worst_position"] = r.worst_position;
+  d["worst_pair"] = r.worst_pair;
+  d["worst_is_sin"] = r.worst_is_sin;
+  d["first_position_over"] = r.first_position_over;
+  d["accurate_bound"] = r.accurate_bound;
+  return d;
+}
+
 py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view layout, std::string_view angles) {
   const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
@@ -439,6 +479,8 @@ PYBIND11_MODULE(_ropekit, m) {
       .def_property_readonly("depends_on_length", [](const PyRope& r) { return depends_on_length(r.spec()); })
       .def("set_current_length", &PyRope::set_current_length, py::arg("length"))
       .def("bands", &bands, py::arg("context") = py::none())
+      .def("cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
+      .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6)
       .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf", py::arg("angles") = "accurate")
       .def("apply", &apply, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(), py::kw_only(),
            py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",

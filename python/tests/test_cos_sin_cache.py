@@ -1,0 +1,59 @@
+"""Engines' cos/sin caches from Python: ropekit's export in vLLM's layout within its stated bound of the
+exact angles (float64 NumPy here), and the checker locating where a float32-angle cache, made the way
+vLLM makes it, drifts past a tolerance."""
+import numpy as np
+import pytest
+import torch
+
+import ropekit
+
+
+def exact(rope, n):
+    """m·cos / m·sin of p·inv_freq in float64: [n, rotary_dim], cos half then sin half."""
+    angles = np.arange(n, dtype=np.float64)[:, None] * rope.inv_freq64[None, :]
+    m = rope.cos_sin_scale
+    return np.concatenate([m * np.cos(angles), m * np.sin(angles)], axis=1)
+
+
+def test_export_is_within_its_bound_and_matches_cos_sin():
+    rope = ropekit.Rope.from_preset("qwen2.5-7b-instruct-yarn4")  # YaRN: the magnitude is in the cache
+    assert rope.cos_sin_scale != 1.0
+    n = 3000
+    cache = rope.cos_sin_cache(n)
+    assert cache.shape == (n, 2 * len(rope.inv_freq64)) and cache.dtype == np.float32
+    report = rope.check_cos_sin_cache(cache)
+    err = np.abs(cache.astype(np.float64) - exact(rope, n))
+    assert err.max() <= report["accurate_bound"]
+    assert abs(report["max_error"] - err.max()) <= 1e-12
+    assert report["first_position_over"] == -1
+    # The same coefficients every call rotates with (Rope.cos_sin, half layout).
+    c, s = rope.cos_sin(np.arange(n), layout="half")
+    pairs = cache.shape[1] // 2
+    np.testing.assert_array_equal(c, cache[:, :pairs])
+    np.testing.assert_array_equal(s, cache[:, pairs:])
+
+
+def test_checker_locates_the_drift_of_a_float32_angle_cache():
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    n = 40000
+    # As vLLM's _compute_cos_sin_cache: float32 positions × float32 inv_freq, cos/sin in float32.
+    t = torch.arange(n, dtype=torch.float32)
+    freqs = torch.einsum("i,j->ij", t, torch.from_numpy(rope.inv_freq))
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).numpy()
+    report = rope.check_cos_sin_cache(cache, tolerance=1e-5)
+    err = np.abs(cache.astype(np.float64) - exact(rope, n)).max(axis=1)
+    first = report["first_position_over"]
+    assert 0 < first < n
+    assert err[first] > 1e-5 and (err[:first] <= 1e-5).all()
+    assert abs(report["max_error"] - err.max()) <= 1e-12
+    assert report["max_error"] > 100 * report["accurate_bound"]
+
+
+def test_bad_cache_is_an_error():
+    rope = ropekit.Rope(64)
+    with pytest.raises(ropekit.Error, match="rotary_dim = 64"):
+        rope.check_cos_sin_cache(np.zeros((10, 63), np.float32))
+    with pytest.raises(ropekit.Error, match="num_positions = -1"):
+        rope.cos_sin_cache(-1)
+    with pytest.raises(ropekit.Error, match="tolerance = 0"):
+        rope.check_cos_sin_cache(np.zeros((10, 64), np.float32), tolerance=0.0)
