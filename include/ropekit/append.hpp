@@ -77,6 +77,10 @@ struct PagedCache {
   float v_scale = 1.0f;
 
   std::int64_t slots() const { return num_pages * page_size; }
+  // Throws ropekit::Error naming the first invalid field: a dtype or layout out of range, a count
+  // ≤ 0 (v_head_dim < 0), more than 2^46 bytes, a scale not finite and > 0 (fp8) or ≠ 1 (others).
+  // The pointers are the call's to check (prepare_append).
+  void validate() const;
   // The key entry of kv head `head` in `slot` (no check: slots inside a validated call).
   void* key(std::int64_t slot, std::int64_t head) const;
   void* value(std::int64_t slot, std::int64_t head) const;

@@ -169,7 +169,7 @@ typedef struct rk_paged_cache {
   rk_page_layout layout;
   int64_t num_pages, page_size, kv_heads;
   int head_dim, v_head_dim;
-  float k_scale, v_scale; /* fp8 only; 0 is read as 1 */
+  float k_scale, v_scale; /* fp8: required, finite and > 0; other types: 0 (unset) or 1 */
 } rk_paged_cache;
 
 typedef struct rk_append_args {
@@ -194,7 +194,7 @@ typedef struct rk_append_args {
   size_t q_norm_count;
   const float* k_norm_weight;
   size_t k_norm_count;
-  float norm_eps; /* 0 is read as 1e-6 */
+  float norm_eps; /* 0 (unset) is read as 1e-6 */
   float norm_weight_offset;
   int norm_across_heads;
   int threads;

@@ -74,7 +74,10 @@ void require_shape(const Heads& view, std::string_view name, const Heads& like, 
   }
 }
 
-void check_cache(const PagedCache& c) {
+}  // namespace
+
+void PagedCache::validate() const {
+  const PagedCache& c = *this;
   const auto positive = [](std::string_view field, std::int64_t value) {
     if (value <= 0) throw Error(fmt::format("cache.{} = {}: must be > 0", field, value));
   };
@@ -85,16 +88,11 @@ void check_cache(const PagedCache& c) {
   if (c.layout != PageLayout::NHD && c.layout != PageLayout::HND) {
     throw Error(fmt::format("cache.layout = {}: not a PageLayout", static_cast<int>(c.layout)));
   }
-  if (c.k == nullptr) throw Error("cache.k is null");
   positive("num_pages", c.num_pages);
   positive("page_size", c.page_size);
   positive("kv_heads", c.kv_heads);
   positive("head_dim", c.head_dim);
   if (c.v_head_dim < 0) throw Error(fmt::format("cache.v_head_dim = {}: must be >= 0", c.v_head_dim));
-  if ((c.v == nullptr) != (c.v_head_dim == 0)) {
-    throw Error(fmt::format("cache.v is {} but cache.v_head_dim = {}: a cache without values has v = null and "
-                            "v_head_dim = 0", c.v == nullptr ? "null" : "set", c.v_head_dim));
-  }
   // Every byte offset of the cache must fit int64 (and the address space).
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;
   const std::int64_t per_slot = c.kv_heads * std::int64_t{std::max(c.head_dim, c.v_head_dim)} * element_size(c.dtype);
@@ -111,6 +109,18 @@ void check_cache(const PagedCache& c) {
       throw Error(fmt::format("cache.{} = {}: only an f8e4m3 cache is scaled (cache.dtype = {}); leave it 1", name,
                               scale, to_string(c.dtype)));
     }
+  }
+}
+
+namespace {
+
+// The cache as a call writes it: its geometry (validate) and its memory.
+void check_cache(const PagedCache& c) {
+  c.validate();
+  if (c.k == nullptr) throw Error("cache.k is null");
+  if ((c.v == nullptr) != (c.v_head_dim == 0)) {
+    throw Error(fmt::format("cache.v is {} but cache.v_head_dim = {}: a cache without values has v = null and "
+                            "v_head_dim = 0", c.v == nullptr ? "null" : "set", c.v_head_dim));
   }
 }
 

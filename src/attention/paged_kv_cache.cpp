@@ -162,10 +162,7 @@ PagedKvCache::PagedKvCache(const Rope& rope, PagedKvCacheShape shape) : shape_(s
   c = PagedCache{.dtype = shape_.dtype, .layout = shape_.layout, .num_pages = shape_.num_pages,
                  .page_size = shape_.page_size, .kv_heads = shape_.kv_heads, .head_dim = shape_.head_dim,
                  .v_head_dim = shape_.v_head_dim, .k_scale = shape_.k_scale, .v_scale = shape_.v_scale};
-  // Validated as append validates a caller's cache (named fields), before any allocation: a stand-in
-  // pointer, replaced below.
-  c.k = c.v = reinterpret_cast<void*>(std::uintptr_t{64});
-  (void)resolve_slots({.k = {.batch = 0}}, c);
+  c.validate();  // named fields, before anything is allocated
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
   const std::int64_t per_page = c.page_size * c.kv_heads * (c.head_dim + c.v_head_dim) * element_size(c.dtype);
   if (c.num_pages > kMaxBytes / per_page) {

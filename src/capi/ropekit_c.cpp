@@ -205,6 +205,21 @@ void check_range(std::int64_t first, std::int64_t last, std::int64_t rows) {
   }
 }
 
+// A prepared call (rk_call, rk_append_call): rows [first, last) after a range check, or every row.
+template <class Handle>
+rk_status run_range(const Handle* call, int64_t first, int64_t last) {
+  return guarded([&] {
+    const auto& c = need(call, "call").call;
+    check_range(first, last, c.rows());
+    c.run(first, last);
+  });
+}
+
+template <class Handle>
+rk_status run_all(const Handle* call) {
+  return guarded([&] { need(call, "call").call.run(); });
+}
+
 }  // namespace
 
 extern "C" {
@@ -355,17 +370,8 @@ rk_status rk_rope_prepare(const rk_rope* rope, const rk_rotate_args* args, rk_ca
 
 int64_t rk_call_rows(const rk_call* call) { return call ? call->call.rows() : 0; }
 
-rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last) {
-  return guarded([&] {
-    const RotateCall& c = need(call, "call").call;
-    check_range(first, last, c.rows());
-    c.run(first, last);
-  });
-}
-
-rk_status rk_call_run_all(const rk_call* call) {
-  return guarded([&] { need(call, "call").call.run(); });
-}
+rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last) { return run_range(call, first, last); }
+rk_status rk_call_run_all(const rk_call* call) { return run_all(call); }
 
 void rk_call_destroy(rk_call* call) { delete call; }
 
@@ -386,16 +392,9 @@ rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, con
 int64_t rk_append_call_rows(const rk_append_call* call) { return call ? call->call.rows() : 0; }
 
 rk_status rk_append_call_run(const rk_append_call* call, int64_t first, int64_t last) {
-  return guarded([&] {
-    const AppendCall& c = need(call, "call").call;
-    check_range(first, last, c.rows());
-    c.run(first, last);
-  });
+  return run_range(call, first, last);
 }
-
-rk_status rk_append_call_run_all(const rk_append_call* call) {
-  return guarded([&] { need(call, "call").call.run(); });
-}
+rk_status rk_append_call_run_all(const rk_append_call* call) { return run_all(call); }
 
 void rk_append_call_destroy(rk_append_call* call) { delete call; }
 
