@@ -3,11 +3,13 @@
 // properties of RoPE (relative position, inverse, transpose, norms, layout equivalences).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 
+#include "expect_error.hpp"
 #include "oracle.hpp"
 #include "ropekit/ropekit.hpp"
 
@@ -468,3 +470,52 @@ TEST(CosSin, EqualsTheCoefficientsApplyRotatesWith) {
   pos[1] = -1;
   EXPECT_THROW(rope.cos_sin(positions(pos), enough, enough), Error);
 }
+
+namespace {
+
+// q, k and v as slices of one fused projection [tokens, (q + 2·kv) heads × d] (vLLM's qkv.split):
+// their extents interleave token by token but their rows do not, so q and k rotate in place there —
+// bit for bit as in separate buffers, v untouched. A k slice reaching into q's heads is still refused.
+TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
+  using namespace ropekit;
+  const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  constexpr std::int64_t tokens = 5, qh = 4, kvh = 2, d = 64, width = (qh + 2 * kvh) * d;
+  std::vector<float> qkv(tokens * width);
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.1f * float(i));
+  const std::vector<std::int64_t> pos = {3, 4, 5, 6, 1000};
+  const auto slice = [&](float* base, std::int64_t first_head, std::int64_t heads) {
+    return Heads{.data = base + first_head * d, .dtype = DType::F32, .batch = 1, .seq = tokens, .heads = heads,
+                 .batch_stride = tokens * width, .seq_stride = width, .head_stride = d};
+  };
+  std::vector<float> q(tokens * qh * d), k(tokens * kvh * d);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(qkv.begin() + t * width, qh * d, q.begin() + t * qh * d);
+    std::copy_n(qkv.begin() + t * width + qh * d, kvh * d, k.begin() + t * kvh * d);
+  }
+  const std::vector<float> before = qkv;
+  rope.apply({.q = slice(qkv.data(), 0, qh), .k = slice(qkv.data(), qh, kvh), .positions = positions(pos)});
+  rope.apply({.q = bshd(q.data(), DType::F32, 1, tokens, qh, d), .k = bshd(k.data(), DType::F32, 1, tokens, kvh, d),
+              .positions = positions(pos)});
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    EXPECT_TRUE(std::equal(q.begin() + t * qh * d, q.begin() + (t + 1) * qh * d, qkv.begin() + t * width)) << t;
+    EXPECT_TRUE(std::equal(k.begin() + t * kvh * d, k.begin() + (t + 1) * kvh * d, qkv.begin() + t * width + qh * d))
+        << t;
+    EXPECT_TRUE(std::equal(before.begin() + t * width + (qh + kvh) * d, before.begin() + (t + 1) * width,
+                           qkv.begin() + t * width + (qh + kvh) * d))
+        << "v of token " << t << " was written";
+  }
+  // k starting inside q's last head: its rows meet q's.
+  EXPECT_ERROR(rope.apply({.q = slice(qkv.data(), 0, qh), .k = Heads{.data = qkv.data() + qh * d - 32, .dtype = DType::F32,
+                                                                     .batch = 1, .seq = tokens, .heads = kvh,
+                                                                     .batch_stride = tokens * width, .seq_stride = width,
+                                                                     .head_stride = d},
+                           .positions = positions(pos)}),
+               "q and k share memory");
+  // Slices wider than the token stride would reach the next token: refused too.
+  EXPECT_ERROR(rope.apply({.q = slice(qkv.data(), 0, qh + 3), .k = slice(qkv.data(), qh + 3, kvh),
+                           .positions = positions(pos)}),
+               "share memory");
+}
+
+}  // namespace

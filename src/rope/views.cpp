@@ -113,15 +113,37 @@ void check_view(const Heads& v, std::string_view name, int head_dim) {
 
 ByteRange byte_range(const Heads& v, std::string_view name, int head_dim) {
   const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
-  const auto bytes = static_cast<std::uintptr_t>(view_extent(v, name, head_dim) *
-                                                 element_size(v.dtype));
-  return {begin, begin + bytes, name};
+  const std::int64_t es = element_size(v.dtype);
+  const auto bytes = static_cast<std::uintptr_t>(view_extent(v, name, head_dim) * es);
+  ByteRange r{begin, begin + bytes, name};
+  if (v.empty()) return r;
+  // Tokens at one stride: token t = (b, s) at t · stride.
+  const bool linear = v.batch == 1 || v.seq == 1 || v.batch_stride == v.seq * v.seq_stride;
+  const std::int64_t stride = v.seq > 1 ? v.seq_stride : v.batch_stride;
+  if (linear && stride > 0) {
+    r.token_stride = stride * es;
+    r.tokens = v.batch * v.seq;
+    r.footprint = ((v.heads - 1) * v.head_stride + head_dim) * es;
+  }
+  return r;
+}
+
+bool may_overlap(const ByteRange& a, const ByteRange& b) {
+  if (a.begin >= b.end || b.begin >= a.end) return false;
+  if (a.token_stride == 0 || a.token_stride != b.token_stride || a.tokens != b.tokens) return true;
+  // Token t of a covers [t·S, t·S + fa) from a.begin, of b [δ + t·S, δ + t·S + fb): with both
+  // footprints inside one window of S bytes and apart from each other, no token of one meets any
+  // token of the other.
+  const auto delta = static_cast<std::int64_t>(b.begin - a.begin);  // two's complement: may be negative
+  const std::int64_t lo = std::min<std::int64_t>(0, delta), hi = std::max(a.footprint, delta + b.footprint);
+  const bool apart = delta >= a.footprint || delta + b.footprint <= 0;
+  return !(apart && hi - lo <= a.token_stride);
 }
 
 void require_disjoint(std::span<const ByteRange> ranges) {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     for (std::size_t j = i + 1; j < ranges.size(); ++j) {
-      if (ranges[i].begin < ranges[j].end && ranges[j].begin < ranges[i].end) {
+      if (may_overlap(ranges[i], ranges[j])) {
         throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate "
                                 "buffers (to rotate in place, leave the output view empty)",
                                 ranges[i].name, ranges[j].name));

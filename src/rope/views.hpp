@@ -17,12 +17,22 @@ std::int64_t view_extent(const Heads& view, std::string_view name, int head_dim)
 void check_view(const Heads& view, std::string_view name, int head_dim);
 // A written view's rows must not overlap each other.
 void require_no_self_overlap(const Heads& view, std::string_view name, int head_dim);
+// The memory a view touches: its extent, and — when its tokens lie at one stride (batch 1, seq 1,
+// or batch_stride = seq · seq_stride) — that stride and each token's footprint (its head rows), so
+// that views interleaved token by token in one buffer (q, k, v slices of a fused qkv projection) are
+// seen to be disjoint although their extents overlap.
 struct ByteRange {
   std::uintptr_t begin = 0, end = 0;
   std::string_view name;
+  std::int64_t token_stride = 0;  // bytes; 0: the tokens do not lie at one stride (extent only)
+  std::int64_t tokens = 0;
+  std::int64_t footprint = 0;     // bytes from a token's first element to one past its last
 };
 ByteRange byte_range(const Heads& view, std::string_view name, int head_dim);
-// Throws if any two ranges share memory.
+// True when two ranges may share memory: their extents overlap, unless both are token-strided alike
+// and their footprints within one token stride are disjoint (exact for that case, conservative else).
+bool may_overlap(const ByteRange& a, const ByteRange& b);
+// Throws if any two ranges may share memory.
 void require_disjoint(std::span<const ByteRange> ranges);
 // Checks type, axes, count and every position in [0, 2^47); returns the largest position.
 std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens,
