@@ -440,6 +440,114 @@ static void test_attention(void) {
   rk_rope_destroy(rope);
 }
 
+/* Many sequences: a rope from a rope set, two sequences appended interleaved into a paged cache, and
+ * decode attention of both in one call equals fused attention over each sequence's tokens given
+ * directly (the cache holds exactly the keys that attention would rotate); sequence operations and
+ * their errors. */
+static void test_paged_cache(void) {
+  rk_spec* spec = NULL;
+  rk_rope_set* set = NULL;
+  rk_rope* rope = NULL;
+  CHECK_OK(rk_spec_create(D, D, 10000.0, RK_HALF, &spec));
+  CHECK_OK(rk_rope_set_create(spec, RK_ANGLES_ACCURATE, 0, 0, &set));
+  CHECK_OK(rk_rope_set_at(set, 12, &rope));
+  rk_rope_set_destroy(set); /* the rope handle keeps its rope */
+  rk_paged_kv_cache_shape shape;
+  memset(&shape, 0, sizeof shape);
+  shape.num_pages = 8;
+  shape.page_size = 4;
+  shape.kv_heads = KH;
+  shape.dtype = RK_CACHE_F32;
+  shape.layout = RK_HND;
+  shape.max_sequences = 2;
+  rk_paged_kv_cache* cache = NULL;
+  CHECK_OK(rk_paged_kv_cache_create(rope, &shape, &cache));
+
+  enum { L0 = 7, L1 = 10 };
+  static float k0[L0 * KH * D], v0[L0 * KH * D], k1[L1 * KH * D], v1[L1 * KH * D];
+  fill(k0, L0 * KH * D, 21);
+  fill(v0, L0 * KH * D, 22);
+  fill(k1, L1 * KH * D, 23);
+  fill(v1, L1 * KH * D, 24);
+  int64_t p0[L0], p1[L1];
+  for (int i = 0; i < L0; ++i) p0[i] = i;
+  for (int i = 0; i < L1; ++i) p1[i] = 50 + i;
+  /* One token of each sequence per call, in turns. */
+  for (int t = 0; t < L1; ++t) {
+    for (int s = 0; s < 2; ++s) {
+      if (s == 0 && t >= L0) continue;
+      rk_append_args a;
+      memset(&a, 0, sizeof a);
+      float* k = s == 0 ? k0 : k1;
+      float* v = s == 0 ? v0 : v1;
+      a.k = rk_bshd(k + t * KH * D, RK_F32, 1, 1, KH, D);
+      a.v = rk_bshd(v + t * KH * D, RK_F32, 1, 1, KH, D);
+      a.positions = rk_positions_i64(s == 0 ? &p0[t] : &p1[t], 1);
+      const int32_t seq = s;
+      CHECK_OK(rk_paged_kv_cache_append(cache, rope, &seq, &a));
+    }
+  }
+  int64_t length = 0, free_pages = 0;
+  CHECK_OK(rk_paged_kv_cache_length(cache, 1, &length));
+  CHECK_OK(rk_paged_kv_cache_free_pages(cache, &free_pages));
+  CHECK(length == L1 && free_pages == 8 - 2 - 3, "length %lld, free pages %lld", (long long)length, (long long)free_pages);
+
+  static float q[2 * QH * D], out[2 * QH * D], want[QH * D];
+  fill(q, 2 * QH * D, 25);
+  const int32_t seq_of[2] = {0, 1};
+  const int64_t q_pos[2] = {L0, 50 + L1};
+  CHECK_OK(rk_paged_kv_cache_attention(rope, cache, rk_bshd(q, RK_F32, 1, 2, QH, D), rk_positions_i64(q_pos, 2), seq_of,
+                                       rk_bshd(out, RK_F32, 1, 2, QH, D), 1, 0, 0.0, 0));
+  for (int s = 0; s < 2; ++s) {
+    rk_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = rk_bshd(q + s * QH * D, RK_F32, 1, 1, QH, D);
+    a.k = rk_bshd(s == 0 ? k0 : k1, RK_F32, 1, s == 0 ? L0 : L1, KH, D);
+    a.v = rk_bshd(s == 0 ? v0 : v1, RK_F32, 1, s == 0 ? L0 : L1, KH, D);
+    a.out = rk_bshd(want, RK_F32, 1, 1, QH, D);
+    a.q_positions = rk_positions_i64(&q_pos[s], 1);
+    a.k_positions = rk_positions_i64(s == 0 ? p0 : p1, s == 0 ? L0 : L1);
+    a.causal = 1;
+    CHECK_OK(rk_attention(rope, &a));
+    CHECK(memcmp(out + s * QH * D, want, sizeof want) == 0, "sequence %d: paged differs from fused attention", s);
+  }
+
+  /* Sequence operations: shifting a whole sequence by 0 positions changes nothing; removing it frees
+   * its pages; bad ids and appends with a slot mapping are refused. */
+  CHECK_OK(rk_paged_kv_cache_seq_add(cache, 1, 0, -1, 0));
+  CHECK_OK(rk_paged_kv_cache_seq_cp(cache, 1, 0, 55, 57));
+  CHECK_OK(rk_paged_kv_cache_length(cache, 0, &length));
+  CHECK(length == L0 + 2, "after seq_cp: %lld", (long long)length);
+  CHECK_OK(rk_paged_kv_cache_seq_rm(cache, 0, -1, -1));
+  CHECK_OK(rk_paged_kv_cache_seq_clear(cache, 1));
+  CHECK_OK(rk_paged_kv_cache_free_pages(cache, &free_pages));
+  CHECK(free_pages == 8, "free pages after clearing %lld", (long long)free_pages);
+  CHECK_ERROR(rk_paged_kv_cache_seq_rm(cache, 2, 0, -1), "sequence 2");
+  CHECK_ERROR(rk_paged_kv_cache_seq_add(cache, -1, 0, -1, 3), "sequence -1");
+  int rerotated = 7;
+  CHECK_OK(rk_paged_kv_cache_rerotate(cache, 0, rope, &rerotated));
+  CHECK(rerotated == 0, "an empty sequence was re-rotated");
+  rk_append_args a;
+  memset(&a, 0, sizeof a);
+  a.k = rk_bshd(k0, RK_F32, 1, 1, KH, D);
+  a.v = rk_bshd(v0, RK_F32, 1, 1, KH, D);
+  a.positions = rk_positions_i64(p0, 1);
+  const int64_t slot = 3;
+  a.slot_mapping = &slot;
+  const int32_t seq = 0;
+  CHECK_ERROR(rk_paged_kv_cache_append(cache, rope, &seq, &a), "leave slot_mapping");
+  shape.max_sequences = 0;
+  rk_paged_kv_cache* bad = NULL;
+  CHECK_ERROR(rk_paged_kv_cache_create(rope, &shape, &bad), "max_sequences = 0");
+  CHECK(bad == NULL, "a failed create wrote its output handle");
+  rk_rope_set* bad_set = NULL;
+  CHECK_ERROR(rk_rope_set_create(spec, RK_ANGLES_ACCURATE, -4, 0, &bad_set), "length_bucket = -4");
+  rk_paged_kv_cache_destroy(cache);
+  rk_paged_kv_cache_destroy(NULL);
+  rk_rope_destroy(rope);
+  rk_spec_destroy(spec);
+}
+
 int main(void) {
   test_status_and_version();
   test_rotation();
@@ -447,6 +555,7 @@ int main(void) {
   test_config();
   test_append();
   test_attention();
+  test_paged_cache();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

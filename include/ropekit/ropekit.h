@@ -209,6 +209,50 @@ rk_status rk_append_call_run_all(const rk_append_call* call);
 void rk_append_call_destroy(rk_append_call* call);
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache);
 
+/* ---- immutable ropes per length (ropekit/rope_set.hpp) ------------------------------------------- */
+
+typedef struct rk_rope_set rk_rope_set;
+/* One rope per distinct plan, keyed by a sequence's current length (dynamic NTK, LongRoPE); may be
+ * used from many threads at once. length_bucket 0: 1 (each length planned exactly); max_ropes 0: 64. */
+rk_status rk_rope_set_create(const rk_spec* spec, rk_angle_mode mode, int64_t length_bucket, size_t max_ropes,
+                             rk_rope_set** out);
+void rk_rope_set_destroy(rk_rope_set* set);
+/* A handle to the rope of a sequence at current_length (it shares the set's rope and outlives the set;
+ * destroy it with rk_rope_destroy). */
+rk_status rk_rope_set_at(const rk_rope_set* set, int64_t current_length, rk_rope** out);
+
+/* ---- many sequences in one paged cache (ropekit/paged_kv_cache.hpp) ------------------------------ */
+
+typedef struct rk_paged_kv_cache rk_paged_kv_cache;
+typedef struct rk_paged_kv_cache_shape {
+  int64_t num_pages, page_size, kv_heads;
+  int head_dim, v_head_dim; /* 0: the rope's head_dim; v_head_dim 0: head_dim */
+  rk_cache_dtype dtype;
+  rk_page_layout layout;
+  float k_scale, v_scale;   /* as rk_paged_cache's */
+  int max_sequences;
+} rk_paged_kv_cache_shape;
+
+rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_shape* shape, rk_paged_kv_cache** out);
+void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache);
+/* The tokens of args (batch 1; token t to sequence seq_of[t]) appended at the end of their sequences;
+ * args' slot mapping and page table must be left unset (NULL). */
+rk_status rk_paged_kv_cache_append(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
+                                   const rk_append_args* args);
+/* llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end). */
+rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1);
+rk_status rk_paged_kv_cache_seq_add(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta);
+rk_status rk_paged_kv_cache_seq_cp(rk_paged_kv_cache* cache, int src, int dst, int64_t p0, int64_t p1);
+rk_status rk_paged_kv_cache_seq_clear(rk_paged_kv_cache* cache, int seq);
+/* Re-rotates seq's keys to rope's plan; *rerotated (may be NULL) says whether keys changed. */
+rk_status rk_paged_kv_cache_rerotate(rk_paged_kv_cache* cache, int seq, const rk_rope* rope, int* rerotated);
+rk_status rk_paged_kv_cache_length(const rk_paged_kv_cache* cache, int seq, int64_t* length);
+rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* pages);
+/* Queries (batch 1, unrotated; token t of sequence seq_of[t]) against their sequences' entries. */
+rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                      rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
+                                      int64_t window, double softmax_scale, int threads);
+
 /* ---- attention (ropekit/attention.hpp) ----------------------------------------------------------- */
 
 typedef struct rk_attention_args {

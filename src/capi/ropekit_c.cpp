@@ -13,7 +13,9 @@
 #include "ropekit/attention.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/paged_kv_cache.hpp"
 #include "ropekit/rope.hpp"
+#include "ropekit/rope_set.hpp"
 
 struct rk_model {
   ropekit::ModelPositions model;
@@ -22,7 +24,13 @@ struct rk_spec {
   ropekit::Spec spec;
 };
 struct rk_rope {
-  ropekit::Rope rope;
+  std::shared_ptr<const ropekit::Rope> rope;  // shared with a rope set, when it came from one
+};
+struct rk_rope_set {
+  ropekit::RopeSet set;
+};
+struct rk_paged_kv_cache {
+  ropekit::PagedKvCache cache;
 };
 struct rk_call {
   ropekit::RotateCall call;
@@ -60,6 +68,12 @@ rk_status guarded(F&& f) noexcept {
 
 template <class T>
 const T& need(const T* p, const char* name) {
+  if (!p) throw Error(fmt::format("{} is NULL", name));
+  return *p;
+}
+
+template <class T>
+T& need_mutable(T* p, const char* name) {
   if (!p) throw Error(fmt::format("{} is NULL", name));
   return *p;
 }
@@ -199,6 +213,21 @@ AppendArgs append_args_of(const rk_append_args& a) {
   return out;
 }
 
+AngleMode angle_mode_of(rk_angle_mode mode) {
+  if (mode == RK_ANGLES_ACCURATE) return AngleMode::Accurate;
+  if (mode == RK_ANGLES_HF) return AngleMode::HfCompat;
+  throw Error(fmt::format("mode = {}: must be RK_ANGLES_ACCURATE or RK_ANGLES_HF", static_cast<int>(mode)));
+}
+
+AttentionOptions options_of(int causal, std::int64_t window, double softmax_scale, int threads) {
+  AttentionOptions options;
+  options.causal = causal != 0;
+  options.window = window;
+  if (softmax_scale != 0.0) options.softmax_scale = softmax_scale;
+  options.threads = threads;
+  return options;
+}
+
 void check_range(std::int64_t first, std::int64_t last, std::int64_t rows) {
   if (first < 0 || first > last || last > rows) {
     throw Error(fmt::format("rows [first, last) = [{}, {}): must lie in [0, {}] with first <= last", first, last, rows));
@@ -334,12 +363,9 @@ rk_status rk_rope_create(const rk_spec* spec, rk_angle_mode mode, int64_t curren
   return guarded([&] {
     need_out(out, "out");
     const Spec& s = need(spec, "spec").spec;
-    if (mode != RK_ANGLES_ACCURATE && mode != RK_ANGLES_HF) {
-      throw Error(fmt::format("mode = {}: must be RK_ANGLES_ACCURATE or RK_ANGLES_HF", static_cast<int>(mode)));
-    }
     if (current_length < 0) throw Error(fmt::format("current_length = {}: must be >= 0 (0: none)", current_length));
     const std::optional<std::int64_t> length = current_length == 0 ? std::nullopt : std::optional(current_length);
-    *out = new rk_rope{Rope(s, mode == RK_ANGLES_HF ? AngleMode::HfCompat : AngleMode::Accurate, length)};
+    *out = new rk_rope{std::make_shared<const Rope>(s, angle_mode_of(mode), length)};
   });
 }
 
@@ -348,7 +374,7 @@ void rk_rope_destroy(rk_rope* rope) { delete rope; }
 rk_status rk_rope_plan(const rk_rope* rope, double* inv_freq, size_t capacity, double* cos_sin_scale,
                        double* softmax_scale_mult) {
   return guarded([&] {
-    const Plan& plan = need(rope, "rope").rope.plan();
+    const Plan& plan = need(rope, "rope").rope->plan();
     if (inv_freq) {
       if (capacity < plan.inv_freq.size()) {
         throw Error(fmt::format("capacity = {}: inv_freq needs {} entries", capacity, plan.inv_freq.size()));
@@ -363,7 +389,7 @@ rk_status rk_rope_plan(const rk_rope* rope, double* inv_freq, size_t capacity, d
 rk_status rk_rope_prepare(const rk_rope* rope, const rk_rotate_args* args, rk_call** out) {
   return guarded([&] {
     need_out(out, "out");
-    RotateCall call = need(rope, "rope").rope.prepare(rotate_args_of(need(args, "args")));
+    RotateCall call = need(rope, "rope").rope->prepare(rotate_args_of(need(args, "args")));
     *out = new rk_call{std::move(call)};
   });
 }
@@ -376,14 +402,14 @@ rk_status rk_call_run_all(const rk_call* call) { return run_all(call); }
 void rk_call_destroy(rk_call* call) { delete call; }
 
 rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args) {
-  return guarded([&] { need(rope, "rope").rope.apply(rotate_args_of(need(args, "args"))); });
+  return guarded([&] { need(rope, "rope").rope->apply(rotate_args_of(need(args, "args"))); });
 }
 
 rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache,
                             rk_append_call** out) {
   return guarded([&] {
     need_out(out, "out");
-    AppendCall call = prepare_append(need(rope, "rope").rope, append_args_of(need(args, "args")),
+    AppendCall call = prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")),
                                      cache_of(need(cache, "cache")));
     *out = new rk_append_call{std::move(call)};
   });
@@ -400,7 +426,7 @@ void rk_append_call_destroy(rk_append_call* call) { delete call; }
 
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache) {
   return guarded([&] {
-    append(need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
+    append(*need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
   });
 }
 
@@ -415,16 +441,115 @@ rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args) {
                       .k_positions = positions_of(a.k_positions, "k_positions"),
                       .head_dim = a.head_dim,
                       .v_head_dim = a.v_head_dim};
-    AttentionOptions options;
-    options.causal = a.causal != 0;
-    options.window = a.window;
-    if (a.softmax_scale != 0.0) options.softmax_scale = a.softmax_scale;
-    options.threads = a.threads;
+    const AttentionOptions options = options_of(a.causal, a.window, a.softmax_scale, a.threads);
     if (rope) {
-      attention(rope->rope, cpp, options);
+      attention(*rope->rope, cpp, options);
     } else {
       attention(cpp, options);
     }
+  });
+}
+
+rk_status rk_rope_set_create(const rk_spec* spec, rk_angle_mode mode, int64_t length_bucket, size_t max_ropes,
+                             rk_rope_set** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    RopeSet::Options options;
+    if (length_bucket != 0) options.length_bucket = length_bucket;
+    if (max_ropes != 0) options.max_ropes = max_ropes;
+    *out = new rk_rope_set{RopeSet(need(spec, "spec").spec, angle_mode_of(mode), options)};
+  });
+}
+
+void rk_rope_set_destroy(rk_rope_set* set) { delete set; }
+
+rk_status rk_rope_set_at(const rk_rope_set* set, int64_t current_length, rk_rope** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    *out = new rk_rope{need(set, "set").set.at(current_length)};
+  });
+}
+
+rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_shape* shape, rk_paged_kv_cache** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    const rk_paged_kv_cache_shape& s = need(shape, "shape");
+    // The cache's type, layout and scales read as for a caller's cache (zero scales: unset).
+    const rk_paged_cache like{.dtype = s.dtype, .layout = s.layout, .k_scale = s.k_scale, .v_scale = s.v_scale};
+    const PagedCache c = cache_of(like);
+    *out = new rk_paged_kv_cache{PagedKvCache(*need(rope, "rope").rope,
+                                              {.num_pages = s.num_pages, .page_size = s.page_size, .kv_heads = s.kv_heads,
+                                               .head_dim = s.head_dim, .v_head_dim = s.v_head_dim, .dtype = c.dtype,
+                                               .layout = c.layout, .k_scale = c.k_scale, .v_scale = c.v_scale,
+                                               .max_sequences = s.max_sequences})};
+  });
+}
+
+void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache) { delete cache; }
+
+rk_status rk_paged_kv_cache_append(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
+                                   const rk_append_args* args) {
+  return guarded([&] {
+    const rk_append_args& a = need(args, "args");
+    if (a.slot_mapping != nullptr || a.page_indices != nullptr || a.page_indptr != nullptr) {
+      throw Error("args: leave slot_mapping and the page table unset: the cache resolves each token's slot");
+    }
+    rk_append_args plain = a;
+    plain.slot_mapping = &plain;  // any non-null: read as a slot mapping, replaced below
+    plain.slot_type = RK_I64;
+    AppendArgs cpp = append_args_of(plain);
+    cpp.slots = SlotMapping{};
+    const std::int64_t tokens = cpp.k.batch * cpp.k.seq;
+    auto& c = need_mutable(cache, "cache").cache;
+    c.append(*need(rope, "rope").rope, span_of(seq_of, tokens, "seq_of"), cpp);
+  });
+}
+
+rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1) {
+  return guarded([&] { need_mutable(cache, "cache").cache.seq_rm(seq, p0, p1); });
+}
+
+rk_status rk_paged_kv_cache_seq_add(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta) {
+  return guarded([&] { need_mutable(cache, "cache").cache.seq_add(seq, p0, p1, delta); });
+}
+
+rk_status rk_paged_kv_cache_seq_cp(rk_paged_kv_cache* cache, int src, int dst, int64_t p0, int64_t p1) {
+  return guarded([&] { need_mutable(cache, "cache").cache.seq_cp(src, dst, p0, p1); });
+}
+
+rk_status rk_paged_kv_cache_seq_clear(rk_paged_kv_cache* cache, int seq) {
+  return guarded([&] { need_mutable(cache, "cache").cache.seq_clear(seq); });
+}
+
+rk_status rk_paged_kv_cache_rerotate(rk_paged_kv_cache* cache, int seq, const rk_rope* rope, int* rerotated) {
+  return guarded([&] {
+    const bool done = need_mutable(cache, "cache").cache.rerotate(seq, *need(rope, "rope").rope);
+    if (rerotated) *rerotated = done ? 1 : 0;
+  });
+}
+
+rk_status rk_paged_kv_cache_length(const rk_paged_kv_cache* cache, int seq, int64_t* length) {
+  return guarded([&] {
+    if (!length) throw Error("length is NULL");
+    *length = need(cache, "cache").cache.length(seq);
+  });
+}
+
+rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* pages) {
+  return guarded([&] {
+    if (!pages) throw Error("pages is NULL");
+    *pages = need(cache, "cache").cache.free_pages();
+  });
+}
+
+rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                      rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
+                                      int64_t window, double softmax_scale, int threads) {
+  return guarded([&] {
+    const Heads qh = heads_of(q, "q");
+    attention(*need(rope, "rope").rope, qh, positions_of(q_positions, "q_positions"),
+              span_of(seq_of, qh.batch * qh.seq, "seq_of"), need(cache, "cache").cache, heads_of(out, "out"),
+              options_of(causal, window, softmax_scale, threads));
   });
 }
 
