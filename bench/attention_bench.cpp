@@ -194,8 +194,10 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
   const Spec spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
   const std::int64_t q_heads = 32, kv = 8, d = 128, page_size = 16;
-  for (const auto& [batch, n] : {std::pair<std::int64_t, std::int64_t>{1, quick ? 256 : 4096},
-                                 std::pair<std::int64_t, std::int64_t>{16, quick ? 64 : 1024}}) {
+  for (const auto& sizes : {std::pair<std::int64_t, std::int64_t>{1, quick ? 256 : 4096},
+                            std::pair<std::int64_t, std::int64_t>{16, quick ? 64 : 1024}}) {
+    // Named copies, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
+    const std::int64_t batch = sizes.first, n = sizes.second;
     PagedKvCache paged(rope, {.num_pages = batch * (n / page_size), .page_size = page_size, .kv_heads = kv,
                               .dtype = CacheDType::BF16, .max_sequences = int(batch)});
     std::vector<KvCache> contiguous;
