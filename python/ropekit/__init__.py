@@ -12,6 +12,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     Error,
     KvCache,
     Model,
+    PagedKvCache,
     Rope,
     Tokenizer,
     attention,
@@ -30,7 +31,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 )
 
 __all__ = [
-    "Error", "KvCache", "Model", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "Error", "KvCache", "Model", "PagedKvCache", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
 ]

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <ctime>
+#include <limits>
+#include <map>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
@@ -154,6 +156,102 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
   {
     py::gil_scoped_release release;
     attention(rope, qv, pos.view, *self.cache, ov, options);
+  }
+  return out.owner;
+}
+
+// Many sequences in one paged cache (ropekit/paged_kv_cache.hpp), tokens in "thd" layout: [tokens,
+// heads, lanes], each token's sequence in seq_ids.
+struct PyPagedKvCache {
+  std::unique_ptr<PagedKvCache> cache;
+};
+
+CacheDType parse_cache_dtype(std::string_view text) {
+  if (text == "float32" || text == "f32") return CacheDType::F32;
+  if (text == "bfloat16" || text == "bf16") return CacheDType::BF16;
+  if (text == "float16" || text == "f16") return CacheDType::F16;
+  if (text == "fp8_e4m3" || text == "float8_e4m3fn") return CacheDType::F8E4M3;
+  throw Error(fmt::format("dtype = \"{}\": must be \"float32\", \"bfloat16\", \"float16\" or \"fp8_e4m3\"", text));
+}
+
+PageLayout parse_page_layout(std::string_view text) {
+  if (text == "nhd" || text == "NHD") return PageLayout::NHD;
+  if (text == "hnd" || text == "HND") return PageLayout::HND;
+  throw Error(fmt::format("layout = \"{}\": must be \"nhd\" or \"hnd\"", text));
+}
+
+// seq_ids as int32, one per token.
+std::vector<std::int32_t> read_seq_ids(py::handle seq_ids, std::int64_t tokens) {
+  const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> a =
+      py::module_::import("numpy").attr("asarray")(seq_ids, "int64").attr("reshape")(-1);
+  if (a.size() != tokens) {
+    throw Error(fmt::format("seq_ids has {} values: one per token, {}", a.size(), tokens));
+  }
+  std::vector<std::int32_t> out(static_cast<std::size_t>(tokens));
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    const std::int64_t v = a.data()[i];
+    if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+      throw Error(fmt::format("seq_ids[{}] = {}: not a sequence id", i, v));
+    }
+    out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(v);
+  }
+  return out;
+}
+
+PyPagedKvCache make_paged_cache(const PyRope& rope, std::int64_t num_pages, std::int64_t page_size, std::int64_t kv_heads,
+                                int max_sequences, std::string_view dtype, std::string_view layout, float k_scale,
+                                float v_scale, int v_head_dim, std::string_view angles) {
+  return {std::make_unique<PagedKvCache>(
+      *rope.rope(parse_angles(angles)),
+      PagedKvCacheShape{.num_pages = num_pages, .page_size = page_size, .kv_heads = kv_heads, .v_head_dim = v_head_dim,
+                        .dtype = parse_cache_dtype(dtype), .layout = parse_page_layout(layout), .k_scale = k_scale,
+                        .v_scale = v_scale, .max_sequences = max_sequences})};
+}
+
+void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_ids, py::handle k_obj, py::handle v_obj,
+                  py::handle positions, std::string_view angles) {
+  const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
+  const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
+  const Heads kv = heads_view(k, Layout::THD, rope->spec().head_dim, "k"), vv = heads_view(v, Layout::THD, 0, "v");
+  const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, kv.seq);
+  PositionsBuffer pos;
+  if (positions.is_none()) {  // each token after its sequence's last cached one
+    std::map<std::int32_t, std::int64_t> next;
+    pos.owned.resize(seq_of.size());
+    for (std::size_t t = 0; t < seq_of.size(); ++t) {
+      auto it = next.find(seq_of[t]);
+      if (it == next.end()) {
+        const std::span<const std::int64_t> cached = self.cache->positions(seq_of[t]);
+        it = next.emplace(seq_of[t], cached.empty() ? 0 : cached.back() + 1).first;
+      }
+      pos.owned[t] = it->second++;
+    }
+    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
+  } else {
+    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  }
+  py::gil_scoped_release release;
+  self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos.view});
+}
+
+py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
+                           py::handle seq_ids, bool causal, std::int64_t window, std::optional<double> softmax_scale,
+                           std::string_view angles) {
+  const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
+  const Array q = float_array(q_obj, "q", "");
+  const Heads qv = heads_view(q, Layout::THD, rope->spec().head_dim, "q");
+  const std::int64_t v_head_dim = self.cache->shape().v_head_dim;
+  const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
+  const Heads ov = heads_view(out, Layout::THD, static_cast<int>(v_head_dim), "out");
+  const PositionsBuffer pos = read_positions(positions, 1, qv.seq, 1, "positions", "q");
+  const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, qv.seq);
+  AttentionOptions options;
+  options.causal = causal;
+  options.window = window;
+  options.softmax_scale = softmax_scale;
+  {
+    py::gil_scoped_release release;
+    attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options);
   }
   return out.owner;
 }
@@ -326,6 +424,49 @@ void bind_consumers(py::module_& m) {
         for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
         return py::array_t<std::int64_t>(p.size(), p.data());
       });
+
+  py::class_<PyPagedKvCache>(m, "PagedKvCache")
+      .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"), py::arg("kv_heads"),
+           py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32", py::arg("layout") = "nhd",
+           py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
+           py::arg("angles") = "accurate")
+      .def("append", &paged_append, py::arg("rope"), py::arg("seq_ids"), py::arg("k"), py::arg("v"),
+           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate")
+      .def("attention", &paged_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::arg("seq_ids"),
+           py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
+           py::arg("angles") = "accurate")
+      .def("seq_rm", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->seq_rm(seq, p0, p1); },
+           py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def("seq_add", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+        c.cache->seq_add(seq, p0, p1, delta);
+      }, py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+      .def("seq_cp", [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
+        c.cache->seq_cp(src, dst, p0, p1);
+      }, py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def("seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"))
+      .def("rerotate", [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
+        const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
+        py::gil_scoped_release release;
+        return c.cache->rerotate(seq, *held);
+      }, py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def("length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"))
+      .def("positions", [](const PyPagedKvCache& c, int seq) {
+        const std::span<const std::int64_t> p = c.cache->positions(seq);
+        return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
+      }, py::arg("seq"))
+      .def("pages", [](const PyPagedKvCache& c, int seq) {
+        const std::span<const std::int32_t> p = c.cache->pages(seq);
+        return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
+      }, py::arg("seq"))
+      .def_property_readonly("free_pages", [](const PyPagedKvCache& c) { return c.cache->free_pages(); })
+      .def("page_table", [](const PyPagedKvCache& c, const std::vector<std::int32_t>& seqs) {
+        std::vector<std::int32_t> indices, indptr, last;
+        c.cache->page_table(seqs, indices, indptr, last);
+        const auto array = [](const std::vector<std::int32_t>& v) {
+          return py::array_t<std::int32_t>(static_cast<py::ssize_t>(v.size()), v.data());
+        };
+        return py::make_tuple(array(indices), array(indptr), array(last));
+      }, py::arg("seqs"));
 
   m.def("attention",
         [](py::handle q, py::handle k, py::handle v, const PyRope* rope, py::handle qp, py::handle kp,

@@ -1,0 +1,77 @@
+"""PagedKvCache from Python: sequences appended interleaved attend exactly like one KvCache each; the
+sequence operations match KvCache's; the page table describes the pages; bad input is a ropekit.Error."""
+import numpy as np
+import pytest
+import torch
+
+import ropekit
+
+
+def tokens(rng, n, heads, d, dtype="float32"):
+    x = rng.standard_normal((n, heads, d)).astype(np.float32)
+    return torch.from_numpy(x).to(torch.bfloat16) if dtype == "bfloat16" else x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_sequences_attend_like_their_own_kv_cache(dtype, layout):
+    rope = ropekit.Rope(64)
+    rng = np.random.default_rng(1)
+    lengths = [6, 19, 11]
+    ks = [tokens(rng, n, 2, 64, dtype) for n in lengths]  # stored as given: bf16 tokens into a bf16 cache
+    vs = [tokens(rng, n, 2, 64, dtype) for n in lengths]
+    stack = torch.stack if dtype == "bfloat16" else np.stack
+    cache = ropekit.PagedKvCache(rope, 32, 4, 2, 3, dtype=dtype, layout=layout)
+    # Decode-style: one token of each unfinished sequence per call, positions left to the cache.
+    for t in range(max(lengths)):
+        seqs = [s for s in range(3) if t < lengths[s]]
+        cache.append(rope, seqs, stack([ks[s][t] for s in seqs]), stack([vs[s][t] for s in seqs]))
+    assert [cache.length(s) for s in range(3)] == lengths
+    np.testing.assert_array_equal(cache.positions(1), np.arange(19))
+    q = tokens(rng, 3, 4, 64, dtype)
+    out = cache.attention(rope, q, lengths, [0, 1, 2])
+    for s in range(3):
+        own = ropekit.KvCache(rope, 32, 2, dtype=dtype)
+        own.append(rope, ks[s], vs[s])
+        want = own.attention(rope, q[s:s + 1], [lengths[s]])
+        assert bool((out[s:s + 1] == want).all()), f"sequence {s}"
+
+
+def test_sequence_operations_match_kv_cache():
+    rope = ropekit.Rope(64)
+    rng = np.random.default_rng(2)
+    k, v = tokens(rng, 20, 2, 64), tokens(rng, 20, 2, 64)
+    cache = ropekit.PagedKvCache(rope, 16, 4, 2, 2)
+    cache.append(rope, [0] * 20, k, v)
+    cache.seq_rm(0, 3, 8)
+    cache.seq_add(0, 8, -1, -5)
+    own = ropekit.KvCache(rope, 20, 2)
+    own.append(rope, k, v)
+    own.erase(3, 8)
+    own.shift(3, len(own), -5)
+    np.testing.assert_array_equal(cache.positions(0), own.positions())
+    q = tokens(rng, 1, 4, 64)
+    np.testing.assert_array_equal(cache.attention(rope, q, [15], [0]), own.attention(rope, q, [15]))
+    indices, indptr, last = cache.page_table([0])
+    np.testing.assert_array_equal(indices, cache.pages(0))
+    assert list(indptr) == [0, 4] and list(last) == [3]  # 15 entries in pages of 4
+    assert cache.free_pages == 12
+    cache.seq_clear(0)
+    assert cache.free_pages == 16
+
+
+def test_bad_input():
+    rope = ropekit.Rope(64)
+    cache = ropekit.PagedKvCache(rope, 2, 4, 2, 2)
+    k = np.zeros((9, 2, 64), np.float32)
+    with pytest.raises(ropekit.Error, match="need 3 more pages"):
+        cache.append(rope, [0] * 9, k, k)
+    assert cache.length(0) == 0 and cache.free_pages == 2
+    with pytest.raises(ropekit.Error, match="seq_ids has 2 values"):
+        cache.append(rope, [0, 1], k[:1], k[:1])
+    with pytest.raises(ropekit.Error, match="sequence 5"):
+        cache.append(rope, [5], k[:1], k[:1])
+    with pytest.raises(ropekit.Error, match="dtype"):
+        ropekit.PagedKvCache(rope, 2, 4, 2, 2, dtype="int8")
+    with pytest.raises(ropekit.Error, match="layout"):
+        ropekit.PagedKvCache(rope, 2, 4, 2, 2, layout="bshd")
