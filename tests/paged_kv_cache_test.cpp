@@ -264,6 +264,53 @@ TEST_P(PagedKvCacheTest, PerSequencePlansAndRerotation) {
   EXPECT_LE(worst, 20.0);
 }
 
+// Entry-range operations (KvCache's slots) equal the position-range ones where the positions are in
+// entry order; rerotate(seq, from, to) equals rerotate(seq, to) bit for bit; a sequence in one HND page
+// (read in place) attends as a KvCache; bad entry ranges are named and change nothing.
+TEST_P(PagedKvCacheTest, EntryOperationsRerotateFromAndOnePageInPlace) {
+  Spec spec = llama();
+  spec.scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 16};
+  const Rope short_rope(spec, AngleMode::Accurate, 16), long_rope(spec, AngleMode::Accurate, 30);
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(to_string(dtype));
+    Stream s(30, dtype, 12, 0);
+    Batch b;
+    for (std::int64_t t = 0; t < 30; ++t) b.add(s, 0, t);
+    PagedKvCache by_entry(short_rope, shape_of(static_cast<CacheDType>(dtype), PageLayout::HND, 4, 32));
+    PagedKvCache by_position(short_rope, shape_of(static_cast<CacheDType>(dtype), PageLayout::HND, 4, 32));
+    by_entry.append(short_rope, b.seq_of, b.args());
+    by_position.append(short_rope, b.seq_of, b.args());
+    by_entry.erase_entries(0, 4, 10);
+    by_entry.shift_entries(0, 4, 24, -6);
+    by_position.seq_rm(0, 4, 10);
+    by_position.seq_add(0, 10, -1, -6);
+    EXPECT_TRUE(by_entry.rerotate(0, short_rope, long_rope));
+    EXPECT_TRUE(by_position.rerotate(0, long_rope));
+    ASSERT_EQ(by_entry.length(0), 24);
+    const std::int64_t bytes = 32 * kKv * kD * element_size(dtype);  // one page
+    EXPECT_EQ(std::memcmp(by_entry.cache().k, by_position.cache().k, std::size_t(bytes)), 0);
+    EXPECT_EQ(std::memcmp(by_entry.cache().v, by_position.cache().v, std::size_t(bytes)), 0);
+    for (std::int64_t i = 0; i < 24; ++i) EXPECT_EQ(by_entry.positions(0)[std::size_t(i)], i);
+    // The one HND page is read in place; a KvCache (one NHD page) with the same history attends alike.
+    KvCache own(short_rope, {.capacity = 30, .kv_heads = kKv, .dtype = dtype});
+    own.append(short_rope, s.k(0, 30), s.v(0, 30), positions(s.pos));
+    own.erase(4, 10);
+    own.shift(4, 24, -6);
+    EXPECT_TRUE(own.rerotate(short_rope, long_rope));
+    const std::int64_t row = kQ * kD * element_size(dtype);
+    const std::vector<std::byte> got = paged_decode(long_rope, by_entry, {&s}, {0}, {29}, {24});
+    EXPECT_EQ(std::memcmp(got.data(), contiguous_decode(long_rope, own, s, 29, 24).data(), std::size_t(row)), 0);
+    // Bad ranges and plans, and nothing changed.
+    EXPECT_ERROR(by_entry.erase_entries(0, 20, 25), "entries [20, 25)", "[0, 24)");
+    EXPECT_ERROR(by_entry.shift_entries(0, -1, 3, 1), "entries [-1, 3)");
+    EXPECT_ERROR(by_entry.shift_entries(0, 0, 3, -1), "entry 0 at position 0", "[0, 2^47)");
+    EXPECT_ERROR(by_entry.rerotate(0, short_rope, long_rope), "from's plan", "sequence 0");
+    EXPECT_EQ(by_entry.length(0), 24);
+    EXPECT_EQ(by_entry.positions(0)[0], 0);
+    EXPECT_EQ(std::memcmp(by_entry.cache().k, by_position.cache().k, std::size_t(bytes)), 0);
+  }
+}
+
 // fp8 entries: attention equals the double oracle over the dequantized keys and values (what the
 // cache holds) within attention's float32 bound.
 TEST_P(PagedKvCacheTest, Fp8CacheAgainstTheOracle) {

@@ -321,6 +321,70 @@ TEST_P(Regimes, CacheDecodeAcrossBoundariesEqualsFusedAndOracle) {
   std::printf("%s: worst error / bound %.3f\n", GetParam().c_str(), worst);
 }
 
+// Many sequences under the regimes in one paged cache: two sequences appended token by token in
+// turns, so their pages interleave and attention gathers them (KvCache reads its one page in place).
+// A batched call over both sequences' queries equals the fused call over each sequence's own tokens,
+// bit for bit, both page layouts; then a context shift of one sequence (seq_rm + seq_add) attends as a
+// KvCache shifted alike. And a cache for regimes takes no q (its queries rotate per regime).
+TEST_P(Regimes, PagedCacheOfManySequencesEqualsFused) {
+  for (const Method& method : methods()) {
+    for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+      SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(layout));
+      const Rope rope(spec_of(Pairing::Half, 16, 16, true));
+      std::vector<Data> seqs = {make_data(90, 4, 2, 16, DType::BF16, 0, 31), make_data(70, 4, 2, 16, DType::BF16, 500, 41)};
+      PagedKvCache cache(rope, {.num_pages = 64, .page_size = 8, .kv_heads = 2, .dtype = CacheDType::BF16,
+                                .layout = layout, .max_sequences = 2, .regimes = method.regimes});
+      for (std::int64_t t = 0; t < 90; ++t) {
+        for (int s = 0; s < 2; ++s) {
+          Data& x = seqs[std::size_t(s)];
+          if (t >= x.n) continue;
+          const std::vector<std::int32_t> seq_of = {s};
+          cache.append(rope, seq_of, {.k = x.view(x.k, 2, t, 1), .v = x.view(x.v, 2, t, 1),
+                                      .positions = positions(std::span<const std::int64_t>(x.pos.data() + t, 1))});
+        }
+      }
+      ASSERT_NE(cache.pages(0)[1], cache.pages(0)[0] + 1) << "the pages should interleave";
+      // Both sequences' queries in one call.
+      std::vector<std::byte> q(seqs[0].q);
+      q.insert(q.end(), seqs[1].q.begin(), seqs[1].q.end());
+      std::vector<std::int64_t> qp(seqs[0].pos);
+      qp.insert(qp.end(), seqs[1].pos.begin(), seqs[1].pos.end());
+      std::vector<std::int32_t> seq_of(90, 0);
+      seq_of.resize(160, 1);
+      std::vector<float> out(std::size_t(160 * 4 * 16));
+      attention(rope, bshd(q.data(), DType::BF16, 1, 160, 4, 16), positions(qp), seq_of, cache,
+                bshd(out.data(), DType::F32, 1, 160, 4, 16));
+      AttentionOptions fused;
+      fused.regimes = method.regimes;
+      std::vector<float> want = run_fused(rope, seqs[0], fused);
+      const std::vector<float> want1 = run_fused(rope, seqs[1], fused);
+      want.insert(want.end(), want1.begin(), want1.end());
+      EXPECT_EQ(out, want);
+
+      // Context shift of sequence 1 (positions 500…569): drop [510, 530), move the rest back by 20.
+      cache.seq_rm(1, 510, 530);
+      cache.seq_add(1, 530, -1, -20);
+      KvCache own(rope, {.capacity = 70, .kv_heads = 2, .dtype = DType::BF16, .regimes = method.regimes});
+      Data& x = seqs[1];
+      own.append(rope, x.view(x.k, 2), x.view(x.v, 2), positions(x.pos));
+      own.erase(10, 30);
+      own.shift(10, own.size(), -20);
+      ASSERT_EQ(cache.length(1), own.size());
+      for (std::int64_t i = 0; i < own.size(); ++i) ASSERT_EQ(cache.positions(1)[std::size_t(i)], own.position(i));
+      const std::vector<std::int64_t> last = {own.position(own.size() - 1)};
+      const std::vector<std::int32_t> one = {1};
+      std::vector<float> got(4 * 16), expect(4 * 16);
+      attention(rope, x.view(x.q, 4, 69, 1), positions(last), one, cache, bshd(got.data(), DType::F32, 1, 1, 4, 16));
+      attention(rope, x.view(x.q, 4, 69, 1), positions(last), own, bshd(expect.data(), DType::F32, 1, 1, 4, 16));
+      EXPECT_EQ(got, expect);
+      EXPECT_ERROR(cache.append(rope, one, {.q = x.view(x.q, 4, 0, 1), .k = x.view(x.k, 2, 0, 1),
+                                            .v = x.view(x.v, 2, 0, 1),
+                                            .positions = positions(std::span<const std::int64_t>(x.pos.data(), 1))}),
+                   "args.q is set", "per regime");
+    }
+  }
+}
+
 // K-shift and erase on a regime cache: the cache afterwards attends as one appended at the shifted
 // positions (unrotated keys: bit for bit, they only change position; DualChunk: within the oracle).
 TEST_P(Regimes, ShiftAndEraseKeepTheRegimeSemantics) {

@@ -50,6 +50,10 @@
 
 namespace ropekit {
 
+namespace detail {
+struct AppendAccess;  // src/attention: the caches' own appends (keys stored unrotated for ReRoPE / SelfExtend)
+}  // namespace detail
+
 // The storage type of a KV cache: the q/k storage types plus fp8 e4m3 (dtype.hpp's codec) with a
 // per-tensor scale (stored = e4m3(x / scale), read back as e4m3 · scale).
 enum class CacheDType : std::uint8_t { F32 = 1, BF16 = 2, F16 = 3, F8E4M3 = 4 };
@@ -164,7 +168,7 @@ class AppendCall {
   struct Resolved;
 
  private:
-  friend AppendCall prepare_append(const Rope&, const AppendArgs&, const PagedCache&);
+  friend struct detail::AppendAccess;
   std::unique_ptr<Resolved> r_;
 };
 

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "ropekit/attention.hpp"
+#include "ropekit/paged_kv_cache.hpp"
 #include "ropekit/plan.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/tensor.hpp"
@@ -42,7 +43,8 @@ struct KvCacheShape {
 };
 
 // One sequence's keys and values, keys stored rotated (Forward, with cos_sin_scale) under the plan
-// they were appended with (or as KvCacheShape::regimes says). Slots [0, size()) hold tokens in append order, each with its position.
+// they were appended with (or as KvCacheShape::regimes says): a thin case of ropekit::PagedKvCache —
+// one sequence in one page of `capacity` entries — with slot-indexed operations. Slots [0, size()) hold tokens in append order, each with its position.
 // Not thread-safe for writes; attention() may read it from many threads.
 class KvCache {
  public:
@@ -103,6 +105,10 @@ class KvCache {
   // that a caller who re-rotates often (dynamic NTK, one step per token) builds no table for the
   // old plan. Identical results. Errors: from's plan differs from the cached keys'.
   bool rerotate(const Rope& from, const Rope& to);
+
+  // The paged cache this one is: sequence 0, in one page of capacity entries (NHD), which an engine's
+  // own kernels can read through its PagedCache and page table.
+  const PagedKvCache& paged() const;
 
   // Throws ropekit::Error unless `rope` has the cache's spec layout (head_dim, rotary_dim,
   // pairing), angle mode and — when keys are cached — the plan they were rotated under.

@@ -25,10 +25,12 @@
 // each run of query tokens of one sequence, bit for bit ropekit's attention (attention.hpp: q rotated
 // on load, keys read as stored) over that sequence's entries gathered in entry order — so equal to
 // a KvCache holding the same tokens; fp8 entries are read as e4m3 · scale, rounded to float32.
-// Cost: the gather copies the sequence's K and V once per call (per page, on the library's threads)
-// into per-thread buffers that grow to the longest sequence read and are kept; measured 1.05–1.7× the
-// time of contiguous caches (docs/performance.md) — reading pages in the attention tiles is the next
-// step. Not thread-safe for writes; attention() only reads.
+// Cost: a sequence whose entries lie at one stride (its pages consecutive in NHD, or one page) is read
+// where it is; otherwise the gather copies its K and V once per call (per page, on the library's
+// threads) into per-thread buffers that grow to the longest sequence read and are kept — measured
+// 1.05–1.7× the time of contiguous caches (docs/performance.md); reading pages in the attention tiles
+// is the next step. fp8 entries are always gathered (widened). ropekit::KvCache is this cache with one
+// sequence in one page of `capacity` entries. Not thread-safe for writes; attention() only reads.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,12 @@ struct PagedKvCacheShape {
   float k_scale = 1.0f;  // fp8 only
   float v_scale = 1.0f;
   int max_sequences = 0;  // sequence ids are [0, max_sequences)
+  // The position regimes attention will read the keys with, which decide how they are stored so that
+  // no key is rotated twice on its way to a logit (as KvCacheShape::regimes, kv_cache.hpp): none → rotated
+  // at the entry's position; ReRope / SelfExtend → unrotated (rotated on load per regime); DualChunk →
+  // rotated at position mod chunk_len. With regimes, append takes keys and values only (no q, q_out,
+  // k_out or norm: attention rotates the queries per regime).
+  PositionRegimes regimes;
 };
 
 class PagedKvCache {
@@ -95,9 +103,20 @@ class PagedKvCache {
   // Removes every entry of seq (its plan too).
   void seq_clear(int seq);
 
-  // Re-rotates seq's keys from plan(seq) to rope's plan (KvCache::rerotate). Returns false (changing
-  // nothing but adopting the plan) when they agree or the sequence is empty.
+  // The same operations over entries [first, last) of seq in entry order, whatever their positions
+  // (KvCache's slots). Errors: a span outside [0, length(seq)); shift_entries as seq_add.
+  void erase_entries(int seq, std::int64_t first, std::int64_t last);
+  void shift_entries(int seq, std::int64_t first, std::int64_t last, std::int64_t delta);
+
+  // Re-rotates seq's keys from plan(seq) to rope's plan (KvCache::rerotate: un-rotated under the old plan
+  // and rotated under the new one in float32, one rounding to storage). Returns false (changing nothing
+  // but adopting the plan) when they agree, when the keys are stored unrotated (ReRope, SelfExtend), or
+  // when the sequence is empty.
   bool rerotate(int seq, const Rope& rope);
+  // The same, un-rotating with `from` — a Rope whose plan is the sequence's — and its table, so that a
+  // caller who re-rotates often (dynamic NTK, a step per token) builds no table for the old plan.
+  // Identical results. Errors: from's plan is not the sequence's.
+  bool rerotate(int seq, const Rope& from, const Rope& to);
 
   // FlashInfer's page table of sequences `seqs` (indices, indptr, last_page_len), into the given
   // vectors: an engine's attention kernel can read the cache with it.
@@ -115,10 +134,11 @@ class PagedKvCache {
 
 // Attention of new queries against their sequences' cached entries: q (batch 1; token t of sequence
 // seq_of[t], at q_positions[t]) rotated by `rope` on load; each query sees its own sequence's entries
-// under options' mask (causal by positions, window). Numerics: the file comment. Errors: seq_of not
-// one per token or naming a sequence outside the cache, rope's plan differs from a non-empty
-// sequence's (rerotate first), options.regimes set (not supported over a paged cache yet), shapes as
-// attention() checks them.
+// under options' mask (causal by positions, window) and the cache's position regimes (keys stored
+// unrotated are rotated on load per regime). Numerics: the file comment. Errors: seq_of not one per
+// token or naming a sequence outside the cache, rope's plan differs from a non-empty sequence's
+// (rerotate first), options.regimes set and different from the cache's, shapes as attention() checks
+// them.
 void attention(const Rope& rope, const Heads& q, Positions q_positions, std::span<const std::int32_t> seq_of,
                const PagedKvCache& cache, const Heads& out, const AttentionOptions& options = {});
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "attention/attention_internal.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/rotate.hpp"
 #include "rope/call.hpp"
@@ -233,6 +234,7 @@ struct AppendCall::Resolved {
   int head_dim = 0;
   int threads = 1;
   std::int64_t bytes_moved = 0;
+  bool rotate_keys = true;  // false: k copied into the entries as given (detail::KeyWrite::Unrotated)
 
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
   void normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const;
@@ -297,10 +299,14 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
   // The rotated keys in k's storage type: in k_out, straight in the cache entries, or in `rows`.
   const Heads& k = args.k;
   const bool live = !args.k_out.empty();
-  const bool direct = !live && k_weight.empty() && static_cast<int>(cache.dtype) == static_cast<int>(k.dtype);
-  void* rotated = nullptr;
+  const bool direct =
+      rotate_keys && !live && k_weight.empty() && static_cast<int>(cache.dtype) == static_cast<int>(k.dtype);
+  const void* rotated = nullptr;
   std::int64_t rotated_stride = 0;
-  if (slot >= 0 || live) {
+  if (!rotate_keys) {  // the keys go into the entries as they are
+    rotated = k.row(b, s, 0);
+    rotated_stride = k.head_stride;
+  } else if (slot >= 0 || live) {
     if (direct) {
       rotated = static_cast<std::byte*>(cache.key(slot, 0)) + args.k_offset * element_size(cache.dtype);
       rotated_stride = cache.head_stride(cache.head_dim);
@@ -308,10 +314,11 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
       rotated = live ? args.k_out.row(b, s, 0) : rows.data();
       rotated_stride = live ? args.k_out.head_stride : d;
     }
+    void* out = const_cast<void*>(rotated);  // one of the written buffers above
     if (k_weight.empty()) {
-      k_rows = {k.row(b, s, 0), k.head_stride, rotated, rotated_stride, kv, k.dtype};
+      k_rows = {k.row(b, s, 0), k.head_stride, out, rotated_stride, kv, k.dtype};
     } else {
-      norm_rotate(k, t, k_weight, norm, rotated, rotated_stride);
+      norm_rotate(k, t, k_weight, norm, out, rotated_stride);
     }
   }
   if (q_rows.heads > 0 || k_rows.heads > 0) pair_kernel(rotation.job(), t, q_rows, k_rows);
@@ -359,10 +366,18 @@ std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache
 }
 
 AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache) {
+  return detail::AppendAccess::prepare(rope, args, cache, detail::KeyWrite::Rotated);
+}
+
+AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                                         KeyWrite keys) {
   const Spec& spec = rope.spec();
   const int d = spec.head_dim;
   check_cache(cache);
   if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
+  if (keys == KeyWrite::Unrotated && (!args.k_out.empty() || !args.norm.k_weight.empty())) {
+    throw Error("keys stored unrotated take no k_out and no norm.k_weight");
+  }
 
   // The views: k is required; each view's lanes and heads against the rope and the cache.
   if (args.k.empty()) throw Error("k is empty: an append needs the new keys");
@@ -497,6 +512,7 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
   r.k_weight = std::move(k_weight);
   r.head_dim = d;
   r.threads = args.threads > 0 ? args.threads : default_threads();
+  r.rotate_keys = keys == KeyWrite::Rotated;
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
   const std::int64_t k_bytes = args.k.heads * d * element_size(args.k.dtype) * (args.k_out.empty() ? 1 : 2) +
                                args.k.heads * (d + args.k_nope_dim + cache.v_head_dim) * element_size(cache.dtype) +

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
 
 namespace ropekit::detail {
@@ -43,5 +44,13 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
 void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
                      ResolvedAttention& resolved);
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved);
+
+// How a fused append writes the keys into the cache: rotated at their positions (ropekit::append), or
+// as given (a cache read by ReRoPE / SelfExtend, whose regimes rotate every key on load: KvCache and
+// PagedKvCache with such regimes). Unrotated takes no k_out and no k norm.
+enum class KeyWrite { Rotated, Unrotated };
+struct AppendAccess {
+  static AppendCall prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys);
+};
 
 }  // namespace ropekit::detail

@@ -1,66 +1,44 @@
-// The KV cache: keys stored rotated, K-shift as a pure rotation, re-rotation on a plan change.
+// The KV cache of one sequence: a PagedKvCache holding sequence 0 in one page of `capacity` entries
+// (NHD, so the entries are the contiguous [capacity, kv_heads, head_dim] rows keys() views). Storage,
+// the fused append, K-shift, erase and re-rotation are the paged cache's; this file adds the
+// slot-indexed interface and its checks.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
-#include "attention/attention_internal.hpp"
-#include "rope/call.hpp"
-#include "rope/reference.hpp"
 #include "rope/views.hpp"
-#include "ropekit/kv_cache.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/kv_cache.hpp"
+#include "ropekit/paged_kv_cache.hpp"
 
 namespace ropekit {
-namespace {
-
-constexpr std::int64_t kRerotateChunk = 256;  // tokens re-rotated per float32 buffer
-
-// The plan of pure rotations R(δ): the same frequencies, magnitude 1.
-Plan unit_magnitude(Plan plan) {
-  plan.cos_sin_scale = 1.0;
-  return plan;
-}
-
-}  // namespace
-
-namespace {
-
-// How the cache stores keys (KvCacheShape::regimes).
-enum class KeyStorage { AtPosition, Unrotated, ChunkRelative };
-
-KeyStorage storage_of(const PositionRegimes& regimes) {
-  if (std::holds_alternative<regimes::ReRope>(regimes) || std::holds_alternative<regimes::SelfExtend>(regimes)) {
-    return KeyStorage::Unrotated;
-  }
-  if (std::holds_alternative<regimes::DualChunk>(regimes)) return KeyStorage::ChunkRelative;
-  return KeyStorage::AtPosition;
-}
-
-}  // namespace
 
 struct KvCache::State {
   Spec spec;
   AngleMode mode;
-  Plan plan;
-  KeyStorage storage = KeyStorage::AtPosition;
-  std::vector<std::byte> keys, values;
-  std::vector<std::int64_t> positions;
-  // The position each key is rotated at (ChunkRelative: position mod chunk_len; else unused).
-  std::vector<std::int64_t> stored;
-  std::optional<Rope> shift_rope;
+  PagedKvCache paged;
+  Plan empty_plan;  // plan() while the cache is empty: the last plan its keys had (or the first rope's)
 
-  // The positions the keys of slots [first, first + n) are rotated at.
-  Positions rotated_at(std::int64_t first, std::int64_t n) const {
-    const auto& from = storage == KeyStorage::ChunkRelative ? stored : positions;
-    return ropekit::positions(std::span<const std::int64_t>(from.data() + first, std::size_t(n)));
+  State(const Rope& rope, const KvCacheShape& shape)
+      : spec(rope.spec()),
+        mode(rope.angle_mode()),
+        paged(rope, {.num_pages = 1, .page_size = shape.capacity, .kv_heads = shape.kv_heads,
+                     .head_dim = shape.head_dim, .v_head_dim = shape.v_head_dim,
+                     .dtype = static_cast<CacheDType>(shape.dtype), .layout = PageLayout::NHD,
+                     .max_sequences = 1, .regimes = shape.regimes}),
+        empty_plan(rope.plan()) {}
+  const Plan& plan() const { return paged.length(0) > 0 ? paged.plan(0) : empty_plan; }
+  // Slot 0's address in the page (the one page, once the sequence holds it).
+  void* keys() const { return paged.cache().key(page_slot(), 0); }
+  void* values() const { return paged.cache().value(page_slot(), 0); }
+  std::int64_t page_slot() const {
+    const auto pages = paged.pages(0);
+    return pages.empty() ? 0 : std::int64_t{pages[0]} * paged.shape().page_size;
   }
-
-  State(const Rope& rope) : spec(rope.spec()), mode(rope.angle_mode()), plan(rope.plan()) {}
-  void adopt(const Plan& next) {
-    plan = next;
-    shift_rope.emplace(spec, unit_magnitude(plan), mode);
+  // Keeps plan() across an operation that may empty the cache.
+  void remember_plan() {
+    if (paged.length(0) > 0) empty_plan = paged.plan(0);
   }
 };
 
@@ -93,34 +71,29 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
     throw Error(fmt::format("KvCacheShape.regimes.chunk_size = {}: larger than the cache (capacity {})",
                             dc->chunk_size, shape_.capacity));
   }
-  state_ = std::make_unique<State>(rope);
-  state_->storage = storage_of(shape_.regimes);
-  state_->keys.resize(std::size_t(shape_.capacity * shape_.kv_heads * shape_.head_dim * element_size(shape_.dtype)));
-  state_->values.resize(std::size_t(shape_.capacity * shape_.kv_heads * shape_.v_head_dim * element_size(shape_.dtype)));
-  state_->positions.resize(std::size_t(shape_.capacity));
-  if (state_->storage == KeyStorage::ChunkRelative) state_->stored.resize(std::size_t(shape_.capacity));
+  state_ = std::make_unique<State>(rope, shape_);
 }
 
 KvCache::~KvCache() = default;
 KvCache::KvCache(KvCache&&) noexcept = default;
 KvCache& KvCache::operator=(KvCache&&) noexcept = default;
 
-const Plan& KvCache::plan() const { return state_->plan; }
+const Plan& KvCache::plan() const { return state_->plan(); }
 
 std::int64_t KvCache::position(std::int64_t slot) const {
   if (slot < 0 || slot >= size_) {
     throw Error(fmt::format("KvCache::position: slot = {}: outside [0, {})", slot, size_));
   }
-  return state_->positions[slot];
+  return state_->paged.positions(0)[std::size_t(slot)];
 }
 
 Heads KvCache::keys() const {
-  return bshd(state_->keys.data(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.head_dim);
+  return bshd(state_->keys(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.head_dim);
 }
 Heads KvCache::values() const {
-  return bshd(state_->values.data(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.v_head_dim);
+  return bshd(state_->values(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.v_head_dim);
 }
-Positions KvCache::positions() const { return {state_->positions.data(), IndexType::I64, size_, 1}; }
+Positions KvCache::positions() const { return {state_->paged.positions(0).data(), IndexType::I64, size_, 1}; }
 
 void KvCache::check_layout(const Rope& rope, std::string_view caller) const {
   const Spec& mine = state_->spec;
@@ -142,14 +115,17 @@ namespace {
 std::string length(const Plan& p) {
   return p.current_length ? fmt::format("{}", *p.current_length) : std::string("none");
 }
+bool unrotated(const PositionRegimes& r) {
+  return std::holds_alternative<regimes::ReRope>(r) || std::holds_alternative<regimes::SelfExtend>(r);
+}
 }  // namespace
 
 void KvCache::require_compatible(const Rope& rope, std::string_view caller) const {
   check_layout(rope, caller);
-  if (size_ > 0 && state_->storage != KeyStorage::Unrotated && needs_rerotation(state_->plan, rope.plan())) {
+  if (size_ > 0 && !unrotated(shape_.regimes) && needs_rerotation(state_->plan(), rope.plan())) {
     throw Error(fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
                             "the rope's: {}): call KvCache::rerotate(rope) first", caller,
-                            length(state_->plan), length(rope.plan())));
+                            length(state_->plan()), length(rope.plan())));
   }
 }
 
@@ -174,41 +150,10 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
     throw Error(fmt::format("KvCache::append: {} tokens at size {} overflow the capacity {}", n, size_,
                             shape_.capacity));
   }
-  const std::int64_t es = element_size(shape_.dtype);
-  // k and the positions are validated once, here (the call names them as the caller does).
-  const Heads slots = bshd(state_->keys.data() + size_ * shape_.kv_heads * shape_.head_dim * es, shape_.dtype, 1,
-                           std::max<std::int64_t>(n, 0), shape_.kv_heads, shape_.head_dim);
-  const detail::CallNames names{.k = "k", .k_out = "the cache's key slots", .positions = "positions"};
-  const RotateCall call = detail::prepare_call(rope, {.k = k, .k_out = slots, .positions = positions},
-                                               detail::ViewUse::Write, names);
-  if (n == 0) return;
-  if (size_ == 0) state_->adopt(rope.plan());
-  switch (state_->storage) {
-    case KeyStorage::AtPosition: call.run(); break;
-    case KeyStorage::Unrotated:
-      for (std::int64_t t = 0; t < n; ++t) {
-        for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
-          std::memcpy(slots.row(0, t, h), k.row(0, t, h), std::size_t(shape_.head_dim * es));
-        }
-      }
-      break;
-    case KeyStorage::ChunkRelative: {
-      std::int64_t* stored = state_->stored.data() + size_;
-      for (std::int64_t t = 0; t < n; ++t) stored[t] = regime_key_position(shape_.regimes, 0, positions.at(0, t));
-      detail::prepare_call(rope, {.k = k, .k_out = slots, .positions = state_->rotated_at(size_, n)},
-                           detail::ViewUse::Write, names).run();
-      break;
-    }
-  }
-  auto* values = state_->values.data() + size_ * shape_.kv_heads * shape_.v_head_dim * es;
-  for (std::int64_t t = 0; t < n; ++t) {
-    for (std::int64_t h = 0; h < shape_.kv_heads; ++h) {
-      std::memcpy(values + (t * shape_.kv_heads + h) * shape_.v_head_dim * es, v.row(0, t, h),
-                  std::size_t(shape_.v_head_dim * es));
-    }
-    state_->positions[size_ + t] = positions.at(0, t);
-  }
-  size_ += n;
+  // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
+  const std::vector<std::int32_t> seq_of(std::size_t(std::max<std::int64_t>(n, 0)), 0);
+  state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions});
+  size_ = state_->paged.length(0);
 }
 
 void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
@@ -220,48 +165,20 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
   if (delta <= -kPositionLimit || delta >= kPositionLimit) {
     throw Error(fmt::format("KvCache::shift: delta = {}: |delta| must be below 2^47", delta));
   }
+  const auto at = state_->paged.positions(0);
   for (std::int64_t slot = first; slot < last; ++slot) {
-    const std::int64_t p = state_->positions[slot] + delta;
+    const std::int64_t p = at[std::size_t(slot)] + delta;
     if (p < 0) {
       throw Error(fmt::format("KvCache::shift: slot {} at position {} shifted by {} would be at {}: "
                               "positions must stay >= 0 (shifting before position 0)", slot,
-                              state_->positions[slot], delta, p));
+                              at[std::size_t(slot)], delta, p));
     }
     if (p >= kPositionLimit) {
       throw Error(fmt::format("KvCache::shift: slot {} at position {} shifted by {} would pass 2^47", slot,
-                              state_->positions[slot], delta));
+                              at[std::size_t(slot)], delta));
     }
   }
-  // R(δ) = rotation by δ·θ with magnitude 1 (the unit-magnitude rope); δ < 0 is the inverse
-  // rotation by |δ|, which for magnitude 1 is exactly R(δ).
-  const auto turn = [&](std::int64_t from, std::int64_t to, std::int64_t by) {
-    const std::vector<std::int64_t> steps(std::size_t(to - from), by < 0 ? -by : by);
-    RotateArgs rotate;
-    rotate.k = bshd(state_->keys.data() + from * shape_.kv_heads * shape_.head_dim * element_size(shape_.dtype),
-                    shape_.dtype, 1, to - from, shape_.kv_heads, shape_.head_dim);
-    rotate.positions = ropekit::positions(std::span<const std::int64_t>(steps));
-    rotate.direction = by < 0 ? Direction::Inverse : Direction::Forward;
-    state_->shift_rope->apply(rotate);
-  };
-  switch (state_->storage) {
-    case KeyStorage::AtPosition: turn(first, last, delta); break;
-    case KeyStorage::Unrotated: break;  // positions only
-    case KeyStorage::ChunkRelative:
-      // Each key turns from its stored position to the new one: runs of slots with one step.
-      for (std::int64_t slot = first; slot < last;) {
-        const auto step_of = [&](std::int64_t at) {
-          return regime_key_position(shape_.regimes, 0, state_->positions[at] + delta) - state_->stored[at];
-        };
-        const std::int64_t step = step_of(slot);
-        std::int64_t end = slot + 1;
-        while (end < last && step_of(end) == step) ++end;
-        if (step != 0) turn(slot, end, step);
-        for (std::int64_t at = slot; at < end; ++at) state_->stored[at] += step;
-        slot = end;
-      }
-      break;
-  }
-  for (std::int64_t slot = first; slot < last; ++slot) state_->positions[slot] += delta;
+  state_->paged.shift_entries(0, first, last, delta);
 }
 
 void KvCache::erase(std::int64_t first, std::int64_t last) {
@@ -269,99 +186,40 @@ void KvCache::erase(std::int64_t first, std::int64_t last) {
     throw Error(fmt::format("KvCache::erase: span [{}, {}) is not inside the cached slots [0, {})", first,
                             last, size_));
   }
-  const std::int64_t es = element_size(shape_.dtype);
-  const std::int64_t k_row = shape_.kv_heads * shape_.head_dim * es;
-  const std::int64_t v_row = shape_.kv_heads * shape_.v_head_dim * es;
-  const std::int64_t moved = size_ - last;
-  std::memmove(state_->keys.data() + first * k_row, state_->keys.data() + last * k_row, std::size_t(moved * k_row));
-  std::memmove(state_->values.data() + first * v_row, state_->values.data() + last * v_row,
-               std::size_t(moved * v_row));
-  std::copy(state_->positions.begin() + last, state_->positions.begin() + size_, state_->positions.begin() + first);
-  if (!state_->stored.empty()) {
-    std::copy(state_->stored.begin() + last, state_->stored.begin() + size_, state_->stored.begin() + first);
-  }
-  size_ -= last - first;
+  state_->remember_plan();
+  state_->paged.erase_entries(0, first, last);
+  size_ = state_->paged.length(0);
 }
 
-void KvCache::clear() { size_ = 0; }  // the next append adopts its rope's plan
+void KvCache::clear() {  // the next append adopts its rope's plan
+  state_->remember_plan();
+  state_->paged.seq_clear(0);
+  size_ = 0;
+}
 
 bool KvCache::rerotate(const Rope& rope) {
   check_layout(rope, "KvCache::rerotate");
-  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan())) {
-    if (size_ > 0) state_->adopt(rope.plan());
-    return false;
-  }
-  const Rope old_rope(state_->spec, state_->plan, state_->mode);
-  return rerotate(old_rope, rope);
+  return state_->paged.rerotate(0, rope);
 }
 
 bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
   check_layout(rope, "KvCache::rerotate");
   check_layout(old_rope, "KvCache::rerotate");
-  if (size_ > 0 && needs_rerotation(state_->plan, old_rope.plan())) {
+  if (size_ > 0 && needs_rerotation(state_->plan(), old_rope.plan())) {
     throw Error(fmt::format("KvCache::rerotate: from's plan (current length {}) is not the cached keys' ({})",
-                            length(old_rope.plan()), length(state_->plan)));
+                            length(old_rope.plan()), length(state_->plan())));
   }
-  if (size_ == 0 || !needs_rerotation(state_->plan, rope.plan()) || state_->storage == KeyStorage::Unrotated) {
-    if (size_ > 0) state_->adopt(rope.plan());
-    return false;
-  }
-  const int d = shape_.head_dim;
-  const std::int64_t es = element_size(shape_.dtype);
-  const std::int64_t row = shape_.kv_heads * d;
-  if (shape_.dtype == DType::F32) {  // float32 keys rotate where they are: the same two roundings, no copies
-    RotateArgs rotate;
-    rotate.k = bshd(state_->keys.data(), DType::F32, 1, size_, shape_.kv_heads, d);
-    rotate.positions = state_->rotated_at(0, size_);
-    rotate.direction = Direction::Inverse;
-    old_rope.apply(rotate);
-    rotate.direction = Direction::Forward;
-    rope.apply(rotate);
-    state_->adopt(rope.plan());
-    return true;
-  }
-  std::vector<float> buffer(std::size_t(std::min(kRerotateChunk, size_) * row));
-  for (std::int64_t first = 0; first < size_; first += kRerotateChunk) {
-    const std::int64_t n = std::min(kRerotateChunk, size_ - first);
-    std::byte* stored = state_->keys.data() + first * row * es;
-    detail::widen(stored, shape_.dtype, int(n * row), buffer.data());
-    RotateArgs rotate;
-    rotate.k = bshd(buffer.data(), DType::F32, 1, n, shape_.kv_heads, d);
-    rotate.positions = state_->rotated_at(first, n);
-    rotate.direction = Direction::Inverse;  // exact inverse of the cached Forward, magnitude included
-    old_rope.apply(rotate);
-    rotate.direction = Direction::Forward;
-    rope.apply(rotate);
-    detail::narrow(buffer.data(), int(n * row), shape_.dtype, stored);
-  }
-  state_->adopt(rope.plan());
-  return true;
+  return state_->paged.rerotate(0, old_rope, rope);
 }
+
+const PagedKvCache& KvCache::paged() const { return state_->paged; }
 
 void attention(const Rope& rope, const Heads& q, Positions q_positions, const KvCache& cache,
                const Heads& out, const AttentionOptions& options) {
   cache.require_compatible(rope, "attention");
-  AttentionArgs args;
-  args.q = q;
-  args.k = cache.keys();
-  args.v = cache.values();
-  args.out = out;
-  args.q_positions = q_positions;
-  args.k_positions = cache.positions();
-  args.head_dim = cache.shape().head_dim;
-  args.v_head_dim = cache.shape().v_head_dim;
-  const PositionRegimes& regimes = cache.shape().regimes;
-  if (options.regimes.index() != 0 && options.regimes != regimes) {
-    throw Error(fmt::format("attention: options.regimes = {} differs from the cache's regimes = {} (they decide "
-                            "how its keys are stored)", to_string(options.regimes), to_string(regimes)));
-  }
-  AttentionOptions with_regimes = options;
-  with_regimes.regimes = regimes;
-  // Unrotated keys are rotated on load, per regime; others are read as stored.
-  const detail::RopeLoads loads = storage_of(regimes) == KeyStorage::Unrotated ? detail::RopeLoads::QueriesAndKeys
-                                                                               : detail::RopeLoads::Queries;
-  const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
-  detail::run_attention(args, with_regimes, r);
+  // Sequence 0 of the paged cache, read in place (one page).
+  const std::vector<std::int32_t> seq_of(std::size_t(std::max<std::int64_t>(q.seq, 0)), 0);
+  attention(rope, q, q_positions, seq_of, cache.paged(), out, options);
 }
 
 }  // namespace ropekit

@@ -40,17 +40,157 @@ bool is_fp8(CacheDType t) { return t == CacheDType::F8E4M3; }
 // are widened to.
 DType storage_dtype(CacheDType t) { return is_fp8(t) ? DType::F32 : static_cast<DType>(t); }
 
+// How the cache stores keys (PagedKvCacheShape::regimes): at the entry's position, unrotated (ReRope,
+// SelfExtend: rotated on load per regime), or at position mod chunk_len (DualChunk).
+enum class KeyStorage { AtPosition, Unrotated, ChunkRelative };
+
+KeyStorage storage_of(const PositionRegimes& regimes) {
+  if (std::holds_alternative<regimes::ReRope>(regimes) || std::holds_alternative<regimes::SelfExtend>(regimes)) {
+    return KeyStorage::Unrotated;
+  }
+  if (std::holds_alternative<regimes::DualChunk>(regimes)) return KeyStorage::ChunkRelative;
+  return KeyStorage::AtPosition;
+}
+
+// The plan of pure rotations R(δ): the same frequencies, magnitude 1.
+Plan unit_magnitude(Plan plan) {
+  plan.cos_sin_scale = 1.0;
+  return plan;
+}
+
 }  // namespace
 
 struct PagedKvCache::State {
   struct Sequence {
     std::vector<std::int32_t> pages;
     std::vector<std::int64_t> positions;  // per entry
+    std::vector<std::int64_t> stored;     // ChunkRelative: the position each key is rotated at
     std::optional<Plan> plan;             // set while the sequence has entries
   };
 
   Spec spec;
   AngleMode mode;
+  PositionRegimes regimes;
+  KeyStorage storage = KeyStorage::AtPosition;
+  // The last unit-magnitude rope built for K-shifts (a context shift per token must not build one).
+  std::shared_ptr<const Rope> unit;
+
+  // The positions entries [first, first + n) of s are rotated at.
+  Positions rotated_at(const Sequence& s, std::int64_t first, std::int64_t n) const {
+    const auto& from = storage == KeyStorage::ChunkRelative ? s.stored : s.positions;
+    return ropekit::positions(std::span<const std::int64_t>(from.data() + first, std::size_t(n)));
+  }
+
+  const Rope& unit_rope(const Plan& plan) {
+    Plan p = unit_magnitude(plan);
+    if (!unit || needs_rerotation(unit->plan(), p)) unit = std::make_shared<const Rope>(spec, std::move(p), mode);
+    return *unit;
+  }
+
+  // Keeps the entries of s for which keep(i) holds, in order; pages no longer needed are freed.
+  template <class Keep>
+  void retain(Sequence& s, Keep keep) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < s.positions.size(); ++i) {
+      if (!keep(i)) continue;
+      if (kept != i) {
+        copy_entry(slot(s, std::int64_t(i)), slot(s, std::int64_t(kept)));
+        s.positions[kept] = s.positions[i];
+        if (!s.stored.empty()) s.stored[kept] = s.stored[i];
+      }
+      ++kept;
+    }
+    s.positions.resize(kept);
+    if (!s.stored.empty()) s.stored.resize(kept);
+    shrink(s);
+  }
+
+  // Turns the keys of `entries` by R(step): a pure rotation with magnitude 1; a negative step is the
+  // inverse rotation by |step|, which for magnitude 1 is exactly R(step).
+  void turn(const Sequence& s, const std::vector<std::int64_t>& entries, std::int64_t step) {
+    const Rope& rope = unit_rope(*s.plan);
+    const std::int64_t magnitude = step < 0 ? -step : step;
+    std::vector<std::int64_t> steps;
+    turn_keys(s, entries, [&](const Heads& view, std::int64_t, std::int64_t n) {
+      steps.assign(std::size_t(n), magnitude);
+      rope.apply({.k = view, .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
+                  .direction = step < 0 ? Direction::Inverse : Direction::Forward});
+    });
+  }
+
+  // Moves `entries` of s (entry order) by delta positions, their keys turned as they are stored.
+  // Errors (nothing changes): a position that would leave [0, 2^47).
+  void shift(int seq, Sequence& s, const std::vector<std::int64_t>& entries, std::int64_t delta,
+             std::string_view caller) {
+    if (delta <= -kPositionLimit || delta >= kPositionLimit) {
+      throw Error(fmt::format("{}: delta = {}: |delta| must be below 2^47", caller, delta));
+    }
+    for (const std::int64_t i : entries) {
+      const std::int64_t p = s.positions[std::size_t(i)] + delta;
+      if (p < 0 || p >= kPositionLimit) {
+        throw Error(fmt::format("{}: sequence {} entry {} at position {} moved by {} would be at {}: positions must "
+                                "stay in [0, 2^47)", caller, seq, i, s.positions[std::size_t(i)], delta, p));
+      }
+    }
+    if (delta == 0 || entries.empty()) return;
+    switch (storage) {
+      case KeyStorage::AtPosition: turn(s, entries, delta); break;
+      case KeyStorage::Unrotated: break;  // positions only
+      case KeyStorage::ChunkRelative: {
+        // Each key turns from its stored position to the new one's: entries grouped by that step.
+        std::vector<std::pair<std::int64_t, std::int64_t>> by_step;  // (step, entry)
+        for (const std::int64_t i : entries) {
+          const auto e = std::size_t(i);
+          by_step.emplace_back(regime_key_position(regimes, 0, s.positions[e] + delta) - s.stored[e], i);
+        }
+        std::stable_sort(by_step.begin(), by_step.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::vector<std::int64_t> group;
+        for (std::size_t a = 0; a < by_step.size();) {
+          std::size_t b = a;
+          group.clear();
+          while (b < by_step.size() && by_step[b].first == by_step[a].first) group.push_back(by_step[b++].second);
+          if (by_step[a].first != 0) turn(s, group, by_step[a].first);
+          for (const std::int64_t i : group) s.stored[std::size_t(i)] += by_step[a].first;
+          a = b;
+        }
+        break;
+      }
+    }
+    for (const std::int64_t i : entries) s.positions[std::size_t(i)] += delta;
+  }
+
+  // Re-rotates every key of s from old_rope's plan (the sequence's) to rope's (see rerotate).
+  void rerotate_keys(Sequence& s, const Rope& old_rope, const Rope& rope) {
+    std::vector<std::int64_t> entries(s.positions.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) entries[i] = std::int64_t(i);
+    std::vector<float> buffer;
+    const std::int64_t heads = cache.kv_heads, d = cache.head_dim;
+    turn_keys(s, entries, [&](const Heads& view, std::int64_t first, std::int64_t n) {
+      const Positions at = rotated_at(s, first, n);
+      // Un-rotate and rotate in float32, one rounding to storage at the end (float32 keys in place).
+      Heads work = view;
+      if (view.dtype != DType::F32) {
+        buffer.resize(std::size_t(n * heads * d));
+        for (std::int64_t e = 0; e < n; ++e) {
+          for (std::int64_t h = 0; h < heads; ++h) {
+            detail::widen(view.row(0, e, h), view.dtype, d, buffer.data() + (e * heads + h) * d);
+          }
+        }
+        work = bshd(buffer.data(), DType::F32, 1, n, heads, d);
+      }
+      old_rope.apply({.k = work, .positions = at, .direction = Direction::Inverse});
+      rope.apply({.k = work, .positions = at, .direction = Direction::Forward});
+      if (view.dtype != DType::F32) {
+        for (std::int64_t e = 0; e < n; ++e) {
+          for (std::int64_t h = 0; h < heads; ++h) {
+            detail::narrow(buffer.data() + (e * heads + h) * d, d, view.dtype, view.row(0, e, h));
+          }
+        }
+      }
+    });
+    s.plan = rope.plan();
+  }
   std::vector<std::byte> k_memory, v_memory;
   PagedCache cache;
   std::vector<std::int32_t> free;  // a stack: pages are taken from the back
@@ -155,9 +295,12 @@ PagedKvCache::PagedKvCache(const Rope& rope, PagedKvCacheShape shape) : shape_(s
   if (shape_.num_pages > std::numeric_limits<std::int32_t>::max()) {
     throw Error(fmt::format("PagedKvCacheShape.num_pages = {}: page indices are int32", shape_.num_pages));
   }
+  validate_regimes(shape_.regimes, "PagedKvCacheShape.regimes");
   auto state = std::make_unique<State>();
   state->spec = spec;
   state->mode = rope.angle_mode();
+  state->regimes = shape_.regimes;
+  state->storage = storage_of(shape_.regimes);
   PagedCache& c = state->cache;
   c = PagedCache{.dtype = shape_.dtype, .layout = shape_.layout, .num_pages = shape_.num_pages,
                  .page_size = shape_.page_size, .kv_heads = shape_.kv_heads, .head_dim = shape_.head_dim,
@@ -257,6 +400,19 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   if (args.positions.axes != 1) {
     throw Error(fmt::format("PagedKvCache::append: positions.axes = {}: one stream per token", args.positions.axes));
   }
+  if (st.storage != KeyStorage::AtPosition) {
+    const auto refuse = [&](bool given, std::string_view what) {
+      if (given) {
+        throw Error(fmt::format("PagedKvCache::append: args.{} is set, but a cache for position regimes ({}) takes "
+                                "keys and values only: attention rotates the queries per regime", what,
+                                to_string(st.regimes)));
+      }
+    };
+    refuse(!args.q.empty(), "q");
+    refuse(!args.q_out.empty(), "q_out");
+    refuse(!args.k_out.empty(), "k_out");
+    refuse(!args.norm.q_weight.empty() || !args.norm.k_weight.empty(), "norm");
+  }
   // Each token's entry and slot; pages taken from the free list only in this plan, committed after
   // the append succeeded.
   std::vector<std::int64_t> count(st.sequences.size(), 0), extra_pages(st.sequences.size(), 0);
@@ -267,7 +423,8 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   std::int64_t needed = 0;
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {
     if (count[s] == 0) continue;
-    require_plan(st.sequences[s].plan, rope, int(s), "PagedKvCache::append");
+    // Unrotated keys carry no plan: the sequence takes the rope's.
+    if (st.storage != KeyStorage::Unrotated) require_plan(st.sequences[s].plan, rope, int(s), "PagedKvCache::append");
     const std::int64_t len = std::int64_t(st.sequences[s].positions.size());
     extra_pages[s] = st.pages_for(len + count[s]) - std::int64_t(st.sequences[s].pages.size());
     needed += extra_pages[s];
@@ -293,69 +450,75 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
     slots[std::size_t(t)] = std::int64_t{page} * st.cache.page_size + entry % st.cache.page_size;
   }
   args.slots = slot_mapping(slots);
-  const AppendCall call = prepare_append(rope, args, st.cache);  // validates everything else
+  // Keys at the positions they are stored at (ChunkRelative: position mod chunk_len, the positions
+  // validated first as the call would), or unrotated.
+  std::vector<std::int64_t> stored;
+  if (st.storage == KeyStorage::ChunkRelative) {
+    detail::prepare_call(rope, {.k = args.k, .positions = args.positions}, detail::ViewUse::Read, {});
+    stored.resize(std::size_t(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) stored[std::size_t(t)] = regime_key_position(st.regimes, 0, args.positions.at(0, t));
+  }
+  AppendArgs stored_args = args;
+  if (!stored.empty()) stored_args.positions = ropekit::positions(std::span<const std::int64_t>(stored));
+  const AppendCall call = detail::AppendAccess::prepare(  // validates everything else
+      rope, stored_args, st.cache,
+      st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated);
   call.run();
   // Commit.
   st.free.resize(st.free.size() - taken);
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {
     State::Sequence& seq = st.sequences[s];
     seq.pages.insert(seq.pages.end(), new_pages[s].begin(), new_pages[s].end());
-    if (count[s] > 0 && !seq.plan) seq.plan = rope.plan();
+    if (count[s] > 0 && (!seq.plan || st.storage == KeyStorage::Unrotated)) seq.plan = rope.plan();
   }
   for (std::int64_t t = 0; t < tokens; ++t) {
-    st.sequences[std::size_t(seq_of[std::size_t(t)])].positions.push_back(args.positions.at(0, t));
+    State::Sequence& seq = st.sequences[std::size_t(seq_of[std::size_t(t)])];
+    seq.positions.push_back(args.positions.at(0, t));
+    if (!stored.empty()) seq.stored.push_back(stored[std::size_t(t)]);
   }
 }
 
 void PagedKvCache::seq_rm(int seq, std::int64_t p0, std::int64_t p1) {
   check_seq(seq, shape_.max_sequences, "PagedKvCache::seq_rm");
-  State& st = *state_;
-  State::Sequence& s = st.sequences[std::size_t(seq)];
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
   const PositionRange range = range_of(p0, p1);
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < s.positions.size(); ++i) {
-    if (range.contains(s.positions[i])) continue;
-    if (kept != i) {
-      st.copy_entry(st.slot(s, std::int64_t(i)), st.slot(s, std::int64_t(kept)));
-      s.positions[kept] = s.positions[i];
-    }
-    ++kept;
-  }
-  s.positions.resize(kept);
-  st.shrink(s);
+  state_->retain(s, [&](std::size_t i) { return !range.contains(s.positions[i]); });
 }
 
 void PagedKvCache::seq_add(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
   check_seq(seq, shape_.max_sequences, "PagedKvCache::seq_add");
-  State& st = *state_;
-  State::Sequence& s = st.sequences[std::size_t(seq)];
-  if (delta <= -kPositionLimit || delta >= kPositionLimit) {
-    throw Error(fmt::format("PagedKvCache::seq_add: delta = {}: |delta| must be below 2^47", delta));
-  }
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
   const PositionRange range = range_of(p0, p1);
   std::vector<std::int64_t> entries;
   for (std::size_t i = 0; i < s.positions.size(); ++i) {
-    if (!range.contains(s.positions[i])) continue;
-    const std::int64_t p = s.positions[i] + delta;
-    if (p < 0 || p >= kPositionLimit) {
-      throw Error(fmt::format("PagedKvCache::seq_add: sequence {} entry {} at position {} moved by {} would be at {}: "
-                              "positions must stay in [0, 2^47)", seq, i, s.positions[i], delta, p));
-    }
-    entries.push_back(std::int64_t(i));
+    if (range.contains(s.positions[i])) entries.push_back(std::int64_t(i));
   }
-  if (delta == 0 || entries.empty()) return;
-  // R(δ): rotation by δ·θ with magnitude 1; δ < 0 is the inverse rotation by |δ| (KvCache::shift).
-  Plan unit = *s.plan;
-  unit.cos_sin_scale = 1.0;
-  const Rope turn(st.spec, std::move(unit), st.mode);
-  const std::int64_t magnitude = delta < 0 ? -delta : delta;
-  std::vector<std::int64_t> steps;
-  st.turn_keys(s, entries, [&](const Heads& view, std::int64_t, std::int64_t n) {
-    steps.assign(std::size_t(n), magnitude);
-    turn.apply({.k = view, .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
-                .direction = delta < 0 ? Direction::Inverse : Direction::Forward});
-  });
-  for (std::int64_t i : entries) s.positions[std::size_t(i)] += delta;
+  state_->shift(seq, s, entries, delta, "PagedKvCache::seq_add");
+}
+
+namespace {
+void check_entries(std::int64_t first, std::int64_t last, std::int64_t length, int seq, std::string_view caller) {
+  if (first < 0 || last < first || last > length) {
+    throw Error(fmt::format("{}: entries [{}, {}) are not inside sequence {}'s [0, {})", caller, first, last, seq,
+                            length));
+  }
+}
+}  // namespace
+
+void PagedKvCache::erase_entries(int seq, std::int64_t first, std::int64_t last) {
+  check_seq(seq, shape_.max_sequences, "PagedKvCache::erase_entries");
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
+  check_entries(first, last, std::int64_t(s.positions.size()), seq, "PagedKvCache::erase_entries");
+  state_->retain(s, [&](std::size_t i) { return std::int64_t(i) < first || std::int64_t(i) >= last; });
+}
+
+void PagedKvCache::shift_entries(int seq, std::int64_t first, std::int64_t last, std::int64_t delta) {
+  check_seq(seq, shape_.max_sequences, "PagedKvCache::shift_entries");
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
+  check_entries(first, last, std::int64_t(s.positions.size()), seq, "PagedKvCache::shift_entries");
+  std::vector<std::int64_t> entries(std::size_t(last - first));
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i] = first + std::int64_t(i);
+  state_->shift(seq, s, entries, delta, "PagedKvCache::shift_entries");
 }
 
 void PagedKvCache::seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1) {
@@ -380,6 +543,7 @@ void PagedKvCache::seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1) {
   for (std::size_t k = 0; k < entries.size(); ++k) {
     st.copy_entry(st.slot(from, std::int64_t(entries[k])), st.slot(to, first + std::int64_t(k)));
     to.positions.push_back(from.positions[entries[k]]);
+    if (!from.stored.empty()) to.stored.push_back(from.stored[entries[k]]);
   }
   if (!to.plan) to.plan = from.plan;
 }
@@ -388,44 +552,39 @@ void PagedKvCache::seq_clear(int seq) {
   check_seq(seq, shape_.max_sequences, "PagedKvCache::seq_clear");
   State::Sequence& s = state_->sequences[std::size_t(seq)];
   s.positions.clear();
+  s.stored.clear();
   state_->shrink(s);
 }
 
 bool PagedKvCache::rerotate(int seq, const Rope& rope) {
   check_seq(seq, shape_.max_sequences, "PagedKvCache::rerotate");
   require_layout(rope, "PagedKvCache::rerotate");
-  State& st = *state_;
-  State::Sequence& s = st.sequences[std::size_t(seq)];
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
   if (s.positions.empty()) return false;
-  if (!needs_rerotation(*s.plan, rope.plan())) {
+  if (!needs_rerotation(*s.plan, rope.plan()) || state_->storage == KeyStorage::Unrotated) {
     s.plan = rope.plan();
     return false;
   }
-  const Rope old_rope(st.spec, *s.plan, st.mode);
-  std::vector<std::int64_t> entries(s.positions.size());
-  for (std::size_t i = 0; i < entries.size(); ++i) entries[i] = std::int64_t(i);
-  std::vector<float> buffer;
-  const std::int64_t heads = st.cache.kv_heads, d = st.cache.head_dim;
-  st.turn_keys(s, entries, [&](const Heads& view, std::int64_t first, std::int64_t n) {
-    const Positions at = ropekit::positions(std::span<const std::int64_t>(s.positions.data() + first, std::size_t(n)));
-    // Un-rotate and rotate in float32, one rounding to storage at the end (KvCache::rerotate).
-    Heads work = view;
-    if (view.dtype != DType::F32) {
-      buffer.resize(std::size_t(n * heads * d));
-      for (std::int64_t e = 0; e < n; ++e) {
-        for (std::int64_t h = 0; h < heads; ++h) detail::widen(view.row(0, e, h), view.dtype, d, buffer.data() + (e * heads + h) * d);
-      }
-      work = bshd(buffer.data(), DType::F32, 1, n, heads, d);
-    }
-    old_rope.apply({.k = work, .positions = at, .direction = Direction::Inverse});
-    rope.apply({.k = work, .positions = at, .direction = Direction::Forward});
-    if (view.dtype != DType::F32) {
-      for (std::int64_t e = 0; e < n; ++e) {
-        for (std::int64_t h = 0; h < heads; ++h) detail::narrow(buffer.data() + (e * heads + h) * d, d, view.dtype, view.row(0, e, h));
-      }
-    }
-  });
-  s.plan = rope.plan();
+  const Rope old_rope(state_->spec, *s.plan, state_->mode);
+  state_->rerotate_keys(s, old_rope, rope);
+  return true;
+}
+
+bool PagedKvCache::rerotate(int seq, const Rope& from, const Rope& to) {
+  check_seq(seq, shape_.max_sequences, "PagedKvCache::rerotate");
+  require_layout(to, "PagedKvCache::rerotate");
+  require_layout(from, "PagedKvCache::rerotate");
+  State::Sequence& s = state_->sequences[std::size_t(seq)];
+  if (s.positions.empty()) return false;
+  if (needs_rerotation(*s.plan, from.plan())) {
+    throw Error(fmt::format("PagedKvCache::rerotate: from's plan ({}) is not sequence {}'s ({})", plan_name(from.plan()),
+                            seq, plan_name(*s.plan)));
+  }
+  if (!needs_rerotation(*s.plan, to.plan()) || state_->storage == KeyStorage::Unrotated) {
+    s.plan = to.plan();
+    return false;
+  }
+  state_->rerotate_keys(s, from, to);
   return true;
 }
 
@@ -448,10 +607,15 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
                const PagedKvCache& cache, const Heads& out, const AttentionOptions& options) {
   cache.require_layout(rope, "attention");
   const PagedKvCacheShape& shape = cache.shape();
-  if (options.regimes.index() != 0) {
-    throw Error(fmt::format("attention: options.regimes = {}: not supported over a PagedKvCache yet",
-                            to_string(options.regimes)));
+  if (options.regimes.index() != 0 && options.regimes != shape.regimes) {
+    throw Error(fmt::format("attention: options.regimes = {} differs from the cache's regimes = {} (they decide "
+                            "how its keys are stored)", to_string(options.regimes), to_string(shape.regimes)));
   }
+  AttentionOptions with_regimes = options;
+  with_regimes.regimes = shape.regimes;
+  // Unrotated keys are rotated on load, per regime; others are read as stored.
+  const detail::RopeLoads loads = storage_of(shape.regimes) == KeyStorage::Unrotated ? detail::RopeLoads::QueriesAndKeys
+                                                                                     : detail::RopeLoads::Queries;
   if (q.batch != 1 || out.batch != 1) {
     throw Error(fmt::format("attention: q.batch = {}, out.batch = {}: a paged cache takes batch 1 (tokens on seq, "
                             "each with its sequence in seq_of)", q.batch, out.batch));
@@ -494,9 +658,36 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       continue;
     }
     const Plan& plan = cache.plan(seq);
-    if (needs_rerotation(plan, rope.plan())) {
+    if (loads == detail::RopeLoads::Queries && needs_rerotation(plan, rope.plan())) {  // unrotated keys have no plan
       throw Error(fmt::format("attention: sequence {}'s keys are rotated under another plan than the rope's: rerotate "
                               "it first", seq));
+    }
+    const std::span<const std::int32_t> pages = cache.pages(seq);
+    const std::int64_t used_pages = (n + c.page_size - 1) / c.page_size;
+    AttentionArgs args;
+    args.q = q_run;
+    args.out = out_run;
+    args.q_positions = q_pos;
+    args.k_positions = positions(cache.positions(seq));
+    args.head_dim = shape.head_dim;
+    args.v_head_dim = shape.v_head_dim;
+    // Entries at one stride are read where they are: NHD pages that follow each other in memory, or
+    // one page of either layout.
+    bool in_place = c.dtype != CacheDType::F8E4M3 && (nhd || used_pages == 1);
+    for (std::int64_t p = 1; in_place && p < used_pages; ++p) in_place = pages[std::size_t(p)] == pages[0] + p;
+    if (in_place) {
+      const std::int64_t slot0 = std::int64_t{pages[0]} * c.page_size;
+      const auto view = [&](void* data, std::int64_t lanes) {
+        const std::int64_t seq_stride = nhd ? heads * lanes : lanes, head_stride = nhd ? lanes : c.page_size * lanes;
+        return Heads{.data = data, .dtype = kv_dtype, .batch = 1, .seq = n, .heads = heads,
+                     .batch_stride = n * heads * lanes, .seq_stride = seq_stride, .head_stride = head_stride};
+      };
+      args.k = view(c.key(slot0, 0), shape.head_dim);
+      args.v = view(c.value(slot0, 0), shape.v_head_dim);
+      const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
+      detail::run_attention(args, with_regimes, r);
+      a = b;
+      continue;
     }
     // The sequence's entries in entry order: NHD pages gather as [n, kv_heads, lanes] (one copy per
     // page), HND pages as [kv_heads, n, lanes] (one copy per page and head); fp8 widened × scale.
@@ -504,7 +695,6 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     const auto k_bytes = std::size_t(n * heads * shape.head_dim * ke), v_bytes = std::size_t(n * heads * shape.v_head_dim * ke);
     if (keys.size() < k_bytes) keys.resize(k_bytes);
     if (values.size() < v_bytes) values.resize(v_bytes);
-    const std::span<const std::int32_t> pages = cache.pages(seq);
     // One page of keys or values into place (pages are independent: split over the threads).
     const auto gather_page = [&](std::byte* dst, bool is_key, std::int64_t page_index) {
       const std::int64_t lanes = is_key ? shape.head_dim : shape.v_head_dim;
@@ -524,7 +714,6 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
         }
       }
     };
-    const std::int64_t used_pages = (n + c.page_size - 1) / c.page_size;
     std::byte* k_dst = keys.data();
     std::byte* v_dst = values.data();
     const int threads = static_cast<int>(std::min<std::int64_t>(
@@ -536,19 +725,12 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
         gather_page(v_dst, false, p);
       }
     });
-    AttentionArgs args;
-    args.q = q_run;
     args.k = nhd ? bshd(keys.data(), kv_dtype, 1, n, heads, shape.head_dim)
                  : bhsd(keys.data(), kv_dtype, 1, n, heads, shape.head_dim);
     args.v = nhd ? bshd(values.data(), kv_dtype, 1, n, heads, shape.v_head_dim)
                  : bhsd(values.data(), kv_dtype, 1, n, heads, shape.v_head_dim);
-    args.out = out_run;
-    args.q_positions = q_pos;
-    args.k_positions = positions(cache.positions(seq));
-    args.head_dim = shape.head_dim;
-    args.v_head_dim = shape.v_head_dim;
-    const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, detail::RopeLoads::Queries);
-    detail::run_attention(args, options, r);
+    const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
+    detail::run_attention(args, with_regimes, r);
     a = b;
   }
 }
