@@ -201,6 +201,29 @@ TEST(Table, GrowsOnlyWhenTheCallCoversEnoughOfIt) {
   EXPECT_LT(rope.table(0)->num_positions(), 1000000);
 }
 
+// A decoder stepping one token at a time past the table (no prefill first) pays on-the-fly angles
+// only until they have cost 1/64 of the table (rope.cpp's growth rule): at position 4000 the table is
+// built within 4001 / 64 steps, not never; at 10^6 a handful of steps still computes on the fly.
+TEST(Table, RepeatedDecodeStepsBuildTheTable) {
+  const Rope rope(spec_for(1e4, 128));
+  std::vector<float> q(128, 0.5f);
+  int steps = 0;
+  for (std::int64_t p = 4000; rope.table(0)->num_positions() == 0 && steps < 1000; ++p, ++steps) {
+    const std::int64_t pos[] = {p};
+    rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 128), .positions = positions(pos)});
+  }
+  EXPECT_GE(steps, 2) << "one token built the table";
+  // steps − 1 tokens were computed on the fly; the last step built the table to 4000 + steps rows.
+  EXPECT_LE(steps - 1, (4000 + steps) / 64);
+  EXPECT_GE(rope.table(0)->num_positions(), 4000);
+  const Rope far(spec_for(1e4, 128));
+  for (std::int64_t p = 1000000; p < 1000010; ++p) {
+    const std::int64_t pos[] = {p};
+    far.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 128), .positions = positions(pos)});
+  }
+  EXPECT_EQ(far.table(0)->num_positions(), 0) << "ten tokens at 10^6 built a million-row table";
+}
+
 TEST(Table, RefusesTablesBeyondTheMemoryCap) {
   const Plan plan = make_plan(spec_for(1e4, 128));
   EXPECT_THROW(Table(plan, AngleMode::Accurate, std::int64_t{1} << 31), Error);

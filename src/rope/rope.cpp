@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 
@@ -32,14 +33,20 @@ struct Rope::State {
 struct Rope::TableCache {
   std::mutex mutex;
   std::shared_ptr<const Table> table;
+  // Position rows this Rope has computed on the fly since its table last grew (see table_for).
+  std::atomic<std::int64_t> on_the_fly_rows{0};
 };
 
 namespace {
 
 // Below this many positions a table is always worth building (≈ 1 MiB for 64 pairs).
 constexpr std::int64_t kSmallTablePositions = 2048;
-// A call may grow the table to at most this many positions per row it rotates; beyond that the
-// rows it needs are computed on the fly (a few tokens at huge positions never build a table).
+// A call may grow the table to at most this many positions per row it rotates — counting the rows
+// this Rope computed on the fly since the table last grew — beyond that the rows it needs are
+// computed on the fly. A few tokens at huge positions never build a table; a decoder stepping one
+// token at a time past the table (position 4000, no prefill before it) builds it after at most
+// needed / 64 steps, so the angles it computes on the fly cost at most 1/64 of the table it reads
+// from then on (HF and vLLM precompute the whole table up front).
 constexpr std::int64_t kGrowthPerRow = 64;
 
 void check_plan_fits(const Spec& spec, const Plan& plan) {
@@ -105,9 +112,14 @@ std::shared_ptr<const Table> Rope::table_for(std::int64_t max_position, std::int
   const std::int64_t have = snapshot ? snapshot->num_positions() : 0;
   const std::int64_t row_bytes = std::int64_t{spec_.num_pairs()} * 8;
   const bool fits = needed <= kMaxTableBytes / row_bytes;
-  const bool worth_it = needed <= std::max({kSmallTablePositions, 2 * have, kGrowthPerRow * rows});
-  if (needed > have && fits && worth_it) snapshot = table(needed);
+  const std::int64_t spent = cache_->on_the_fly_rows.load(std::memory_order_relaxed);
+  const bool worth_it = needed <= std::max({kSmallTablePositions, 2 * have, kGrowthPerRow * (rows + spent)});
+  if (needed > have && fits && worth_it) {
+    snapshot = table(needed);
+    cache_->on_the_fly_rows.store(0, std::memory_order_relaxed);
+  }
   if (snapshot && needed <= snapshot->num_positions()) return snapshot;
+  cache_->on_the_fly_rows.fetch_add(rows, std::memory_order_relaxed);
   return nullptr;
 }
 
