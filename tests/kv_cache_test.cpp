@@ -264,6 +264,8 @@ TEST_P(KvCacheTest, BadInput) {
   ropekit::KvCache cache(rope, {.capacity = 8, .kv_heads = 2});
   EXPECT_ERROR(cache.append(rope, t.kv(t.k), t.kv(t.v), positions(iota(10))), "10 tokens", "capacity 8");
   cache.append(rope, t.kv(t.k, 0, 4), t.kv(t.v, 0, 4), positions(iota(4, 2)));
+  cache.append(rope, t.kv(t.k, 0, 0), t.kv(t.v, 0, 0), positions(iota(0)));  // zero tokens: nothing changes
+  EXPECT_EQ(cache.size(), 4);
   EXPECT_ERROR(cache.append(rope, t.kv(t.k, 0, 5), t.kv(t.v, 0, 5), positions(iota(5))), "5 tokens at size 4");
   EXPECT_ERROR(cache.shift(0, 4, -3), "slot 0 at position 2", "before position 0");
   EXPECT_EQ(cache.position(0), 2);  // a refused shift changes nothing

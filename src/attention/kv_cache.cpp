@@ -150,6 +150,7 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
     throw Error(fmt::format("KvCache::append: {} tokens at size {} overflow the capacity {}", n, size_,
                             shape_.capacity));
   }
+  if (n == 0) return;  // nothing to store (the fused append refuses an empty k)
   // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
   const std::vector<std::int32_t> seq_of(std::size_t(std::max<std::int64_t>(n, 0)), 0);
   state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions});
