@@ -466,6 +466,9 @@ TEST_P(Regimes, BadParametersAreNamed) {
   // regimes on a cache of rotated keys.
   EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 1, .regimes = regimes::ReRope{.window = -2}}),
                "KvCacheShape.regimes.window = -2");
+  EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 2, .page_size = 4, .kv_heads = 1, .max_sequences = 1,
+                                   .regimes = regimes::ReRope{.window = -2}}),
+               "PagedKvCacheShape.regimes.window = -2");
   EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 1, .regimes = regimes::DualChunk{.chunk_size = 9, .local_size = 1}}),
                "KvCacheShape.regimes.chunk_size = 9", "capacity 8");
   KvCache plain(rope, {.capacity = 8, .kv_heads = 1});

@@ -66,7 +66,8 @@ struct PagedKvCacheShape {
 
 class PagedKvCache {
  public:
-  // Errors: a shape field out of range (named), an M-RoPE rope (one position per entry is kept).
+  // Errors: a shape field out of range (named), invalid regimes (validate_regimes), an M-RoPE rope (one
+  // position per entry is kept).
   PagedKvCache(const Rope& rope, PagedKvCacheShape shape);
   ~PagedKvCache();
   PagedKvCache(PagedKvCache&&) noexcept;
