@@ -301,7 +301,7 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
   const bool live = !args.k_out.empty();
   const bool direct =
       rotate_keys && !live && k_weight.empty() && static_cast<int>(cache.dtype) == static_cast<int>(k.dtype);
-  const void* rotated = nullptr;
+  void* rotated = nullptr;
   std::int64_t rotated_stride = 0;
   if (!rotate_keys) {  // the keys go into the entries as they are
     rotated = k.row(b, s, 0);
@@ -314,11 +314,10 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
       rotated = live ? args.k_out.row(b, s, 0) : rows.data();
       rotated_stride = live ? args.k_out.head_stride : d;
     }
-    void* out = const_cast<void*>(rotated);  // one of the written buffers above
     if (k_weight.empty()) {
-      k_rows = {k.row(b, s, 0), k.head_stride, out, rotated_stride, kv, k.dtype};
+      k_rows = {k.row(b, s, 0), k.head_stride, rotated, rotated_stride, kv, k.dtype};
     } else {
-      norm_rotate(k, t, k_weight, norm, out, rotated_stride);
+      norm_rotate(k, t, k_weight, norm, rotated, rotated_stride);
     }
   }
   if (q_rows.heads > 0 || k_rows.heads > 0) pair_kernel(rotation.job(), t, q_rows, k_rows);

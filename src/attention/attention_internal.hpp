@@ -45,6 +45,18 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
                      ResolvedAttention& resolved);
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved);
 
+// How a KV cache stores keys for the position regimes it is read with (KvCacheShape::regimes,
+// PagedKvCacheShape::regimes): at the entry's position, unrotated (ReRope, SelfExtend: rotated on load
+// per regime — such keys carry no plan), or at position mod chunk_len (DualChunk).
+enum class KeyStorage { AtPosition, Unrotated, ChunkRelative };
+inline KeyStorage storage_of(const PositionRegimes& regimes) {
+  if (std::holds_alternative<regimes::ReRope>(regimes) || std::holds_alternative<regimes::SelfExtend>(regimes)) {
+    return KeyStorage::Unrotated;
+  }
+  if (std::holds_alternative<regimes::DualChunk>(regimes)) return KeyStorage::ChunkRelative;
+  return KeyStorage::AtPosition;
+}
+
 // How a fused append writes the keys into the cache: rotated at their positions (ropekit::append), or
 // as given (a cache read by ReRoPE / SelfExtend, whose regimes rotate every key on load: KvCache and
 // PagedKvCache with such regimes). Unrotated takes no k_out and no k norm.

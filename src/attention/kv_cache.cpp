@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "attention/attention_internal.hpp"
 #include "rope/views.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/kv_cache.hpp"
@@ -29,13 +30,9 @@ struct KvCache::State {
                      .max_sequences = 1, .regimes = shape.regimes}),
         empty_plan(rope.plan()) {}
   const Plan& plan() const { return paged.length(0) > 0 ? paged.plan(0) : empty_plan; }
-  // Slot 0's address in the page (the one page, once the sequence holds it).
-  void* keys() const { return paged.cache().key(page_slot(), 0); }
-  void* values() const { return paged.cache().value(page_slot(), 0); }
-  std::int64_t page_slot() const {
-    const auto pages = paged.pages(0);
-    return pages.empty() ? 0 : std::int64_t{pages[0]} * paged.shape().page_size;
-  }
+  // Slot s is entry s of page 0, the only page: the keys and values are the page's memory.
+  void* keys() const { return paged.cache().k; }
+  void* values() const { return paged.cache().v; }
   // Keeps plan() across an operation that may empty the cache.
   void remember_plan() {
     if (paged.length(0) > 0) empty_plan = paged.plan(0);
@@ -115,14 +112,12 @@ namespace {
 std::string length(const Plan& p) {
   return p.current_length ? fmt::format("{}", *p.current_length) : std::string("none");
 }
-bool unrotated(const PositionRegimes& r) {
-  return std::holds_alternative<regimes::ReRope>(r) || std::holds_alternative<regimes::SelfExtend>(r);
-}
 }  // namespace
 
 void KvCache::require_compatible(const Rope& rope, std::string_view caller) const {
   check_layout(rope, caller);
-  if (size_ > 0 && !unrotated(shape_.regimes) && needs_rerotation(state_->plan(), rope.plan())) {
+  if (size_ > 0 && detail::storage_of(shape_.regimes) != detail::KeyStorage::Unrotated &&
+      needs_rerotation(state_->plan(), rope.plan())) {
     throw Error(fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
                             "the rope's: {}): call KvCache::rerotate(rope) first", caller,
                             length(state_->plan()), length(rope.plan())));
@@ -152,7 +147,7 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   }
   if (n == 0) return;  // nothing to store (the fused append refuses an empty k)
   // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
-  const std::vector<std::int32_t> seq_of(std::size_t(std::max<std::int64_t>(n, 0)), 0);
+  const std::vector<std::int32_t> seq_of(std::size_t(n), 0);
   state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions});
   size_ = state_->paged.length(0);
 }
@@ -206,10 +201,6 @@ bool KvCache::rerotate(const Rope& rope) {
 bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
   check_layout(rope, "KvCache::rerotate");
   check_layout(old_rope, "KvCache::rerotate");
-  if (size_ > 0 && needs_rerotation(state_->plan(), old_rope.plan())) {
-    throw Error(fmt::format("KvCache::rerotate: from's plan (current length {}) is not the cached keys' ({})",
-                            length(old_rope.plan()), length(state_->plan())));
-  }
   return state_->paged.rerotate(0, old_rope, rope);
 }
 

@@ -40,17 +40,8 @@ bool is_fp8(CacheDType t) { return t == CacheDType::F8E4M3; }
 // are widened to.
 DType storage_dtype(CacheDType t) { return is_fp8(t) ? DType::F32 : static_cast<DType>(t); }
 
-// How the cache stores keys (PagedKvCacheShape::regimes): at the entry's position, unrotated (ReRope,
-// SelfExtend: rotated on load per regime), or at position mod chunk_len (DualChunk).
-enum class KeyStorage { AtPosition, Unrotated, ChunkRelative };
-
-KeyStorage storage_of(const PositionRegimes& regimes) {
-  if (std::holds_alternative<regimes::ReRope>(regimes) || std::holds_alternative<regimes::SelfExtend>(regimes)) {
-    return KeyStorage::Unrotated;
-  }
-  if (std::holds_alternative<regimes::DualChunk>(regimes)) return KeyStorage::ChunkRelative;
-  return KeyStorage::AtPosition;
-}
+using detail::KeyStorage;
+using detail::storage_of;
 
 // The plan of pure rotations R(δ): the same frequencies, magnitude 1.
 Plan unit_magnitude(Plan plan) {
