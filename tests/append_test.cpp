@@ -6,6 +6,8 @@
 // and the unfused norm-then-rotate; and every class of bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -232,7 +234,11 @@ void check_case(const Case& c, int threads_split) {
 // The per-target cache converter (SIMD e4m3 encoder, bf16/f16 narrowing) gives the scalar codec's
 // bits for every input class: every e4m3 value, tie and neighbour (and their products with the
 // scales), random magnitudes over the whole range, ±0, subnormal floats, infinities, NaNs; every
-// bf16 and f16 pattern. Only a NaN's payload may differ in a 16-bit output (call.hpp); fp8 is exact.
+// bf16 and f16 pattern; and every float that narrows differently to bf16 — each of the 65,536 high
+// halves with the low halves that round down, tie and round up (in order, so that most vectors take
+// AVX3_BF16's native instruction, and shuffled, so that subnormals sit alone among normals and send
+// their vector to the software path). Only a NaN's payload may differ in a 16-bit output (call.hpp);
+// fp8 is exact.
 TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
   std::vector<float> f32 = {0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 1e30f, -1e30f,
                             std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
@@ -252,6 +258,15 @@ TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> exponent(-140.0f, 120.0f);
   for (int i = 0; i < 20000; ++i) f32.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng)));
+  std::vector<float> bf16_classes;
+  for (std::uint32_t high = 0; high < 0x10000; ++high) {
+    for (const std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) {
+      bf16_classes.push_back(std::bit_cast<float>(high << 16 | low));
+    }
+  }
+  f32.insert(f32.end(), bf16_classes.begin(), bf16_classes.end());
+  std::shuffle(bf16_classes.begin(), bf16_classes.end(), rng);
+  f32.insert(f32.end(), bf16_classes.begin(), bf16_classes.end());
   std::vector<std::uint16_t> every(65536);
   for (std::size_t i = 0; i < every.size(); ++i) every[i] = static_cast<std::uint16_t>(i);
 

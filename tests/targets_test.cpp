@@ -15,6 +15,11 @@
 // (comma-separated texts that must all occur in the case name, e.g. ROPEKIT_CASES=bf16,decode).
 #include <gtest/gtest.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -274,6 +279,27 @@ TEST(Targets, AreListedBestFirstAndTheBestIsChosen) {
   ASSERT_FALSE(targets.empty());
   EXPECT_EQ(simd_target(), targets.front());
   for (const std::string& t : targets) std::printf("compiled and supported: %s\n", t.c_str());
+}
+
+// AVX3_BF16 is listed exactly where the CPU has AVX512_BF16 (CPUID.(7,1):EAX[5]), first, as the best
+// AVX-512 target's twin.
+TEST(Targets, TheNativeBf16TargetIsListedWhereTheCpuHasTheExtension) {
+  const std::vector<std::string> targets = simd_targets();
+  const auto avx512 = std::find_if(targets.begin(), targets.end(), [](const std::string& t) {
+    return t == "AVX3" || t == "AVX3_DL";
+  });
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool has_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+#else
+  const bool has_bf16 = false;
+#endif
+  const bool listed = std::find(targets.begin(), targets.end(), "AVX3_BF16") != targets.end();
+  EXPECT_EQ(listed, has_bf16 && avx512 != targets.end());
+  if (listed) {
+    EXPECT_EQ(targets.front(), "AVX3_BF16");
+    EXPECT_EQ(targets[1], *avx512);
+  }
 }
 
 TEST(Targets, ListingIsAPureQuery) {

@@ -1,6 +1,4 @@
 // Thread-count and SIMD-target controls (ropekit/cpu.hpp).
-#include <hwy/targets.h>
-
 #include <algorithm>
 #include <atomic>
 #include <fmt/format.h>
@@ -33,22 +31,23 @@ int threads_for_bytes(int threads, std::int64_t bytes) {
   return static_cast<int>(std::clamp<std::int64_t>(bytes / kMinBytesPerThread, 1, std::max(threads, 1)));
 }
 
-std::string simd_target() { return hwy::TargetName(cpu::current_target()); }
+std::string simd_target() { return cpu::current_target().name; }
 
 std::vector<std::string> simd_targets() {
   std::vector<std::string> names;
-  for (std::int64_t t : cpu::available_targets()) names.emplace_back(hwy::TargetName(t));
+  for (const cpu::Target& t : cpu::available_targets()) names.push_back(t.name);
   return names;
 }
 
 void set_simd_target(std::string_view name) {
   if (name.empty()) {
-    cpu::select_target(0);
+    cpu::select_target(-1);
     return;
   }
-  for (std::int64_t t : cpu::available_targets()) {
-    if (name == hwy::TargetName(t)) {
-      cpu::select_target(t);
+  const std::vector<cpu::Target>& targets = cpu::available_targets();
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (name == targets[i].name) {
+      cpu::select_target(static_cast<int>(i));
       return;
     }
   }

@@ -4,38 +4,40 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 
 namespace ropekit::cpu {
 namespace {
 
-std::atomic<std::int64_t> g_selected{0};  // 0: the best available
-// The dispatch index of the selected target (of the best until select_target runs; a call reads it
-// once, so it costs one relaxed load instead of recomputing Highway's mapping).
-std::atomic<std::size_t>& selected_index() {
-  static std::atomic<std::size_t> index{dispatch_index(available_targets().front())};
-  return index;
+// CPUID.(EAX=7, ECX=1):EAX bit 5. Only asked where Highway found an AVX-512 target usable, so the
+// OS already saves the zmm state.
+bool cpu_has_avx512_bf16() {
+#if HWY_ARCH_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+#else
+  return false;
+#endif
 }
 
-}  // namespace
-
-const std::vector<std::int64_t>& available_targets() {
-  // The CPU does not change while the process runs; ropekit never mocks Highway's target set.
-  static const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
+std::vector<Target> find_targets() {
+  std::vector<Target> targets;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+#if HWY_ARCH_X86
+    // The first AVX-512 target (Highway lists the best first) gets a native-bf16 twin before it.
+    const bool avx512 = t == HWY_AVX3 || t == HWY_AVX3_DL;
+    if (avx512 && cpu_has_avx512_bf16() && (targets.empty() || !targets.front().native_bf16)) {
+      targets.push_back({t, true, "AVX3_BF16"});
+    }
+#endif
+    targets.push_back({t, false, hwy::TargetName(t)});
+  }
   return targets;
 }
-
-std::int64_t current_target() {
-  const std::int64_t selected = g_selected.load(std::memory_order_relaxed);
-  return selected != 0 ? selected : available_targets().front();
-}
-
-void select_target(std::int64_t target) {
-  g_selected.store(target, std::memory_order_relaxed);
-  selected_index().store(dispatch_index(current_target()), std::memory_order_relaxed);
-}
-
-std::size_t current_index() { return selected_index().load(std::memory_order_relaxed); }
 
 std::size_t dispatch_index(std::int64_t target) {
   // Highway's own mapping from a target bit to a table index, on a private ChosenTarget (the global
@@ -44,5 +46,37 @@ std::size_t dispatch_index(std::int64_t target) {
   chosen.Update(target);
   return chosen.GetIndex();
 }
+
+// The selection packed into one word (so that a call never sees half of a change): the position in
+// available_targets() + 1, 0 meaning the best.
+std::atomic<int> g_selected{0};
+
+const std::vector<Selection>& selections() {
+  static const std::vector<Selection> all = [] {
+    std::vector<Selection> s;
+    for (const Target& t : available_targets()) s.push_back({dispatch_index(t.hwy), t.native_bf16});
+    return s;
+  }();
+  return all;
+}
+
+int selected_position() {
+  const int selected = g_selected.load(std::memory_order_relaxed);
+  return selected == 0 ? 0 : selected - 1;
+}
+
+}  // namespace
+
+const std::vector<Target>& available_targets() {
+  // The CPU does not change while the process runs; ropekit never mocks Highway's target set.
+  static const std::vector<Target> targets = find_targets();
+  return targets;
+}
+
+const Target& current_target() { return available_targets()[static_cast<std::size_t>(selected_position())]; }
+
+void select_target(int index) { g_selected.store(index < 0 ? 0 : index + 1, std::memory_order_relaxed); }
+
+Selection current_selection() { return selections()[static_cast<std::size_t>(selected_position())]; }
 
 }  // namespace ropekit::cpu

@@ -4,24 +4,41 @@
 // listing targets is then a pure query, changing the choice is one atomic store, and every call reads
 // the choice once, at the top, and runs one target's code throughout (gemma.cpp's "dispatch once").
 // Per-target code is compiled by Highway's foreach_target.h and exported with HWY_EXPORT; a call
-// picks its entry with dispatch_index().
+// picks its entry with the selection's dispatch index.
+//
+// ropekit's targets are Highway's plus one: "AVX3_BF16", Highway's best AVX-512 target whose bf16
+// stores narrow with AVX512_BF16's vcvtneps2bf16 (Highway 1.0 has no target with that extension).
+// It is listed first where the CPU has the extension; its results are the other targets' bits
+// (rotate-inl.h's BF16Codec says why), so choosing it changes speed only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ropekit::cpu {
 
-// Targets compiled into ropekit that this CPU supports, best first (Highway HWY_* bits).
-const std::vector<std::int64_t>& available_targets();
+struct Target {
+  std::int64_t hwy = 0;      // Highway's target bit: whose kernels run
+  bool native_bf16 = false;  // float → bf16 narrowing by vcvtneps2bf16 (x86 AVX-512 targets only)
+  std::string name;          // as ropekit::simd_targets() lists it
+};
+
+// Targets compiled into ropekit that this CPU supports, best first.
+const std::vector<Target>& available_targets();
 // The target calls run on now: the one set_simd_target chose, else the best available.
-std::int64_t current_target();
-// Restricts calls to `target` (one of available_targets(); 0 = the best again).
-void select_target(std::int64_t target);
-// Index of `target`'s entry in a HWY_EXPORT dispatch table.
-std::size_t dispatch_index(std::int64_t target);
-// dispatch_index(current_target()), kept up to date by select_target: one relaxed load per call.
-std::size_t current_index();
+const Target& current_target();
+// Restricts calls to available_targets()[index]; -1 = the best again.
+void select_target(int index);
+
+// What a call reads once, at the top: the dispatch index of current_target()'s Highway target in a
+// HWY_EXPORT table, and whether its bf16 stores narrow natively.
+struct Selection {
+  std::size_t index = 0;
+  bool native_bf16 = false;
+};
+Selection current_selection();
+inline std::size_t current_index() { return current_selection().index; }
 
 }  // namespace ropekit::cpu

@@ -61,9 +61,29 @@ struct F32Codec {
   static void Store(VF v, DF d, T* p) {
     if constexpr (kStream) hn::Stream(v, d, p); else hn::StoreU(v, d, p);
   }
+  template <bool kStream>
+  static void StoreTwo(VF x, T* px, VF y, T* py) {
+    Store<kStream>(x, DF(), px);
+    Store<kStream>(y, DF(), py);
+  }
 };
 
-struct BF16Codec {
+// bf16 storage. Narrowing is float_to_bf16 (ropekit/dtype.hpp: round to nearest even, NaN quieted
+// with its payload's high bits kept). kNative narrows with AVX512_BF16's vcvtneps2bf16 where the
+// target can encode it: the SDM's convert_fp32_to_bfloat16 is the same rounding and the same NaN
+// rule, except that it flushes subnormal inputs to ±0 — so a vector holding a subnormal takes the
+// software path, and every target keeps the reference's bits (tests/targets_test.cpp; every float
+// rounding class of every bf16 value in tests/append_test.cpp's cache-converter test). ropekit lists
+// the native codec as its own target, AVX3_BF16 (cpu/dispatch.hpp): Highway 1.0 has no target for
+// the extension, and kernels pick the codec when they are chosen, so the hot loop has no flag.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define ROPEKIT_NATIVE_BF16 1
+#else
+#define ROPEKIT_NATIVE_BF16 0
+#endif
+
+template <bool kNative>
+struct BF16CodecT {
   using T = std::uint16_t;
   static VF Load(DF d, const T* p) {
     const hn::RebindToUnsigned<DF> du32;
@@ -71,7 +91,7 @@ struct BF16Codec {
     return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
   }
   // float_to_bf16 in vectors (Highway 1.0's bf16 demotion truncates instead of rounding).
-  static auto Demote(VF v) {
+  static auto SoftwareDemote(VF v) {
     const hn::RebindToUnsigned<DF> du32;
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<std::uint16_t, DF> du16;
@@ -83,12 +103,53 @@ struct BF16Codec {
     const auto out = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet_nan, rounded);
     return hn::DemoteTo(du16, hn::BitCast(di32, out));
   }
+#if ROPEKIT_NATIVE_BF16
+  // fpclass 0x20: denormal. Intrinsics and inline assembly, not _mm512_cvtneps_pbh: that intrinsic
+  // needs the function compiled for avx512bf16, which Highway's AVX3 targets are not (nor may it be
+  // inlined into them).
+  static bool NoSubnormal(VF v) { return _mm512_fpclass_ps_mask(v.raw, 0x20) == 0; }
+  static bool NoSubnormal(VF x, VF y) {
+    return _kortestz_mask16_u8(_mm512_fpclass_ps_mask(x.raw, 0x20), _mm512_fpclass_ps_mask(y.raw, 0x20)) != 0;
+  }
+  static auto NativeDemote(VF v) {
+    __m256i out;
+    asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v.raw));
+    return decltype(SoftwareDemote(v)){out};
+  }
+#endif
+  template <bool kStream, class V16>
+  static void Put(V16 bits, T* p) {
+    const hn::Rebind<std::uint16_t, DF> du16;
+    if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
+  }
   template <bool kStream>
   static void Store(VF v, DF, T* p) {
-    const hn::Rebind<std::uint16_t, DF> du16;
-    if constexpr (kStream) hn::Stream(Demote(v), du16, p); else hn::StoreU(Demote(v), du16, p);
+#if ROPEKIT_NATIVE_BF16
+    if constexpr (kNative) {
+      if (HWY_LIKELY(NoSubnormal(v))) return Put<kStream>(NativeDemote(v), p);
+    }
+#endif
+    Put<kStream>(SoftwareDemote(v), p);
+  }
+  // Two vectors with one subnormal test (the rotation's a and b halves).
+  template <bool kStream>
+  static void StoreTwo(VF x, T* px, VF y, T* py) {
+#if ROPEKIT_NATIVE_BF16
+    if constexpr (kNative) {
+      if (HWY_LIKELY(NoSubnormal(x, y))) {
+        Put<kStream>(NativeDemote(x), px);
+        return Put<kStream>(NativeDemote(y), py);
+      }
+    }
+#endif
+    Put<kStream>(SoftwareDemote(x), px);
+    Put<kStream>(SoftwareDemote(y), py);
   }
 };
+using BF16Codec = BF16CodecT<false>;
+// The native codec where this target has one; elsewhere the same type as BF16Codec (so a kernel
+// instantiated with either is one kernel).
+using BF16NativeCodec = BF16CodecT<ROPEKIT_NATIVE_BF16 != 0>;
 
 struct F16Codec {
   using T = std::uint16_t;
@@ -103,6 +164,11 @@ struct F16Codec {
     const auto bits = hn::BitCast(du16, hn::DemoteTo(df16, v));
     if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
   }
+  template <bool kStream>
+  static void StoreTwo(VF x, T* px, VF y, T* py) {
+    Store<kStream>(x, DF(), px);
+    Store<kStream>(y, DF(), py);
+  }
 };
 
 // One vector step of each pairing. c and s are aligned coefficient pointers.
@@ -114,8 +180,7 @@ HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Cod
   const VF b = Codec::Load(d, b_in);
   const VF vc = hn::Load(d, c);
   const VF vs = hn::Load(d, s);
-  Codec::template Store<kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), d, a_out);
-  Codec::template Store<kStream>(hn::MulAdd(b, vc, hn::Mul(a, vs)), d, b_out);
+  Codec::template StoreTwo<kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), a_out, hn::MulAdd(b, vc, hn::Mul(a, vs)), b_out);
 }
 
 template <class Codec, bool kStream>
@@ -338,27 +403,34 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
 }
 
-template <Pairing kPairing, class QCodec>
+template <Pairing kPairing, class Bf16, class QCodec>
 detail::RowsKernel KernelForK(DType k) {
   switch (k) {
-    case DType::BF16: return &RotateRowsFor<kPairing, QCodec, BF16Codec>;
+    case DType::BF16: return &RotateRowsFor<kPairing, QCodec, Bf16>;
     case DType::F16: return &RotateRowsFor<kPairing, QCodec, F16Codec>;
     default: return &RotateRowsFor<kPairing, QCodec, F32Codec>;
   }
 }
 
-template <Pairing kPairing>
+template <Pairing kPairing, class Bf16>
 detail::RowsKernel KernelFor(DType q, DType k) {
   switch (q) {
-    case DType::BF16: return KernelForK<kPairing, BF16Codec>(k);
-    case DType::F16: return KernelForK<kPairing, F16Codec>(k);
-    default: return KernelForK<kPairing, F32Codec>(k);
+    case DType::BF16: return KernelForK<kPairing, Bf16, Bf16>(k);
+    case DType::F16: return KernelForK<kPairing, Bf16, F16Codec>(k);
+    default: return KernelForK<kPairing, Bf16, F32Codec>(k);
   }
 }
 
-// The kernel for a call's pairing and dtypes (an absent view's dtype is irrelevant: it has no rows).
-inline detail::RowsKernel RotateKernelFor(Pairing pairing, DType q, DType k) {
-  return pairing == Pairing::Interleaved ? KernelFor<Pairing::Interleaved>(q, k) : KernelFor<Pairing::Half>(q, k);
+template <Pairing kPairing>
+detail::RowsKernel KernelFor(DType q, DType k, bool native_bf16) {
+  return native_bf16 ? KernelFor<kPairing, BF16NativeCodec>(q, k) : KernelFor<kPairing, BF16Codec>(q, k);
+}
+
+// The kernel for a call's pairing and dtypes (an absent view's dtype is irrelevant: it has no rows);
+// native_bf16: narrow bf16 stores with the target's instruction where it has one.
+inline detail::RowsKernel RotateKernelFor(Pairing pairing, DType q, DType k, bool native_bf16) {
+  return pairing == Pairing::Interleaved ? KernelFor<Pairing::Interleaved>(q, k, native_bf16)
+                                         : KernelFor<Pairing::Half>(q, k, native_bf16);
 }
 
 // Token rows (a TokenKernel's work, ropekit/call.hpp) in Codec's storage type, with the caller's
@@ -407,9 +479,9 @@ void TokenRows(const RotateJob& job, std::int64_t token, const void* src, std::i
   RotateTokenRowsAs<Codec>(job, token, src, src_stride, dst, dst_stride, heads, scratch);
 }
 
-inline detail::TokenKernel TokenKernelFor(DType dtype) {
+inline detail::TokenKernel TokenKernelFor(DType dtype, bool native_bf16) {
   switch (dtype) {
-    case DType::BF16: return &TokenRows<BF16Codec>;
+    case DType::BF16: return native_bf16 ? &TokenRows<BF16NativeCodec> : &TokenRows<BF16Codec>;
     case DType::F16: return &TokenRows<F16Codec>;
     default: return &TokenRows<F32Codec>;
   }
@@ -426,26 +498,32 @@ HWY_INLINE void RotateHeadRowsAs(const RotateJob& job, const detail::HeadRows& r
   }
 }
 
-template <Pairing kPairing>
+template <Pairing kPairing, class Bf16>
 HWY_INLINE void RotateHeadRows(const RotateJob& job, const detail::HeadRows& rows, const Scratch& scratch) {
   switch (rows.dtype) {
-    case DType::BF16: return RotateHeadRowsAs<kPairing, BF16Codec>(job, rows, scratch);
+    case DType::BF16: return RotateHeadRowsAs<kPairing, Bf16>(job, rows, scratch);
     case DType::F16: return RotateHeadRowsAs<kPairing, F16Codec>(job, rows, scratch);
     default: return RotateHeadRowsAs<kPairing, F32Codec>(job, rows, scratch);
   }
 }
 
 // A TokenPairKernel: the token's coefficients built once for both sets of rows.
-template <Pairing kPairing>
+template <Pairing kPairing, class Bf16>
 void TokenPairRows(const RotateJob& job, std::int64_t token, const detail::HeadRows& a, const detail::HeadRows& b) {
   Scratch scratch(*job.map);
   BuildCoefficients<kPairing>(job, token, scratch);
-  RotateHeadRows<kPairing>(job, a, scratch);
-  RotateHeadRows<kPairing>(job, b, scratch);
+  RotateHeadRows<kPairing, Bf16>(job, a, scratch);
+  RotateHeadRows<kPairing, Bf16>(job, b, scratch);
 }
 
-inline detail::TokenPairKernel TokenPairKernelFor(Pairing pairing) {
-  return pairing == Pairing::Interleaved ? &TokenPairRows<Pairing::Interleaved> : &TokenPairRows<Pairing::Half>;
+template <class Bf16>
+detail::TokenPairKernel TokenPairKernelOf(Pairing pairing) {
+  return pairing == Pairing::Interleaved ? &TokenPairRows<Pairing::Interleaved, Bf16>
+                                         : &TokenPairRows<Pairing::Half, Bf16>;
+}
+
+inline detail::TokenPairKernel TokenPairKernelFor(Pairing pairing, bool native_bf16) {
+  return native_bf16 ? TokenPairKernelOf<BF16NativeCodec>(pairing) : TokenPairKernelOf<BF16Codec>(pairing);
 }
 
 // float_to_e4m3 (ropekit/dtype.hpp) in vectors: the same integer steps, lane by lane. |x|'s bits fit
@@ -473,7 +551,7 @@ HWY_INLINE auto EncodeE4m3(VF v) {
   return hn::DemoteTo(du8, hn::BitCast(di32, out));
 }
 
-template <class From>
+template <class From, class Bf16>
 HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_t n, void* dst, CacheDType to,
                             float scale) {
   const DF d;
@@ -485,7 +563,7 @@ HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_
       break;
     case CacheDType::BF16:
       for (; i + lanes <= n; i += lanes) {
-        BF16Codec::Store<false>(From::Load(d, src + i), d, static_cast<std::uint16_t*>(dst) + i);
+        Bf16::template Store<false>(From::Load(d, src + i), d, static_cast<std::uint16_t*>(dst) + i);
       }
       break;
     case CacheDType::F16:
@@ -507,23 +585,26 @@ HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_
   }
 }
 
-inline void ConvertToCache(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
+template <class Bf16>
+void ConvertToCache(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
   if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
     std::memcpy(dst, src, static_cast<std::size_t>(n * element_size(from)));
     return;
   }
   switch (from) {
-    case DType::BF16: return ConvertFrom<BF16Codec>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
-    case DType::F16: return ConvertFrom<F16Codec>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
-    default: return ConvertFrom<F32Codec>(static_cast<const float*>(src), from, n, dst, to, scale);
+    case DType::BF16: return ConvertFrom<Bf16, Bf16>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
+    case DType::F16: return ConvertFrom<F16Codec, Bf16>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
+    default: return ConvertFrom<F32Codec, Bf16>(static_cast<const float*>(src), from, n, dst, to, scale);
   }
 }
 
-inline CacheConvertKernel CacheConvertKernelFor() { return &ConvertToCache; }
+inline CacheConvertKernel CacheConvertKernelFor(bool native_bf16) {
+  return native_bf16 ? &ConvertToCache<BF16NativeCodec> : &ConvertToCache<BF16Codec>;
+}
 
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
 
-inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType) { return &detail::rotate_rows_reference; }
+inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType, bool) { return &detail::rotate_rows_reference; }
 
 // No per-target scratch is needed: the reference keeps its own.
 struct Scratch {
@@ -547,11 +628,11 @@ inline void ReferenceTokenPairRows(const RotateJob& job, std::int64_t token, con
   }
 }
 
-inline detail::TokenPairKernel TokenPairKernelFor(Pairing) { return &ReferenceTokenPairRows; }
+inline detail::TokenPairKernel TokenPairKernelFor(Pairing, bool) { return &ReferenceTokenPairRows; }
 
-inline CacheConvertKernel CacheConvertKernelFor() { return &convert_to_cache_reference; }
+inline CacheConvertKernel CacheConvertKernelFor(bool) { return &convert_to_cache_reference; }
 
-inline detail::TokenKernel TokenKernelFor(DType dtype) {
+inline detail::TokenKernel TokenKernelFor(DType dtype, bool) {
   switch (dtype) {
     case DType::BF16: return &ReferenceTokenRows<DType::BF16>;
     case DType::F16: return &ReferenceTokenRows<DType::F16>;

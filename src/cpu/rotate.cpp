@@ -48,20 +48,24 @@ void set_stream_threshold_bytes(std::int64_t bytes) { stream_threshold().store(b
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
-  return HWY_DISPATCH_TABLE(RotateKernelFor)[current_index()](
-      job.map->pairing, job.args.q.dtype, job.args.k.dtype);
+  const Selection target = current_selection();
+  return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
+                                                           target.native_bf16);
 }
 
 detail::TokenKernel select_token_kernel(DType dtype) {
-  return HWY_DISPATCH_TABLE(TokenKernelFor)[current_index()](dtype);
+  const Selection target = current_selection();
+  return HWY_DISPATCH_TABLE(TokenKernelFor)[target.index](dtype, target.native_bf16);
 }
 
 detail::TokenPairKernel select_token_pair_kernel(Pairing pairing) {
-  return HWY_DISPATCH_TABLE(TokenPairKernelFor)[current_index()](pairing);
+  const Selection target = current_selection();
+  return HWY_DISPATCH_TABLE(TokenPairKernelFor)[target.index](pairing, target.native_bf16);
 }
 
 CacheConvertKernel select_cache_convert_kernel() {
-  return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[current_index()]();
+  const Selection target = current_selection();
+  return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[target.index](target.native_bf16);
 }
 
 void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
