@@ -24,21 +24,6 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-std::vector<Target> find_targets() {
-  std::vector<Target> targets;
-  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-#if HWY_ARCH_X86
-    // The first AVX-512 target (Highway lists the best first) gets a native-bf16 twin before it.
-    const bool avx512 = t == HWY_AVX3 || t == HWY_AVX3_DL;
-    if (avx512 && cpu_has_avx512_bf16() && (targets.empty() || !targets.front().native_bf16)) {
-      targets.push_back({t, true, "AVX3_BF16"});
-    }
-#endif
-    targets.push_back({t, false, hwy::TargetName(t)});
-  }
-  return targets;
-}
-
 std::size_t dispatch_index(std::int64_t target) {
   // Highway's own mapping from a target bit to a table index, on a private ChosenTarget (the global
   // one stays untouched).
@@ -47,23 +32,25 @@ std::size_t dispatch_index(std::int64_t target) {
   return chosen.GetIndex();
 }
 
-// The selection packed into one word (so that a call never sees half of a change): the position in
-// available_targets() + 1, 0 meaning the best.
+std::vector<Target> find_targets() {
+  std::vector<Target> targets;
+  bool twin = false;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    const std::size_t index = dispatch_index(t);
+#if HWY_ARCH_X86
+    // The first AVX-512 target (Highway lists the best first) gets a native-bf16 twin before it.
+    if (!twin && (t == HWY_AVX3 || t == HWY_AVX3_DL) && cpu_has_avx512_bf16()) {
+      targets.push_back({t, {index, true}, "AVX3_BF16"});
+      twin = true;
+    }
+#endif
+    targets.push_back({t, {index, false}, hwy::TargetName(t)});
+  }
+  return targets;
+}
+
+// The position of the selected target in available_targets() (0, the best, until select_target runs).
 std::atomic<int> g_selected{0};
-
-const std::vector<Selection>& selections() {
-  static const std::vector<Selection> all = [] {
-    std::vector<Selection> s;
-    for (const Target& t : available_targets()) s.push_back({dispatch_index(t.hwy), t.native_bf16});
-    return s;
-  }();
-  return all;
-}
-
-int selected_position() {
-  const int selected = g_selected.load(std::memory_order_relaxed);
-  return selected == 0 ? 0 : selected - 1;
-}
 
 }  // namespace
 
@@ -73,10 +60,12 @@ const std::vector<Target>& available_targets() {
   return targets;
 }
 
-const Target& current_target() { return available_targets()[static_cast<std::size_t>(selected_position())]; }
+const Target& current_target() {
+  return available_targets()[static_cast<std::size_t>(g_selected.load(std::memory_order_relaxed))];
+}
 
-void select_target(int index) { g_selected.store(index < 0 ? 0 : index + 1, std::memory_order_relaxed); }
+void select_target(int index) { g_selected.store(index < 0 ? 0 : index, std::memory_order_relaxed); }
 
-Selection current_selection() { return selections()[static_cast<std::size_t>(selected_position())]; }
+Selection current_selection() { return current_target().selection; }
 
 }  // namespace ropekit::cpu

@@ -19,25 +19,26 @@
 
 namespace ropekit::cpu {
 
-struct Target {
-  std::int64_t hwy = 0;      // Highway's target bit: whose kernels run
+// What a call reads once, at the top: the entry of the target's Highway kernels in a HWY_EXPORT
+// dispatch table, and whether its bf16 stores narrow natively.
+struct Selection {
+  std::size_t index = 0;
   bool native_bf16 = false;  // float → bf16 narrowing by vcvtneps2bf16 (x86 AVX-512 targets only)
-  std::string name;          // as ropekit::simd_targets() lists it
+};
+
+struct Target {
+  std::int64_t hwy = 0;  // Highway's target bit: whose kernels run
+  Selection selection;   // its dispatch-table entry and bf16 codec
+  std::string name;      // as ropekit::simd_targets() lists it
 };
 
 // Targets compiled into ropekit that this CPU supports, best first.
 const std::vector<Target>& available_targets();
 // The target calls run on now: the one set_simd_target chose, else the best available.
 const Target& current_target();
-// Restricts calls to available_targets()[index]; -1 = the best again.
+// Restricts calls to available_targets()[index]; -1 = the best (the first) again.
 void select_target(int index);
-
-// What a call reads once, at the top: the dispatch index of current_target()'s Highway target in a
-// HWY_EXPORT table, and whether its bf16 stores narrow natively.
-struct Selection {
-  std::size_t index = 0;
-  bool native_bf16 = false;
-};
+// current_target().selection: one relaxed load and an index.
 Selection current_selection();
 inline std::size_t current_index() { return current_selection().index; }
 

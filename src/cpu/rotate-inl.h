@@ -61,11 +61,6 @@ struct F32Codec {
   static void Store(VF v, DF d, T* p) {
     if constexpr (kStream) hn::Stream(v, d, p); else hn::StoreU(v, d, p);
   }
-  template <bool kStream>
-  static void StoreTwo(VF x, T* px, VF y, T* py) {
-    Store<kStream>(x, DF(), px);
-    Store<kStream>(y, DF(), py);
-  }
 };
 
 // bf16 storage. Narrowing is float_to_bf16 (ropekit/dtype.hpp: round to nearest even, NaN quieted
@@ -164,12 +159,19 @@ struct F16Codec {
     const auto bits = hn::BitCast(du16, hn::DemoteTo(df16, v));
     if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
   }
-  template <bool kStream>
-  static void StoreTwo(VF x, T* px, VF y, T* py) {
-    Store<kStream>(x, DF(), px);
-    Store<kStream>(y, DF(), py);
-  }
 };
+
+// Stores two vectors: through the codec's StoreTwo where it has one (bf16's native narrowing tests both
+// for subnormals at once), else one Store each.
+template <class Codec, bool kStream>
+HWY_INLINE void StoreTwo(VF x, typename Codec::T* px, VF y, typename Codec::T* py) {
+  if constexpr (requires { Codec::template StoreTwo<kStream>(x, px, y, py); }) {
+    Codec::template StoreTwo<kStream>(x, px, y, py);
+  } else {
+    Codec::template Store<kStream>(x, DF(), px);
+    Codec::template Store<kStream>(y, DF(), py);
+  }
+}
 
 // One vector step of each pairing. c and s are aligned coefficient pointers.
 template <class Codec, bool kStream>
@@ -180,7 +182,7 @@ HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Cod
   const VF b = Codec::Load(d, b_in);
   const VF vc = hn::Load(d, c);
   const VF vs = hn::Load(d, s);
-  Codec::template StoreTwo<kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), a_out, hn::MulAdd(b, vc, hn::Mul(a, vs)), b_out);
+  StoreTwo<Codec, kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), a_out, hn::MulAdd(b, vc, hn::Mul(a, vs)), b_out);
 }
 
 template <class Codec, bool kStream>
