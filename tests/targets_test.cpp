@@ -24,11 +24,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
 
 #include "attention_oracle.hpp"
 #include "cpu/rotate.hpp"
 #include "lib/cases.hpp"
+#include "rope/angles.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 #include "targets.hpp"
@@ -174,6 +176,67 @@ TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
   for (std::int64_t first = call.rows(); first > 0; first -= 13) call.run(std::max<std::int64_t>(0, first - 13), first);
   expect_same_bits(got.q_out, want.q_out, "q_out");
   expect_same_bits(got.k_out, want.k_out, "k_out");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Angles: the SIMD rows (table fill and on-the-fly coefficients) against the scalar reference's.
+
+class Angles : public targets::PerTarget {};
+ROPEKIT_PER_TARGET(Angles);
+
+// Pair counts 1, 3, 7, 8, 9, 15, 17, 64, 72 (tails of every vector width, and whole vectors), bases
+// from 10 to 1e9 and a YaRN-blended plan, at dense small positions (every quarter turn of the fast
+// pairs), random ones below 2^31 and the edges up to kPositionLimit − 1: bit for bit, the float32 rows
+// and the doubles they are rounded from.
+TEST_P(Angles, EveryTargetsRowsEqualTheScalarRows) {
+  std::mt19937_64 rng(7);
+  std::vector<std::int64_t> at;
+  for (std::int64_t p = 0; p < 600; ++p) at.push_back(p);
+  std::uniform_int_distribution<std::int64_t> below_2_31(0, (std::int64_t{1} << 31) - 1);
+  for (int i = 0; i < 400; ++i) at.push_back(below_2_31(rng));
+  for (std::int64_t p : {std::int64_t{1} << 31, (std::int64_t{1} << 31) - 1, std::int64_t{1} << 40,
+                         kPositionLimit - 1}) {
+    at.push_back(p);
+  }
+  std::vector<std::vector<double>> plans;
+  for (double base : {10.0, 1e4, 5e5, 1e9}) {
+    for (int d : {2, 6, 14, 16, 18, 30, 34, 128, 144}) {
+      plans.push_back(make_plan({.head_dim = d, .rotary_dim = d, .base = base, .pairing = Pairing::Half}).inv_freq);
+    }
+  }
+  plans.push_back(make_plan({.head_dim = 128, .rotary_dim = 128, .base = 5e5, .pairing = Pairing::Half,
+                             .scaling = scaling::Yarn{.factor = 8.0, .original_max_position_embeddings = 4096}})
+                      .inv_freq);
+  int compared = 0;
+  for (const std::vector<double>& inv_freq : plans) {
+    const detail::AngleEvaluator angles(inv_freq, AngleMode::Accurate);
+    const std::size_t n = inv_freq.size();
+    std::vector<float> want_cos(n), want_sin(n), got_cos(at.size() * n), got_sin(at.size() * n);
+    // The doubles too: the float32 rounding would hide most last-bit differences of the sequence.
+    std::vector<double> want_cos64(n), want_sin64(n), got_cos64(n), got_sin64(n);
+    for (std::size_t i = 0; i < at.size(); ++i) cpu::angle_rows(angles, at[i], 1, &got_cos[i * n], &got_sin[i * n]);
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      angles.row(at[i], want_cos.data(), want_sin.data());
+      ASSERT_EQ(std::memcmp(want_cos.data(), &got_cos[i * n], n * sizeof(float)), 0) << "cos, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_sin.data(), &got_sin[i * n], n * sizeof(float)), 0) << "sin, " << n << " pairs, p " << at[i];
+      angles.unrounded_row(at[i], want_cos64.data(), want_sin64.data());
+      cpu::unrounded_angle_rows(angles, at[i], 1, got_cos64.data(), got_sin64.data());
+      ASSERT_EQ(std::memcmp(want_cos64.data(), got_cos64.data(), n * sizeof(double)), 0) << "cos, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_sin64.data(), got_sin64.data(), n * sizeof(double)), 0) << "sin, " << n << " pairs, p " << at[i];
+      ++compared;
+    }
+  }
+  // Many rows in one call: row r at r·pairs.
+  const detail::AngleEvaluator angles(plans[16], AngleMode::Accurate);  // base 1e4, 64 pairs
+  const std::size_t n = plans[16].size();
+  std::vector<float> rows_cos(1000 * n), rows_sin(1000 * n), want_cos(n), want_sin(n);
+  cpu::angle_rows(angles, 12345, 1000, rows_cos.data(), rows_sin.data());
+  for (std::int64_t r = 0; r < 1000; ++r) {
+    angles.row(12345 + r, want_cos.data(), want_sin.data());
+    ASSERT_EQ(std::memcmp(want_cos.data(), &rows_cos[std::size_t(r) * n], n * sizeof(float)), 0) << r;
+    ASSERT_EQ(std::memcmp(want_sin.data(), &rows_sin[std::size_t(r) * n], n * sizeof(float)), 0) << r;
+  }
+  std::printf("%s: %d rows equal the scalar reference's\n", GetParam().c_str(), compared);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ namespace ropekit::bench {
 enum class Ceiling { InPlaceStream, Memcpy };
 std::string ceiling_name(Ceiling c);
 
-// A rotation case's ceiling, and its target as a fraction of it (issue 4: prefill 0.85, decode 0.5).
+// A rotation case's ceiling, and its target as a fraction of it (issue 18: prefill 0.85 with a table,
+// 0.5 on the fly; decode 0.5 with a table, 0.25 on the fly).
 Ceiling ceiling_of(const cases::Case& c);
 double target_of(const cases::Case& c);
 

@@ -4,7 +4,9 @@
 //   Accurate  — the angle p·inv_freq[j] is formed from the double inv_freq without ever rounding
 //               the product: inv_freq/2π is held as a double-double, p·(inv_freq/2π) is split
 //               exactly with an FMA, and only its fractional turn is turned into radians in
-//               [−π, π]; cos and sin are then evaluated in double and rounded once to float32.
+//               [−π, π]; cos and sin are then evaluated in double (reduced to a quarter turn,
+//               Taylor polynomials, the same operations on every SIMD target) and rounded once to
+//               float32.
 //               Contract: correctly rounded — each value is the float32 nearest to the exact
 //               cos/sin of p·inv_freq (within half a float32 ulp, + 1e-15 for values that lie that
 //               close to a rounding boundary), so |error| ≤ 6e-8. Tested against a __float128 oracle

@@ -23,8 +23,11 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpu/rotate.hpp"
@@ -313,6 +316,78 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
   for (; j < pairs; ++j) StorePair<kPairing>(j, cos_row[j] * m, sin_row[j] * m * sign, c, s);
 }
 
+// Highway arithmetic for SinCosOfTurns, lane by lane the scalar reference's operations
+// (rope/angles.cpp): MulAdd and MulSub are fused on these targets (ROPEKIT_SIMD_KERNELS), Round is
+// round-to-nearest-even, Neg flips the sign bit as unary minus does.
+struct AngleOps {
+  using D = hn::ScalableTag<double>;
+  using V = hn::Vec<D>;
+  using M = hn::Mask<D>;
+  static V Set(double c) { return hn::Set(D(), c); }
+  static V Mul(V a, V b) { return hn::Mul(a, b); }
+  static V Sub(V a, V b) { return hn::Sub(a, b); }
+  static V Add(V a, V b) { return hn::Add(a, b); }
+  static V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
+  static V MulSub(V a, V b, V c) { return hn::MulSub(a, b, c); }
+  static V Round(V a) { return hn::Round(a); }
+  static V Abs(V a) { return hn::Abs(a); }
+  static V Neg(V a) { return hn::Neg(a); }
+  static M Eq(V a, V b) { return hn::Eq(a, b); }
+  static M Or(M a, M b) { return hn::Or(a, b); }
+  static V Select(M m, V yes, V no) { return hn::IfThenElse(m, yes, no); }
+};
+
+#include "rope/sincos_turns-inl.h"
+
+// One position's row of cos/sin, T = float: AngleEvaluator::row's bits (Accurate angles a vector of
+// pairs at a time, the tail through zero-padded coefficients; HfCompat through the scalar row);
+// T = double: unrounded_row's.
+template <class T>
+HWY_INLINE void AngleRow(const detail::AngleEvaluator& angles, std::int64_t position, T* cos_out, T* sin_out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (angles.mode() != AngleMode::Accurate) return angles.row(position, cos_out, sin_out);
+  }
+  using D = AngleOps::D;
+  const D dd;
+  const hn::Rebind<T, D> dt;
+  const auto store = [&](AngleOps::V v, T* out) {
+    if constexpr (std::is_same_v<T, float>) hn::StoreU(hn::DemoteTo(dt, v), dt, out); else hn::StoreU(v, dd, out);
+  };
+  constexpr std::size_t kMax = HWY_MAX_BYTES / sizeof(double);
+  const std::size_t lanes = hn::Lanes(dd), n = static_cast<std::size_t>(angles.num_pairs());
+  const double* hi = angles.turns_hi();
+  const double* lo = angles.turns_lo();
+  const auto p = hn::Set(dd, static_cast<double>(position));
+  std::size_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    AngleOps::V c, s;
+    SinCosOfTurns<AngleOps>(p, hn::LoadU(dd, hi + j), hn::LoadU(dd, lo + j), c, s);
+    store(c, cos_out + j);
+    store(s, sin_out + j);
+  }
+  if (j == n) return;
+  HWY_ALIGN double tail_hi[kMax] = {};
+  HWY_ALIGN double tail_lo[kMax] = {};
+  T tail_cos[kMax], tail_sin[kMax];
+  const std::size_t rest = n - j;
+  std::memcpy(tail_hi, hi + j, rest * sizeof(double));
+  std::memcpy(tail_lo, lo + j, rest * sizeof(double));
+  AngleOps::V c, s;
+  SinCosOfTurns<AngleOps>(p, hn::Load(dd, tail_hi), hn::Load(dd, tail_lo), c, s);
+  store(c, tail_cos);
+  store(s, tail_sin);
+  std::memcpy(cos_out + j, tail_cos, rest * sizeof(T));
+  std::memcpy(sin_out + j, tail_sin, rest * sizeof(T));
+}
+
+// Rows [first, first + count) of a table (row p at cos + (p − first)·pairs): cpu::angle_rows and,
+// with T = double, cpu::unrounded_angle_rows.
+template <class T>
+void AngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, T* cos, T* sin) {
+  const std::int64_t pairs = angles.num_pairs();
+  for (std::int64_t r = 0; r < count; ++r) AngleRow(angles, first + r, cos + r * pairs, sin + r * pairs);
+}
+
 template <Pairing kPairing>
 void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   const PairMap& map = *job.map;
@@ -326,7 +401,7 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
       sin_row[a] = job.table->sin_row(p);
     } else {
       float* row = scratch.angles + 2 * a * pairs;
-      job.angles->row(p, row, row + pairs);
+      AngleRow(*job.angles, p, row, row + pairs);
       cos_row[a] = row;
       sin_row[a] = row + pairs;
     }
@@ -606,6 +681,18 @@ inline CacheConvertKernel CacheConvertKernelFor(bool native_bf16) {
 
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
 
+template <class T>
+void AngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, T* cos, T* sin) {
+  const std::int64_t pairs = angles.num_pairs();
+  for (std::int64_t r = 0; r < count; ++r) {
+    if constexpr (std::is_same_v<T, float>) {
+      angles.row(first + r, cos + r * pairs, sin + r * pairs);
+    } else {
+      angles.unrounded_row(first + r, cos + r * pairs, sin + r * pairs);
+    }
+  }
+}
+
 inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType, bool) { return &detail::rotate_rows_reference; }
 
 // No per-target scratch is needed: the reference keeps its own.
@@ -650,6 +737,16 @@ HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int
 }
 
 #endif  // ROPEKIT_SIMD_KERNELS
+
+// Named instances for the dispatch tables (HWY_EXPORT takes a plain name).
+inline void FloatAngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos,
+                           float* sin) {
+  AngleRows<float>(angles, first, count, cos, sin);
+}
+inline void UnroundedAngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count,
+                               double* cos, double* sin) {
+  AngleRows<double>(angles, first, count, cos, sin);
+}
 
 }  // namespace ropekit::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

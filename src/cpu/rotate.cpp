@@ -26,6 +26,8 @@ HWY_EXPORT(RotateKernelFor);
 HWY_EXPORT(TokenKernelFor);
 HWY_EXPORT(TokenPairKernelFor);
 HWY_EXPORT(CacheConvertKernelFor);
+HWY_EXPORT(FloatAngleRows);
+HWY_EXPORT(UnroundedAngleRows);
 
 namespace {
 
@@ -66,6 +68,15 @@ detail::TokenPairKernel select_token_pair_kernel(Pairing pairing) {
 CacheConvertKernel select_cache_convert_kernel() {
   const Selection target = current_selection();
   return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[target.index](target.native_bf16);
+}
+
+void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin) {
+  HWY_DISPATCH_TABLE(FloatAngleRows)[current_selection().index](angles, first, count, cos, sin);
+}
+
+void unrounded_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
+                          double* sin) {
+  HWY_DISPATCH_TABLE(UnroundedAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
 
 void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {

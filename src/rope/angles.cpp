@@ -6,19 +6,40 @@
 // p = 2^31). Instead we work in turns: t = p·ω/2π with ω/2π held as a double-double (hi + lo).
 // p < 2^53 is exact in double, so p·hi = ph + pe exactly (FMA), the integer part of ph drops out
 // exactly, and the fractional turn r = (ph − round(ph)) + pe + p·lo carries an absolute error of
-// about 2^-53 turn. Only r (|r| <= 1/2 + tiny) is multiplied by 2π, then cos and sin are taken in
-// double and rounded once to float32. The result is correctly rounded float32 cos/sin up to a
-// few 1e-16 for any p < 2^47, whatever the base.
+// about 2^-54 turn. r (|r| <= 1/2 + tiny) is split into quarter turns and a remainder of at most 1/8
+// turn, which is turned into radians (|x| ≤ π/4); cos and sin of x are Taylor polynomials in double
+// (rope/sincos_turns-inl.h) and are rounded once to float32. The doubles are within about 6e-16 of
+// the exact cos/sin for any p < 2^47, whatever the base, so the float32 values are correctly rounded
+// except where the exact value lies that close to a rounding boundary. The polynomial (not libm)
+// makes the angles vectorizable with the same bits on every target: the on-the-fly path and the
+// table fill run it in SIMD (cpu::angle_rows).
 #include "rope/angles.hpp"
 
 #include <cmath>
+#include <utility>
 
 namespace ropekit::detail {
 namespace {
 
-// 2π as a double-double: hi = fl(2π), lo = 2π − hi.
-constexpr double kTwoPiHi = 6.283185307179586232;
-constexpr double kTwoPiLo = 2.4492935982947064e-16;
+// Scalar arithmetic for SinCosOfTurns: each operation one IEEE rounding (std::fma: one for a·b + c).
+struct ScalarOps {
+  using V = double;
+  using M = bool;
+  static V Set(double c) { return c; }
+  static V Mul(V a, V b) { return a * b; }
+  static V Sub(V a, V b) { return a - b; }
+  static V Add(V a, V b) { return a + b; }
+  static V MulAdd(V a, V b, V c) { return std::fma(a, b, c); }
+  static V MulSub(V a, V b, V c) { return std::fma(a, b, -c); }
+  static V Round(V a) { return std::nearbyint(a); }  // the default rounding mode: nearest, ties to even
+  static V Abs(V a) { return std::fabs(a); }
+  static V Neg(V a) { return -a; }
+  static M Eq(V a, V b) { return a == b; }
+  static M Or(M a, M b) { return a || b; }
+  static V Select(M m, V yes, V no) { return m ? yes : no; }
+};
+
+#include "rope/sincos_turns-inl.h"
 
 }  // namespace
 
@@ -54,9 +75,17 @@ void AngleEvaluator::row(std::int64_t position, float* cos_out, float* sin_out) 
   }
   const double p = static_cast<double>(position);
   for (int j = 0; j < n; ++j) {
-    const double angle = reduced_angle(p, j);
-    cos_out[j] = static_cast<float>(std::cos(angle));
-    sin_out[j] = static_cast<float>(std::sin(angle));
+    double c, s;
+    SinCosOfTurns<ScalarOps>(p, turns_hi_[std::size_t(j)], turns_lo_[std::size_t(j)], c, s);
+    cos_out[j] = static_cast<float>(c);
+    sin_out[j] = static_cast<float>(s);
+  }
+}
+
+void AngleEvaluator::unrounded_row(std::int64_t position, double* cos_out, double* sin_out) const {
+  const double p = static_cast<double>(position);
+  for (int j = 0; j < num_pairs(); ++j) {
+    SinCosOfTurns<ScalarOps>(p, turns_hi_[std::size_t(j)], turns_lo_[std::size_t(j)], cos_out[j], sin_out[j]);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "cpu/rotate.hpp"
 #include "rope/angles.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/table.hpp"
@@ -84,9 +85,7 @@ Table Table::external(std::vector<double> inv_freq, std::vector<float> cos, std:
 
 void Table::fill(std::int64_t first, std::int64_t last) {
   const detail::AngleEvaluator angles(inv_freq_, mode_);
-  for (std::int64_t p = first; p < last; ++p) {
-    angles.row(p, cos_.data() + p * num_pairs(), sin_.data() + p * num_pairs());
-  }
+  cpu::angle_rows(angles, first, last - first, cos_.data() + first * num_pairs(), sin_.data() + first * num_pairs());
 }
 
 }  // namespace ropekit
