@@ -179,21 +179,27 @@ HWY_INLINE void StoreTwo(VF x, typename Codec::T* px, VF y, typename Codec::T* p
 // One vector step of each pairing. c and s are aligned coefficient pointers.
 template <class Codec, bool kStream>
 HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in,
-                         typename Codec::T* a_out, typename Codec::T* b_out, const float* c,
-                         const float* s) {
+                         typename Codec::T* a_out, typename Codec::T* b_out, VF vc, VF vs) {
   const VF a = Codec::Load(d, a_in);
   const VF b = Codec::Load(d, b_in);
-  const VF vc = hn::Load(d, c);
-  const VF vs = hn::Load(d, s);
   StoreTwo<Codec, kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), a_out, hn::MulAdd(b, vc, hn::Mul(a, vs)), b_out);
+}
+template <class Codec, bool kStream>
+HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in,
+                         typename Codec::T* a_out, typename Codec::T* b_out, const float* c,
+                         const float* s) {
+  HalfStep<Codec, kStream>(d, a_in, b_in, a_out, b_out, hn::Load(d, c), hn::Load(d, s));
 }
 
 template <class Codec, bool kStream>
+HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Codec::T* out, VF vc, VF vs) {
+  const VF x = Codec::Load(d, in);
+  Codec::template Store<kStream>(hn::MulAdd(x, vc, hn::Mul(hn::Reverse2(d, x), vs)), d, out);
+}
+template <class Codec, bool kStream>
 HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Codec::T* out,
                                 const float* c, const float* s) {
-  const VF x = Codec::Load(d, in);
-  Codec::template Store<kStream>(hn::MulAdd(x, hn::Load(d, c), hn::Mul(hn::Reverse2(d, x), hn::Load(d, s))),
-                                 d, out);
+  InterleavedStep<Codec, kStream>(d, in, out, hn::Load(d, c), hn::Load(d, s));
 }
 
 // The last rotary lanes of a row that do not fill a vector (see the file comment). Out of line, so
@@ -440,6 +446,73 @@ HWY_INLINE void RotateHead(const PairMap& map, const typename Codec::T* src, typ
   }
 }
 
+// `heads` rows of one token with the coefficients held in registers across the heads: rows of
+// kSteps whole vectors (width = kSteps lanes-vectors), the steps unrolled. The same steps as
+// RotateRow, so the same bits; short rows (decode, head_dim 64–128) no longer reload c and s per
+// head nor pay a loop per row.
+template <class Codec, Pairing kPairing, std::size_t kSteps, std::size_t... I>
+HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
+                                       typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
+                                       const Scratch& scratch, std::index_sequence<I...>) {
+  using T = typename Codec::T;
+  const DF d;
+  const std::size_t n = hn::Lanes(d);
+  const std::size_t width = kSteps * n;
+  const VF vc[kSteps] = {hn::Load(d, scratch.c + I * n)...};
+  const VF vs[kSteps] = {hn::Load(d, scratch.s + I * n)...};
+  const bool copy_pass = dst != src && map.head_dim > map.rotary_dim;
+  const auto pass_bytes = static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(T);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const T* in = src + h * src_stride;
+    T* out = dst + h * dst_stride;
+    if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
+    if constexpr (kPairing == Pairing::Half) {
+      (HalfStep<Codec, false>(d, in + I * n, in + width + I * n, out + I * n, out + width + I * n, vc[I], vs[I]), ...);
+    } else {
+      (InterleavedStep<Codec, false>(d, in + I * n, out + I * n, vc[I], vs[I]), ...);
+    }
+  }
+}
+
+// Whole vectors of coefficients that fit the registers beside the data: 16 on AVX-512 (32 registers),
+// 8 on AVX2 (16).
+constexpr std::size_t kMaxStepsInRegisters = HWY_MAX_BYTES >= 64 ? 8 : 4;
+
+// `heads` rows of one token (src rows src_stride elements apart, dst rows dst_stride apart; dst ==
+// src: in place): in registers where the rotary width is 1, 2, 4 or 8 whole vectors and no
+// non-temporal store is wanted, else row by row.
+template <class Codec, Pairing kPairing>
+HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
+                            typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
+                            const Scratch& scratch, bool stream, bool& streamed) {
+  const std::size_t n = hn::Lanes(DF());
+  const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
+  if ((!stream || dst == src) && width % n == 0) {
+    switch (width / n) {
+      case 1:
+        return RotateHeadsInRegisters<Codec, kPairing, 1>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          std::make_index_sequence<1>());
+      case 2:
+        return RotateHeadsInRegisters<Codec, kPairing, 2>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          std::make_index_sequence<2>());
+      case 4:
+        return RotateHeadsInRegisters<Codec, kPairing, 4>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          std::make_index_sequence<4>());
+      case 8:
+        if constexpr (kMaxStepsInRegisters >= 8) {
+          return RotateHeadsInRegisters<Codec, kPairing, 8>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                            std::make_index_sequence<8>());
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  for (std::int64_t h = 0; h < heads; ++h) {
+    RotateHead<Codec, kPairing>(map, src + h * src_stride, dst + h * dst_stride, scratch, stream, streamed);
+  }
+}
+
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
 // KCodec (both chosen once, at prepare).
 template <Pairing kPairing, class QCodec, class KCodec>
@@ -454,27 +527,38 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   std::int64_t b = token / job.seq, s = token % job.seq;
   bool streamed = false;
   BuildCoefficients<kPairing>(job, token, scratch);
-  for (std::int64_t row = first; row < last; ++row) {
+  for (std::int64_t row = first; row < last;) {
+    // A run of rows: the token's q heads (or k heads) from h on, up to the range's end.
+    std::int64_t run;
     if (h < job.q_heads) {
       using T = typename QCodec::T;
+      run = std::min(job.q_heads - h, last - row);
       T* src = static_cast<T*>(args.q.row(b, s, h));
-      T* dst = args.q_out.data != nullptr ? static_cast<T*>(args.q_out.row(b, s, h)) : src;
-      RotateHead<QCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
+      const bool out = args.q_out.data != nullptr;
+      RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride, out ? static_cast<T*>(args.q_out.row(b, s, h)) : src,
+                                    out ? args.q_out.head_stride : args.q.head_stride, run, scratch,
+                                    job.stream_stores, streamed);
     } else {
       using T = typename KCodec::T;
       const std::int64_t head = h - job.q_heads;
+      run = std::min(job.k_heads - head, last - row);
       T* src = static_cast<T*>(args.k.row(b, s, head));
-      T* dst = args.k_out.data != nullptr ? static_cast<T*>(args.k_out.row(b, s, head)) : src;
-      RotateHead<KCodec, kPairing>(*job.map, src, dst, scratch, job.stream_stores, streamed);
+      const bool out = args.k_out.data != nullptr;
+      RotateHeads<KCodec, kPairing>(*job.map, src, args.k.head_stride,
+                                    out ? static_cast<T*>(args.k_out.row(b, s, head)) : src,
+                                    out ? args.k_out.head_stride : args.k.head_stride, run, scratch,
+                                    job.stream_stores, streamed);
     }
-    if (++h == heads) {
+    row += run;
+    h += run;
+    if (h == heads) {
       h = 0;
       ++token;
       if (++s == job.seq) {
         s = 0;
         ++b;
       }
-      if (row + 1 < last) BuildCoefficients<kPairing>(job, token, scratch);
+      if (row < last) BuildCoefficients<kPairing>(job, token, scratch);
     }
   }
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
@@ -523,14 +607,12 @@ HWY_INLINE void RotateTokenRowsAs(const RotateJob& job, std::int64_t token, cons
     BuildCoefficients<Pairing::Half>(job, token, scratch);
   }
   bool streamed = false;
-  for (std::int64_t h = 0; h < heads; ++h) {
-    const T* in = static_cast<const T*>(src) + h * src_stride;
-    T* out = static_cast<T*>(dst) + h * dst_stride;
-    if (interleaved) {
-      RotateHead<Codec, Pairing::Interleaved>(*job.map, in, out, scratch, false, streamed);
-    } else {
-      RotateHead<Codec, Pairing::Half>(*job.map, in, out, scratch, false, streamed);
-    }
+  const T* in = static_cast<const T*>(src);
+  T* out = static_cast<T*>(dst);
+  if (interleaved) {
+    RotateHeads<Codec, Pairing::Interleaved>(*job.map, in, src_stride, out, dst_stride, heads, scratch, false, streamed);
+  } else {
+    RotateHeads<Codec, Pairing::Half>(*job.map, in, src_stride, out, dst_stride, heads, scratch, false, streamed);
   }
 }
 
@@ -568,11 +650,8 @@ template <Pairing kPairing, class Codec>
 HWY_INLINE void RotateHeadRowsAs(const RotateJob& job, const detail::HeadRows& rows, const Scratch& scratch) {
   using T = typename Codec::T;
   bool streamed = false;
-  for (std::int64_t h = 0; h < rows.heads; ++h) {
-    const T* in = static_cast<const T*>(rows.src) + h * rows.src_stride;
-    T* out = static_cast<T*>(rows.dst) + h * rows.dst_stride;
-    RotateHead<Codec, kPairing>(*job.map, in, out, scratch, false, streamed);
-  }
+  RotateHeads<Codec, kPairing>(*job.map, static_cast<const T*>(rows.src), rows.src_stride, static_cast<T*>(rows.dst),
+                               rows.dst_stride, rows.heads, scratch, false, streamed);
 }
 
 template <Pairing kPairing, class Bf16>
