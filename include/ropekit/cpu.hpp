@@ -28,7 +28,7 @@ int threads_for_bytes(int threads, std::int64_t bytes);
 // The SIMD target calls run on now, e.g. "AVX3" (AVX-512) or "AVX2"; targets without a fused
 // multiply-add ("SSE4", "SSSE3", "EMU128"/"SCALAR") rotate with the scalar reference kernel.
 // "AVX3_BF16" (listed first where the CPU has AVX512_BF16: Intel Cooper Lake and Sapphire Rapids on,
-// AMD Zen 4 on) is the best AVX-512 target narrowing to bf16 with vcvtneps2bf16 — the same bits
+// AMD Zen 4 on) is the best AVX-512 target narrowing to bf16 with vcvtneps2bf16 / vcvtne2ps2bf16 — the same bits
 // (vectors holding a subnormal, which the instruction flushes, narrow in software). A call reads the
 // target once, when it is prepared, and runs that target's code throughout.
 std::string simd_target();
