@@ -512,33 +512,23 @@ struct Bf16EvenOdd {
     const __m512i order = Interleave();
     const bool copy_pass = dst != src && map.head_dim > map.rotary_dim;
     const auto pass_bytes = static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(std::uint16_t);
-    const auto copy = [&](const std::uint16_t* in, std::uint16_t* out) {
+    // Half: c and s of the even pairs (ce, se) and of the odd pairs (co, so). Interleaved: the lanes
+    // hold c_j twice and (−s_j, s_j), so ce and so are one c and one s per pair (co and se go unused);
+    // even lanes are the pairs' a values, odd lanes their b values, and no lane swap is needed.
+    const VF ce[] = {hn::ConcatEven(d, vc[2 * J + 1], vc[2 * J])...};
+    const VF co[] = {hn::ConcatOdd(d, vc[2 * J + 1], vc[2 * J])...};
+    const VF se[] = {hn::ConcatEven(d, vs[2 * J + 1], vs[2 * J])...};
+    const VF so[] = {hn::ConcatOdd(d, vs[2 * J + 1], vs[2 * J])...};
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const std::uint16_t* in = src + h * src_stride;
+      std::uint16_t* out = dst + h * dst_stride;
       if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
-    };
-    if constexpr (kPairing == Pairing::Half) {
-      // c and s of the even pairs and of the odd pairs.
-      const VF ce[] = {hn::ConcatEven(d, vc[2 * J + 1], vc[2 * J])...};
-      const VF co[] = {hn::ConcatOdd(d, vc[2 * J + 1], vc[2 * J])...};
-      const VF se[] = {hn::ConcatEven(d, vs[2 * J + 1], vs[2 * J])...};
-      const VF so[] = {hn::ConcatOdd(d, vs[2 * J + 1], vs[2 * J])...};
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::uint16_t* in = src + h * src_stride;
-        std::uint16_t* out = dst + h * dst_stride;
-        copy(in, out);
+      if constexpr (kPairing == Pairing::Half) {
         (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J],
                   co[J], so[J], order),
          ...);
-      }
-    } else {
-      // The lanes hold c_j twice and (−s_j, s_j): one c and one s per pair. Even lanes are the pairs'
-      // a values, odd lanes their b values, so no lane swap is needed.
-      const VF c[] = {hn::ConcatEven(d, vc[2 * J + 1], vc[2 * J])...};
-      const VF s[] = {hn::ConcatOdd(d, vs[2 * J + 1], vs[2 * J])...};
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::uint16_t* in = src + h * src_stride;
-        std::uint16_t* out = dst + h * dst_stride;
-        copy(in, out);
-        (InterleavedStep(in + 2 * J * n, out + 2 * J * n, c[J], s[J], order), ...);
+      } else {
+        (InterleavedStep(in + 2 * J * n, out + 2 * J * n, ce[J], so[J], order), ...);
       }
     }
   }
@@ -587,10 +577,10 @@ struct Bf16EvenOdd {
 };
 #endif
 
-// `heads` rows of one token with the coefficients held in registers across the heads: rows of
-// kSteps whole vectors (width = kSteps lanes-vectors), the steps unrolled. The same steps as
-// RotateRow, so the same bits; short rows (decode, head_dim 64–128) no longer reload c and s per
-// head nor pay a loop per row.
+// `heads` rows of one token with the coefficients held in registers across the heads: rotary widths
+// (of pairs for Half, of lanes for Interleaved) of kSteps whole vectors, the steps unrolled. The same
+// steps as RotateRow, so the same bits; short rows (decode, head_dim 64–128) no longer reload c and s
+// per head nor pay a loop per row.
 template <class Codec, Pairing kPairing, std::size_t kSteps, std::size_t... I>
 HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
                                        typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
