@@ -493,25 +493,27 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
   const std::int64_t tokens = args.k.batch * args.k.seq;
   std::vector<std::int64_t> slots = slots_of(args, cache, tokens);
 
-  // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
-  RotateCall rotation = detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
-                                             detail::ViewUse::Read, {});
-
+  // Built in place, each member once: a decode call takes about a microsecond, and make_unique's
+  // value-initialization would first zero the whole ~1.2 KB object, then copy into it.
   AppendCall call;
-  call.r_ = std::make_unique<AppendCall::Resolved>();
+  call.r_.reset(new AppendCall::Resolved{
+      .args = args,
+      .cache = cache,
+      // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
+      .rotation = detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
+                                       detail::ViewUse::Read, {}),
+      .slots = std::move(slots),
+      .pair_kernel = cpu::select_token_pair_kernel(spec.pairing),
+      .f32_kernel = cpu::select_token_kernel(DType::F32),
+      .convert = cpu::select_cache_convert_kernel(),
+      .q_weight = std::move(q_weight),
+      .k_weight = std::move(k_weight),
+      .head_dim = d,
+      .threads = args.threads > 0 ? args.threads : default_threads(),
+      .bytes_moved = 0,
+      .rotate_keys = keys == KeyWrite::Rotated,
+  });
   AppendCall::Resolved& r = *call.r_;
-  r.args = args;
-  r.cache = cache;
-  r.rotation = std::move(rotation);
-  r.slots = std::move(slots);
-  r.pair_kernel = cpu::select_token_pair_kernel(spec.pairing);
-  r.f32_kernel = cpu::select_token_kernel(DType::F32);
-  r.convert = cpu::select_cache_convert_kernel();
-  r.q_weight = std::move(q_weight);
-  r.k_weight = std::move(k_weight);
-  r.head_dim = d;
-  r.threads = args.threads > 0 ? args.threads : default_threads();
-  r.rotate_keys = keys == KeyWrite::Rotated;
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
   const std::int64_t k_bytes = args.k.heads * d * element_size(args.k.dtype) * (args.k_out.empty() ? 1 : 2) +
                                args.k.heads * (d + args.k_nope_dim + cache.v_head_dim) * element_size(cache.dtype) +
