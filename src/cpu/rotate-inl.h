@@ -262,7 +262,12 @@ struct Scratch {
       angles = heap.get() + 2 * lanes;
     }
     s = c + lanes;
-    std::memset(c, 0, 2 * lanes * sizeof(float));
+    // BuildCoefficients writes the first `written` values of c and s for every token; the tail step
+    // reads up to a vector past them, so only that padding is zeroed here (once per scratch, which
+    // the fused append builds per token).
+    const auto written = static_cast<std::size_t>(map.pairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
+    std::memset(c + written, 0, (lanes - written) * sizeof(float));
+    std::memset(s + written, 0, (lanes - written) * sizeof(float));
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
