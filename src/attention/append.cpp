@@ -332,9 +332,17 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
       convert(args.k_nope.row(b, s, h), args.k_nope.dtype, args.k_nope_dim,
               entry + args.k_nope_offset * element_size(cache.dtype), cache.dtype, cache.k_scale);
     }
-    if (!args.v.empty()) {
-      convert(args.v.row(b, s, h), args.v.dtype, cache.v_head_dim, cache.value(slot, h), cache.dtype, cache.v_scale);
-    }
+  }
+  if (args.v.empty()) return;
+  // The conversion is element by element: where the token's value heads lie back to back both in v and
+  // in the slot (NHD), one call converts them all (one memcpy of kv·v_head_dim for the same type).
+  const std::int64_t dv = cache.v_head_dim;
+  if (args.v.head_stride == dv && cache.head_stride(int(dv)) == dv) {
+    convert(args.v.row(b, s, 0), args.v.dtype, kv * dv, cache.value(slot, 0), cache.dtype, cache.v_scale);
+    return;
+  }
+  for (std::int64_t h = 0; h < kv; ++h) {
+    convert(args.v.row(b, s, h), args.v.dtype, dv, cache.value(slot, h), cache.dtype, cache.v_scale);
   }
 }
 
