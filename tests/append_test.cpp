@@ -276,7 +276,10 @@ TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
     const void* src = from == DType::F32 ? static_cast<const void*>(f32.data()) : every.data();
     const std::int64_t total = from == DType::F32 ? std::int64_t(f32.size()) : 65536;
     for (const CacheDType to : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
-      for (const float scale : {1.0f, 0.05f, 3.7f}) {
+      // Powers of two (the SIMD encoder multiplies by the reciprocal there; 2^-100 sends most values to
+      // saturation, 2^100 most to zero and subnormal codes, 2^127's reciprocal is a subnormal float,
+      // 2^-130's is infinite, so it divides) and scales that are not.
+      for (const float scale : {1.0f, 0.25f, 8.0f, 0x1p-100f, 0x1p100f, 0x1p127f, 0x1p-130f, 0.05f, 3.7f}) {
         if (to != CacheDType::F8E4M3 && scale != 1.0f) continue;
         // Odd offsets and lengths: vector bodies and scalar tails both run.
         for (const std::int64_t offset : {std::int64_t{0}, std::int64_t{3}}) {

@@ -24,6 +24,7 @@
 #include <hwy/highway.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -869,6 +870,19 @@ HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_
       break;
     case CacheDType::F8E4M3: {
       const hn::Rebind<std::uint8_t, DF> du8;
+      // x / scale for the reference's bits. Where scale is a power of two whose reciprocal is a float
+      // (every power of two from 2^-126 up), x · (1/scale) is the same real number x·2^-k rounded once —
+      // the same float, subnormals, overflow and NaN included — and a multiply instead of a divide
+      // (the unscaled caches engines default to have scale 1).
+      int exponent = 0;
+      const float reciprocal = 1.0f / scale;
+      if (std::frexp(scale, &exponent) == 0.5f && std::isfinite(reciprocal)) {
+        const VF factor = hn::Set(d, reciprocal);
+        for (; i + lanes <= n; i += lanes) {
+          hn::StoreU(EncodeE4m3(hn::Mul(From::Load(d, src + i), factor)), du8, static_cast<std::uint8_t*>(dst) + i);
+        }
+        break;
+      }
       const VF divisor = hn::Set(d, scale);
       for (; i + lanes <= n; i += lanes) {
         hn::StoreU(EncodeE4m3(hn::Div(From::Load(d, src + i), divisor)), du8, static_cast<std::uint8_t*>(dst) + i);
