@@ -219,8 +219,8 @@ TEST_P(Angles, EveryTargetsRowsEqualTheScalarRows) {
       angles.row(at[i], want_cos.data(), want_sin.data());
       ASSERT_EQ(std::memcmp(want_cos.data(), &got_cos[i * n], n * sizeof(float)), 0) << "cos, " << n << " pairs, p " << at[i];
       ASSERT_EQ(std::memcmp(want_sin.data(), &got_sin[i * n], n * sizeof(float)), 0) << "sin, " << n << " pairs, p " << at[i];
-      angles.unrounded_row(at[i], want_cos64.data(), want_sin64.data());
-      cpu::unrounded_angle_rows(angles, at[i], 1, got_cos64.data(), got_sin64.data());
+      angles.exact_row(at[i], want_cos64.data(), want_sin64.data());
+      cpu::exact_angle_rows(angles, at[i], 1, got_cos64.data(), got_sin64.data());
       ASSERT_EQ(std::memcmp(want_cos64.data(), got_cos64.data(), n * sizeof(double)), 0) << "cos, " << n << " pairs, p " << at[i];
       ASSERT_EQ(std::memcmp(want_sin64.data(), got_sin64.data(), n * sizeof(double)), 0) << "sin, " << n << " pairs, p " << at[i];
       ++compared;

@@ -45,7 +45,7 @@ struct CosSinCacheReport {
   std::int64_t num_positions = 0;
   double tolerance = 0.0;
   // max over every value of |value − m·cos(p·ω_j)| (or sin), in double against the accurate angle
-  // (AngleMode::Accurate's reduction, evaluated in double: within a few 1e-16 of exact).
+  // (AngleMode::Accurate's doubles before their float32 rounding: within about 6e-16 of exact).
   double max_error = 0.0;
   std::int64_t worst_position = -1;  // where max_error is (-1: an empty cache)
   int worst_pair = -1;

@@ -40,11 +40,11 @@ std::vector<Target> find_targets() {
 #if HWY_ARCH_X86
     // The first AVX-512 target (Highway lists the best first) gets a native-bf16 twin before it.
     if (!twin && (t == HWY_AVX3 || t == HWY_AVX3_DL) && cpu_has_avx512_bf16()) {
-      targets.push_back({t, {index, true}, "AVX3_BF16"});
+      targets.push_back({{index, true}, "AVX3_BF16"});
       twin = true;
     }
 #endif
-    targets.push_back({t, {index, false}, hwy::TargetName(t)});
+    targets.push_back({{index, false}, hwy::TargetName(t)});
   }
   return targets;
 }

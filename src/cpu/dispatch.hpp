@@ -27,9 +27,8 @@ struct Selection {
 };
 
 struct Target {
-  std::int64_t hwy = 0;  // Highway's target bit: whose kernels run
-  Selection selection;   // its dispatch-table entry and bf16 codec
-  std::string name;      // as ropekit::simd_targets() lists it
+  Selection selection;  // the Highway target's dispatch-table entry, and the bf16 codec
+  std::string name;     // as ropekit::simd_targets() lists it
 };
 
 // Targets compiled into ropekit that this CPU supports, best first.

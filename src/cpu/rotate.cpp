@@ -27,7 +27,7 @@ HWY_EXPORT(TokenKernelFor);
 HWY_EXPORT(TokenPairKernelFor);
 HWY_EXPORT(CacheConvertKernelFor);
 HWY_EXPORT(FloatAngleRows);
-HWY_EXPORT(UnroundedAngleRows);
+HWY_EXPORT(ExactAngleRows);
 
 namespace {
 
@@ -74,9 +74,9 @@ void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::i
   HWY_DISPATCH_TABLE(FloatAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
 
-void unrounded_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
-                          double* sin) {
-  HWY_DISPATCH_TABLE(UnroundedAngleRows)[current_selection().index](angles, first, count, cos, sin);
+void exact_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
+                      double* sin) {
+  HWY_DISPATCH_TABLE(ExactAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
 
 void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {

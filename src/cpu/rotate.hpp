@@ -30,9 +30,9 @@ void convert_to_cache_reference(const void* src, DType from, std::int64_t n, voi
 // Rows [first, first + count) of cos/sin (row r at cos + r·pairs): AngleEvaluator::row's bits for every
 // row, a vector of pairs at a time on the SIMD targets (the table fill).
 void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin);
-// The same rows' Accurate doubles before the float32 rounding (AngleEvaluator::unrounded_row's bits; tests).
-void unrounded_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
-                          double* sin);
+// The same rows' Accurate doubles before the float32 rounding (AngleEvaluator::exact_row's bits; tests).
+void exact_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
+                      double* sin);
 // A kernel that rotates nothing (for calls that only describe their rows to a consumer).
 detail::RowsKernel no_rows_kernel();
 // Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).

@@ -82,27 +82,11 @@ void AngleEvaluator::row(std::int64_t position, float* cos_out, float* sin_out) 
   }
 }
 
-void AngleEvaluator::unrounded_row(std::int64_t position, double* cos_out, double* sin_out) const {
+void AngleEvaluator::exact_row(std::int64_t position, double* cos_out, double* sin_out) const {
   const double p = static_cast<double>(position);
   for (int j = 0; j < num_pairs(); ++j) {
     SinCosOfTurns<ScalarOps>(p, turns_hi_[std::size_t(j)], turns_lo_[std::size_t(j)], cos_out[j], sin_out[j]);
   }
-}
-
-void AngleEvaluator::exact_row(std::int64_t position, double* cos_out, double* sin_out) const {
-  const double p = static_cast<double>(position);
-  for (int j = 0; j < num_pairs(); ++j) {
-    const double angle = reduced_angle(p, j);
-    cos_out[j] = std::cos(angle);
-    sin_out[j] = std::sin(angle);
-  }
-}
-
-double AngleEvaluator::reduced_angle(double p, int j) const {
-  const double ph = p * turns_hi_[j];
-  const double pe = std::fma(p, turns_hi_[j], -ph);
-  const double turn = (ph - std::nearbyint(ph)) + (pe + p * turns_lo_[j]);
-  return turn * kTwoPiHi;
 }
 
 }  // namespace ropekit::detail

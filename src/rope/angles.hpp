@@ -48,17 +48,14 @@ class AngleEvaluator {
   // reference. Accurate: rope/sincos_turns-inl.h's operation sequence, which every SIMD target's
   // rows repeat bit for bit (cpu::angle_rows). HfCompat: libm's cos/sin of HF's float32 angle.
   void row(std::int64_t position, float* cos_out, float* sin_out) const;
-  // Accurate mode's doubles before that rounding: what every SIMD target reproduces bit for bit
-  // (tests/targets_test.cpp compares these, as the float32 rounding would hide a last-bit difference).
-  void unrounded_row(std::int64_t position, double* cos_out, double* sin_out) const;
-  // The accurate angle's cos/sin in double, before the rounding to float32 (whatever the mode):
-  // within a few 1e-16 of the exact values for any position < 2^47. The reference that external
-  // tables are measured against (ropekit/cos_sin_cache.hpp).
+  // The accurate angle's cos/sin in double, the doubles Accurate rows round to float32 (whatever the
+  // mode): within about 6e-16 of the exact values for any position < 2^47. The reference external
+  // tables are measured against (ropekit/cos_sin_cache.hpp), and what every SIMD target reproduces bit
+  // for bit (cpu::exact_angle_rows; tests/targets_test.cpp compares these, as the float32 rounding
+  // would hide a last-bit difference).
   void exact_row(std::int64_t position, double* cos_out, double* sin_out) const;
 
  private:
-  // p·inv_freq[j] reduced to [−π, π] without rounding the product (angles.cpp).
-  double reduced_angle(double p, int j) const;
 
   AngleMode mode_;
   // Accurate: inv_freq/2π as an unevaluated sum hi + lo (about 106 significant bits).

@@ -2,7 +2,7 @@
 // written once for every arithmetic that runs it: the scalar reference (src/rope/angles.cpp, Ops =
 // double) and each SIMD target (src/cpu/rotate-inl.h, Ops = Highway vectors of double). Both
 // instantiate this one template, so the two run the same operation sequence and give the same bits
-// (tests/table_test.cpp: every target against the scalar rows).
+// (tests/targets_test.cpp, Targets/Angles: every target's rows and doubles against the scalar ones).
 //
 // No include guard: included inside the namespace that instantiates it (Highway's per-target
 // namespaces re-include it once per target, as the -inl.h convention does). Every step is an IEEE
