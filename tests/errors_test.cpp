@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "expect_error.hpp"
+#include "rope/views.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -178,6 +180,48 @@ TEST(BadViews, ShapeMismatchesBetweenQKAndOutputs) {
   a.q = Heads{};
   a.q_out = bshd(out.data(), DType::F32, 1, 4, 2, 64);
   EXPECT_ERROR(rope.apply(a), "q_out.data is set but q is empty");
+}
+
+// view_extent sums the three dimensions in 128 bits and only a view that may fail is checked dimension by
+// dimension: at the limit (int64 max / 8 elements, so that bytes fit), one element past it, sums whose
+// terms fit but whose total does not, products past 2^64, and random views around the limit against a
+// plain 128-bit sum.
+TEST(BadViews, ExtentAtAndPastTheLimit) {
+  constexpr std::int64_t kLimit = std::numeric_limits<std::int64_t>::max() / 8;
+  const auto view = [](std::int64_t batch, std::int64_t batch_stride, std::int64_t seq, std::int64_t seq_stride,
+                       std::int64_t heads, std::int64_t head_stride) {
+    return Heads{nullptr, DType::F32, batch, seq, heads, batch_stride, seq_stride, head_stride};
+  };
+  EXPECT_EQ(detail::view_extent(view(1, 0, 1, 0, 2, kLimit - 64), "q", 64), kLimit);
+  EXPECT_ERROR(detail::view_extent(view(1, 0, 1, 0, 2, kLimit - 63), "q", 64),
+               "q.heads = 2 with q.head_stride = 1152921504606846912: the view's extent overflows");
+  const std::int64_t half = std::int64_t{1} << 59;  // each term fits; batch + seq does not
+  EXPECT_ERROR(detail::view_extent(view(2, half, 2, half, 2, half), "k", 64), "k.seq = 2 with k.seq_stride");
+  EXPECT_ERROR(detail::view_extent(view(std::int64_t{1} << 40, std::int64_t{1} << 40, 1, 0, 1, 0), "q", 64),
+               "q.batch = 1099511627776");
+  EXPECT_ERROR(detail::view_extent(view(1, 0, 3, -1, 1, 0), "v", 64), "v.seq_stride = -1");
+  EXPECT_EQ(detail::view_extent(view(0, -0, 5, 64, 0, 7), "q", 64), 4 * 64 + 64);  // empty batch: extent still formed
+
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    std::int64_t f[6];
+    for (auto& x : f) {
+      const int bits = 1 + static_cast<int>(rng() % 63);  // magnitudes below 2^1 … 2^63, some negative
+      x = static_cast<std::int64_t>(rng() >> (64 - bits)) - (rng() % 16 == 0 ? 1 : 0) * (std::int64_t{1} << 20);
+    }
+    const Heads v = view(f[0], f[1], f[2], f[3], f[4], f[5]);
+    const bool negative = f[0] < 0 || f[1] < 0 || f[2] < 0 || f[3] < 0 || f[4] < 0 || f[5] < 0;
+    __extension__ typedef __int128 I;
+    I sum = 64;
+    for (int d = 0; d < 3; ++d) {
+      if (f[2 * d] > 1) sum += I(f[2 * d] - 1) * f[2 * d + 1];
+    }
+    if (negative || sum > kLimit) {
+      EXPECT_THROW(detail::view_extent(v, "q", 64), Error) << i;
+    } else {
+      EXPECT_EQ(detail::view_extent(v, "q", 64), static_cast<std::int64_t>(sum)) << i;
+    }
+  }
 }
 
 TEST(BadViews, NegativeOverflowingNullOrOverlapping) {

@@ -12,9 +12,10 @@ namespace ropekit::detail {
 
 namespace {
 
-void check_output(const Heads& in, const Heads& out, std::string_view in_name,
-                  std::string_view out_name, int head_dim) {
-  check_view(out, out_name, head_dim);
+// Returns the output view's extent.
+std::int64_t check_output(const Heads& in, const Heads& out, std::string_view in_name,
+                          std::string_view out_name, int head_dim) {
+  const std::int64_t extent = check_view(out, out_name, head_dim);
   if (in.empty()) {
     throw Error(fmt::format("{}.data is set but {} is empty: nothing to write", out_name, in_name));
   }
@@ -26,6 +27,7 @@ void check_output(const Heads& in, const Heads& out, std::string_view in_name,
     throw Error(fmt::format("{}.dtype = {} differs from {}.dtype = {}", out_name,
                             to_string(out.dtype), in_name, to_string(in.dtype)));
   }
+  return extent;
 }
 
 }  // namespace
@@ -37,12 +39,12 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use,
       args.direction != Direction::Backward) {
     throw Error(fmt::format("direction = {}: not a Direction", static_cast<int>(args.direction)));
   }
-  check_view(args.q, names.q, d);
-  check_view(args.k, names.k, d);
+  const std::int64_t q_extent = check_view(args.q, names.q, d);
+  const std::int64_t k_extent = check_view(args.k, names.k, d);
   const bool q_out = args.q_out.data != nullptr;
   const bool k_out = args.k_out.data != nullptr;
-  if (q_out) check_output(args.q, args.q_out, names.q, names.q_out, d);
-  if (k_out) check_output(args.k, args.k_out, names.k, names.k_out, d);
+  const std::int64_t q_out_extent = q_out ? check_output(args.q, args.q_out, names.q, names.q_out, d) : 0;
+  const std::int64_t k_out_extent = k_out ? check_output(args.k, args.k_out, names.k, names.k_out, d) : 0;
   if (!args.q.empty() && !args.k.empty() &&
       (args.q.batch != args.k.batch || args.q.seq != args.k.seq)) {
     throw Error(fmt::format("{} has batch {} x seq {} but {} has batch {} x seq {}: they must hold "
@@ -62,19 +64,19 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use,
     std::size_t num_ranges = 0;
     if (!args.q.empty()) {
       if (!q_out) require_no_self_overlap(args.q, names.q, d);
-      ranges[num_ranges++] = byte_range(args.q, names.q, d);
+      ranges[num_ranges++] = byte_range(args.q, names.q, d, q_extent);
     }
     if (!args.k.empty()) {
       if (!k_out) require_no_self_overlap(args.k, names.k, d);
-      ranges[num_ranges++] = byte_range(args.k, names.k, d);
+      ranges[num_ranges++] = byte_range(args.k, names.k, d, k_extent);
     }
     if (q_out) {
       require_no_self_overlap(args.q_out, names.q_out, d);
-      ranges[num_ranges++] = byte_range(args.q_out, names.q_out, d);
+      ranges[num_ranges++] = byte_range(args.q_out, names.q_out, d, q_out_extent);
     }
     if (k_out) {
       require_no_self_overlap(args.k_out, names.k_out, d);
-      ranges[num_ranges++] = byte_range(args.k_out, names.k_out, d);
+      ranges[num_ranges++] = byte_range(args.k_out, names.k_out, d, k_out_extent);
     }
     require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
   }

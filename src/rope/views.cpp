@@ -59,13 +59,16 @@ namespace ropekit::detail {
 
 bool valid_dtype(DType d) { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
 
-// Element offset one past the last element the view touches; throws on overflow.
-std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
+namespace {
+
+constexpr std::int64_t kExtentLimit = std::numeric_limits<std::int64_t>::max() / 8;
+
+// view_extent one dimension at a time, naming the field of the first check that fails.
+[[gnu::cold]] std::int64_t checked_extent(const Heads& v, std::string_view name, int head_dim) {
   const std::array<std::pair<std::int64_t, std::int64_t>, 3> dims = {
       {{v.batch, v.batch_stride}, {v.seq, v.seq_stride}, {v.heads, v.head_stride}}};
   const std::array<std::string_view, 3> size_names = {"batch", "seq", "heads"};
   const std::array<std::string_view, 3> stride_names = {"batch_stride", "seq_stride", "head_stride"};
-  constexpr std::int64_t kLimit = std::numeric_limits<std::int64_t>::max() / 8;
   std::int64_t extent = head_dim;
   for (std::size_t i = 0; i < dims.size(); ++i) {
     const auto [size, stride] = dims[i];
@@ -73,7 +76,7 @@ std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
     if (stride < 0) {
       throw Error(fmt::format("{}.{} = {}: must be >= 0", name, stride_names[i], stride));
     }
-    if (size > 1 && stride > 0 && (size - 1) > (kLimit - extent) / stride) {
+    if (size > 1 && stride > 0 && (size - 1) > (kExtentLimit - extent) / stride) {
       throw Error(fmt::format("{}.{} = {} with {}.{} = {}: the view's extent overflows", name,
                               size_names[i], size, name, stride_names[i], stride));
     }
@@ -82,12 +85,35 @@ std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
   return extent;
 }
 
+}  // namespace
+
+// Element offset one past the last element the view touches; throws on a negative size or stride and
+// on overflow. Every call runs it several times (check_view, byte_range), a decode call in a few
+// hundred nanoseconds: the sum is formed in 128 bits without branches per dimension, and only a view
+// that may fail goes through the checks that name the field.
+std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
+  __extension__ typedef unsigned __int128 U;  // GCC and Clang on 64-bit targets
+  const auto span = [](std::int64_t size, std::int64_t stride) {
+    return size > 1 ? U(static_cast<std::uint64_t>(size - 1)) * static_cast<std::uint64_t>(stride) : U(0);
+  };
+  const bool negative =
+      (v.batch | v.seq | v.heads | v.batch_stride | v.seq_stride | v.head_stride | std::int64_t{head_dim}) < 0;
+  // Each product is below 2^126 when nothing is negative: three of them and head_dim fit in 128 bits.
+  const U extent = U(static_cast<std::uint64_t>(head_dim)) + span(v.batch, v.batch_stride) +
+                   span(v.seq, v.seq_stride) + span(v.heads, v.head_stride);
+  if (negative || extent > U(kExtentLimit)) [[unlikely]] return checked_extent(v, name, head_dim);
+  return static_cast<std::int64_t>(extent);
+}
+
 // Rows of a written view must not overlap each other, or one rotation would clobber another's
 // input. Sufficient test: sorted by stride, each stride spans everything inside it.
 void require_no_self_overlap(const Heads& v, std::string_view name, int head_dim) {
-  std::array<std::pair<std::int64_t, std::int64_t>, 3> dims = {
-      {{v.head_stride, v.heads}, {v.seq_stride, v.seq}, {v.batch_stride, v.batch}}};
-  std::sort(dims.begin(), dims.end());
+  using Dim = std::pair<std::int64_t, std::int64_t>;
+  Dim dims[3] = {{v.head_stride, v.heads}, {v.seq_stride, v.seq}, {v.batch_stride, v.batch}};
+  // Three elements: a sorting network (std::sort's call costs more than the test on a decode call).
+  if (dims[1] < dims[0]) std::swap(dims[0], dims[1]);
+  if (dims[2] < dims[1]) std::swap(dims[1], dims[2]);
+  if (dims[1] < dims[0]) std::swap(dims[0], dims[1]);
   std::int64_t inner = head_dim;
   for (const auto& [stride, size] : dims) {
     if (size <= 1) continue;
@@ -100,21 +126,26 @@ void require_no_self_overlap(const Heads& v, std::string_view name, int head_dim
   }
 }
 
-void check_view(const Heads& v, std::string_view name, int head_dim) {
+std::int64_t check_view(const Heads& v, std::string_view name, int head_dim) {
   if (!valid_dtype(v.dtype)) {
     throw Error(fmt::format("{}.dtype = {}: not a DType", name, static_cast<int>(v.dtype)));
   }
-  view_extent(v, name, head_dim);
+  const std::int64_t extent = view_extent(v, name, head_dim);
   if (!v.empty() && v.data == nullptr) {
     throw Error(fmt::format("{}.data is null but the view has {}x{}x{} heads", name, v.batch, v.seq,
                             v.heads));
   }
+  return extent;
 }
 
 ByteRange byte_range(const Heads& v, std::string_view name, int head_dim) {
+  return byte_range(v, name, head_dim, view_extent(v, name, head_dim));
+}
+
+ByteRange byte_range(const Heads& v, std::string_view name, int head_dim, std::int64_t extent) {
   const auto begin = reinterpret_cast<std::uintptr_t>(v.data);
   const std::int64_t es = element_size(v.dtype);
-  const auto bytes = static_cast<std::uintptr_t>(view_extent(v, name, head_dim) * es);
+  const auto bytes = static_cast<std::uintptr_t>(extent * es);
   ByteRange r{begin, begin + bytes, name};
   if (v.empty()) return r;
   // Tokens at one stride: token t = (b, s) at t · stride.

@@ -14,7 +14,8 @@ bool valid_dtype(DType dtype);
 // Element offset one past the last element the view touches; throws on negative sizes or strides
 // and on int64 overflow.
 std::int64_t view_extent(const Heads& view, std::string_view name, int head_dim);
-void check_view(const Heads& view, std::string_view name, int head_dim);
+// Checks dtype, sizes, strides and data; returns view_extent (a call passes it on to byte_range).
+std::int64_t check_view(const Heads& view, std::string_view name, int head_dim);
 // A written view's rows must not overlap each other.
 void require_no_self_overlap(const Heads& view, std::string_view name, int head_dim);
 // The memory a view touches: its extent, and — when its tokens lie at one stride (batch 1, seq 1,
@@ -29,6 +30,8 @@ struct ByteRange {
   std::int64_t footprint = 0;     // bytes from a token's first element to one past its last
 };
 ByteRange byte_range(const Heads& view, std::string_view name, int head_dim);
+// The same with the view's extent known (check_view's result).
+ByteRange byte_range(const Heads& view, std::string_view name, int head_dim, std::int64_t extent);
 // True when two ranges may share memory: their extents overlap, unless both are token-strided alike
 // and their footprints within one token stride are disjoint (exact for that case, conservative else).
 bool may_overlap(const ByteRange& a, const ByteRange& b);
