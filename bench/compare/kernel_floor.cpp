@@ -1,0 +1,235 @@
+// kernel_floor — what this host's cores allow a decode-shaped rotation (1 token, 32 q + 8 k heads × 128,
+// out of place, one thread, L1-resident), next to what ropekit's kernel takes for it:
+//   1. the throughput of the AVX-512 instructions the kernels are made of (cycles per instruction, the
+//      cycle taken from a chain of dependent integer adds);
+//   2. the smallest kernels that do the same arithmetic, written here by hand with intrinsics: fp32 with
+//      half pairing (load a and b, two products and two fused multiply-adds, two stores per vector
+//      pair), the same with half the floating-point work, with none (a copy through registers), and bf16
+//      in even/odd lanes as ropekit's AVX3_BF16 target runs it, with and without its two shuffle-port
+//      instructions (the ±0 test that guards the exact rounding of subnormals, and the lane interleave);
+//   3. RotateCall::run on the same rows (the call prepared once), and a memcpy of the same bytes.
+// A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
+// above the floor's ratio to memcpy cannot be met on this host (docs/performance.md).
+//
+//   kernel_floor            needs AVX-512 F/BW (and AVX512_BF16 for the bf16 rows); prints a table
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "ropekit/ropekit.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kHeads = 40, kDim = 128;
+
+// Median over 15 batches of ns per call.
+double ns_per_call(const std::function<void()>& f, long calls = 20000) {
+  std::vector<double> batches;
+  for (int r = 0; r < 15; ++r) {
+    const auto start = Clock::now();
+    for (long i = 0; i < calls; ++i) f();
+    batches.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / double(calls));
+  }
+  std::sort(batches.begin(), batches.end());
+  return batches[batches.size() / 2];
+}
+
+// ns per cycle: 4 independent chains of 1-cycle adds, 4 adds per iteration → one iteration per cycle.
+double ns_per_cycle() {
+  const long n = 50000000;
+  return ns_per_call(
+             [] {
+               for (long i = 0; i < 1000; ++i) {
+                 asm volatile("add $1, %%rax\n add $1, %%rbx\n add $1, %%rcx\n add $1, %%rdx" ::: "rax", "rbx", "rcx",
+                              "rdx");
+               }
+             },
+             n / 1000 / 15) /
+         1000.0;
+}
+
+// Eight independent instructions per iteration, each writing its own register from two fixed inputs.
+#define EIGHT(I) I(0) I(1) I(2) I(3) I(4) I(5) I(6) I(7)
+#define FMA(n) "vfmadd231ps %%zmm20, %%zmm21, %%zmm" #n "\n"
+#define CVT(n) "vcvtne2ps2bf16 %%zmm20, %%zmm21, %%zmm" #n "\n"
+#define PERMW(n) "vpermw %%zmm20, %%zmm21, %%zmm" #n "\n"
+#define TESTNM(n) "vptestnmw %%zmm20, %%zmm21, %%k" #n "\n"
+#define SHIFT(n) "vpslld $16, %%zmm20, %%zmm" #n "\n"
+#define TO_F16(n) "vcvtps2ph $0, %%zmm20, %%ymm" #n "\n"
+#define FROM_F16(n) "vcvtph2ps %%ymm20, %%zmm" #n "\n"
+#define CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#define THROUGHPUT(name, body)                                                             \
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) void name##_loop() {              \
+    for (int i = 0; i < 100; ++i) asm volatile(EIGHT(body) ::: CLOBBERS);                    \
+  }                                                                                         \
+  double name() { return ns_per_call(name##_loop, 20000) / 800.0; }
+THROUGHPUT(fma_ns, FMA)
+THROUGHPUT(cvt_ns, CVT)
+THROUGHPUT(permw_ns, PERMW)
+THROUGHPUT(testnm_ns, TESTNM)
+THROUGHPUT(shift_ns, SHIFT)
+THROUGHPUT(to_f16_ns, TO_F16)
+THROUGHPUT(from_f16_ns, FROM_F16)
+
+alignas(64) float g_f32[kHeads * kDim];
+alignas(64) float g_copy[kHeads * kDim];
+alignas(64) std::uint16_t g_bf16[kHeads * kDim];
+alignas(64) std::uint16_t g_bf16_out[kHeads * kDim];
+alignas(64) float g_coef[4 * kDim];  // c then s, and the even/odd regrouping for bf16
+volatile int g_flagged = 0;
+
+enum class FloatWork { Rotation, FmaOnly, None };
+
+// fp32, half pairing: each head's 4 vector pairs (a, b) rotated with c and s held in registers.
+template <FloatWork kWork>
+__attribute__((target("avx512f,fma"), noinline)) void rotate_f32(const float* in, float* out) {
+  __m512 c[4], s[4];
+  for (int i = 0; i < 4; ++i) c[i] = _mm512_load_ps(g_coef + 16 * i), s[i] = _mm512_load_ps(g_coef + 64 + 16 * i);
+  for (int h = 0; h < kHeads; ++h) {
+    const float* row = in + h * kDim;
+    float* dst = out + h * kDim;
+    for (int i = 0; i < 4; ++i) {
+      const __m512 a = _mm512_load_ps(row + 16 * i), b = _mm512_load_ps(row + 64 + 16 * i);
+      if constexpr (kWork == FloatWork::Rotation) {
+        _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])));
+        _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])));
+      } else if constexpr (kWork == FloatWork::FmaOnly) {
+        _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], b));
+        _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], a));
+      } else {
+        _mm512_store_ps(dst + 16 * i, b);
+        _mm512_store_ps(dst + 64 + 16 * i, a);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) __m512i pack_bf16(__m512 even, __m512 odd) {
+  __m512i packed;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed) : "v"(odd), "v"(even));
+  return packed;
+}
+
+// bf16, half pairing, even/odd lanes: 32 values load as 16 words pairs, widen by a shift (evens) and an
+// AND (odds), narrow together with vcvtne2ps2bf16; kTest: the ±0 test, kInterleave: vpermw to value order.
+template <bool kTest, bool kInterleave>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate_bf16(const std::uint16_t* in,
+                                                                                        std::uint16_t* out) {
+  alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  __m512 ce[2], co[2], se[2], so[2];
+  for (int j = 0; j < 2; ++j) {
+    ce[j] = _mm512_load_ps(g_coef + 128 + 16 * j), co[j] = _mm512_load_ps(g_coef + 160 + 16 * j);
+    se[j] = _mm512_load_ps(g_coef + 192 + 16 * j), so[j] = _mm512_load_ps(g_coef + 224 + 16 * j);
+  }
+  const __m512i order = _mm512_load_si512(kOrder);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  for (int h = 0; h < kHeads; ++h) {
+    const std::uint16_t* r = in + h * kDim;
+    std::uint16_t* w = out + h * kDim;
+    for (int j = 0; j < 2; ++j) {
+      const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + 64 + 32 * j);
+      const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)), ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
+      const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)), bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
+      __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
+                             _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
+      __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
+                             _mm512_fmadd_ps(bo, co[j], _mm512_mul_ps(ao, so[j])));
+      if constexpr (kTest) {
+        if (!_kortestz_mask32_u8(_mm512_testn_epi16_mask(pa, magnitude), _mm512_testn_epi16_mask(pb, magnitude))) {
+          g_flagged = g_flagged + 1;  // ropekit narrows such a step again exactly; here it only counts
+        }
+      }
+      if constexpr (kInterleave) {
+        pa = _mm512_permutexvar_epi16(order, pa);
+        pb = _mm512_permutexvar_epi16(order, pb);
+      }
+      _mm512_store_si512(w + 32 * j, pa);
+      _mm512_store_si512(w + 64 + 32 * j, pb);
+    }
+  }
+}
+
+void row(const char* what, double ns, double memcpy_ns, double cycle) {
+  std::printf("| %s | %.3f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / kHeads, memcpy_ns / ns);
+}
+
+}  // namespace
+
+int main() {
+  using namespace ropekit;
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
+    std::puts("kernel_floor: this CPU has no AVX-512 F/BW; nothing to measure");
+    return 0;
+  }
+  const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  const double cycle = ns_per_cycle();
+  std::printf("SIMD target %s; one cycle = %.3f ns (a chain of dependent adds)\n\n", simd_target().c_str(), cycle);
+
+  std::puts("| instruction (zmm, 8 independent per iteration) | cycles per instruction |\n|---|---|");
+  std::printf("| vfmadd231ps | %.2f |\n", fma_ns() / cycle);
+  if (bf16) std::printf("| vcvtne2ps2bf16 | %.2f |\n", cvt_ns() / cycle);
+  std::printf("| vpermw | %.2f |\n| vptestnmw | %.2f |\n| vpslld | %.2f |\n", permw_ns() / cycle, testnm_ns() / cycle,
+              shift_ns() / cycle);
+  std::printf("| vcvtps2ph | %.2f |\n| vcvtph2ps | %.2f |\n\n", to_f16_ns() / cycle, from_f16_ns() / cycle);
+
+  for (int i = 0; i < 4 * kDim; ++i) g_coef[i] = (i / 64) % 2 == 0 ? 0.6f : 0.8f;  // c, s, ce, co, se, so
+  std::uint32_t x = 12345;
+  for (int i = 0; i < kHeads * kDim; ++i) {
+    x = x * 1664525u + 1013904223u;
+    g_f32[i] = float(x >> 8) / float(1 << 24) - 0.5f;
+    // a in [0.5, 1), b in [2, 4): with c = 0.6 and s = 0.8, no rotated value is near 0 (no ±0 results)
+    g_bf16[i] = static_cast<std::uint16_t>((i % kDim < kDim / 2 ? 0x3f00 : 0x4000) + (x >> 25));
+  }
+
+  const Spec spec{.head_dim = kDim, .rotary_dim = kDim, .base = 5e5, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  const std::vector<std::int64_t> pos = {4095};
+  const auto table = rope.table(4096);
+  const auto call_for = [&](void* in, void* out, DType dtype) {
+    const auto k_of = [&](void* p) { return static_cast<std::byte*>(p) + 32 * kDim * element_size(dtype); };
+    return rope.prepare({.q = bshd(in, dtype, 1, 1, 32, kDim), .k = bshd(k_of(in), dtype, 1, 1, 8, kDim),
+                         .q_out = bshd(out, dtype, 1, 1, 32, kDim), .k_out = bshd(k_of(out), dtype, 1, 1, 8, kDim),
+                         .positions = positions(pos), .threads = 1},
+                        table);
+  };
+
+  std::puts("| decode, 40 heads × 128, out of place, L1 | µs | cycles per head | memcpy / this |\n|---|---|---|---|");
+  const double copy_f32 = ns_per_call([] { std::memcpy(g_copy, g_f32, sizeof g_f32); asm volatile("" ::: "memory"); });
+  row("memcpy of the fp32 rows", copy_f32, copy_f32, cycle);
+  row("fp32 by hand: rotation (2 mul + 2 fma per vector pair)",
+      ns_per_call([] { rotate_f32<FloatWork::Rotation>(g_f32, g_copy); }), copy_f32, cycle);
+  row("fp32 by hand: 2 fma per vector pair", ns_per_call([] { rotate_f32<FloatWork::FmaOnly>(g_f32, g_copy); }), copy_f32,
+      cycle);
+  row("fp32 by hand: no arithmetic (a swap)", ns_per_call([] { rotate_f32<FloatWork::None>(g_f32, g_copy); }), copy_f32,
+      cycle);
+  const RotateCall f32_call = call_for(g_f32, g_copy, DType::F32);
+  row("fp32 ropekit RotateCall::run", ns_per_call([&] { f32_call.run(0, f32_call.rows()); }), copy_f32, cycle);
+  row("fp32 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_f32, g_copy, DType::F32).run(); }), copy_f32,
+      cycle);
+  if (bf16) {
+    const double copy_bf16 =
+        ns_per_call([] { std::memcpy(g_bf16_out, g_bf16, sizeof g_bf16); asm volatile("" ::: "memory"); });
+    row("memcpy of the bf16 rows", copy_bf16, copy_bf16, cycle);
+    row("bf16 by hand: even/odd, ±0 test, interleave", ns_per_call([] { rotate_bf16<true, true>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
+    row("bf16 by hand: without the ±0 test", ns_per_call([] { rotate_bf16<false, true>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
+    row("bf16 by hand: without the interleave", ns_per_call([] { rotate_bf16<true, false>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
+    row("bf16 by hand: without either", ns_per_call([] { rotate_bf16<false, false>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
+    const RotateCall bf16_call = call_for(g_bf16, g_bf16_out, DType::BF16);
+    row("bf16 ropekit RotateCall::run", ns_per_call([&] { bf16_call.run(0, bf16_call.rows()); }), copy_bf16, cycle);
+    row("bf16 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_bf16, g_bf16_out, DType::BF16).run(); }),
+        copy_bf16, cycle);
+    if (g_flagged != 0) std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
+  }
+  return 0;
+}
