@@ -518,4 +518,103 @@ TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
                "share memory");
 }
 
+
+// RotateCall::set_positions: a decode step moves a prepared call to new positions. Each step must give the
+// bits a fresh prepare at those positions gives, whatever the angle source: inside the call's table,
+// beyond it (on the fly), M-RoPE's three streams; a caller's table refuses positions outside it; bad
+// positions throw and leave the call as it was.
+TEST(ApplyCall, SetPositionsGivesTheBitsOfAFreshPrepare) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (const Case& c : cases()) {
+    if (c.name != std::string("default_half") && c.name != std::string("default_interleaved") &&
+        c.name != std::string("yarn") && c.name != std::string("mrope_sectioned")) {
+      continue;
+    }
+    const Rope rope(c.spec, AngleMode::Accurate, c.length);
+    const int axes = rope.pair_map().num_axes;
+    const std::int64_t d = c.spec.head_dim, tokens = 3, qh = 4, kh = 2;
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const std::int64_t es = element_size(dt);
+      std::vector<std::uint8_t> q0(std::size_t(tokens * qh * d * es)), k0(std::size_t(tokens * kh * d * es));
+      for (auto* buffer : {&q0, &k0}) {
+        for (std::size_t i = 0; i < buffer->size() / std::size_t(es); ++i) {
+          const float x = normal(rng);
+          if (dt == DType::F32) {
+            std::memcpy(buffer->data() + 4 * i, &x, 4);
+          } else {
+            const std::uint16_t h = float_to_bf16(x);
+            std::memcpy(buffer->data() + 2 * i, &h, 2);
+          }
+        }
+      }
+      std::vector<std::uint8_t> q = q0, k = k0, q_want = q0, k_want = k0;
+      const auto args_for = [&](std::vector<std::uint8_t>& qb, std::vector<std::uint8_t>& kb,
+                                const std::vector<std::int64_t>& pos) {
+        return RotateArgs{.q = bshd(qb.data(), dt, 1, tokens, qh, d), .k = bshd(kb.data(), dt, 1, tokens, kh, d),
+                          .positions = axes == 3 ? mrope_positions(pos) : positions(pos)};
+      };
+      const auto pick = [&](std::int64_t lo, std::int64_t hi) {
+        std::vector<std::int64_t> pos(std::size_t(tokens * axes));
+        for (auto& p : pos) p = std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+        return pos;
+      };
+      std::vector<std::int64_t> first = pick(0, 50);
+      RotateCall call = rope.prepare(args_for(q, k, first));
+      ASSERT_NE(call.job().table, nullptr) << c.name;
+      // In the table, far beyond it (2^40: on the fly), back inside; each time from the same inputs.
+      for (const auto& [lo, hi] : {std::pair<std::int64_t, std::int64_t>{0, 200}, {std::int64_t{1} << 40, (std::int64_t{1} << 40) + 9},
+                                   {1, 7}}) {
+        const std::vector<std::int64_t> pos = pick(lo, hi);
+        q = q0, k = k0, q_want = q0, k_want = k0;
+        call.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
+        EXPECT_EQ(call.job().table == nullptr, lo >= (std::int64_t{1} << 40)) << c.name;
+        call.run();
+        rope.prepare(args_for(q_want, k_want, pos)).run();
+        EXPECT_EQ(q, q_want) << c.name << " " << to_string(dt) << " positions from " << lo;
+        EXPECT_EQ(k, k_want) << c.name << " " << to_string(dt) << " positions from " << lo;
+      }
+      // A call prepared on the fly stays on the fly.
+      RotateCall otf = rope.prepare_on_the_fly(args_for(q, k, first));
+      const std::vector<std::int64_t> pos = pick(0, 100);
+      q = q0, k = k0, q_want = q0, k_want = k0;
+      otf.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
+      EXPECT_EQ(otf.job().table, nullptr);
+      otf.run();
+      rope.prepare(args_for(q_want, k_want, pos)).run();
+      EXPECT_EQ(q, q_want) << c.name;
+    }
+  }
+}
+
+TEST(ApplyCall, SetPositionsRefusesBadPositionsAndLeavesTheCall) {
+  const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Half});
+  std::vector<float> q(2 * 3 * 64, 0.5f), k(2 * 1 * 64, 0.25f);
+  const std::vector<std::int64_t> start = {5, 6};
+  const RotateArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 3, 64), .k = bshd(k.data(), DType::F32, 1, 2, 1, 64),
+                        .positions = positions(start)};
+  RotateCall call = rope.prepare(args, std::make_shared<const Table>(rope.plan(), AngleMode::Accurate, 100));
+  const std::vector<std::int64_t> in_table = {98, 99}, outside = {99, 100}, negative = {3, -1}, one = {7},
+                                   huge = {0, std::int64_t{1} << 47};
+  const std::vector<std::int32_t> in_table32 = {1, 2};
+  call.set_positions(positions(in_table));
+  call.set_positions(positions(in_table32));
+  EXPECT_ERROR(call.set_positions(positions(outside)), "position 100 is outside the table", "[0, 100)");
+  EXPECT_ERROR(call.set_positions(positions(negative)), "positions[1] = -1");
+  EXPECT_ERROR(call.set_positions(positions(huge)), "positions[1] = 140737488355328");
+  EXPECT_ERROR(call.set_positions(positions(one)), "positions.count = 1", "2");
+  EXPECT_ERROR(call.set_positions(Positions{nullptr, IndexType::I64, 2, 1}), "positions.data is null");
+  const std::vector<std::int64_t> six(6, 1);
+  EXPECT_ERROR(call.set_positions(mrope_positions(six)), "positions.axes = 3");
+  // The failed calls changed nothing: the call still rotates at 1, 2 (the last good positions).
+  std::vector<float> q_want = q, k_want = k;
+  call.run();
+  rope.apply({.q = bshd(q_want.data(), DType::F32, 1, 2, 3, 64), .k = bshd(k_want.data(), DType::F32, 1, 2, 1, 64),
+              .positions = positions(in_table32)});
+  EXPECT_EQ(q, q_want);
+  EXPECT_EQ(k, k_want);
+  RotateCall empty;
+  EXPECT_ERROR(empty.set_positions(positions(in_table)), "the call is empty");
+}
+
 }  // namespace

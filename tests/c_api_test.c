@@ -143,6 +143,25 @@ static void test_rotation(void) {
   CHECK_ERROR(rk_call_run(call, 3, rows + 1), "[3, 43)");
   CHECK_ERROR(rk_call_run(call, 4, 2), "first <= last");
   CHECK(memcmp(q2, q0, sizeof q2) == 0, "a refused range wrote");
+
+  /* Decode steps: the call moved to other positions gives apply's bits at them; bad positions are refused
+   * and leave the call as it was. */
+  const int64_t later[TOKENS] = {7, 8, 9, 4096, 70000, 3, 5};
+  const int64_t bad[TOKENS] = {7, 8, 9, -4, 70000, 3, 5};
+  CHECK_OK(rk_call_set_positions(call, rk_positions_i64(later, TOKENS)));
+  CHECK_ERROR(rk_call_set_positions(call, rk_positions_i64(bad, TOKENS)), "positions[3] = -4");
+  CHECK_ERROR(rk_call_set_positions(call, rk_positions_i64(later, TOKENS - 1)), "positions.count = 6");
+  CHECK_ERROR(rk_call_set_positions(NULL, rk_positions_i64(later, TOKENS)), "call is NULL");
+  memcpy(q2, q0, sizeof q2);
+  memcpy(k2, k0, sizeof k2);
+  CHECK_OK(rk_call_run_all(call));
+  memcpy(q, q0, sizeof q);
+  memcpy(k, k0, sizeof k);
+  args.q = rk_bshd(q, RK_F32, 1, TOKENS, QH, D);
+  args.k = rk_bshd(k, RK_F32, 1, TOKENS, KH, D);
+  args.positions = rk_positions_i64(later, TOKENS);
+  CHECK_OK(rk_rope_apply(rope, &args));
+  CHECK(memcmp(q, q2, sizeof q) == 0 && memcmp(k, k2, sizeof k) == 0, "set_positions + run differs from apply");
   rk_call_destroy(call);
 
   /* Inverse undoes forward within the contract (twice the one-way bound). */

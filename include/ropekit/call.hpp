@@ -121,6 +121,19 @@ class RotateCall {
   // small calls (ropekit::threads_for_bytes).
   void run() const;
 
+  // Moves the call to other positions of the same tokens — all that changes from one decode step to the
+  // next — checking only them, as prepare does (count and axes as prepared, each in [0, 2^47)); the views
+  // and the kernel stay. The angles come from where prepare took them: a call of Rope::prepare(args) reads
+  // the Rope's table as a prepare at the new positions would (growing it when that is worth it, else
+  // computing the angles on the fly), a call of prepare_on_the_fly stays on the fly, and a call of
+  // prepare(args, table) reads that table and throws for a position outside it. The bits are those of a
+  // fresh prepare. On bad positions it throws ropekit::Error and leaves the call as it was. Not while the
+  // call runs (it rewrites the job the runs read).
+  //
+  //   ropekit::RotateCall step = rope.prepare(args);   // once per layer: views, strides, overlaps
+  //   for each decode step: step.set_positions(ropekit::positions(pos)); step.run();
+  void set_positions(Positions positions);
+
   const detail::RotateJob& job() const { return job_; }
 
  private:
@@ -131,6 +144,11 @@ class RotateCall {
   detail::RowsKernel kernel_ = nullptr;
   std::shared_ptr<const void> plan_pin_;   // the Rope state the job points into (map, angles)
   std::shared_ptr<const Table> table_pin_;  // the table snapshot, when the call reads one
+  // set_positions: the plan's on-the-fly angles (null when the plan is not pinned), and whether the
+  // table was the caller's (positions outside it are an error, not a reason to compute angles).
+  const detail::AngleEvaluator* on_the_fly_ = nullptr;
+  bool table_given_ = false;
+  std::shared_ptr<void> tables_;  // the Rope's growing table, for a call whose Rope chose its angles
 };
 
 }  // namespace ropekit

@@ -90,8 +90,9 @@ class Rope {
 
  private:
   friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&);
+  friend class RotateCall;  // set_positions reads the table as the call's Rope would
   struct State;  // plan, pair map, angle function: immutable, shared with the calls made from it
-  struct TableCache;
+  struct TableCache;  // the growing table: shared with the calls that read it (set_positions may grow it)
   enum class Angles { Auto, OnTheFly, Given };
   RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given,
                      std::shared_ptr<const Table> given_pin, detail::ViewUse use,
@@ -99,11 +100,15 @@ class Rope {
   // The table a call reaching max_position over `rows` position rows reads (grown if that is worth
   // it), or null when its angles are better computed on the fly.
   std::shared_ptr<const Table> table_for(std::int64_t max_position, std::int64_t rows) const;
+  // The two above on a state and its table cache (what a call keeps of its Rope).
+  static std::shared_ptr<const Table> grow(const State& state, TableCache& cache, std::int64_t num_positions);
+  static std::shared_ptr<const Table> table_for(const State& state, TableCache& cache, std::int64_t max_position,
+                                                std::int64_t rows);
 
   Spec spec_;
   AngleMode mode_;
   std::shared_ptr<const State> state_;
-  std::unique_ptr<TableCache> cache_;
+  std::shared_ptr<TableCache> cache_;
 };
 
 }  // namespace ropekit

@@ -153,6 +153,9 @@ int64_t rk_call_rows(const rk_call* call);
 /* Rows [first, last): an error unless 0 <= first <= last <= rows. */
 rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last);
 rk_status rk_call_run_all(const rk_call* call);
+/* RotateCall::set_positions: a decode step moves the call to new positions of the same tokens (checked
+ * as prepare checks them; on error the call is unchanged). Not while the call runs. */
+rk_status rk_call_set_positions(rk_call* call, rk_positions positions);
 void rk_call_destroy(rk_call* call);
 /* prepare then run_all. */
 rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args);

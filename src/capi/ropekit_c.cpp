@@ -399,6 +399,10 @@ int64_t rk_call_rows(const rk_call* call) { return call ? call->call.rows() : 0;
 rk_status rk_call_run(const rk_call* call, int64_t first, int64_t last) { return run_range(call, first, last); }
 rk_status rk_call_run_all(const rk_call* call) { return run_all(call); }
 
+rk_status rk_call_set_positions(rk_call* call, rk_positions positions) {
+  return guarded([&] { need_mutable(call, "call").call.set_positions(positions_of(positions, "positions")); });
+}
+
 void rk_call_destroy(rk_call* call) { delete call; }
 
 rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args) {

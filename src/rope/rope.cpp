@@ -23,10 +23,11 @@ namespace ropekit {
 struct Rope::State {
   Plan plan;
   PairMap map;
+  AngleMode mode;
   detail::AngleEvaluator angles;  // on-the-fly angles of this plan
 
-  State(Plan p, PairMap m, AngleMode mode)
-      : plan(std::move(p)), map(std::move(m)), angles(plan.inv_freq, mode) {}
+  State(Plan p, PairMap m, AngleMode a)
+      : plan(std::move(p)), map(std::move(m)), mode(a), angles(plan.inv_freq, a) {}
 };
 
 // The growing table: readers copy the shared_ptr under the lock and then read an immutable
@@ -77,7 +78,7 @@ Rope::Rope(Spec spec, AngleMode mode, std::optional<std::int64_t> current_length
     : Rope(spec, make_plan(spec, current_length), mode) {}
 
 Rope::Rope(Spec spec, Plan plan, AngleMode mode)
-    : spec_(std::move(spec)), mode_(mode), cache_(std::make_unique<TableCache>()) {
+    : spec_(std::move(spec)), mode_(mode), cache_(std::make_shared<TableCache>()) {
   if (mode_ != AngleMode::Accurate && mode_ != AngleMode::HfCompat) {
     throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode_)));
   }
@@ -94,39 +95,48 @@ const Plan& Rope::plan() const { return state_->plan; }
 const PairMap& Rope::pair_map() const { return state_->map; }
 
 std::shared_ptr<const Table> Rope::table(std::int64_t num_positions) const {
-  std::lock_guard lock(cache_->mutex);
-  const std::shared_ptr<const Table>& current = cache_->table;
-  if (current && current->num_positions() >= num_positions) return current;
-  if (!current) {
-    cache_->table = std::make_shared<const Table>(state_->plan, mode_, num_positions);
-  } else {
-    // Grow geometrically so that a sequence of growing calls costs O(final size) in total.
-    const std::int64_t row_bytes = std::int64_t{spec_.num_pairs()} * 8;
-    const std::int64_t cap = std::max<std::int64_t>(num_positions, kMaxTableBytes / row_bytes);
-    const std::int64_t grown = std::min(std::max(num_positions, 2 * current->num_positions()), cap);
-    cache_->table = std::make_shared<const Table>(*current, grown);
-  }
-  return cache_->table;
+  return grow(*state_, *cache_, num_positions);
 }
 
 std::shared_ptr<const Table> Rope::table_for(std::int64_t max_position, std::int64_t rows) const {
+  return table_for(*state_, *cache_, max_position, rows);
+}
+
+std::shared_ptr<const Table> Rope::grow(const State& state, TableCache& cache, std::int64_t num_positions) {
+  std::lock_guard lock(cache.mutex);
+  const std::shared_ptr<const Table>& current = cache.table;
+  if (current && current->num_positions() >= num_positions) return current;
+  if (!current) {
+    cache.table = std::make_shared<const Table>(state.plan, state.mode, num_positions);
+  } else {
+    // Grow geometrically so that a sequence of growing calls costs O(final size) in total.
+    const std::int64_t row_bytes = std::int64_t(state.plan.inv_freq.size()) * 8;
+    const std::int64_t cap = std::max<std::int64_t>(num_positions, kMaxTableBytes / row_bytes);
+    const std::int64_t grown = std::min(std::max(num_positions, 2 * current->num_positions()), cap);
+    cache.table = std::make_shared<const Table>(*current, grown);
+  }
+  return cache.table;
+}
+
+std::shared_ptr<const Table> Rope::table_for(const State& state, TableCache& cache, std::int64_t max_position,
+                                             std::int64_t rows) {
   const std::int64_t needed = max_position + 1;
   std::shared_ptr<const Table> snapshot;
   {
-    std::lock_guard lock(cache_->mutex);
-    snapshot = cache_->table;
+    std::lock_guard lock(cache.mutex);
+    snapshot = cache.table;
   }
   const std::int64_t have = snapshot ? snapshot->num_positions() : 0;
-  const std::int64_t row_bytes = std::int64_t{spec_.num_pairs()} * 8;
+  const std::int64_t row_bytes = std::int64_t(state.plan.inv_freq.size()) * 8;
   const bool fits = needed <= kMaxTableBytes / row_bytes;
-  const std::int64_t spent = cache_->on_the_fly_rows.load(std::memory_order_relaxed);
+  const std::int64_t spent = cache.on_the_fly_rows.load(std::memory_order_relaxed);
   const bool worth_it = needed <= std::max({kSmallTablePositions, 2 * have, kGrowthPerRow * (rows + spent)});
   if (needed > have && fits && worth_it) {
-    snapshot = table(needed);
-    cache_->on_the_fly_rows.store(0, std::memory_order_relaxed);
+    snapshot = grow(state, cache, needed);
+    cache.on_the_fly_rows.store(0, std::memory_order_relaxed);
   }
   if (snapshot && needed <= snapshot->num_positions()) return snapshot;
-  cache_->on_the_fly_rows.fetch_add(rows, std::memory_order_relaxed);
+  cache.on_the_fly_rows.fetch_add(rows, std::memory_order_relaxed);
   return nullptr;
 }
 
@@ -172,7 +182,12 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
   }
   call.kernel_ = use == detail::ViewUse::Read ? cpu::no_rows_kernel()
                                                : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
-  if (keep_plan) call.plan_pin_ = state_;
+  if (keep_plan) {
+    call.plan_pin_ = state_;
+    call.on_the_fly_ = &state.angles;
+    if (angles == Angles::Auto) call.tables_ = cache_;
+  }
+  call.table_given_ = angles == Angles::Given;
   call.table_pin_ = std::move(pin);
   return call;
 }
@@ -243,6 +258,43 @@ void Rope::apply_on_the_fly(const RotateArgs& args) const {
 
 void Rope::apply(const RotateArgs& args, const Table& table) const {
   resolve(args, Angles::Given, &table, nullptr, detail::ViewUse::Write, {}, false).run();
+}
+
+void RotateCall::set_positions(Positions positions) {
+  if (job_.map == nullptr) throw Error("set_positions: the call is empty (default-constructed)");
+  if (job_.tokens == 0) {
+    if (positions.count != 0) {
+      throw Error(fmt::format("positions.count = {}: the call has no tokens", positions.count));
+    }
+    job_.args.positions = positions;
+    return;
+  }
+  // Every check before the first change: a bad call leaves the job as it was.
+  const std::int64_t max_position =
+      detail::check_positions(positions, "positions", job_.tokens, job_.map->num_axes);
+  std::shared_ptr<const Table> table = table_pin_;
+  if (table_given_) {
+    if (!table || max_position >= table->num_positions()) {
+      throw Error(fmt::format("position {} is outside the table, which covers [0, {})", max_position,
+                              table ? table->num_positions() : 0));
+    }
+  } else if (tables_ != nullptr && (!table || max_position >= table->num_positions())) {
+    // Past the call's snapshot: the Rope's table as a prepare at these positions would read it (grown
+    // if that is worth it), else angles on the fly.
+    table = Rope::table_for(*static_cast<const Rope::State*>(plan_pin_.get()),
+                            *static_cast<Rope::TableCache*>(tables_.get()), max_position,
+                            job_.tokens * job_.map->num_axes);
+  }
+  const bool covered = table && max_position < table->num_positions();
+  if (!covered && on_the_fly_ == nullptr) {
+    throw Error("set_positions: this call cannot compute angles on the fly (its plan is not pinned)");
+  }
+  job_.args.positions = positions;
+  // A table the Rope chose carries no magnitude of its own (only imported tables do, and those are
+  // given), so job_.magnitude holds for either source.
+  job_.table = covered ? table.get() : nullptr;
+  job_.angles = covered ? nullptr : on_the_fly_;
+  table_pin_ = covered ? std::move(table) : nullptr;
 }
 
 void RotateCall::run() const {
