@@ -575,4 +575,98 @@ TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
   EXPECT_EQ(kc, kc_before);
 }
 
+
+// New random values in b's own storage (views into it stay valid).
+void refill(Buffer& b, std::uint32_t seed) {
+  const Buffer fresh = random_buffer(static_cast<DType>(b.type), b.bytes.size() / Buffer::size(b.type), seed);
+  std::copy(fresh.bytes.begin(), fresh.bytes.end(), b.bytes.begin());
+}
+
+// AppendCall::set_positions_and_slots: decode steps of one prepared call — two sequences, one token each
+// per step, the slots given as a mapping or as a page table — write every buffer as a fresh
+// prepare_append at the same positions and slots does; a refused step changes nothing.
+TEST(AppendStep, EachStepEqualsAFreshPrepare) {
+  const Spec spec{.head_dim = 32, .rotary_dim = 32, .base = 10000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  const std::int64_t tokens = 2, q_heads = 4, kv = 2, d = 32, page_size = 4, num_pages = 6;
+  for (CacheDType cache_type : {CacheDType::BF16, CacheDType::F8E4M3}) {
+    SCOPED_TRACE(to_string(cache_type));
+    const float scale = cache_type == CacheDType::F8E4M3 ? 0.3f : 1.0f;
+    const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
+    Buffer kc(int(cache_type), cache_elems), vc(int(cache_type), cache_elems), kc_want = kc, vc_want = vc;
+    const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = cache_type, .num_pages = num_pages,
+                           .page_size = page_size, .kv_heads = kv, .head_dim = int(d), .v_head_dim = int(d),
+                           .k_scale = scale, .v_scale = scale};
+    PagedCache cache_want = cache;
+    cache_want.k = kc_want.data(), cache_want.v = vc_want.data();
+    Buffer q(int(DType::BF16), tokens * q_heads * d), k(int(DType::BF16), tokens * kv * d),
+        v(int(DType::BF16), tokens * kv * d);
+    Buffer q_want = q, k_want = k, k_out(int(DType::BF16), tokens * kv * d), k_out_want = k_out;
+    const auto args_for = [&](Buffer& qb, Buffer& kb, Buffer& ko) {
+      return AppendArgs{.q = bshd(qb.data(), DType::BF16, 1, tokens, q_heads, d),
+                        .k = bshd(kb.data(), DType::BF16, 1, tokens, kv, d),
+                        .k_out = bshd(ko.data(), DType::BF16, 1, tokens, kv, d),
+                        .v = bshd(v.data(), DType::BF16, 1, tokens, kv, d)};
+    };
+    // Sequence 0 on pages {5, 2}, sequence 1 on pages {0, 3}; step s appends entry 3 + s of each.
+    const std::vector<std::int32_t> indices = {5, 2, 0, 3}, indptr = {0, 2, 4}, batch_indices = {0, 1};
+    std::vector<std::int64_t> pos(tokens), slot_map(tokens);
+    std::vector<std::int32_t> last(2), seq_positions(tokens);
+    const auto step_slots = [&](int s) -> std::variant<SlotMapping, PageTable> {
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const int e = 3 + s;
+        pos[t] = e + 1000 * t;
+        seq_positions[t] = e;
+        last[t] = e % page_size + 1;
+        slot_map[t] = indices[indptr[t] + e / page_size] * page_size + e % page_size;
+      }
+      if (s % 2 == 0) return slot_mapping(slot_map);
+      return PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
+                       .seq_positions = seq_positions};
+    };
+    AppendArgs first = args_for(q, k, k_out);
+    first.positions = positions(pos);
+    first.slots = step_slots(0);
+    AppendCall call = prepare_append(rope, first, cache);
+    for (int s = 0; s < 5; ++s) {
+      SCOPED_TRACE(s);
+      // New values in the same buffers: the call keeps the views it was prepared with.
+      refill(q, 10 + s), refill(k, 20 + s), refill(v, 30 + s);
+      q_want.bytes = q.bytes, k_want.bytes = k.bytes;
+      const auto slots = step_slots(s);
+      if (s > 0) call.set_positions_and_slots(positions(pos), slots);
+      call.run();
+      AppendArgs fresh = args_for(q_want, k_want, k_out_want);
+      fresh.positions = positions(pos);
+      fresh.slots = slots;
+      prepare_append(rope, fresh, cache_want).run();
+      EXPECT_EQ(q.bytes, q_want.bytes);
+      EXPECT_EQ(k_out.bytes, k_out_want.bytes);
+      EXPECT_EQ(kc.bytes, kc_want.bytes);
+      EXPECT_EQ(vc.bytes, vc_want.bytes);
+    }
+    // Refused steps leave the call at step 4's positions and slots.
+    const std::vector<std::int64_t> outside = {0, num_pages * page_size}, twice = {7, 7}, one = {7}, good_slots = {1, 2};
+    const std::vector<std::int64_t> negative = {-1, 3};
+    EXPECT_ERROR(call.set_positions_and_slots(positions(pos), slot_mapping(outside)), "slots[1] = 24");
+    EXPECT_ERROR(call.set_positions_and_slots(positions(pos), slot_mapping(twice)), "tokens 0 and 1 both write slot 7");
+    EXPECT_ERROR(call.set_positions_and_slots(positions(pos), slot_mapping(one)), "slots.count = 1");
+    EXPECT_ERROR(call.set_positions_and_slots(positions(negative), slot_mapping(good_slots)), "positions[0] = -1");
+    EXPECT_EQ(call.rows(), tokens);
+    refill(q, 99), refill(k, 98);
+    q_want.bytes = q.bytes, k_want.bytes = k.bytes;
+    call.run();
+    AppendArgs fresh = args_for(q_want, k_want, k_out_want);
+    fresh.positions = positions(pos);
+    fresh.slots = step_slots(4);
+    prepare_append(rope, fresh, cache_want).run();
+    EXPECT_EQ(q.bytes, q_want.bytes);
+    EXPECT_EQ(kc.bytes, kc_want.bytes);
+    EXPECT_EQ(vc.bytes, vc_want.bytes);
+  }
+  AppendCall empty;
+  const std::vector<std::int64_t> p = {1};
+  EXPECT_ERROR(empty.set_positions_and_slots(positions(p), slot_mapping(p)), "the call is empty");
+}
+
 }  // namespace

@@ -306,6 +306,7 @@ static void test_append(void) {
   CHECK_OK(rk_append_call_run(call, 0, 2));
   CHECK_OK(rk_append_call_run(call, 2, N));
   CHECK_ERROR(rk_append_call_run(call, 0, N + 1), "[0, 6)");
+
   rk_append_call_destroy(call);
 
   memcpy(rotated, k, sizeof rotated);
@@ -382,6 +383,29 @@ static void test_append(void) {
   CHECK_ERROR(rk_append(rope, &table, &cache), "page_indptr is NULL");
   CHECK(memcmp(kc2, kc, sizeof kc) == 0, "a refused append wrote");
   rk_append_call_destroy(NULL);
+  /* A decode step of a prepared call (new positions and slots, same views) writes what a fresh append at
+   * them writes; a bad step is refused and changes nothing. k is only read (no k_out). */
+  {
+    static float kc3[SLOTS * KH * D], vc3[SLOTS * KH * D], kc4[SLOTS * KH * D], vc4[SLOTS * KH * D];
+    for (size_t i = 0; i < SLOTS * KH * D; ++i) kc3[i] = vc3[i] = kc4[i] = vc4[i] = -7.0f;
+    rk_paged_cache stepped = cache, fresh = cache;
+    stepped.k = kc3, stepped.v = vc3, fresh.k = kc4, fresh.v = vc4;
+    CHECK_OK(rk_append_prepare(rope, &args, &stepped, &call));
+    const int64_t step_pos[N] = {40, 41, 42, 43, 44};
+    const int64_t step_slots[N] = {0, 1, -1, 9, 2};
+    const int64_t clash[N] = {0, 1, 1, 9, 2};
+    rk_append_args step = args;
+    step.positions = rk_positions_i64(step_pos, N);
+    step.slot_mapping = clash;
+    CHECK_ERROR(rk_append_call_set_positions_and_slots(call, &step), "both write slot 1");
+    step.slot_mapping = step_slots;
+    CHECK_OK(rk_append_call_set_positions_and_slots(call, &step));
+    CHECK_OK(rk_append_call_run_all(call));
+    CHECK_OK(rk_append(rope, &step, &fresh));
+    CHECK(memcmp(kc3, kc4, sizeof kc3) == 0 && memcmp(vc3, vc4, sizeof vc3) == 0, "a step differs from a fresh append");
+    CHECK_ERROR(rk_append_call_set_positions_and_slots(NULL, &step), "call is NULL");
+    rk_append_call_destroy(call);
+  }
   rk_rope_destroy(rope);
 }
 

@@ -165,6 +165,12 @@ class AppendCall {
   void run(std::int64_t first, std::int64_t last) const noexcept;
   void run() const;  // every token on the library's threads
 
+  // A decode step: the same tokens' new positions and cache slots (a slot mapping or a page table of
+  // the same tokens), checked as prepare_append checks them — nothing else is checked again. Angles as
+  // RotateCall::set_positions takes them; the bits of a fresh prepare_append. On bad positions or slots
+  // it throws ropekit::Error and leaves the call as it was. Not while the call runs.
+  void set_positions_and_slots(Positions positions, std::variant<SlotMapping, PageTable> slots);
+
   struct Resolved;
 
  private:

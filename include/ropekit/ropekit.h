@@ -209,6 +209,9 @@ rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, con
 int64_t rk_append_call_rows(const rk_append_call* call); /* tokens */
 rk_status rk_append_call_run(const rk_append_call* call, int64_t first, int64_t last);
 rk_status rk_append_call_run_all(const rk_append_call* call);
+/* AppendCall::set_positions_and_slots: a decode step of a prepared append. Reads only args' positions and
+ * slot fields (mapping or page table) for the same tokens; on error the call is unchanged. */
+rk_status rk_append_call_set_positions_and_slots(rk_append_call* call, const rk_append_args* args);
 void rk_append_call_destroy(rk_append_call* call);
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache);
 

@@ -126,10 +126,13 @@ void check_cache(const PagedCache& c) {
 }
 
 // The resolved slot of every token: −1 for none. Throws on anything outside the cache or shared.
-std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, std::int64_t tokens) {
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens), -1);
+// The slot of every token into `slots` (resized to tokens; its capacity is reused, so a decode step that
+// refills it allocates nothing), checked as the header says; throws on the first bad value.
+void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCache& c, std::int64_t tokens,
+                std::vector<std::int64_t>& slots) {
+  slots.assign(static_cast<std::size_t>(tokens), -1);
   const std::int64_t total = c.slots();
-  if (const auto* m = std::get_if<SlotMapping>(&args.slots)) {
+  if (const auto* m = std::get_if<SlotMapping>(&spec)) {
     if (m->type != IndexType::I32 && m->type != IndexType::I64) {
       throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(m->type)));
     }
@@ -147,7 +150,7 @@ std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, 
       slots[std::size_t(t)] = s;
     }
   } else {
-    const PageTable& p = std::get<PageTable>(args.slots);
+    const PageTable& p = std::get<PageTable>(spec);
     if (p.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
     const std::size_t batch = p.indptr.size() - 1;
     if (p.last_page_len.size() != batch) {
@@ -206,7 +209,7 @@ std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, 
         if (slots[j] >= 0 && slots[i] == slots[j]) throw shared(std::int64_t(i), std::int64_t(j), slots[j]);
       }
     }
-    return slots;
+    return;
   }
   std::vector<std::int64_t> order(slots.size());
   std::iota(order.begin(), order.end(), 0);
@@ -217,6 +220,11 @@ std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, 
     const std::int64_t s = slots[std::size_t(order[i])];
     if (s >= 0 && s == slots[std::size_t(order[i - 1])]) throw shared(order[i - 1], order[i], s);
   }
+}
+
+std::vector<std::int64_t> slots_of(const AppendArgs& args, const PagedCache& c, std::int64_t tokens) {
+  std::vector<std::int64_t> slots;
+  fill_slots(args.slots, c, tokens, slots);
   return slots;
 }
 
@@ -358,6 +366,19 @@ void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
   if (buffer.size() < floats) buffer.resize(floats);
   if (rows.size() < bytes) rows.resize(bytes);
   for (std::int64_t t = first; t < last; ++t) r_->token(t, buffer, rows);
+}
+
+void AppendCall::set_positions_and_slots(Positions positions, std::variant<SlotMapping, PageTable> slots) {
+  if (!r_) throw Error("set_positions_and_slots: the call is empty (default-constructed)");
+  Resolved& r = *r_;
+  // Checked into a spare vector, then the positions; only then is anything changed. The spare keeps the
+  // previous step's slots (and capacity), so steps of a constant size allocate nothing.
+  thread_local std::vector<std::int64_t> next;
+  fill_slots(slots, r.cache, std::int64_t(r.slots.size()), next);
+  r.rotation.set_positions(positions);
+  r.slots.swap(next);
+  r.args.positions = positions;
+  r.args.slots = slots;
 }
 
 void AppendCall::run() const {

@@ -181,6 +181,17 @@ PagedCache cache_of(const rk_paged_cache& c) {
   return out;
 }
 
+// The slot fields of rk_append_args: a slot mapping, or (slot_mapping NULL) a page table.
+std::variant<SlotMapping, PageTable> slots_of(const rk_append_args& a) {
+  if (a.slot_mapping) return SlotMapping{a.slot_mapping, index_type_of(a.slot_type, "slot_type"), a.slot_count};
+  if (a.batch < 0) throw Error(fmt::format("batch = {}: must be >= 0", a.batch));
+  return PageTable{.indices = span_of(a.page_indices, a.num_page_indices, "page_indices"),
+                   .indptr = span_of(a.page_indptr, a.batch + 1, "page_indptr"),
+                   .last_page_len = span_of(a.last_page_len, a.batch, "last_page_len"),
+                   .batch_indices = span_of(a.batch_indices, a.num_tokens, "batch_indices"),
+                   .seq_positions = span_of(a.seq_positions, a.num_tokens, "seq_positions")};
+}
+
 AppendArgs append_args_of(const rk_append_args& a) {
   AppendArgs out;
   out.q = heads_of(a.q, "q");
@@ -190,17 +201,7 @@ AppendArgs append_args_of(const rk_append_args& a) {
   out.k_nope = heads_of(a.k_nope, "k_nope");
   out.v = heads_of(a.v, "v");
   out.positions = positions_of(a.positions, "positions");
-  if (a.slot_mapping) {
-    out.slots = SlotMapping{a.slot_mapping, index_type_of(a.slot_type, "slot_type"), a.slot_count};
-  } else {
-    if (a.batch < 0) throw Error(fmt::format("batch = {}: must be >= 0", a.batch));
-    out.slots = PageTable{
-        .indices = span_of(a.page_indices, a.num_page_indices, "page_indices"),
-        .indptr = span_of(a.page_indptr, a.batch + 1, "page_indptr"),
-        .last_page_len = span_of(a.last_page_len, a.batch, "last_page_len"),
-        .batch_indices = span_of(a.batch_indices, a.num_tokens, "batch_indices"),
-        .seq_positions = span_of(a.seq_positions, a.num_tokens, "seq_positions")};
-  }
+  out.slots = slots_of(a);
   out.k_offset = a.k_offset;
   out.k_nope_offset = a.k_nope_offset;
   out.k_nope_dim = a.k_nope_dim;
@@ -425,6 +426,14 @@ rk_status rk_append_call_run(const rk_append_call* call, int64_t first, int64_t 
   return run_range(call, first, last);
 }
 rk_status rk_append_call_run_all(const rk_append_call* call) { return run_all(call); }
+
+rk_status rk_append_call_set_positions_and_slots(rk_append_call* call, const rk_append_args* args) {
+  return guarded([&] {
+    auto& c = need_mutable(call, "call").call;
+    const rk_append_args& a = need(args, "args");
+    c.set_positions_and_slots(positions_of(a.positions, "positions"), slots_of(a));
+  });
+}
 
 void rk_append_call_destroy(rk_append_call* call) { delete call; }
 
