@@ -7,7 +7,9 @@
 //      pair), the same with half the floating-point work, with none (a copy through registers), and bf16
 //      in even/odd lanes as ropekit's AVX3_BF16 target runs it, with and without its two shuffle-port
 //      instructions (the ±0 test that guards the exact rounding of subnormals, and the lane interleave);
-//   3. RotateCall::run on the same rows (the call prepared once), and a memcpy of the same bytes.
+//   3. ropekit on the same rows: RotateCall::run (the call prepared once), Rope::prepare + run (validated
+//      each call), RotateCall::set_positions + run (a decode step of a prepared call), and a memcpy of the
+//      same bytes.
 // A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
 // above the floor's ratio to memcpy cannot be met on this host (docs/performance.md).
 //
@@ -217,6 +219,12 @@ int main() {
   row("fp32 ropekit RotateCall::run", ns_per_call([&] { f32_call.run(0, f32_call.rows()); }), copy_f32, cycle);
   row("fp32 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_f32, g_copy, DType::F32).run(); }), copy_f32,
       cycle);
+  RotateCall f32_step = call_for(g_f32, g_copy, DType::F32);
+  row("fp32 ropekit RotateCall::set_positions + run", ns_per_call([&] {
+        f32_step.set_positions(positions(pos));
+        f32_step.run();
+      }),
+      copy_f32, cycle);
   if (bf16) {
     const double copy_bf16 =
         ns_per_call([] { std::memcpy(g_bf16_out, g_bf16, sizeof g_bf16); asm volatile("" ::: "memory"); });
@@ -228,6 +236,12 @@ int main() {
     const RotateCall bf16_call = call_for(g_bf16, g_bf16_out, DType::BF16);
     row("bf16 ropekit RotateCall::run", ns_per_call([&] { bf16_call.run(0, bf16_call.rows()); }), copy_bf16, cycle);
     row("bf16 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_bf16, g_bf16_out, DType::BF16).run(); }),
+        copy_bf16, cycle);
+    RotateCall bf16_step = call_for(g_bf16, g_bf16_out, DType::BF16);
+    row("bf16 ropekit RotateCall::set_positions + run", ns_per_call([&] {
+          bf16_step.set_positions(positions(pos));
+          bf16_step.run();
+        }),
         copy_bf16, cycle);
     if (g_flagged != 0) std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
   }

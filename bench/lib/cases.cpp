@@ -162,10 +162,10 @@ const Spec& spec(std::string_view name) {
 std::string Case::name() const {
   const std::string_view stage = seq == 1 ? "decode" : "prefill";
   if (op == Op::Rotate) {
-    return fmt::format("rotate/{}/{}/{}/{}/{}/{}/{}/{}/b{}s{}q{}k{}/t{}", stage, spec, short_name(dtype),
+    return fmt::format("rotate/{}/{}/{}/{}/{}/{}/{}/{}/b{}s{}q{}k{}/t{}{}", stage, spec, short_name(dtype),
                        layout_name(layout), in_place ? "inplace" : "outofplace", direction_name(direction),
                        angles == Angles::Table ? "table" : "onthefly", positions_name(positions), batch, seq, q_heads,
-                       k_heads, threads);
+                       k_heads, threads, step ? "/step" : "");
   }
   return fmt::format("{}/{}/{}/{}-{}/{}/b{}q{}k{}/h{}:{}/dv{}/{}{}{}{}/t{}",
                      op == Op::Attention ? "attention" : "cache_attention", stage, spec, short_name(dtype),
@@ -274,6 +274,10 @@ std::vector<Case> perf_cases() {
               out.push_back({.op = Op::Rotate, .spec = fmt::format("{}{}", pairing, s.d), .dtype = dt,
                              .positions = PositionKind::Sequential, .seq = s.tokens, .q_heads = s.q_heads,
                              .k_heads = s.k_heads, .threads = threads, .in_place = in_place, .angles = angles});
+              if (s.tokens == 1) {  // decode: also as an engine's step (prepared once, moved each call)
+                out.push_back(out.back());
+                out.back().step = true;
+              }
             }
           }
         }
@@ -398,7 +402,15 @@ AttentionOptions Workload::attention_options() const {
 
 void Workload::run() {
   switch (c_.op) {
-    case Op::Rotate: prepare().run(); return;
+    case Op::Rotate:
+      if (!c_.step) {
+        prepare().run();
+        return;
+      }
+      if (!step_call_) step_call_ = prepare();
+      step_call_->set_positions(rope_.pair_map().num_axes == 3 ? mrope_positions(pos_) : ropekit::positions(pos_));
+      step_call_->run();
+      return;
     case Op::Attention: attention(rope_, attention_args(), attention_options()); return;
     case Op::CacheAttention:
       attention(rope_, q.view, ropekit::positions(q_positions), *cache, out.view, attention_options());

@@ -60,6 +60,7 @@ struct Case {
   bool in_place = true;
   Direction direction = Direction::Forward;
   Angles angles = Angles::Table;
+  bool step = false;  // decode as an engine steps: a call prepared once, moved by RotateCall::set_positions
 
   // Attention, CacheAttention
   std::int64_t k_seq = 0;
@@ -133,6 +134,7 @@ class Workload {
   const Rope& rope_;  // shared by every workload of the same spec (its table is built once)
   std::vector<std::int64_t> pos_;  // rotation: positions (M-RoPE: three streams)
   std::shared_ptr<const Table> table_;
+  std::optional<RotateCall> step_call_;  // Case::step: prepared at the first run
 };
 
 }  // namespace ropekit::cases
