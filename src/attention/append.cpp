@@ -330,7 +330,14 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
   }
   if (q_rows.heads > 0 || k_rows.heads > 0) pair_kernel(rotation.job(), t, q_rows, k_rows);
   if (slot < 0) return;
-  for (std::int64_t h = 0; h < kv; ++h) {
+  // As for the values below: keys rotated into contiguous rows (k_out, or the buffer) whose entries fill
+  // whole back-to-back key entries (NHD, no offset, no nope part) convert in one call.
+  const bool one_key_call = !direct && args.k_nope.empty() && rotated_stride == d && args.k_offset == 0 &&
+                            cache.head_dim == d && cache.head_stride(cache.head_dim) == d;
+  if (one_key_call) {
+    convert(rotated, k.dtype, kv * d, cache.key(slot, 0), cache.dtype, cache.k_scale);
+  }
+  for (std::int64_t h = 0; h < kv && !one_key_call; ++h) {
     std::byte* entry = static_cast<std::byte*>(cache.key(slot, h));
     if (!direct) {
       convert(static_cast<const std::byte*>(rotated) + h * rotated_stride * element_size(k.dtype), k.dtype, d,
