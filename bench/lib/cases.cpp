@@ -302,7 +302,8 @@ bool Tensor::same_bytes(const Tensor& other) const {
   return size == other.size && std::memcmp(data(), other.data(), size) == 0;
 }
 
-Workload::Workload(const Case& c, std::uint32_t seed) : c_(c), rope_(shared_rope(c.spec)) {
+Workload::Workload(const Case& c, std::uint32_t seed)
+    : c_(c), head_dim_(c.head_dim()), bytes_(c.bytes()), rope_(shared_rope(c.spec)) {
   std::mt19937 rng(seed);
   const int d = c.head_dim(), dv = c.value_dim();
   if (c.op == Op::Rotate) {

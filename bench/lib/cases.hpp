@@ -107,6 +107,10 @@ class Workload {
 
   const Case& c() const { return c_; }
   const Rope& rope() const { return rope_; }
+  // Case::head_dim() and bytes() looked up once (a spec lookup costs a third of a decode-sized memcpy: the
+  // ceiling reads these on every call).
+  int head_dim() const { return head_dim_; }
+  std::int64_t bytes() const { return bytes_; }
 
   // Rotate: the call's arguments, and the call prepared with the case's angle source.
   RotateArgs rotate_args();
@@ -131,6 +135,8 @@ class Workload {
 
  private:
   Case c_;
+  int head_dim_ = 0;
+  std::int64_t bytes_ = 0;
   const Rope& rope_;  // shared by every workload of the same spec (its table is built once)
   std::vector<std::int64_t> pos_;  // rotation: positions (M-RoPE: three streams)
   std::shared_ptr<const Table> table_;

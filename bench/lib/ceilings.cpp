@@ -85,13 +85,13 @@ double target_of(const cases::Case& c) {
 
 void run_ceiling(cases::Workload& w) {
   const cases::Case& c = w.c();
-  const int threads = threads_for_bytes(c.threads > 0 ? c.threads : default_threads(), c.bytes());  // as apply() decides
+  const int threads = threads_for_bytes(c.threads > 0 ? c.threads : default_threads(), w.bytes());  // as apply() decides
   const auto kernel = HWY_DYNAMIC_DISPATCH(XorStream);
   const std::uint32_t mask = g_zero_mask;
   for (cases::Tensor* in : {&w.q, &w.k}) {
     cases::Tensor* out = in == &w.q ? &w.q_out : &w.k_out;
     auto* first_byte = static_cast<std::byte*>(in->view.data);
-    const std::int64_t lines = c.batch * c.seq * in->view.heads * c.head_dim() * element_size(c.dtype) / 64;
+    const std::int64_t lines = c.batch * c.seq * in->view.heads * w.head_dim() * element_size(c.dtype) / 64;
     if (ceiling_of(c) == Ceiling::InPlaceStream) {
       auto* words = reinterpret_cast<std::uint32_t*>(first_byte);
       cpu::parallel_ranges(threads, lines, [&](std::int64_t first, std::int64_t last) {
