@@ -60,16 +60,10 @@ constexpr std::size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 // Storage codecs: load to float32 lanes, store with one rounding (round to nearest, ties to even).
 struct F32Codec {
   using T = float;
-  static VF Load(DF d, const T* p) {
-    VF v = hn::LoadU(d, p);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    // Each loaded vector feeds two products. Left alone, GCC folds the load into both as memory
-    // operands: twice the load micro-ops, and a decode-shaped call 20 % slower (bench/compare/
-    // kernel_floor). An empty asm that claims to change the register keeps one load.
-    asm("" : "+v"(v.raw));
-#endif
-    return v;
-  }
+  // GCC folds each load into both products that use it (memory operands: twice the load micro-ops).
+  // Pinning the loaded vector in a register (an empty asm) made an L1-resident decode call 9 % faster
+  // but LLC-resident prefill out of place 10-15 % slower (docs/performance.md): left as GCC emits it.
+  static VF Load(DF d, const T* p) { return hn::LoadU(d, p); }
   template <bool kStream>
   static void Store(VF v, DF d, T* p) {
     if constexpr (kStream) hn::Stream(v, d, p); else hn::StoreU(v, d, p);
