@@ -305,7 +305,7 @@ bool Tensor::same_bytes(const Tensor& other) const {
 Workload::Workload(const Case& c, std::uint32_t seed)
     : c_(c), head_dim_(c.head_dim()), bytes_(c.bytes()), rope_(shared_rope(c.spec)) {
   std::mt19937 rng(seed);
-  const int d = c.head_dim(), dv = c.value_dim();
+  const int d = head_dim_, dv = c.value_dim();
   if (c.op == Op::Rotate) {
     const bool specials = c.layout == Layout::Strided;  // eval cases: special values too
     const int mis = int(rng() % 5);

@@ -144,9 +144,8 @@ class RotateCall {
   detail::RowsKernel kernel_ = nullptr;
   std::shared_ptr<const void> plan_pin_;   // the Rope state the job points into (map, angles)
   std::shared_ptr<const Table> table_pin_;  // the table snapshot, when the call reads one
-  // set_positions: the plan's on-the-fly angles (null when the plan is not pinned), and whether the
-  // table was the caller's (positions outside it are an error, not a reason to compute angles).
-  const detail::AngleEvaluator* on_the_fly_ = nullptr;
+  // set_positions: whether the table was the caller's (positions outside it are an error, not a reason
+  // to compute angles).
   bool table_given_ = false;
   std::shared_ptr<void> tables_;  // the Rope's growing table, for a call whose Rope chose its angles
 };

@@ -55,7 +55,7 @@ class Rope {
   const Spec& spec() const { return spec_; }
   const Plan& plan() const;
   const PairMap& pair_map() const;
-  AngleMode angle_mode() const { return mode_; }
+  AngleMode angle_mode() const;
 
   // Validates `args` and resolves the call once (ropekit/call.hpp): views and positions checked,
   // angles from the growing table or on the fly (chosen by the call's size and reach), the kernel
@@ -106,7 +106,6 @@ class Rope {
                                                 std::int64_t rows);
 
   Spec spec_;
-  AngleMode mode_;
   std::shared_ptr<const State> state_;
   std::shared_ptr<TableCache> cache_;
 };

@@ -125,9 +125,8 @@ void check_cache(const PagedCache& c) {
   }
 }
 
-// The resolved slot of every token: −1 for none. Throws on anything outside the cache or shared.
-// The slot of every token into `slots` (resized to tokens; its capacity is reused, so a decode step that
-// refills it allocates nothing), checked as the header says; throws on the first bad value.
+// The resolved slot of every token (−1: none) into `slots`, resized to tokens (its capacity is reused, so
+// a decode step that refills it allocates nothing); throws on anything outside the cache or shared.
 void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCache& c, std::int64_t tokens,
                 std::vector<std::int64_t>& slots) {
   slots.assign(static_cast<std::size_t>(tokens), -1);
@@ -334,10 +333,8 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
   // whole back-to-back key entries (NHD, no offset, no nope part) convert in one call.
   const bool one_key_call = !direct && args.k_nope.empty() && rotated_stride == d && args.k_offset == 0 &&
                             cache.head_dim == d && cache.head_stride(cache.head_dim) == d;
-  if (one_key_call) {
-    convert(rotated, k.dtype, kv * d, cache.key(slot, 0), cache.dtype, cache.k_scale);
-  }
-  for (std::int64_t h = 0; h < kv && !one_key_call; ++h) {
+  if (one_key_call) convert(rotated, k.dtype, kv * d, cache.key(slot, 0), cache.dtype, cache.k_scale);
+  for (std::int64_t h = 0; h < kv && !one_key_call; ++h) {  // per head, and each head's k_nope lanes
     std::byte* entry = static_cast<std::byte*>(cache.key(slot, h));
     if (!direct) {
       convert(static_cast<const std::byte*>(rotated) + h * rotated_stride * element_size(k.dtype), k.dtype, d,

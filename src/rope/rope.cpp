@@ -78,13 +78,13 @@ Rope::Rope(Spec spec, AngleMode mode, std::optional<std::int64_t> current_length
     : Rope(spec, make_plan(spec, current_length), mode) {}
 
 Rope::Rope(Spec spec, Plan plan, AngleMode mode)
-    : spec_(std::move(spec)), mode_(mode), cache_(std::make_shared<TableCache>()) {
-  if (mode_ != AngleMode::Accurate && mode_ != AngleMode::HfCompat) {
-    throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode_)));
+    : spec_(std::move(spec)), cache_(std::make_shared<TableCache>()) {
+  if (mode != AngleMode::Accurate && mode != AngleMode::HfCompat) {
+    throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode)));
   }
   PairMap map = make_pair_map(spec_);  // validates the spec
   check_plan_fits(spec_, plan);
-  state_ = std::make_shared<const State>(std::move(plan), std::move(map), mode_);
+  state_ = std::make_shared<const State>(std::move(plan), std::move(map), mode);
 }
 
 Rope::~Rope() = default;
@@ -93,6 +93,7 @@ Rope& Rope::operator=(Rope&&) noexcept = default;
 
 const Plan& Rope::plan() const { return state_->plan; }
 const PairMap& Rope::pair_map() const { return state_->map; }
+AngleMode Rope::angle_mode() const { return state_->mode; }
 
 std::shared_ptr<const Table> Rope::table(std::int64_t num_positions) const {
   return grow(*state_, *cache_, num_positions);
@@ -159,9 +160,9 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
         if (!same_bits(given->inv_freq(), state.plan.inv_freq)) {
           throw Error("table was built for other frequencies than this Rope's plan");
         }
-        if (!given->is_external() && given->mode() != mode_) {
+        if (!given->is_external() && given->mode() != state.mode) {
           throw Error(fmt::format("table angle mode = {} differs from this Rope's angle mode = {}",
-                                  to_string(given->mode()), to_string(mode_)));
+                                  to_string(given->mode()), to_string(state.mode)));
         }
         if (shape.max_position >= given->num_positions()) {
           throw Error(fmt::format("position {} is outside the table, which covers [0, {})",
@@ -184,7 +185,6 @@ RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* giv
                                                : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
   if (keep_plan) {
     call.plan_pin_ = state_;
-    call.on_the_fly_ = &state.angles;
     if (angles == Angles::Auto) call.tables_ = cache_;
   }
   call.table_given_ = angles == Angles::Given;
@@ -272,6 +272,7 @@ void RotateCall::set_positions(Positions positions) {
   // Every check before the first change: a bad call leaves the job as it was.
   const std::int64_t max_position =
       detail::check_positions(positions, "positions", job_.tokens, job_.map->num_axes);
+  const auto* state = static_cast<const Rope::State*>(plan_pin_.get());  // null: the call has no plan pinned
   std::shared_ptr<const Table> table = table_pin_;
   if (table_given_) {
     if (!table || max_position >= table->num_positions()) {
@@ -281,19 +282,18 @@ void RotateCall::set_positions(Positions positions) {
   } else if (tables_ != nullptr && (!table || max_position >= table->num_positions())) {
     // Past the call's snapshot: the Rope's table as a prepare at these positions would read it (grown
     // if that is worth it), else angles on the fly.
-    table = Rope::table_for(*static_cast<const Rope::State*>(plan_pin_.get()),
-                            *static_cast<Rope::TableCache*>(tables_.get()), max_position,
+    table = Rope::table_for(*state, *static_cast<Rope::TableCache*>(tables_.get()), max_position,
                             job_.tokens * job_.map->num_axes);
   }
   const bool covered = table && max_position < table->num_positions();
-  if (!covered && on_the_fly_ == nullptr) {
+  if (!covered && state == nullptr) {
     throw Error("set_positions: this call cannot compute angles on the fly (its plan is not pinned)");
   }
   job_.args.positions = positions;
   // A table the Rope chose carries no magnitude of its own (only imported tables do, and those are
   // given), so job_.magnitude holds for either source.
   job_.table = covered ? table.get() : nullptr;
-  job_.angles = covered ? nullptr : on_the_fly_;
+  job_.angles = covered ? nullptr : &state->angles;
   table_pin_ = covered ? std::move(table) : nullptr;
 }
 
