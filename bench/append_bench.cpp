@@ -34,6 +34,9 @@ class Aligned {
     const auto address = reinterpret_cast<std::uintptr_t>(storage_.data());
     data_ = storage_.data() + (64 - address % 64) % 64 / sizeof(T);
   }
+  Aligned(Aligned&&) noexcept = default;  // a moved vector keeps its block, so data_ stays in it
+  Aligned(const Aligned&) = delete;       // a copy's data_ would point into the original
+  Aligned& operator=(const Aligned&) = delete;
   T* data() { return data_; }
   T& operator[](std::size_t i) { return data_[i]; }
 
