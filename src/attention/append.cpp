@@ -242,7 +242,6 @@ struct AppendCall::Resolved {
   int threads = 1;
   std::int64_t bytes_moved = 0;
   bool rotate_keys = true;  // false: k copied into the entries as given (detail::KeyWrite::Unrotated)
-  bool prefetch = true;     // the next token's entries asked for ahead of their stores (prefetch_entries)
 
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
   void prefetch_entries(std::int64_t t) const;
@@ -362,14 +361,16 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
 
 // Asks for token t's cache entries (keys and values, every head) ahead of the stores that will fill them,
 // into L2: an engine's step writes entries no one has touched yet, and without this each entry's stores
-// wait, one line after another, for their lines (append_bench, decode 256 with fresh slots: the fused call
-// went from 0.87–0.91× the rotate-then-copy pair to 1.12–1.18×; docs/performance.md). Into L2, not L1:
+// wait, one line after another, for their lines (append_bench, bf16 decode 256 with fresh slots: the fused
+// call went from 0.87–0.91× the rotate-then-copy pair to 1.09–1.12×, the step from 0.91× to 1.13–1.15×;
+// docs/performance.md). Not for an fp8 cache: its software quantization is slow enough per line that the
+// fills keep up, and the prefetches cost 3–4 % in every fp8 row. Into L2, not L1:
 // into L1 the small calls lost more (decode 16: 7.0 → 7.95 µs against 7.4). Every line: prefetching the
 // first 4 or 8 lines of an entry, or every other line, and leaving the rest to the hardware gave back
 // most of the gain.
 void AppendCall::Resolved::prefetch_entries(std::int64_t t) const {
   const std::int64_t slot = slots[std::size_t(t)];
-  if (slot < 0) return;
+  if (slot < 0 || cache.dtype == CacheDType::F8E4M3) return;
   const std::int64_t es = element_size(cache.dtype);
   const auto lines = [](const void* entry, std::int64_t bytes) {
     const auto* p = static_cast<const char*>(entry);
@@ -393,7 +394,7 @@ void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
   if (buffer.size() < floats) buffer.resize(floats);
   if (rows.size() < bytes) rows.resize(bytes);
   for (std::int64_t t = first; t < last; ++t) {
-    if (r_->prefetch && t + 1 < last) r_->prefetch_entries(t + 1);
+    if (t + 1 < last) r_->prefetch_entries(t + 1);
     r_->token(t, buffer, rows);
   }
 }
@@ -571,9 +572,6 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
       .threads = args.threads > 0 ? args.threads : default_threads(),
       .bytes_moved = 0,
       .rotate_keys = keys == KeyWrite::Rotated,
-      // Not for an fp8 cache: its software quantization is slow enough per line that the line fills keep
-      // up, and the prefetches cost 3–4 % (append_bench, every fp8 row).
-      .prefetch = cache.dtype != CacheDType::F8E4M3,
   });
   AppendCall::Resolved& r = *call.r_;
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
