@@ -9,6 +9,7 @@
 //   through the kernels in tests/targets_test.cpp).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -76,22 +77,26 @@ inline float e4m3_to_float(std::uint8_t bits) {
   return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
 }
 
-// Branch-free (selects only), so that conversion loops vectorize.
+// float_to_e4m3's rounding constant for normals: rounding float32's 23 mantissa bits to 3 at bit 20 adds
+// 0x7ffff (and the kept bit, for ties to even); the exponent's rebias from 127 to 7 (120 << 23) is
+// folded in, so that one shift leaves the e4m3 code. (Wraps for |x| < 2^-8, which is not a normal.)
+inline constexpr std::uint32_t kE4m3NormalBias = 0x7ffffu - (120u << 23);
+
+// Branch-free (selects only), so that conversion loops vectorize; the SIMD encoder (src/cpu/rotate-inl.h)
+// runs the same steps.
 inline std::uint8_t float_to_e4m3(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  const std::uint32_t sign = (bits >> 24) & 0x80u;
   const std::uint32_t a = bits & 0x7fffffffu;
-  // A normal (2^-6 ≤ |x| < 448): round float32's 23 mantissa bits to 3 at bit 20, ties to even (a carry
-  // moves into the exponent, as it should), then rebias the exponent from 127 to 7.
-  const std::uint32_t normal = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
-  // |x| < 2^-6: a multiple of 2^-9 (subnormals, and 2^-6 itself): |x|·2^9 (exact) rounded to an integer,
-  // ties to even, by adding and removing 2^23; the integer is then the low bits of the sum.
-  const float scaled = std::bit_cast<float>(a) * 512.0f + 0x1p23f;
-  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(scaled) - 0x4b000000u;
+  // A normal (2^-6 ≤ |x| < 448): round to 3 mantissa bits at bit 20, ties to even (a carry moves into the
+  // exponent, as it should), rebias the exponent; every |x| ≥ 448, infinities included, saturates to 448.
+  const std::uint32_t normal = std::min((a + ((a >> 20) & 1u) + kE4m3NormalBias) >> 20, 0x7eu);
+  // |x| < 2^-6: a multiple of 2^-9 (subnormals, and 2^-6 itself). Float32's spacing in [2^14, 2^15) is
+  // 2^-9, so |x| + 2^14 rounds |x| to it, ties to even, and the multiple is the sum's low bits.
+  const float sum = std::bit_cast<float>(a) + 0x1p14f;
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(sum) - 0x46800000u;
   std::uint32_t out = a < 0x3c800000u ? subnormal : normal;
-  out = a >= 0x43e00000u ? 0x7eu : out;  // |x| ≥ 448, infinities included: saturate to ±448
-  out |= sign;
-  out = a > 0x7f800000u ? 0x7fu : out;   // NaN
+  out |= (bits >> 24) & 0x80u;
+  out = a > 0x7f800000u ? 0x7fu : out;  // NaN
   return static_cast<std::uint8_t>(out);
 }
 
