@@ -243,6 +243,22 @@ struct AppendCall::Resolved {
   std::int64_t bytes_moved = 0;
   bool rotate_keys = true;  // false: k copied into the entries as given (detail::KeyWrite::Unrotated)
 
+  // A constructor, not aggregate initialization: for `new Resolved{...}` GCC 12 first zeroes the whole
+  // ~1.2 KB object and then initializes each member. The rotation is made in place (prepare_rotation()
+  // initializes the member: no copy of its job).
+  template <class PrepareRotation>
+  Resolved(const AppendArgs& args, const PagedCache& cache, PrepareRotation prepare_rotation, std::vector<std::int64_t> slots,
+           detail::TokenPairKernel pair_kernel, detail::TokenKernel f32_kernel, cpu::CacheConvertKernel convert,
+           std::vector<float> q_weight, std::vector<float> k_weight, int head_dim, int threads, bool rotate_keys)
+      : args(args), cache(cache), rotation(prepare_rotation()), slots(std::move(slots)), pair_kernel(pair_kernel),
+        f32_kernel(f32_kernel), convert(convert), q_weight(std::move(q_weight)), k_weight(std::move(k_weight)),
+        head_dim(head_dim), threads(threads), rotate_keys(rotate_keys) {
+    // Not kept: the rotation holds the positions and `slots` the resolved slots; the caller's arrays
+    // need not outlive prepare_append.
+    this->args.positions = {};
+    this->args.slots = {};
+  }
+
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
   void prefetch_entries(std::int64_t t) const;
   void normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const;
@@ -408,8 +424,6 @@ void AppendCall::set_positions_and_slots(Positions positions, std::variant<SlotM
   fill_slots(slots, r.cache, std::int64_t(r.slots.size()), next);
   r.rotation.set_positions(positions);
   r.slots.swap(next);
-  r.args.positions = positions;
-  r.args.slots = slots;
 }
 
 void AppendCall::run() const {
@@ -440,7 +454,8 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
 
   // The views: k is required; each view's lanes and heads against the rope and the cache.
   if (args.k.empty()) throw Error("k is empty: an append needs the new keys");
-  detail::check_view(args.k, "k", d);
+  // Each view's extent (check_view's result) goes on to its byte range below.
+  const std::int64_t k_extent = detail::check_view(args.k, "k", d);
   if (args.k.heads != cache.kv_heads) {
     throw Error(fmt::format("k.heads = {} differs from cache.kv_heads = {}", args.k.heads, cache.kv_heads));
   }
@@ -448,33 +463,37 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
     throw Error(fmt::format("k_offset = {}: k's {} lanes must fit the cache's {}-lane key entry", args.k_offset, d,
                             cache.head_dim));
   }
+  std::int64_t q_extent = 0;
   if (!args.q.empty()) {
-    detail::check_view(args.q, "q", d);
+    q_extent = detail::check_view(args.q, "q", d);
     require_shape(args.q, "q", args.k, "k");
   }
-  const auto check_output = [&](const Heads& out, std::string_view name, const Heads& in, std::string_view in_name) {
+  const auto check_output = [&](const Heads& out, std::string_view name, const Heads& in,
+                                std::string_view in_name) -> std::int64_t {
     if (out.empty()) {
       if (out.data != nullptr) throw Error(fmt::format("{}.data is set but {} is empty", name, name));
-      return;
+      return 0;
     }
     if (in.empty()) throw Error(fmt::format("{} is set but {} is empty: nothing to write", name, in_name));
-    detail::check_view(out, name, d);
+    const std::int64_t extent = detail::check_view(out, name, d);
     if (out.batch != in.batch || out.seq != in.seq || out.heads != in.heads || out.dtype != in.dtype) {
       throw Error(fmt::format("{} [{}, {}, {}] {} differs from {} [{}, {}, {}] {}", name, out.batch, out.seq, out.heads,
                               to_string(out.dtype), in_name, in.batch, in.seq, in.heads, to_string(in.dtype)));
     }
     detail::require_no_self_overlap(out, name, d);
+    return extent;
   };
-  check_output(args.q_out, "q_out", args.q, "q");
-  check_output(args.k_out, "k_out", args.k, "k");
+  const std::int64_t q_out_extent = check_output(args.q_out, "q_out", args.q, "q");
+  const std::int64_t k_out_extent = check_output(args.k_out, "k_out", args.k, "k");
   if (args.q_out.empty() && !args.q.empty()) detail::require_no_self_overlap(args.q, "q", d);
   const bool k_in_place = !args.k_out.empty() && same_view(args.k, args.k_out);
   if (args.k_nope.empty() != (args.k_nope_dim == 0)) {
     throw Error(fmt::format("k_nope is {} but k_nope_dim = {}: give both or neither", args.k_nope.empty() ? "empty" : "set",
                             args.k_nope_dim));
   }
+  std::int64_t k_nope_extent = 0, v_extent = 0;
   if (!args.k_nope.empty()) {
-    detail::check_view(args.k_nope, "k_nope", args.k_nope_dim);
+    k_nope_extent = detail::check_view(args.k_nope, "k_nope", args.k_nope_dim);
     require_shape(args.k_nope, "k_nope", args.k, "k");
     if (args.k_nope.heads != cache.kv_heads) {
       throw Error(fmt::format("k_nope.heads = {} differs from cache.kv_heads = {}", args.k_nope.heads, cache.kv_heads));
@@ -493,7 +512,7 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
                             args.v.empty() ? "empty" : "set", cache.v == nullptr ? "null" : "set"));
   }
   if (!args.v.empty()) {
-    detail::check_view(args.v, "v", cache.v_head_dim);
+    v_extent = detail::check_view(args.v, "v", cache.v_head_dim);
     require_shape(args.v, "v", args.k, "k");
     if (args.v.heads != cache.kv_heads) {
       throw Error(fmt::format("v.heads = {} differs from cache.kv_heads = {}", args.v.heads, cache.kv_heads));
@@ -514,12 +533,14 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
     const auto add = [&](bool is_written, detail::ByteRange r) {
       if (is_written) written[n_written++] = r; else read[n_read++] = r;
     };
-    if (!args.q.empty()) add(args.q_out.empty(), detail::byte_range(args.q, "q", d));
-    if (!args.q_out.empty()) add(true, detail::byte_range(args.q_out, "q_out", d));
-    add(k_in_place, detail::byte_range(args.k, "k", d));
-    if (!args.k_out.empty() && !k_in_place) add(true, detail::byte_range(args.k_out, "k_out", d));
-    if (!args.k_nope.empty()) add(false, detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim));
-    if (!args.v.empty()) add(false, detail::byte_range(args.v, "v", cache.v_head_dim));
+    if (!args.q.empty()) add(args.q_out.empty(), detail::byte_range(args.q, "q", d, q_extent));
+    if (!args.q_out.empty()) add(true, detail::byte_range(args.q_out, "q_out", d, q_out_extent));
+    add(k_in_place, detail::byte_range(args.k, "k", d, k_extent));
+    if (!args.k_out.empty() && !k_in_place) add(true, detail::byte_range(args.k_out, "k_out", d, k_out_extent));
+    if (!args.k_nope.empty()) {
+      add(false, detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim, k_nope_extent));
+    }
+    if (!args.v.empty()) add(false, detail::byte_range(args.v, "v", cache.v_head_dim, v_extent));
     add(true, cache_range(cache.k, cache.head_dim, "cache.k"));
     if (cache.v != nullptr) add(true, cache_range(cache.v, cache.v_head_dim, "cache.v"));
     for (std::size_t i = 0; i < n_written; ++i) {
@@ -553,26 +574,17 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
   const std::int64_t tokens = args.k.batch * args.k.seq;
   std::vector<std::int64_t> slots = slots_of(args, cache, tokens);
 
-  // Built in place, each member once: a decode call takes about a microsecond, and make_unique's
-  // value-initialization would first zero the whole ~1.2 KB object, then copy into it.
   AppendCall call;
-  call.r_.reset(new AppendCall::Resolved{
-      .args = args,
-      .cache = cache,
+  call.r_.reset(new AppendCall::Resolved(
+      args, cache,
       // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
-      .rotation = detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
-                                       detail::ViewUse::Read, {}),
-      .slots = std::move(slots),
-      .pair_kernel = cpu::select_token_pair_kernel(spec.pairing),
-      .f32_kernel = cpu::select_token_kernel(DType::F32),
-      .convert = cpu::select_cache_convert_kernel(),
-      .q_weight = std::move(q_weight),
-      .k_weight = std::move(k_weight),
-      .head_dim = d,
-      .threads = args.threads > 0 ? args.threads : default_threads(),
-      .bytes_moved = 0,
-      .rotate_keys = keys == KeyWrite::Rotated,
-  });
+      [&] {
+        return detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
+                                    detail::ViewUse::Read, {});
+      },
+      std::move(slots), cpu::select_token_pair_kernel(spec.pairing), cpu::select_token_kernel(DType::F32),
+      cpu::select_cache_convert_kernel(), std::move(q_weight), std::move(k_weight), d,
+      args.threads > 0 ? args.threads : default_threads(), keys == KeyWrite::Rotated));
   AppendCall::Resolved& r = *call.r_;
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
   const std::int64_t k_bytes = args.k.heads * d * element_size(args.k.dtype) * (args.k_out.empty() ? 1 : 2) +
