@@ -88,9 +88,10 @@ constexpr std::int64_t kExtentLimit = std::numeric_limits<std::int64_t>::max() /
 }  // namespace
 
 // Element offset one past the last element the view touches; throws on a negative size or stride and
-// on overflow. Every call runs it several times (check_view, byte_range), a decode call in a few
-// hundred nanoseconds: the sum is formed in 128 bits without branches per dimension, and only a view
-// that may fail goes through the checks that name the field.
+// on overflow. Rope::prepare runs it once per view (check_view returns it, byte_range takes it),
+// prepare_append twice for q and k (its own checks, then its rotation's), a decode call in a few hundred
+// nanoseconds: the sum is formed in 128 bits without branches per dimension, and only a view that may
+// fail goes through the checks that name the field.
 std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
   __extension__ typedef unsigned __int128 U;  // GCC and Clang on 64-bit targets
   const auto span = [](std::int64_t size, std::int64_t stride) {
