@@ -669,4 +669,86 @@ TEST(AppendStep, EachStepEqualsAFreshPrepare) {
   EXPECT_ERROR(empty.set_positions_and_slots(positions(p), slot_mapping(p)), "the call is empty");
 }
 
+// An engine's own cos/sin cache (vLLM's layout, here made with Hugging Face's float32 angles and YaRN's
+// magnitude inside) drives the fused append exactly as it drives Rope::apply(args, table): every
+// buffer bit for bit against apply with the table → convert → copy, per call and per decode step, both
+// pairings, bf16 and fp8 caches. The positions reach 60,000, where HF's float32 angles differ from the
+// accurate ones, so the rope's own angles would not give these bits (checked).
+TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
+  const std::int64_t tokens = 3, q_heads = 4, kv = 2, d = 64, page_size = 4, num_pages = 4, n = 65536;
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+    const Spec spec{.head_dim = int(d), .rotary_dim = int(d), .base = 10000.0, .pairing = pairing,
+                    .scaling = scaling::Yarn{.factor = 8.0, .original_max_position_embeddings = 512}};
+    const Rope rope(spec), hf(spec, AngleMode::HfCompat);
+    std::vector<float> theirs(std::size_t(n * d));
+    export_cos_sin_cache(hf, n, theirs);
+    const std::shared_ptr<const Table> table = import_cos_sin_cache(rope, theirs, n);
+    for (const CacheDType cache_type : {CacheDType::BF16, CacheDType::F8E4M3}) {
+      SCOPED_TRACE(::testing::Message() << to_string(pairing) << " " << to_string(cache_type));
+      const float scale = cache_type == CacheDType::F8E4M3 ? 0.3f : 1.0f;
+      const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
+      Buffer kc(int(cache_type), cache_elems), vc = kc, kc_want = kc, vc_want = kc;
+      const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = cache_type, .num_pages = num_pages,
+                             .page_size = page_size, .kv_heads = kv, .head_dim = int(d), .v_head_dim = int(d),
+                             .k_scale = scale, .v_scale = scale};
+      Buffer q(int(DType::BF16), tokens * q_heads * d), k(int(DType::BF16), tokens * kv * d), v = k;
+      Buffer k_out(int(DType::BF16), tokens * kv * d);
+      std::vector<std::int64_t> pos(tokens), slots(tokens);
+      AppendArgs args{.q = bshd(q.data(), DType::BF16, 1, tokens, q_heads, d),
+                      .k = bshd(k.data(), DType::BF16, 1, tokens, kv, d),
+                      .k_out = bshd(k_out.data(), DType::BF16, 1, tokens, kv, d),
+                      .v = bshd(v.data(), DType::BF16, 1, tokens, kv, d)};
+      AppendCall step;
+      for (int s = 0; s < 3; ++s) {
+        SCOPED_TRACE(s);
+        for (std::int64_t t = 0; t < tokens; ++t) pos[t] = 60000 + 1111 * t + 7 * s, slots[t] = 5 * t + s;
+        refill(q, 40 + s), refill(k, 50 + s), refill(v, 60 + s);
+        // Unfused: rotate copies with the table, then convert and copy each element to its slot.
+        Buffer q_want = q, k_want = k, q_own = q;
+        rope.apply({.q = bshd(q_want.data(), DType::BF16, 1, tokens, q_heads, d),
+                    .k = bshd(k_want.data(), DType::BF16, 1, tokens, kv, d), .positions = positions(pos)},
+                   *table);
+        rope.apply({.q = bshd(q_own.data(), DType::BF16, 1, tokens, q_heads, d), .positions = positions(pos)});
+        EXPECT_NE(q_own.bytes, q_want.bytes);  // the cache's angles are not the rope's own
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          for (std::int64_t h = 0; h < kv; ++h) {
+            for (int l = 0; l < d; ++l) {
+              const std::int64_t at = cache_index(PageLayout::NHD, page_size, kv, int(d), slots[t], h, l);
+              kc_want.set(std::size_t(at), k_want.get(std::size_t((t * kv + h) * d + l)), scale);
+              vc_want.set(std::size_t(at), v.get(std::size_t((t * kv + h) * d + l)), scale);
+            }
+          }
+        }
+        // Fused: a fresh call per step, and one prepared call moved from step to step.
+        Buffer q_step = q;
+        args.positions = positions(pos);
+        args.slots = slot_mapping(slots);
+        prepare_append(rope, args, cache, table).run();
+        EXPECT_EQ(q.bytes, q_want.bytes);
+        EXPECT_EQ(k_out.bytes, k_want.bytes);
+        EXPECT_EQ(kc.bytes, kc_want.bytes);
+        EXPECT_EQ(vc.bytes, vc_want.bytes);
+        q.bytes = q_step.bytes;
+        if (s == 0) {
+          step = prepare_append(rope, args, cache, table);
+        } else {
+          step.set_positions_and_slots(positions(pos), slot_mapping(slots));
+        }
+        step.run();
+        EXPECT_EQ(q.bytes, q_want.bytes);
+        EXPECT_EQ(kc.bytes, kc_want.bytes);
+      }
+      // A step past the cache's rows, a null table, a table of other frequencies: refused.
+      pos[1] = n;
+      EXPECT_ERROR(step.set_positions_and_slots(positions(pos), slot_mapping(slots)), "position 65536 is outside the table");
+      args.positions = positions(pos);
+      EXPECT_ERROR(prepare_append(rope, args, cache, table), "position 65536 is outside the table");
+      pos[1] = 0;
+      EXPECT_ERROR(prepare_append(rope, args, cache, nullptr), "table is null");
+      const Rope other(Spec{.head_dim = int(d), .rotary_dim = int(d), .base = 500000.0, .pairing = pairing});
+      EXPECT_ERROR(prepare_append(other, args, cache, table), "other frequencies");
+    }
+  }
+}
+
 }  // namespace

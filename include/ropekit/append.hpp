@@ -189,6 +189,17 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
 inline void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache) {
   prepare_append(rope, args, cache).run();
 }
+// The same with the angles of exactly `table` — an engine's own cos/sin cache (import_cos_sin_cache,
+// ropekit/cos_sin_cache.hpp; FlashInfer's fused rope + append takes one) or a table of this Rope's —
+// as Rope::prepare(args, table) takes them; the call keeps it alive, and set_positions_and_slots reads
+// it. Bit-identical to Rope::apply(args, *table) → convert → copy. Errors also: a null table, one
+// built for other frequencies or another angle mode, a position outside it.
+AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                          std::shared_ptr<const Table> table);
+inline void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                   std::shared_ptr<const Table> table) {
+  prepare_append(rope, args, cache, std::move(table)).run();
+}
 
 // The slot each token of `args` writes (−1: none), as prepare_append resolves and checks it.
 std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache);

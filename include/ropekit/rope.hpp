@@ -36,7 +36,8 @@ class Rope;
 namespace detail {
 enum class ViewUse;
 struct CallNames;
-RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names);
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names,
+                        std::shared_ptr<const Table> table);
 }
 
 class Rope {
@@ -89,7 +90,8 @@ class Rope {
   std::shared_ptr<const Table> table(std::int64_t num_positions) const;
 
  private:
-  friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&);
+  friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&,
+                                        std::shared_ptr<const Table>);
   friend class RotateCall;  // set_positions reads the table as the call's Rope would
   struct State;  // plan, pair map, angle function: immutable, shared with the calls made from it
   struct TableCache;  // the growing table: shared with the calls that read it (set_positions may grow it)

@@ -442,8 +442,14 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
   return detail::AppendAccess::prepare(rope, args, cache, detail::KeyWrite::Rotated);
 }
 
+AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                          std::shared_ptr<const Table> table) {
+  if (!table) throw Error("table is null");
+  return detail::AppendAccess::prepare(rope, args, cache, detail::KeyWrite::Rotated, std::move(table));
+}
+
 AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
-                                         KeyWrite keys) {
+                                         KeyWrite keys, std::shared_ptr<const Table> table) {
   const Spec& spec = rope.spec();
   const int d = spec.head_dim;
   check_cache(cache);
@@ -580,7 +586,7 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
       // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
       [&] {
         return detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
-                                    detail::ViewUse::Read, {});
+                                    detail::ViewUse::Read, {}, std::move(table));
       },
       std::move(slots), cpu::select_token_pair_kernel(spec.pairing), cpu::select_token_kernel(DType::F32),
       cpu::select_cache_convert_kernel(), std::move(q_weight), std::move(k_weight), d,

@@ -62,7 +62,9 @@ inline KeyStorage storage_of(const PositionRegimes& regimes) {
 // PagedKvCache with such regimes). Unrotated takes no k_out and no k norm.
 enum class KeyWrite { Rotated, Unrotated };
 struct AppendAccess {
-  static AppendCall prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys);
+  // table: the angles of an external cos/sin cache (import_cos_sin_cache), null for the Rope's own.
+  static AppendCall prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
+                            std::shared_ptr<const Table> table = nullptr);
 };
 
 }  // namespace ropekit::detail

@@ -47,7 +47,9 @@ void make_job(RotateJob& job, const PairMap& map, const Plan& plan, const CallSh
 
 // Rope::prepare for consumers: errors name the consumer's arguments, and with ViewUse::Read (a
 // consumer that rotates rows into its own buffers) the views are only read: the call's job() feeds the
-// consumer's per-target code and its run() does nothing (it has no destination).
-RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names);
+// consumer's per-target code and its run() does nothing (it has no destination). Angles from `table`
+// when it is non-null (as Rope::prepare(args, table) takes them), else as Rope::prepare chooses them.
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names,
+                        std::shared_ptr<const Table> table = nullptr);
 
 }  // namespace ropekit::detail

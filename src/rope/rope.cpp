@@ -304,8 +304,11 @@ void RotateCall::run() const {
 
 namespace detail {
 
-RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names) {
-  return rope.resolve(args, Rope::Angles::Auto, nullptr, nullptr, use, names);
+RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names,
+                        std::shared_ptr<const Table> table) {
+  if (!table) return rope.resolve(args, Rope::Angles::Auto, nullptr, nullptr, use, names);
+  const Table* given = table.get();
+  return rope.resolve(args, Rope::Angles::Given, given, std::move(table), use, names);
 }
 
 }  // namespace detail
