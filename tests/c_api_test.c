@@ -409,6 +409,87 @@ static void test_append(void) {
   rk_rope_destroy(rope);
 }
 
+/* An engine's own cos/sin cache: ropekit's export checks clean, a planted error is found where it is;
+ * rotating and appending with an imported cache use exactly its values (the own export: the bits of
+ * apply; the planted one: different bits at that position, and the append's entries are the keys its
+ * rotation gives); calls keep the table alive; bad input is refused. */
+static void test_cos_sin_cache(void) {
+  enum { NP = 64 };
+  rk_rope* rope = plain_rope();
+  static float cache[NP * D], planted[NP * D];
+  CHECK_ERROR(rk_cos_sin_cache_export(rope, NP, cache, NP * D - 1), "capacity = 4095");
+  CHECK_OK(rk_cos_sin_cache_export(rope, NP, cache, NP * D));
+  rk_cos_sin_cache_report report;
+  CHECK_OK(rk_cos_sin_cache_check(rope, cache, NP * D, NP, 0.0, &report));
+  CHECK(report.max_error <= report.accurate_bound && report.first_position_over == -1, "own export: error %g, bound %g, over at %lld",
+        report.max_error, report.accurate_bound, (long long)report.first_position_over);
+  memcpy(planted, cache, sizeof planted);
+  planted[10 * D + P + 3] += 1e-3f; /* position 10, pair 3, sin */
+  CHECK_OK(rk_cos_sin_cache_check(rope, planted, NP * D, NP, 1e-6, &report));
+  CHECK(report.worst_position == 10 && report.worst_pair == 3 && report.worst_is_sin == 1 && report.first_position_over == 10,
+        "planted error found at position %lld, pair %d, sin %d", (long long)report.worst_position, report.worst_pair,
+        report.worst_is_sin);
+  CHECK_ERROR(rk_cos_sin_cache_check(rope, cache, NP * D - 1, NP, 0.0, &report), "4095 values");
+
+  rk_table *own = NULL, *theirs = NULL, *untouched = (rk_table*)&report;
+  CHECK_ERROR(rk_cos_sin_cache_import(rope, cache, NP * D, -1, &untouched), "num_positions = -1");
+  CHECK(untouched == (rk_table*)&report, "a failed import wrote its output handle");
+  CHECK_OK(rk_cos_sin_cache_import(rope, cache, NP * D, NP, &own));
+  CHECK_OK(rk_cos_sin_cache_import(rope, planted, NP * D, NP, &theirs));
+
+  static float k[N * KH * D], want[N * KH * D], got[N * KH * D];
+  fill(k, N * KH * D, 8);
+  const int64_t pos[N] = {10, 3, 63, 0, 10};
+  rk_rotate_args rot;
+  memset(&rot, 0, sizeof rot);
+  rot.positions = rk_positions_i64(pos, N);
+  memcpy(want, k, sizeof k);
+  rot.k = rk_bshd(want, RK_F32, 1, N, KH, D);
+  CHECK_OK(rk_rope_apply(rope, &rot));
+  memcpy(got, k, sizeof k);
+  rot.k = rk_bshd(got, RK_F32, 1, N, KH, D);
+  rk_call* call = NULL;
+  CHECK_OK(rk_rope_prepare_with_table(rope, &rot, own, &call));
+  rk_table_destroy(own); /* the call keeps it */
+  CHECK_OK(rk_call_run_all(call));
+  rk_call_destroy(call);
+  CHECK(memcmp(got, want, sizeof got) == 0, "the imported own export rotates other than apply");
+  memcpy(got, k, sizeof k);
+  CHECK_OK(rk_rope_prepare_with_table(rope, &rot, theirs, &call));
+  CHECK_OK(rk_call_run_all(call));
+  rk_call_destroy(call);
+  CHECK(memcmp(got, want, sizeof got) != 0, "the planted cache's values were not used");
+  CHECK(memcmp(got + KH * D, want + KH * D, 3 * KH * D * sizeof(float)) == 0, "positions 3, 63, 0 differ");
+
+  /* The fused append with the planted cache writes the keys its rotation gave (f32 cache: copies). */
+  static float kc[SLOTS * KH * D], vc[SLOTS * KH * D];
+  rk_paged_cache pc;
+  memset(&pc, 0, sizeof pc);
+  pc.k = kc, pc.v = vc, pc.dtype = RK_CACHE_F32, pc.layout = RK_NHD;
+  pc.num_pages = PAGES, pc.page_size = PAGE, pc.kv_heads = KH, pc.head_dim = D, pc.v_head_dim = D;
+  const int64_t slots[N] = {0, 1, 2, 3, 4};
+  rk_append_args args;
+  memset(&args, 0, sizeof args);
+  args.k = rk_bshd(k, RK_F32, 1, N, KH, D);
+  args.v = rk_bshd(k, RK_F32, 1, N, KH, D);
+  args.positions = rk_positions_i64(pos, N);
+  args.slot_mapping = slots, args.slot_type = RK_I64, args.slot_count = N;
+  rk_append_call* append = NULL;
+  CHECK_OK(rk_append_prepare_with_table(rope, &args, &pc, theirs, &append));
+  CHECK_OK(rk_append_call_run_all(append));
+  CHECK(memcmp(kc, got, sizeof got) == 0, "the append's keys differ from the rotation with the same cache");
+  const int64_t outside[N] = {10, 3, 64, 0, 10};
+  rk_append_args step = args;
+  step.positions = rk_positions_i64(outside, N);
+  CHECK_ERROR(rk_append_call_set_positions_and_slots(append, &step), "position 64 is outside the table");
+  CHECK_ERROR(rk_append_prepare_with_table(rope, &step, &pc, theirs, &append), "position 64 is outside the table");
+  CHECK_ERROR(rk_append_prepare_with_table(rope, &args, &pc, NULL, &append), "table is NULL");
+  rk_append_call_destroy(append);
+  rk_table_destroy(theirs);
+  rk_table_destroy(NULL);
+  rk_rope_destroy(rope);
+}
+
 /* Attention with the rope fused into the tile loads equals attention on q and k rotated first
  * (the fused path rotates exactly as apply would), and both match a double-precision softmax. */
 static void test_attention(void) {
@@ -597,6 +678,7 @@ int main(void) {
   test_bad_input_changes_nothing();
   test_config();
   test_append();
+  test_cos_sin_cache();
   test_attention();
   test_paged_cache();
   if (failures) {

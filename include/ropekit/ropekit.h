@@ -215,6 +215,37 @@ rk_status rk_append_call_set_positions_and_slots(rk_append_call* call, const rk_
 void rk_append_call_destroy(rk_append_call* call);
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache);
 
+/* ---- an engine's own cos/sin cache (ropekit/cos_sin_cache.hpp) ----------------------------------- */
+
+/* Layout (vLLM's cos_sin_cache, FlashInfer's too): float32 [num_positions, rotary_dim], row p = the
+ * rotary_dim/2 values m*cos(p*w_j), then the m*sin(p*w_j); m = the plan's cos_sin_scale. */
+typedef struct rk_table rk_table;
+/* ropekit's own coefficients in that layout into out[0, num_positions * rotary_dim); capacity counts floats. */
+rk_status rk_cos_sin_cache_export(const rk_rope* rope, int64_t num_positions, float* out, size_t capacity);
+/* A table holding a copy of the caller's cache (count = num_positions * rotary_dim floats), for the
+ * *_with_table calls below: they rotate with exactly its values. */
+rk_status rk_cos_sin_cache_import(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
+                                  rk_table** out);
+void rk_table_destroy(rk_table* table);
+/* How far a cache is from the accurate angles (ropekit::check_cos_sin_cache; tolerance 0: 1e-6). */
+typedef struct rk_cos_sin_cache_report {
+  double max_error;              /* max |value - exact| */
+  int64_t worst_position;        /* -1: an empty cache */
+  int worst_pair;
+  int worst_is_sin;
+  int64_t first_position_over;   /* first position with an error above the tolerance; -1: none */
+  double accurate_bound;         /* what ropekit's own export meets everywhere */
+} rk_cos_sin_cache_report;
+rk_status rk_cos_sin_cache_check(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
+                                 double tolerance, rk_cos_sin_cache_report* out);
+/* rk_rope_prepare / rk_append_prepare with the table's angles (Rope::prepare(args, table),
+ * prepare_append(rope, args, cache, table)); the call keeps the table alive: it may be destroyed first.
+ * Errors also: a table of other frequencies, a position outside it (at prepare and at each step). */
+rk_status rk_rope_prepare_with_table(const rk_rope* rope, const rk_rotate_args* args, const rk_table* table,
+                                     rk_call** out);
+rk_status rk_append_prepare_with_table(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache,
+                                       const rk_table* table, rk_append_call** out);
+
 /* ---- immutable ropes per length (ropekit/rope_set.hpp) ------------------------------------------- */
 
 typedef struct rk_rope_set rk_rope_set;

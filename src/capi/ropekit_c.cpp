@@ -12,6 +12,7 @@
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/config.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/paged_kv_cache.hpp"
 #include "ropekit/rope.hpp"
@@ -37,6 +38,9 @@ struct rk_call {
 };
 struct rk_append_call {
   ropekit::AppendCall call;
+};
+struct rk_table {
+  std::shared_ptr<const ropekit::Table> table;  // shared with the calls prepared with it
 };
 
 namespace {
@@ -436,6 +440,66 @@ rk_status rk_append_call_set_positions_and_slots(rk_append_call* call, const rk_
 }
 
 void rk_append_call_destroy(rk_append_call* call) { delete call; }
+
+rk_status rk_cos_sin_cache_export(const rk_rope* rope, int64_t num_positions, float* out, size_t capacity) {
+  return guarded([&] {
+    const Rope& r = *need(rope, "rope").rope;
+    if (out == nullptr) throw Error("out is NULL");
+    // The size export_cos_sin_cache checks against; its range check comes first (num_positions may be huge).
+    const std::int64_t want = num_positions >= 0 && num_positions < (std::int64_t{1} << 47)
+                                  ? num_positions * r.spec().rotary_dim
+                                  : 0;
+    if (std::uint64_t(want) > capacity) {
+      throw Error(fmt::format("capacity = {}: the cache needs num_positions x rotary_dim = {} x {} = {} floats",
+                              capacity, num_positions, r.spec().rotary_dim, want));
+    }
+    export_cos_sin_cache(r, num_positions, std::span<float>(out, std::size_t(want)));
+  });
+}
+
+rk_status rk_cos_sin_cache_import(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
+                                  rk_table** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    if (cache == nullptr && count > 0) throw Error("cache is NULL");
+    auto table = import_cos_sin_cache(*need(rope, "rope").rope, std::span<const float>(cache, count), num_positions);
+    *out = new rk_table{std::move(table)};
+  });
+}
+
+void rk_table_destroy(rk_table* table) { delete table; }
+
+rk_status rk_cos_sin_cache_check(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
+                                 double tolerance, rk_cos_sin_cache_report* out) {
+  return guarded([&] {
+    if (out == nullptr) throw Error("out is NULL");
+    if (cache == nullptr && count > 0) throw Error("cache is NULL");
+    const CosSinCacheReport r = check_cos_sin_cache(*need(rope, "rope").rope, std::span<const float>(cache, count),
+                                                    num_positions, tolerance == 0.0 ? 1e-6 : tolerance);
+    *out = {.max_error = r.max_error, .worst_position = r.worst_position, .worst_pair = r.worst_pair,
+            .worst_is_sin = r.worst_is_sin ? 1 : 0, .first_position_over = r.first_position_over,
+            .accurate_bound = r.accurate_bound};
+  });
+}
+
+rk_status rk_rope_prepare_with_table(const rk_rope* rope, const rk_rotate_args* args, const rk_table* table,
+                                     rk_call** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    RotateCall call = need(rope, "rope").rope->prepare(rotate_args_of(need(args, "args")), need(table, "table").table);
+    *out = new rk_call{std::move(call)};
+  });
+}
+
+rk_status rk_append_prepare_with_table(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache,
+                                       const rk_table* table, rk_append_call** out) {
+  return guarded([&] {
+    need_out(out, "out");
+    AppendCall call = prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")),
+                                     cache_of(need(cache, "cache")), need(table, "table").table);
+    *out = new rk_append_call{std::move(call)};
+  });
+}
 
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache) {
   return guarded([&] {
