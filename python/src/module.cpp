@@ -232,10 +232,33 @@ std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rota
   return std::make_shared<PyRope>(spec, current_length, "Rope(...)");
 }
 
+// An engine's cos/sin cache imported for Rope.apply(..., table=): its values, copied once.
+struct PyCosSinTable {
+  std::shared_ptr<const Table> table;
+};
+
+// A float32 [num_positions, rotary_dim] copy-free view of `cache_obj` (converted when it is not one).
+py::array_t<float, py::array::c_style | py::array::forcecast> cache_array(const Rope& rope, py::handle cache_obj) {
+  const py::array_t<float, py::array::c_style | py::array::forcecast> cache =
+      py::module_::import("numpy").attr("ascontiguousarray")(cache_obj, "float32");
+  if (cache.ndim() != 2 || cache.shape(1) != rope.spec().rotary_dim) {
+    throw Error(fmt::format("cache: shape [num_positions, rotary_dim = {}] expected, got {} dimensions",
+                            rope.spec().rotary_dim, cache.ndim()));
+  }
+  return cache;
+}
+
+PyCosSinTable import_cache(const PyRope& self, py::handle cache_obj) {
+  const std::shared_ptr<const Rope> rope_held = self.rope(AngleMode::Accurate);
+  const auto cache = cache_array(*rope_held, cache_obj);
+  py::gil_scoped_release release;
+  return {import_cos_sin_cache(*rope_held, {cache.data(), static_cast<std::size_t>(cache.size())}, cache.shape(0))};
+}
+
 // Rotates q and k (NumPy arrays or torch CPU tensors) in place or into new arrays.
 py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
                  std::string_view layout_text, bool inplace, std::string_view direction, std::string_view angles,
-                 std::string_view dtype, int threads) {
+                 std::string_view dtype, int threads, const PyCosSinTable* table) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
@@ -267,7 +290,7 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
   const PositionsBuffer pos = read_positions(positions_obj, first.batch, first.seq, rope.pair_map().num_axes,
                                              "positions", fmt::format("q/k (layout \"{}\")", layout_text));
   args.positions = pos.view;
-  const RotateCall call = rope.prepare(args);
+  const RotateCall call = table != nullptr ? rope.prepare(args, table->table) : rope.prepare(args);
   {
     py::gil_scoped_release release;
     call.run();
@@ -296,12 +319,7 @@ py::array_t<float> cos_sin_cache(const PyRope& self, std::int64_t num_positions,
 
 py::dict check_cache(const PyRope& self, py::handle cache_obj, double tolerance) {
   const std::shared_ptr<const Rope> rope_held = self.rope(AngleMode::Accurate);
-  const py::array_t<float, py::array::c_style | py::array::forcecast> cache =
-      py::module_::import("numpy").attr("ascontiguousarray")(cache_obj, "float32");
-  if (cache.ndim() != 2 || cache.shape(1) != rope_held->spec().rotary_dim) {
-    throw Error(fmt::format("cache: shape [num_positions, rotary_dim = {}] expected, got {} dimensions",
-                            rope_held->spec().rotary_dim, cache.ndim()));
-  }
+  const auto cache = cache_array(*rope_held, cache_obj);
   CosSinCacheReport r;
   {
     py::gil_scoped_release release;
@@ -435,6 +453,9 @@ PYBIND11_MODULE(_ropekit, m) {
     }
   });
 
+  py::class_<PyCosSinTable>(m, "CosSinTable",
+                            "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
+      .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });
   py::class_<PyRope, std::shared_ptr<PyRope>>(m, "Rope")
       .def(py::init(&rope_from_keywords), py::arg("head_dim"), py::kw_only(), py::arg("rotary_dim") = py::none(),
            py::arg("base") = 10000.0, py::arg("pairing") = "half", py::arg("rope_scaling") = py::none(),
@@ -481,10 +502,12 @@ PYBIND11_MODULE(_ropekit, m) {
       .def("bands", &bands, py::arg("context") = py::none())
       .def("cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
       .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6)
+      .def("import_cos_sin_cache", &import_cache, py::arg("cache"))
       .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf", py::arg("angles") = "accurate")
       .def("apply", &apply, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(), py::kw_only(),
            py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
-           py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0)
+           py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
+           py::arg("table") = static_cast<const PyCosSinTable*>(nullptr))
       .def("verify", &verify_checks)
       .def("decay_bound", [](const PyRope& r, std::int64_t max_distance) {
         const std::vector<double> d = decay_bound(r.plan(), max_distance);

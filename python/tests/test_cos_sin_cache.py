@@ -57,3 +57,34 @@ def test_bad_cache_is_an_error():
         rope.cos_sin_cache(-1)
     with pytest.raises(ropekit.Error, match="tolerance = 0"):
         rope.check_cos_sin_cache(np.zeros((10, 64), np.float32), tolerance=0.0)
+
+
+def test_apply_with_an_imported_cache_uses_exactly_its_values():
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    n = 70000
+    # vLLM's float32-angle cache, imported: rotating with it is rotating with its values — the float64
+    # rotation of q by them, rounded once — not with ropekit's accurate angles.
+    t = torch.arange(n, dtype=torch.float32)
+    freqs = torch.einsum("i,j->ij", t, torch.from_numpy(rope.inv_freq))
+    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).numpy()
+    table = rope.import_cos_sin_cache(cache)
+    assert table.num_positions == n
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 4, 2, 128)).astype(np.float32)
+    pos = np.array([[3, 65000, 69999, 40000]])
+    got = rope.apply(q, positions=pos, inplace=False, table=table)
+    own = rope.apply(q, positions=pos, inplace=False)
+    assert not np.array_equal(got, own)
+    c = cache[pos[0]][:, None, :64].astype(np.float64)
+    s = cache[pos[0]][:, None, 64:].astype(np.float64)
+    a, b = q[0, :, :, :64].astype(np.float64), q[0, :, :, 64:].astype(np.float64)
+    want = np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+    np.testing.assert_allclose(got[0], want, rtol=0, atol=4e-7 * np.abs(q).max())
+    with pytest.raises(ropekit.Error, match="position 70000 is outside the table"):
+        rope.apply(q, positions=np.array([[0, 1, 2, n]]), table=table)
+    with pytest.raises(ropekit.Error, match="other frequencies"):
+        ropekit.Rope(128).apply(q, positions=pos, table=table)
+    with pytest.raises(ropekit.Error, match="position 3 pair 5: cos = nan"):
+        bad = cache[:10].copy()
+        bad[3, 5] = np.nan
+        rope.import_cos_sin_cache(bad)
