@@ -1,5 +1,6 @@
 // libFuzzer target: caller-provided cache geometry, slot mappings and page tables → prepare_append
-// (and a run when they are accepted). Any input may be rejected with ropekit::Error; an accepted one
+// (and a run when they are accepted); with mode's high bit, also a caller's cos/sin cache (its claimed
+// rows, its values, positions that may fall outside it) imported and driving the append. Any input may be rejected with ropekit::Error; an accepted one
 // must write only inside the cache (ASan sees the buffers' bounds exactly).
 #include <algorithm>
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "ropekit/append.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/error.hpp"
 
 namespace {
@@ -42,13 +44,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto dtype = static_cast<CacheDType>(in.take<std::uint8_t>() % 6);
   const auto layout = static_cast<PageLayout>(in.take<std::uint8_t>() % 4);
   const int k_offset = in.take<std::int8_t>();
+  // An engine's cos/sin cache: claimed rows, rows actually given, and where the positions start.
+  const bool external = (mode & 0x80) != 0;
+  const std::int64_t table_rows = external ? in.take<std::uint8_t>() % 24 : 0;
+  const std::size_t given_rows = external ? in.take<std::uint8_t>() % 24 : 0;
+  const std::int64_t first_position = external ? in.take<std::int8_t>() : 0;
 
   const Spec spec{.head_dim = 8, .rotary_dim = 8, .base = 10000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
   const std::int64_t heads = std::max<std::int64_t>(kv_heads, 1);
   std::vector<float> k(std::size_t(tokens * heads * 8), 0.5f), v(std::size_t(tokens * heads * 8), 0.25f);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(tokens), 0);
-  for (std::int64_t t = 0; t < tokens; ++t) pos[std::size_t(t)] = t;
+  for (std::int64_t t = 0; t < tokens; ++t) pos[std::size_t(t)] = first_position + t;
   // The cache is allocated from the geometry the input claims (when it is sane), so an accepted call
   // that writes outside it is an ASan error.
   const bool sane = num_pages > 0 && page_size > 0 && kv_heads > 0 && head_dim > 0 && dtype >= CacheDType::F32 &&
@@ -81,8 +88,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     args.slots = PageTable{indices, indptr, last, batch_indices, seq_positions};
   }
   try {
-    if (sane) append(rope, args, cache);
-    else (void)resolve_slots(args, cache);
+    if (external) {
+      // Its values: the input's int32 words read as floats (NaN and infinities included), else 0.5.
+      std::vector<float> values(given_rows * 8, 0.5f);
+      for (std::size_t i = 0; i < values.size() && !rest.empty(); ++i) {
+        std::memcpy(&values[i], &rest[i % rest.size()], 4);
+      }
+      const auto table = import_cos_sin_cache(rope, values, table_rows);
+      if (sane) append(rope, args, cache, table);
+    } else if (sane) {
+      append(rope, args, cache);
+    } else {
+      (void)resolve_slots(args, cache);
+    }
   } catch (const Error&) {
   }
   return 0;

@@ -29,9 +29,11 @@ int main(int argc, char** argv) {
 
   // append_fuzz: a slot mapping and a page table that prepare_append accepts (the field order of
   // append_fuzz.cpp: mode, pages, page size, kv heads, tokens, head_dim, scale, scale used, dtype,
-  // layout, k_offset, then int32 arrays).
+  // layout, k_offset, with mode's high bit the cos/sin cache's claimed rows, given rows and first
+  // position, then int32 arrays).
   {
-    const auto seed = [&](const char* name, std::uint8_t mode, std::uint8_t dtype, std::vector<std::int32_t> arrays) {
+    const auto seed = [&](const char* name, std::uint8_t mode, std::uint8_t dtype, std::vector<std::int32_t> arrays,
+                          std::vector<std::uint8_t> external = {}) {
       std::vector<std::byte> bytes;
       const auto put = [&](const void* p, std::size_t n) {
         bytes.insert(bytes.end(), static_cast<const std::byte*>(p), static_cast<const std::byte*>(p) + n);
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
       put(&scale, 4);
       const std::uint8_t tail[] = {dtype == 4 ? std::uint8_t{1} : std::uint8_t{0}, dtype, 1, 4};
       put(tail, sizeof tail);
+      put(external.data(), external.size());
       put(arrays.data(), arrays.size() * 4);
       save(dir / "append" / name, bytes);
     };
@@ -49,6 +52,8 @@ int main(int argc, char** argv) {
     seed("slots_fp8", 0, 4, {1, 2, -1});
     // mode 3: batch 1; indptr {0, 2}, last_page_len {3}, batch_indices {0, 0, 0}, seq_positions {4, 5, 6}, indices {2, 1}
     seed("pages", 3, 2, {0, 2, 3, 0, 0, 0, 4, 5, 6, 2, 1});
+    // An imported cos/sin cache of 10 rows (values: these words as floats), positions 2, 3, 4.
+    seed("slots_cos_sin_cache", 0x80, 2, {5, 0, 15, 0x3f000000, 0x3e800000}, {10, 10, 2});
   }
 
   // Tiny models in both llama2.c exports and as GGUF (F32, F16, BF16; with a tokenizer), and tokenizers.
