@@ -79,7 +79,7 @@ inline float e4m3_to_float(std::uint8_t bits) {
 
 // float_to_e4m3's rounding constant for normals: rounding float32's 23 mantissa bits to 3 at bit 20 adds
 // 0x7ffff (and the kept bit, for ties to even); the exponent's rebias from 127 to 7 (120 << 23) is
-// folded in, so that one shift leaves the e4m3 code. (Wraps for |x| < 2^-8, which is not a normal.)
+// folded in, so that one shift leaves the e4m3 code. (Wraps below 2^-7, where the subnormal path is taken.)
 inline constexpr std::uint32_t kE4m3NormalBias = 0x7ffffu - (120u << 23);
 
 // Branch-free (selects only), so that conversion loops vectorize; the SIMD encoder (src/cpu/rotate-inl.h)

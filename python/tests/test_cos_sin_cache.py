@@ -15,6 +15,13 @@ def exact(rope, n):
     return np.concatenate([m * np.cos(angles), m * np.sin(angles)], axis=1)
 
 
+def vllm_cache(rope, n):
+    """As vLLM's _compute_cos_sin_cache: float32 positions × float32 inv_freq, cos/sin in float32."""
+    t = torch.arange(n, dtype=torch.float32)
+    freqs = torch.einsum("i,j->ij", t, torch.from_numpy(rope.inv_freq))
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1).numpy()
+
+
 def test_export_is_within_its_bound_and_matches_cos_sin():
     rope = ropekit.Rope.from_preset("qwen2.5-7b-instruct-yarn4")  # YaRN: the magnitude is in the cache
     assert rope.cos_sin_scale != 1.0
@@ -36,10 +43,7 @@ def test_export_is_within_its_bound_and_matches_cos_sin():
 def test_checker_locates_the_drift_of_a_float32_angle_cache():
     rope = ropekit.Rope.from_preset("llama-3.1-8b")
     n = 40000
-    # As vLLM's _compute_cos_sin_cache: float32 positions × float32 inv_freq, cos/sin in float32.
-    t = torch.arange(n, dtype=torch.float32)
-    freqs = torch.einsum("i,j->ij", t, torch.from_numpy(rope.inv_freq))
-    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).numpy()
+    cache = vllm_cache(rope, n)
     report = rope.check_cos_sin_cache(cache, tolerance=1e-5)
     err = np.abs(cache.astype(np.float64) - exact(rope, n)).max(axis=1)
     first = report["first_position_over"]
@@ -64,9 +68,7 @@ def test_apply_with_an_imported_cache_uses_exactly_its_values():
     n = 70000
     # vLLM's float32-angle cache, imported: rotating with it is rotating with its values — the float64
     # rotation of q by them, rounded once — not with ropekit's accurate angles.
-    t = torch.arange(n, dtype=torch.float32)
-    freqs = torch.einsum("i,j->ij", t, torch.from_numpy(rope.inv_freq))
-    cache = torch.cat((freqs.cos(), freqs.sin()), dim=-1).numpy()
+    cache = vllm_cache(rope, n)
     table = rope.import_cos_sin_cache(cache)
     assert table.num_positions == n
     rng = np.random.default_rng(5)

@@ -826,7 +826,7 @@ inline detail::TokenPairKernel TokenPairKernelFor(Pairing pairing, bool native_b
 }
 
 // float_to_e4m3 (ropekit/dtype.hpp) in vectors: the same steps, lane by lane. |x|'s bits fit int32
-// without the sign, so the selects compare as signed. 15 operations per 16 values on AVX-512 (the
+// without the sign, so the selects compare as signed. 16 instructions per 16 values on AVX-512 (the
 // encoder bounds an fp8 cache's append: docs/performance.md).
 HWY_INLINE auto EncodeE4m3(VF v) {
   const hn::RebindToUnsigned<DF> du32;
