@@ -446,7 +446,7 @@ rk_status rk_cos_sin_cache_export(const rk_rope* rope, int64_t num_positions, fl
     const Rope& r = *need(rope, "rope").rope;
     if (out == nullptr) throw Error("out is NULL");
     // The size export_cos_sin_cache checks against; its range check comes first (num_positions may be huge).
-    const std::int64_t want = num_positions >= 0 && num_positions < (std::int64_t{1} << 47)
+    const std::int64_t want = num_positions >= 0 && num_positions < kPositionLimit
                                   ? num_positions * r.spec().rotary_dim
                                   : 0;
     if (std::uint64_t(want) > capacity) {

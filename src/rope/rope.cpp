@@ -242,8 +242,7 @@ RotateCall Rope::prepare_on_the_fly(const RotateArgs& args) const {
 
 RotateCall Rope::prepare(const RotateArgs& args, std::shared_ptr<const Table> table) const {
   if (!table) throw Error("table is null");
-  const Table* given = table.get();
-  return resolve(args, Angles::Given, given, std::move(table), detail::ViewUse::Write, {});
+  return detail::prepare_call(*this, args, detail::ViewUse::Write, {}, std::move(table));
 }
 
 // The apply() calls run at once, so they keep neither the plan (the Rope outlives the call) nor, for a table the caller passes, that table alive; an automatic table snapshot stays
