@@ -196,39 +196,46 @@ void check_case(const Case& c, int threads_split) {
     }
   }
 
-  // Fused.
-  Buffer q_got = q, k_got = k, q_out(int(c.storage), q.bytes.size() / Buffer::size(int(c.storage))),
-         k_out(int(c.storage), k.bytes.size() / Buffer::size(int(c.storage)));
-  Buffer kc(int(c.cache), cache_elems), vc(int(c.cache), cache_elems);
-  const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = c.cache, .layout = c.layout, .num_pages = num_pages,
-                         .page_size = page_size, .kv_heads = kv, .head_dim = d, .v_head_dim = d, .k_scale = k_scale,
-                         .v_scale = v_scale};
-  AppendArgs args{.q = bshd(q_got.data(), c.storage, 1, tokens, q_heads, d),
-                  .k = bshd(k_got.data(), c.storage, 1, tokens, kv, d),
-                  .v = bshd(v.data(), c.storage, 1, tokens, kv, d),
-                  .positions = positions(pos)};
-  if (c.q_out) args.q_out = bshd(q_out.data(), c.storage, 1, tokens, q_heads, d);
-  if (c.write_back) args.k_out = bshd(k_out.data(), c.storage, 1, tokens, kv, d);
-  if (c.page_table) {
-    args.slots = PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
-                           .seq_positions = seq_positions};
-  } else {
-    args.slots = slot_mapping(slot_map);
+  // Fused: a prepared call (its tokens split at threads_split when > 0), then the one-shot append().
+  for (const bool one_shot : {false, true}) {
+    SCOPED_TRACE(one_shot ? "append()" : "prepare_append()");
+    Buffer q_got = q, k_got = k, q_out(int(c.storage), q.bytes.size() / Buffer::size(int(c.storage))),
+           k_out(int(c.storage), k.bytes.size() / Buffer::size(int(c.storage)));
+    Buffer kc(int(c.cache), cache_elems), vc(int(c.cache), cache_elems);
+    const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = c.cache, .layout = c.layout, .num_pages = num_pages,
+                           .page_size = page_size, .kv_heads = kv, .head_dim = d, .v_head_dim = d, .k_scale = k_scale,
+                           .v_scale = v_scale};
+    AppendArgs args{.q = bshd(q_got.data(), c.storage, 1, tokens, q_heads, d),
+                    .k = bshd(k_got.data(), c.storage, 1, tokens, kv, d),
+                    .v = bshd(v.data(), c.storage, 1, tokens, kv, d),
+                    .positions = positions(pos)};
+    if (c.q_out) args.q_out = bshd(q_out.data(), c.storage, 1, tokens, q_heads, d);
+    if (c.write_back) args.k_out = bshd(k_out.data(), c.storage, 1, tokens, kv, d);
+    if (c.page_table) {
+      args.slots = PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
+                             .seq_positions = seq_positions};
+    } else {
+      args.slots = slot_mapping(slot_map);
+    }
+    if (one_shot) {
+      append(rope, args, cache);
+    } else {
+      const AppendCall call = prepare_append(rope, args, cache);
+      ASSERT_EQ(call.rows(), tokens);
+      if (threads_split > 0) {
+        call.run(0, threads_split);
+        call.run(threads_split, tokens);
+      } else {
+        call.run();
+      }
+    }
+    EXPECT_EQ(kc.bytes, kc_want.bytes);
+    EXPECT_EQ(vc.bytes, vc_want.bytes);
+    EXPECT_EQ((c.q_out ? q_out : q_got).bytes, q_want.bytes);
+    if (c.q_out) EXPECT_EQ(q_got.bytes, q.bytes);  // q only read
+    EXPECT_EQ(k_got.bytes, k.bytes);                // k never written without k_out
+    if (c.write_back) EXPECT_EQ(k_out.bytes, k_want.bytes);
   }
-  const AppendCall call = prepare_append(rope, args, cache);
-  ASSERT_EQ(call.rows(), tokens);
-  if (threads_split > 0) {
-    call.run(0, threads_split);
-    call.run(threads_split, tokens);
-  } else {
-    call.run();
-  }
-  EXPECT_EQ(kc.bytes, kc_want.bytes);
-  EXPECT_EQ(vc.bytes, vc_want.bytes);
-  EXPECT_EQ((c.q_out ? q_out : q_got).bytes, q_want.bytes);
-  if (c.q_out) EXPECT_EQ(q_got.bytes, q.bytes);  // q only read
-  EXPECT_EQ(k_got.bytes, k.bytes);                // k never written without k_out
-  if (c.write_back) EXPECT_EQ(k_out.bytes, k_want.bytes);
 }
 
 // The per-target cache converter (SIMD e4m3 encoder, bf16/f16 narrowing) gives the scalar codec's
@@ -572,6 +579,20 @@ TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
   a = args;
   a.threads = -1;
   EXPECT_ERROR(prepare_append(rope, a, cache), "threads = -1");
+  // The one-shot append() runs the same checks (on its own path: the resolved call on the stack).
+  a = args;
+  a.slots = slot_mapping(twice);
+  EXPECT_ERROR(append(rope, a, cache), "tokens 0 and 1 both write slot 3");
+  a = args;
+  a.q = bshd(kc.data(), DType::F32, 1, 2, 4, 16);
+  EXPECT_ERROR(append(rope, a, cache), "q and cache.k share memory");
+  a = args;
+  a.positions = positions(far);
+  EXPECT_ERROR(append(rope, a, cache), "positions");
+  a = args;
+  a.v = {};
+  EXPECT_ERROR(append(rope, a, cache), "v is empty but cache.v is set");
+  EXPECT_ERROR(append(rope, args, cache, nullptr), "table is null");
   EXPECT_EQ(kc, kc_before);
 }
 

@@ -1,7 +1,7 @@
 // append_probe — the per-call costs of a decode-shaped fused append (1 token, 32 q + 8 kv heads × 128, bf16,
 // a bf16 paged cache, one thread, L1/L2-resident): ns per call (median of 15 batches of 20,000) of
-//   prepare_append alone, prepare_append + run, Rope::prepare alone, Rope::apply, AppendCall::run of a
-//   prepared call, and a decode step (set_positions_and_slots + run).
+//   prepare_append alone, prepare_append + run, the one-shot append, Rope::prepare alone, Rope::apply,
+//   AppendCall::run of a prepared call, and a decode step (set_positions_and_slots + run).
 // The difference between the first and third rows is what the fused call pays per call that the unfused
 // rotation does not (docs/performance.md).
 //
@@ -61,6 +61,7 @@ int main() {
   const auto keep = [](const auto& call) { asm volatile("" : : "r"(&call) : "memory"); };
   std::printf("prepare_append               %7.1f ns\n", ns_per_call([&] { keep(prepare_append(rope, args, cache)); }));
   std::printf("prepare_append + run         %7.1f ns\n", ns_per_call([&] { prepare_append(rope, args, cache).run(); }));
+  std::printf("append (one shot)            %7.1f ns\n", ns_per_call([&] { append(rope, args, cache); }));
   std::printf("Rope::prepare                %7.1f ns\n", ns_per_call([&] { keep(rope.prepare(rotate)); }));
   std::printf("Rope::apply                  %7.1f ns\n", ns_per_call([&] { rope.apply(rotate); }));
   const AppendCall call = prepare_append(rope, args, cache);

@@ -186,9 +186,10 @@ class AppendCall {
 // index outside the cache, a last_page_len outside [1, page_size], a token's sequence or entry outside
 // its sequence, norm weights of the wrong length or eps ≤ 0, positions as Rope::apply checks them.
 AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache);
-inline void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache) {
-  prepare_append(rope, args, cache).run();
-}
+// prepare_append(rope, args, cache).run() in one call, as Rope::apply is prepare + run: the same checks,
+// errors and bits, without the call object (nothing allocated once a thread has run a call of the size,
+// the Rope's plan not pinned: it runs while the Rope exists).
+void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache);
 // The same with the angles of exactly `table` — an engine's own cos/sin cache (import_cos_sin_cache,
 // ropekit/cos_sin_cache.hpp; FlashInfer's fused rope + append takes one) or a table of this Rope's —
 // as Rope::prepare(args, table) takes them; the call keeps it alive, and set_positions_and_slots reads
@@ -196,10 +197,7 @@ inline void append(const Rope& rope, const AppendArgs& args, const PagedCache& c
 // built for other frequencies or another angle mode, a position outside it.
 AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
                           std::shared_ptr<const Table> table);
-inline void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
-                   std::shared_ptr<const Table> table) {
-  prepare_append(rope, args, cache, std::move(table)).run();
-}
+void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, std::shared_ptr<const Table> table);
 
 // The slot each token of `args` writes (−1: none), as prepare_append resolves and checks it.
 std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache);

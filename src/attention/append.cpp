@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <numeric>
 
 #include "attention/attention_internal.hpp"
@@ -259,6 +260,8 @@ struct AppendCall::Resolved {
     this->args.slots = {};
   }
 
+  void run(std::int64_t first, std::int64_t last) const noexcept;  // AppendCall::run(first, last)
+  void run() const;                                                // every token on the library's threads
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
   void prefetch_entries(std::int64_t t) const;
   void normed(const Heads& in, std::int64_t t, const std::vector<float>& weight, float* out) const;
@@ -398,21 +401,31 @@ void AppendCall::Resolved::prefetch_entries(std::int64_t t) const {
   }
 }
 
-void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
-  if (!r_ || first >= last) return;
+void AppendCall::Resolved::run(std::int64_t first, std::int64_t last) const noexcept {
+  if (first >= last) return;
   // Per-thread buffers, grown once per thread: the engine's threads may split the tokens any way.
   thread_local std::vector<float> buffer;
   thread_local std::vector<std::byte> rows;
-  const std::int64_t d = r_->head_dim;
-  const std::int64_t heads = std::max(r_->args.q.heads, r_->args.k.heads);
+  const std::int64_t d = head_dim;
+  const std::int64_t heads = std::max(args.q.heads, args.k.heads);
   const std::size_t floats = std::size_t(heads * d);
-  const std::size_t bytes = std::size_t(r_->args.k.heads * d * element_size(r_->args.k.dtype));
+  const std::size_t bytes = std::size_t(args.k.heads * d * element_size(args.k.dtype));
   if (buffer.size() < floats) buffer.resize(floats);
   if (rows.size() < bytes) rows.resize(bytes);
   for (std::int64_t t = first; t < last; ++t) {
-    if (t + 1 < last) r_->prefetch_entries(t + 1);
-    r_->token(t, buffer, rows);
+    if (t + 1 < last) prefetch_entries(t + 1);
+    token(t, buffer, rows);
   }
+}
+
+void AppendCall::Resolved::run() const {
+  const auto tokens = std::int64_t(slots.size());
+  const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(threads, bytes_moved), tokens));
+  cpu::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
+}
+
+void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
+  if (r_) r_->run(first, last);
 }
 
 void AppendCall::set_positions_and_slots(Positions positions, std::variant<SlotMapping, PageTable> slots) {
@@ -427,10 +440,7 @@ void AppendCall::set_positions_and_slots(Positions positions, std::variant<SlotM
 }
 
 void AppendCall::run() const {
-  if (!r_) return;
-  const std::int64_t tokens = rows();
-  const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(r_->threads, r_->bytes_moved), tokens));
-  cpu::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
+  if (r_) r_->run();
 }
 
 std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache) {
@@ -448,8 +458,26 @@ AppendCall prepare_append(const Rope& rope, const AppendArgs& args, const PagedC
   return detail::AppendAccess::prepare(rope, args, cache, detail::KeyWrite::Rotated, std::move(table));
 }
 
-AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
-                                         KeyWrite keys, std::shared_ptr<const Table> table) {
+void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache) {
+  detail::AppendAccess::run_once(rope, args, cache, detail::KeyWrite::Rotated);
+}
+
+void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, std::shared_ptr<const Table> table) {
+  if (!table) throw Error("table is null");
+  detail::AppendAccess::run_once(rope, args, cache, detail::KeyWrite::Rotated, std::move(table));
+}
+
+namespace {
+
+// prepare_append's checks and resolution. `emplace` constructs the Resolved from the constructor's
+// arguments where its caller keeps it (an AppendCall: on the heap; a one-shot append: on the stack) and
+// returns it; `slots` lends its capacity to the resolved slots. keep_plan: as for RotateCall (false: the
+// call runs at once, while the Rope exists, so it pins neither the plan nor the growing table).
+template <class Emplace>
+void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, detail::KeyWrite keys,
+                    std::shared_ptr<const Table> table, bool keep_plan, std::vector<std::int64_t> slots,
+                    Emplace&& emplace) {
+  using detail::KeyWrite;
   const Spec& spec = rope.spec();
   const int d = spec.head_dim;
   check_cache(cache);
@@ -532,26 +560,33 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
       const auto begin = reinterpret_cast<std::uintptr_t>(base);
       return detail::ByteRange{begin, begin + std::uintptr_t(slots * cache.kv_heads * lanes * element_size(cache.dtype)), name};
     };
-    // At most 5 written and 4 read ranges: fixed arrays, no allocation (decode calls are small).
-    std::array<detail::ByteRange, 5> written{};
-    std::array<detail::ByteRange, 4> read{};
-    std::size_t n_written = 0, n_read = 0;
-    const auto add = [&](bool is_written, detail::ByteRange r) {
-      if (is_written) written[n_written++] = r; else read[n_read++] = r;
+    // At most 9 ranges (5 written): a fixed array, filled as the views are found (neither allocated nor
+    // zeroed: decode calls are small); bit i of `written` marks a written range. Each range is made in its
+    // slot (placement new from make's prvalue): copied in, GCC reloaded the name's two 8-byte stores with
+    // one 16-byte load, which the store buffer cannot forward (a sixth of the preparation, perf annotate).
+    std::array<detail::ByteRange, 9> ranges;
+    std::uint32_t written = 0;
+    std::size_t n = 0;
+    const auto add = [&](bool is_written, auto make) {
+      written |= std::uint32_t{is_written} << n;
+      ::new (&ranges[n++]) detail::ByteRange(make());
     };
-    if (!args.q.empty()) add(args.q_out.empty(), detail::byte_range(args.q, "q", d, q_extent));
-    if (!args.q_out.empty()) add(true, detail::byte_range(args.q_out, "q_out", d, q_out_extent));
-    add(k_in_place, detail::byte_range(args.k, "k", d, k_extent));
-    if (!args.k_out.empty() && !k_in_place) add(true, detail::byte_range(args.k_out, "k_out", d, k_out_extent));
-    if (!args.k_nope.empty()) {
-      add(false, detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim, k_nope_extent));
+    if (!args.q.empty()) add(args.q_out.empty(), [&] { return detail::byte_range(args.q, "q", d, q_extent); });
+    if (!args.q_out.empty()) add(true, [&] { return detail::byte_range(args.q_out, "q_out", d, q_out_extent); });
+    add(k_in_place, [&] { return detail::byte_range(args.k, "k", d, k_extent); });
+    if (!args.k_out.empty() && !k_in_place) {
+      add(true, [&] { return detail::byte_range(args.k_out, "k_out", d, k_out_extent); });
     }
-    if (!args.v.empty()) add(false, detail::byte_range(args.v, "v", cache.v_head_dim, v_extent));
-    add(true, cache_range(cache.k, cache.head_dim, "cache.k"));
-    if (cache.v != nullptr) add(true, cache_range(cache.v, cache.v_head_dim, "cache.v"));
-    for (std::size_t i = 0; i < n_written; ++i) {
-      for (std::size_t j = i + 1; j < n_written; ++j) detail::require_disjoint(std::array{written[i], written[j]});
-      for (std::size_t j = 0; j < n_read; ++j) detail::require_disjoint(std::array{written[i], read[j]});
+    if (!args.k_nope.empty()) {
+      add(false, [&] { return detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim, k_nope_extent); });
+    }
+    if (!args.v.empty()) add(false, [&] { return detail::byte_range(args.v, "v", cache.v_head_dim, v_extent); });
+    add(true, [&] { return cache_range(cache.k, cache.head_dim, "cache.k"); });
+    if (cache.v != nullptr) add(true, [&] { return cache_range(cache.v, cache.v_head_dim, "cache.v"); });
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = i + 1; j < n; ++j) {
+        if (((written >> i) | (written >> j)) & 1u) detail::require_disjoint(ranges[i], ranges[j]);
+      }
     }
   }
 
@@ -578,27 +613,63 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
   if (!std::isfinite(norm.weight_offset)) throw Error(fmt::format("norm.weight_offset = {}: must be finite", norm.weight_offset));
 
   const std::int64_t tokens = args.k.batch * args.k.seq;
-  std::vector<std::int64_t> slots = slots_of(args, cache, tokens);
+  fill_slots(args.slots, cache, tokens, slots);
+  // The rotation's shape: its views (q and k, only read) were checked above as validate_call checks them;
+  // the positions as Rope::apply checks them.
+  detail::CallShape shape;
+  shape.tokens = tokens;
+  shape.max_position = detail::check_positions(args.positions, "positions", tokens, rope.pair_map().num_axes);
 
-  AppendCall call;
-  call.r_.reset(new AppendCall::Resolved(
+  AppendCall::Resolved& r = emplace(
       args, cache,
-      // The rotation: positions and views checked as Rope::apply checks them, angles pinned.
       [&] {
-        return detail::prepare_call(rope, {.q = args.q, .k = args.k, .positions = args.positions},
-                                    detail::ViewUse::Read, {}, std::move(table));
+        return detail::prepare_checked_call(rope, {.q = args.q, .k = args.k, .positions = args.positions}, shape,
+                                            std::move(table), keep_plan);
       },
-      std::move(slots), cpu::select_token_pair_kernel(spec.pairing), cpu::select_token_kernel(DType::F32),
+      std::move(slots), cpu::select_token_pair_kernel(spec.pairing),
+      q_weight.empty() && k_weight.empty() ? nullptr : cpu::select_token_kernel(DType::F32),
       cpu::select_cache_convert_kernel(), std::move(q_weight), std::move(k_weight), d,
-      args.threads > 0 ? args.threads : default_threads(), keys == KeyWrite::Rotated));
-  AppendCall::Resolved& r = *call.r_;
+      args.threads > 0 ? args.threads : default_threads(), keys == KeyWrite::Rotated);
   const std::int64_t q_bytes = args.q.heads * d * element_size(args.q.dtype) * 2;
   const std::int64_t k_bytes = args.k.heads * d * element_size(args.k.dtype) * (args.k_out.empty() ? 1 : 2) +
                                args.k.heads * (d + args.k_nope_dim + cache.v_head_dim) * element_size(cache.dtype) +
                                args.k_nope.heads * args.k_nope_dim * element_size(args.k_nope.dtype) +
                                args.v.heads * cache.v_head_dim * element_size(args.v.dtype);
   r.bytes_moved = tokens * (q_bytes + k_bytes);
+}
+
+}  // namespace
+
+AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                                         KeyWrite keys, std::shared_ptr<const Table> table) {
+  AppendCall call;
+  resolve_append(rope, args, cache, keys, std::move(table), true, {}, [&](auto&&... a) -> AppendCall::Resolved& {
+    call.r_.reset(new AppendCall::Resolved(std::forward<decltype(a)>(a)...));
+    return *call.r_;
+  });
   return call;
 }
+
+void detail::AppendAccess::run_once(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
+                                    std::shared_ptr<const Table> table) {
+  // The resolved call on the stack, and the slots in this thread's vector from the previous call: a
+  // one-shot append allocates nothing once its thread has seen a call of its size.
+  // Raw storage, not std::optional: GCC 12 zeroes an optional's 1.2 KB before constructing into it.
+  thread_local std::vector<std::int64_t> spare;
+  alignas(AppendCall::Resolved) std::byte storage[sizeof(AppendCall::Resolved)];
+  struct Owner {
+    AppendCall::Resolved* r = nullptr;
+    ~Owner() {
+      if (r) r->~Resolved();
+    }
+  } owner;
+  resolve_append(rope, args, cache, keys, std::move(table), false, std::move(spare),
+                 [&](auto&&... a) -> AppendCall::Resolved& {
+                   return *(owner.r = ::new (storage) AppendCall::Resolved(std::forward<decltype(a)>(a)...));
+                 });
+  owner.r->run();
+  spare = std::move(owner.r->slots);
+}
+
 
 }  // namespace ropekit

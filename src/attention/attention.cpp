@@ -166,7 +166,7 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
                                            byte_range(args.k, "k", d), byte_range(args.v, "v", dv)};
   for (std::size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].begin == ranges[i].end) continue;
-    require_disjoint(std::array<ByteRange, 2>{ranges[0], ranges[i]});
+    require_disjoint(ranges[0], ranges[i]);
   }
 
   if (options.window < 0) throw Error(fmt::format("options.window = {}: must be >= 0 (0: no window)", options.window));

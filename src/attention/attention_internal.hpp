@@ -65,6 +65,9 @@ struct AppendAccess {
   // table: the angles of an external cos/sin cache (import_cos_sin_cache), null for the Rope's own.
   static AppendCall prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
                             std::shared_ptr<const Table> table = nullptr);
+  // prepare(...).run() without the call object: resolved on the stack, the plan not pinned (ropekit::append).
+  static void run_once(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
+                       std::shared_ptr<const Table> table = nullptr);
 };
 
 }  // namespace ropekit::detail

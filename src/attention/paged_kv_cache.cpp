@@ -451,10 +451,9 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   }
   AppendArgs stored_args = args;
   if (!stored.empty()) stored_args.positions = ropekit::positions(std::span<const std::int64_t>(stored));
-  const AppendCall call = detail::AppendAccess::prepare(  // validates everything else
+  detail::AppendAccess::run_once(  // validates everything else
       rope, stored_args, st.cache,
       st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated);
-  call.run();
   // Commit.
   st.free.resize(st.free.size() - taken);
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {

@@ -52,4 +52,14 @@ void make_job(RotateJob& job, const PairMap& map, const Plan& plan, const CallSh
 RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names,
                         std::shared_ptr<const Table> table = nullptr);
 
+// prepare_call(rope, args, ViewUse::Read, ...) for a consumer that has checked the views itself as
+// validate_call checks them (dtype, extents, data, q and k holding the same tokens; threads and direction
+// valid) and the positions by check_positions: `shape` is what validate_call would return (bytes_written
+// 0). The fused append checks q and k for its own use before its rotation; validating them again was a
+// tenth of a decode call's preparation. keep_plan = false: the call neither pins the plan nor can grow
+// the table, so it must run before the Rope is gone and cannot take set_positions (a one-shot call, as
+// Rope::apply makes).
+RotateCall prepare_checked_call(const Rope& rope, const RotateArgs& args, const CallShape& shape,
+                                std::shared_ptr<const Table> table, bool keep_plan);
+
 }  // namespace ropekit::detail

@@ -144,8 +144,14 @@ std::shared_ptr<const Table> Rope::table_for(const State& state, TableCache& cac
 RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* given,
                          std::shared_ptr<const Table> given_pin, detail::ViewUse use,
                          const detail::CallNames& names, bool keep_plan) const {
+  return resolve_shape(args, detail::validate_call(args, state_->map, use, names), angles, given,
+                       std::move(given_pin), use, keep_plan);
+}
+
+RotateCall Rope::resolve_shape(const RotateArgs& args, const detail::CallShape& shape, Angles angles,
+                               const Table* given, std::shared_ptr<const Table> given_pin, detail::ViewUse use,
+                               bool keep_plan) const {
   const State& state = *state_;
-  const detail::CallShape shape = detail::validate_call(args, state.map, use, names);
   const Table* table = nullptr;
   std::shared_ptr<const Table> pin;
   if (shape.tokens > 0) {
@@ -308,6 +314,13 @@ RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, c
   if (!table) return rope.resolve(args, Rope::Angles::Auto, nullptr, nullptr, use, names);
   const Table* given = table.get();
   return rope.resolve(args, Rope::Angles::Given, given, std::move(table), use, names);
+}
+
+RotateCall prepare_checked_call(const Rope& rope, const RotateArgs& args, const CallShape& shape,
+                                std::shared_ptr<const Table> table, bool keep_plan) {
+  if (!table) return rope.resolve_shape(args, shape, Rope::Angles::Auto, nullptr, nullptr, ViewUse::Read, keep_plan);
+  const Table* given = table.get();
+  return rope.resolve_shape(args, shape, Rope::Angles::Given, given, std::move(table), ViewUse::Read, keep_plan);
 }
 
 }  // namespace detail

@@ -160,8 +160,7 @@ ByteRange byte_range(const Heads& v, std::string_view name, int head_dim, std::i
   return r;
 }
 
-bool may_overlap(const ByteRange& a, const ByteRange& b) {
-  if (a.begin >= b.end || b.begin >= a.end) return false;
+bool may_overlap_strided(const ByteRange& a, const ByteRange& b) {
   if (a.token_stride == 0 || a.token_stride != b.token_stride || a.tokens != b.tokens) return true;
   // Token t of a covers [t·S, t·S + fa) from a.begin, of b [δ + t·S, δ + t·S + fb): with both
   // footprints inside one window of S bytes and apart from each other, no token of one meets any
@@ -172,15 +171,15 @@ bool may_overlap(const ByteRange& a, const ByteRange& b) {
   return !(apart && hi - lo <= a.token_stride);
 }
 
+void throw_shared_memory(const ByteRange& a, const ByteRange& b) {
+  throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate buffers (to rotate in "
+                          "place, leave the output view empty)",
+                          a.name, b.name));
+}
+
 void require_disjoint(std::span<const ByteRange> ranges) {
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    for (std::size_t j = i + 1; j < ranges.size(); ++j) {
-      if (may_overlap(ranges[i], ranges[j])) {
-        throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate "
-                                "buffers (to rotate in place, leave the output view empty)",
-                                ranges[i].name, ranges[j].name));
-      }
-    }
+    for (std::size_t j = i + 1; j < ranges.size(); ++j) require_disjoint(ranges[i], ranges[j]);
   }
 }
 

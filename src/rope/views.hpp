@@ -22,21 +22,32 @@ void require_no_self_overlap(const Heads& view, std::string_view name, int head_
 // or batch_stride = seq · seq_stride) — that stride and each token's footprint (its head rows), so
 // that views interleaved token by token in one buffer (q, k, v slices of a fused qkv projection) are
 // seen to be disjoint although their extents overlap.
+// No default member initializers: an array of them is filled as the views are found, and zeroing it
+// first cost a decode call's preparation more than the checks (built with braces, the fields left out
+// are zero).
 struct ByteRange {
-  std::uintptr_t begin = 0, end = 0;
+  std::uintptr_t begin, end;
   std::string_view name;
-  std::int64_t token_stride = 0;  // bytes; 0: the tokens do not lie at one stride (extent only)
-  std::int64_t tokens = 0;
-  std::int64_t footprint = 0;     // bytes from a token's first element to one past its last
+  std::int64_t token_stride;  // bytes; 0: the tokens do not lie at one stride (extent only)
+  std::int64_t tokens;
+  std::int64_t footprint;     // bytes from a token's first element to one past its last
 };
 ByteRange byte_range(const Heads& view, std::string_view name, int head_dim);
 // The same with the view's extent known (check_view's result).
 ByteRange byte_range(const Heads& view, std::string_view name, int head_dim, std::int64_t extent);
 // True when two ranges may share memory: their extents overlap, unless both are token-strided alike
 // and their footprints within one token stride are disjoint (exact for that case, conservative else).
-bool may_overlap(const ByteRange& a, const ByteRange& b);
+bool may_overlap_strided(const ByteRange& a, const ByteRange& b);  // the second half of may_overlap
+inline bool may_overlap(const ByteRange& a, const ByteRange& b) {
+  return a.begin < b.end && b.begin < a.end && may_overlap_strided(a, b);
+}
 // Throws if any two ranges may share memory.
 void require_disjoint(std::span<const ByteRange> ranges);
+// Throws if the two may share memory (require_disjoint's message).
+[[noreturn]] void throw_shared_memory(const ByteRange& a, const ByteRange& b);
+inline void require_disjoint(const ByteRange& a, const ByteRange& b) {
+  if (may_overlap(a, b)) [[unlikely]] throw_shared_memory(a, b);
+}
 // Checks type, axes, count and every position in [0, 2^47); returns the largest position.
 std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens,
                              int axes);
