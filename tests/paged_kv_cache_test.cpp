@@ -118,10 +118,13 @@ TEST_P(PagedKvCacheTest, EachSequenceAttendsLikeItsOwnKvCache) {
   const Rope rope(llama());
   for (const DType dtype : {DType::F32, DType::BF16, DType::F16}) {
     for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
-      PagedKvCache cache(rope, shape_of(static_cast<CacheDType>(dtype), layout));
+      // Pages of 12 entries for HND: 64-key tiles then start inside a page.
+      const std::int64_t page_size = layout == PageLayout::NHD ? 8 : 12;
+      PagedKvCache cache(rope, shape_of(static_cast<CacheDType>(dtype), layout, 64, page_size));
       // Ragged sequences at different offsets, appended interleaved: a prefill of two sequences in
-      // one call, then decode steps of all three.
-      std::vector<Stream> streams = {Stream(5, dtype, 1, 0), Stream(23, dtype, 2, 100), Stream(40, dtype, 3, 7)};
+      // one call, then decode steps of all three (their pages interleave; the longest spans three
+      // 64-key tiles, each over pages that do not follow each other).
+      std::vector<Stream> streams = {Stream(5, dtype, 1, 0), Stream(23, dtype, 2, 100), Stream(150, dtype, 3, 7)};
       std::vector<std::int64_t> done(3, 0);
       {
         Batch b;
@@ -129,7 +132,7 @@ TEST_P(PagedKvCacheTest, EachSequenceAttendsLikeItsOwnKvCache) {
         for (std::int64_t t = 0; t < 17; ++t) b.add(streams[2], 2, done[2]++);
         cache.append(rope, b.seq_of, b.args());
       }
-      while (done[0] < 5 || done[1] < 23 || done[2] < 40) {
+      while (done[0] < 5 || done[1] < 23 || done[2] < 150) {
         Batch b;
         for (int s = 2; s >= 0; --s) {
           if (done[std::size_t(s)] < streams[std::size_t(s)].n) b.add(streams[std::size_t(s)], s, done[std::size_t(s)]++);
@@ -137,17 +140,18 @@ TEST_P(PagedKvCacheTest, EachSequenceAttendsLikeItsOwnKvCache) {
         cache.append(rope, b.seq_of, b.args());
       }
       for (int s = 0; s < 3; ++s) ASSERT_EQ(cache.length(s), streams[std::size_t(s)].n);
-      EXPECT_EQ(cache.free_pages(), 64 - (1 + 3 + 5));
+      const auto pages_of = [&](std::int64_t n) { return (n + page_size - 1) / page_size; };
+      EXPECT_EQ(cache.free_pages(), 64 - (pages_of(5) + pages_of(23) + pages_of(150)));
 
       const std::vector<std::int32_t> seqs = {2, 0, 1};
-      const std::vector<std::int64_t> q_token = {39, 4, 22};
-      const std::vector<std::int64_t> q_pos = {46, 4, 122};
+      const std::vector<std::int64_t> q_token = {149, 4, 22};
+      const std::vector<std::int64_t> q_pos = {156, 4, 122};
       const std::vector<std::byte> paged =
           paged_decode(rope, cache, {&streams[2], &streams[0], &streams[1]}, seqs, q_token, q_pos);
       const std::int64_t row = kQ * kD * element_size(dtype);
       for (std::size_t i = 0; i < seqs.size(); ++i) {
         Stream& s = streams[std::size_t(seqs[i])];
-        KvCache own(rope, {.capacity = 64, .kv_heads = kKv, .dtype = dtype});
+        KvCache own(rope, {.capacity = 160, .kv_heads = kKv, .dtype = dtype});
         own.append(rope, s.k(0, s.n), s.v(0, s.n), positions(s.pos));
         const std::vector<std::byte> want = contiguous_decode(rope, own, s, q_token[i], q_pos[i]);
         EXPECT_EQ(std::memcmp(paged.data() + std::int64_t(i) * row, want.data(), std::size_t(row)), 0)

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "attention/attention_internal.hpp"
@@ -327,7 +328,8 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
                                ViewUse::Read, {.q = "k", .positions = "k_positions"});
 }
 
-void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& r) {
+void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& r,
+                   const KvPages* pages) {
   cpu::AttentionProblem p;
   p.q = args.q;
   p.k = args.k;
@@ -373,6 +375,16 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
       if (r.k_regime[reg]) p.k_rotations[reg] = &r.k_regime[reg]->job();
       if (r.k_as_stored[reg]) p.k_rotations[reg] = nullptr;
     }
+  }
+
+  if (pages != nullptr) {
+    // The tile loader maps key indices to rows only where it reads keys as stored.
+    for (const detail::RotateJob* job : p.k_rotations) {
+      if (job != nullptr) throw std::logic_error("run_attention: paged keys are read in place only as stored");
+    }
+    p.kv_pages = pages->pages.data();
+    p.page_size = pages->page_size;
+    p.page_span = pages->page_span;
   }
 
   const int max_threads = options.threads > 0 ? options.threads : default_threads();

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "ropekit/append.hpp"
@@ -43,7 +44,15 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
 // The regimes' rotations (options.regimes set): part of resolve_attention.
 void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
                      ResolvedAttention& resolved);
-void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved);
+// A paged cache's keys and values read in place by run_attention: args.k and args.v view the cache from
+// page 0 with the sequence's length, and key j lies in row pages[j / page_size] · page_span + j % page_size
+// (cpu::AttentionProblem::kv_pages). Only for keys read as stored (no rotation on load).
+struct KvPages {
+  std::span<const std::int32_t> pages;
+  std::int64_t page_size = 1, page_span = 1;
+};
+void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved,
+                   const KvPages* pages = nullptr);
 
 // How a KV cache stores keys for the position regimes it is read with (KvCacheShape::regimes,
 // PagedKvCacheShape::regimes): at the entry's position, unrotated (ReRope, SelfExtend: rotated on load

@@ -679,8 +679,27 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       a = b;
       continue;
     }
-    // The sequence's entries in entry order: NHD pages gather as [n, kv_heads, lanes] (one copy per
-    // page), HND pages as [kv_heads, n, lanes] (one copy per page and head); fp8 widened × scale.
+    // Pages anywhere, keys read as stored: the tile loader reads each key and value row through the
+    // page table (key j: slot pages[j / page_size] · page_size + j % page_size). The views start at page
+    // 0 with the sequence's length and the layout's strides; only their strides and types are read.
+    if (c.dtype != CacheDType::F8E4M3 && loads == detail::RopeLoads::Queries && shape.regimes.index() == 0) {
+      const auto view = [&](void* data, std::int64_t lanes) {
+        const std::int64_t seq_stride = nhd ? heads * lanes : lanes, head_stride = nhd ? lanes : c.page_size * lanes;
+        return Heads{.data = data, .dtype = kv_dtype, .batch = 1, .seq = n, .heads = heads,
+                     .batch_stride = n * seq_stride, .seq_stride = seq_stride, .head_stride = head_stride};
+      };
+      args.k = view(c.k, shape.head_dim);
+      args.v = view(c.v, shape.v_head_dim);
+      const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
+      const detail::KvPages kv_pages{.pages = pages, .page_size = c.page_size,
+                                     .page_span = nhd ? c.page_size : heads * c.page_size};
+      detail::run_attention(args, with_regimes, r, &kv_pages);
+      a = b;
+      continue;
+    }
+    // Else (fp8, keys rotated on load) the sequence's entries in entry order: NHD pages gather as
+    // [n, kv_heads, lanes] (one copy per page), HND pages as [kv_heads, n, lanes] (one copy per page and
+    // head); fp8 widened × scale.
     const std::int64_t ke = kv_dtype == DType::F32 ? 4 : es;
     const auto k_bytes = std::size_t(n * heads * shape.head_dim * ke), v_bytes = std::size_t(n * heads * shape.v_head_dim * ke);
     if (keys.size() < k_bytes) keys.resize(k_bytes);

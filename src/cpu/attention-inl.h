@@ -299,20 +299,34 @@ HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64
   return 0.0f;
 }
 
-// K tile `kt` of keys [k_first, k_first + keys): rotated by k_rotations[kt] in the storage type and
-// widened, then transposed (padding keys zero) or kept as rows (float32 keys that need no rotation are
-// read in place).
+// The rows of k and v that hold keys [k_first, k_first + keys): through the page table when the cache is
+// read in place (one division per tile), else the keys' own indices.
+HWY_INLINE void StoredRows(const AttentionProblem& p, std::int64_t k_first, int keys, std::int64_t* rows) {
+  if (p.kv_pages == nullptr) {
+    for (int j = 0; j < keys; ++j) rows[j] = k_first + j;
+    return;
+  }
+  std::int64_t page = k_first / p.page_size, entry = k_first % p.page_size;
+  for (int j = 0; j < keys; ++j) {
+    rows[j] = std::int64_t{p.kv_pages[page]} * p.page_span + entry;
+    if (++entry == p.page_size) entry = 0, ++page;
+  }
+}
+
+// K tile `kt` of keys [k_first, k_first + keys), stored in rows `rows` of k: rotated by k_rotations[kt]
+// in the storage type and widened, then transposed (padding keys zero) or kept as rows (float32 keys that
+// need no rotation are read in place). A rotation reads key k_first + j itself (kv_pages is null then).
 HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, std::int64_t kv_head,
-                            std::int64_t k_first, int keys, ItemBuffers& s) {
+                            std::int64_t k_first, int keys, const std::int64_t* rows, ItemBuffers& s) {
   const detail::RotateJob* job = p.k_rotations[kt];
   const int d = p.head_dim;
   const float** k_rows = s.k_rows[kt].data();
   for (int j = 0; j < keys; ++j) {
     float* row = s.keys[kt].data() + std::size_t(j) * d;
     if (job == nullptr && p.k.dtype == DType::F32) {
-      k_rows[j] = static_cast<const float*>(p.k.row(b, k_first + j, kv_head));
+      k_rows[j] = static_cast<const float*>(p.k.row(b, rows[j], kv_head));
     } else {
-      LoadRows(job, p.k, p.k_seq, b, k_first + j, kv_head, 1, d, row, s);
+      LoadRows(job, p.k, p.k_seq, b, job == nullptr ? rows[j] : k_first + j, kv_head, 1, d, row, s);
       k_rows[j] = row;
     }
   }
@@ -378,6 +392,8 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       if (p.window > 0 && q_min - tile_k_max >= p.window) continue;
     }
 
+    std::int64_t rows[kTileKeys];  // of k and v
+    StoredRows(p, k_first, keys, rows);
     // K tiles: without regimes now; with regimes when a token first needs them (ReRoPE's far tiles
     // never rotate the keys for the near regime).
     std::array<bool, 3> k_loaded = {false, false, false};
@@ -385,14 +401,14 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       if (!q_loaded[r]) load_q(r);
       const int kt = p.k_tile_of[r];
       if (!k_loaded[kt]) {
-        LoadKeyTile(p, kt, b, kv_head, k_first, keys, s);
+        LoadKeyTile(p, kt, b, kv_head, k_first, keys, rows, s);
         k_loaded[kt] = true;
       }
     };
     if (regimes == 1) need(0);
     // V rows: read in place when float32, else widened.
     for (int j = 0; j < keys; ++j) {
-      const auto* row = static_cast<const std::byte*>(p.v.row(b, k_first + j, kv_head));
+      const auto* row = static_cast<const std::byte*>(p.v.row(b, rows[j], kv_head));
       if (p.v.dtype == DType::F32) {
         s.v_rows[j] = reinterpret_cast<const float*>(row);
       } else {

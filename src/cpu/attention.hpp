@@ -74,6 +74,12 @@ struct AttentionProblem {
   const float* dense = nullptr;         // [dense_batch, dense_heads, q_seq, k_seq]
   std::int64_t dense_batch = 1, dense_heads = 1;
 
+  // A paged cache read in place: key j is row kv_pages[j / page_size] · page_span + j % page_size of k
+  // and v (page_span: the rows one page index advances — page_size for NHD pages, kv_heads · page_size
+  // for HND), batch 1, keys read as stored (no k rotation). Null: key j is row j.
+  const std::int32_t* kv_pages = nullptr;
+  std::int64_t page_size = 1, page_span = 1;
+
   std::int64_t items() const { return batch * kv_heads * blocks; }
 };
 
