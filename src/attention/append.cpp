@@ -395,7 +395,12 @@ void AppendCall::Resolved::prefetch_entries(std::int64_t t) const {
     const auto* p = static_cast<const char*>(entry);
     for (std::int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 2);
   };
-  for (std::int64_t h = 0; h < cache.kv_heads; ++h) {  // head by head: HND puts a page of entries between them
+  if (cache.layout == PageLayout::NHD) {  // a slot's heads lie back to back: one range each for k and v
+    lines(cache.key(slot, 0), cache.kv_heads * cache.head_dim * es);
+    if (cache.v != nullptr) lines(cache.value(slot, 0), cache.kv_heads * cache.v_head_dim * es);
+    return;
+  }
+  for (std::int64_t h = 0; h < cache.kv_heads; ++h) {  // HND puts a page of entries between a slot's heads
     lines(cache.key(slot, h), cache.head_dim * es);
     if (cache.v != nullptr) lines(cache.value(slot, h), cache.v_head_dim * es);
   }
