@@ -23,14 +23,15 @@
 // e4m3(x / k_scale): one more fp8 rounding per shift). rerotate is KvCache::rerotate's (un-rotate
 // under the old plan, rotate under the new one in float32, one rounding to storage). attention: for
 // each run of query tokens of one sequence, bit for bit ropekit's attention (attention.hpp: q rotated
-// on load, keys read as stored) over that sequence's entries gathered in entry order — so equal to
-// a KvCache holding the same tokens; fp8 entries are read as e4m3 · scale, rounded to float32.
-// Cost: a sequence whose entries lie at one stride (its pages consecutive in NHD, or one page) is read
-// where it is; otherwise the gather copies its K and V once per call (per page, on the library's
-// threads) into per-thread buffers that grow to the longest sequence read and are kept — measured
-// 1.05–1.7× the time of contiguous caches (docs/performance.md); reading pages in the attention tiles
-// is the next step. fp8 entries are always gathered (widened). ropekit::KvCache is this cache with one
-// sequence in one page of `capacity` entries. Not thread-safe for writes; attention() only reads.
+// on load, keys read as stored) over that sequence's entries in entry order — so equal to a KvCache
+// holding the same tokens; fp8 entries are read as e4m3 · scale, rounded to float32.
+// Cost: the attention tiles read a sequence's keys and values where they are, through its pages
+// (0.97–1.00× the time of contiguous caches for 16 interleaved sequences, docs/performance.md). Two cases
+// are gathered first (copied once per call, per page on the library's threads, into per-thread buffers
+// that grow to the longest sequence read and are kept): fp8 entries (widened × scale), and keys rotated on
+// load by position regimes when the sequence's pages do not lie at one stride. ropekit::KvCache is this
+// cache with one sequence in one page of `capacity` entries. Not thread-safe for writes; attention() only
+// reads.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // Many sequences in one paged KV cache (ropekit/paged_kv_cache.hpp): a page free list, per-sequence
 // pages, positions and plan; the fused append resolves each token's slot from its sequence; the
-// sequence operations move, turn or copy entries; attention gathers a sequence's entries in order
-// and runs the attention driver on them with q rotated on load.
+// sequence operations move, turn or copy entries; attention runs the attention driver over a
+// sequence's entries with q rotated on load, its tiles reading the pages in place (fp8 entries, and
+// keys rotated on load over scattered pages, gathered into buffers first).
 #include "ropekit/paged_kv_cache.hpp"
 
 #include <fmt/format.h>
