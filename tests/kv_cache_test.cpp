@@ -111,6 +111,79 @@ TEST_P(KvCacheTest, AttentionOverTheCacheEqualsFusedAttention) {
   EXPECT_EQ(std::memcmp(via_cache.data(), fused.data(), fused.size() * 4), 0);
 }
 
+// An engine's own cos/sin cache (here Hugging Face's float32-angle YaRN cache, imported) drives the keys
+// a cache stores and the queries attention rotates on load: attention over the cache equals the fused
+// attention over the raw keys with the same table, bit for bit — with plain storage, with ReRoPE's
+// unrotated keys (whose far regime then reads the table's row 0 rather than the keys as stored), and over
+// a paged cache whose two sequences' pages interleave. Without the table the output differs.
+TEST_P(KvCacheTest, ExternalCosSinCacheDrivesTheCacheAndAttention) {
+  const Spec spec = yarn();
+  const Rope rope(spec), hf(spec, AngleMode::HfCompat);
+  const std::int64_t rows = 4096, n = 150, first = 3900;
+  std::vector<float> theirs(std::size_t(rows * 64));
+  export_cos_sin_cache(hf, rows, theirs);
+  const std::shared_ptr<const Table> table = import_cos_sin_cache(rope, theirs, rows);
+  Tokens t(n, 2, 64, 11);
+  std::vector<float> q = attn_oracle::normal(3 * 8 * 64, 12);
+  const auto kpos = iota(n, first), qpos = iota(3, first + n - 3);
+  const auto out_of = [](std::vector<float>& o) { return bshd(o.data(), DType::F32, 1, 3, 8, 64); };
+  const Heads qv = bshd(q.data(), DType::F32, 1, 3, 8, 64);
+  for (const PositionRegimes& regimes : {PositionRegimes{}, PositionRegimes{regimes::ReRope{.window = 40}}}) {
+    SCOPED_TRACE(to_string(regimes));
+    ropekit::KvCache cache(rope, {.capacity = 256, .kv_heads = 2, .regimes = regimes});
+    cache.append(rope, t.kv(t.k), t.kv(t.v), positions(kpos), table);
+    if (regimes.index() == 0) {  // keys stored as Rope::apply(args, table) writes them
+      std::vector<float> k = t.k;
+      rope.apply({.k = bshd(k.data(), DType::F32, 1, n, 2, 64), .positions = positions(kpos)}, *table);
+      EXPECT_EQ(std::memcmp(cache.keys().data, k.data(), k.size() * 4), 0);
+    }
+    AttentionOptions with{.regimes = regimes};
+    with.table = table;
+    std::vector<float> via_cache(3 * 8 * 64), fused(via_cache.size()), own(via_cache.size());
+    attention(rope, qv, positions(qpos), cache, out_of(via_cache), with);
+    attention(rope,
+              {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(fused), .q_positions = positions(qpos),
+               .k_positions = positions(kpos)},
+              with);
+    EXPECT_EQ(std::memcmp(via_cache.data(), fused.data(), fused.size() * 4), 0);
+    attention(rope,
+              {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(own), .q_positions = positions(qpos),
+               .k_positions = positions(kpos)},
+              AttentionOptions{.regimes = regimes});
+    EXPECT_NE(std::memcmp(own.data(), fused.data(), fused.size() * 4), 0);  // the table's angles are not the Rope's
+  }
+
+  // A paged cache, two sequences appended in turns (their pages interleave), read in place.
+  PagedKvCache paged(rope, {.num_pages = 40, .page_size = 8, .kv_heads = 2, .max_sequences = 2});
+  for (std::int64_t a = 0; a < n; a += 8) {
+    const std::int64_t c = std::min<std::int64_t>(8, n - a);
+    for (const int seq : {0, 1}) {
+      const std::vector<std::int32_t> seq_of(std::size_t(c), seq);
+      const std::vector<std::int64_t> pos(kpos.begin() + a, kpos.begin() + a + c);
+      paged.append(rope, seq_of, {.k = t.kv(t.k, a, c), .v = t.kv(t.v, a, c), .positions = positions(pos)}, table);
+    }
+  }
+  std::vector<float> via_pages(3 * 8 * 64), fused(via_pages.size());
+  const std::vector<std::int32_t> seq_of = {1, 1, 1};
+  AttentionOptions with;
+  with.table = table;
+  attention(rope, qv, positions(qpos), seq_of, paged, out_of(via_pages), with);
+  attention(rope,
+            {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(fused), .q_positions = positions(qpos),
+             .k_positions = positions(kpos)},
+            with);
+  EXPECT_EQ(std::memcmp(via_pages.data(), fused.data(), fused.size() * 4), 0);
+
+  // Refused: a table without a Rope; a query or key position outside the table.
+  AttentionArgs no_rope{.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(fused), .head_dim = 64};
+  EXPECT_ERROR(attention(no_rope, with), "options.table is set");
+  const std::vector<std::int64_t> far = {0, 1, rows};
+  EXPECT_ERROR(attention(rope, qv, positions(far), seq_of, paged, out_of(via_pages), with), "outside the table");
+  ropekit::KvCache small(rope, {.capacity = 4, .kv_heads = 2});
+  EXPECT_ERROR(small.append(rope, t.kv(t.k, 0, 3), t.kv(t.v, 0, 3), positions(far), table), "outside the table");
+  EXPECT_EQ(small.size(), 0);
+}
+
 TEST_P(KvCacheTest, OneShiftEqualsRotatingAtTheShiftedPosition) {
   for (const Spec& spec : {llama(), yarn()}) {
     const Rope rope(spec);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +115,11 @@ struct AttentionOptions {
   // into the float32 softmax scale, so queries at i + 1 ≤ logn_length are exactly unscaled.
   std::int64_t logn_length = 0;
   int threads = 0;  // 0: ropekit::default_threads()
+  // The rotations on load (q, and keys a cache keeps unrotated) with the angles of exactly this table —
+  // an engine's own cos/sin cache (import_cos_sin_cache) whose keys were appended with it — as
+  // Rope::prepare(args, table) takes them; null: the Rope's own. Only with a Rope. Errors: a table built
+  // for other frequencies or another angle mode, a (regime's) position outside it.
+  std::shared_ptr<const Table> table;
 };
 
 // q: [batch, q_seq, q_heads, head_dim], k: [batch, k_seq, kv_heads, head_dim],

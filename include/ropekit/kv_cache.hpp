@@ -72,8 +72,9 @@ class KvCache {
   // rope.apply() writes; F32 storage within 5 ε·m·|pair| of exact, measured 2.6). When the cache
   // is empty it adopts rope's plan. Errors: more tokens than the free capacity (overflow), head
   // counts or dtypes that do not fit, a rope with another spec, or a rope whose plan differs from
-  // the cached keys' (call rerotate(rope) first), a bad position.
-  void append(const Rope& rope, const Heads& k, const Heads& v, Positions positions);
+  // the cached keys' (call rerotate(rope) first), a bad position. table: as PagedKvCache::append's.
+  void append(const Rope& rope, const Heads& k, const Heads& v, Positions positions,
+              std::shared_ptr<const Table> table = nullptr);
 
   // K-shift: slots [first, last) move by delta positions, their keys rotated by R(delta), a pure
   // rotation with magnitude 1 (unrotated keys — ReRope, SelfExtend — only change position; DualChunk's

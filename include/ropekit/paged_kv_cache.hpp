@@ -90,7 +90,11 @@ class PagedKvCache {
   // id outside [0, max_sequences), seq_of not one per token, too few free pages, a rope whose spec
   // or angle mode differ from the cache's, a rope whose plan differs from a non-empty sequence's
   // (rerotate it first), positions with more than one stream, and everything ropekit::append refuses.
-  void append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args);
+  // table: the keys (and q) rotated with exactly its angles, as ropekit::append(rope, args, cache, table)
+  // — an engine's cos/sin cache; attention then takes it in AttentionOptions::table. The cache records
+  // rope's plan for the sequence as without it (seq_add's K-shift and rerotate use the Rope's angles).
+  void append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args,
+              std::shared_ptr<const Table> table = nullptr);
 
   // llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end, p0 < 0: from 0).
   // seq_rm: removes those entries; later entries move down keeping their positions; pages no longer

@@ -182,15 +182,18 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   const std::int64_t q_tokens = args.q.tokens(), k_tokens = args.k.tokens();
   // The rotations on load, prepared once over all of q and k (views and positions validated, the
   // table or on-the-fly choice made as one apply() over them would make it).
+  if (options.table && (rope == nullptr || loads == RopeLoads::None)) {
+    throw Error("options.table is set but nothing is rotated on load (attention without a Rope)");
+  }
   const bool rotate_q = rope != nullptr && loads != RopeLoads::None;
   const bool rotate_k = rope != nullptr && loads == RopeLoads::QueriesAndKeys && k_tokens > 0;
   if (rotate_q) {
     r.q_rotation = prepare_call(*rope, {.q = args.q, .positions = args.q_positions}, ViewUse::Read,
-                                {.q = "q", .positions = "q_positions"});
+                                {.q = "q", .positions = "q_positions"}, options.table);
   }
   if (rotate_k) {
     r.k_rotation = prepare_call(*rope, {.q = args.k, .positions = args.k_positions}, ViewUse::Read,
-                                {.q = "k", .positions = "k_positions"});
+                                {.q = "k", .positions = "k_positions"}, options.table);
   }
   const bool positional_bias = std::holds_alternative<AlibiBias>(options.bias) ||
                                std::holds_alternative<RelativeBucketBias>(options.bias);
@@ -300,14 +303,14 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
   // other kinds' regime 0 is the plain rotation.
   for (int reg = dual_chunk ? 0 : 1; reg < r.regime_count; ++reg) {
     r.q_regime[std::size_t(reg)] = prepare_call(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
-                                                ViewUse::Read, {.q = "q", .positions = "q_positions"});
+                                                ViewUse::Read, {.q = "q", .positions = "q_positions"}, options.table);
   }
   if (dual_chunk) {
     // Every regime reads the keys at j mod chunk_len: one K tile (stored so by a cache).
     r.k_tile_of = {0, 0, 0};
     if (loads == RopeLoads::QueriesAndKeys && k_tokens > 0) {
       r.k_regime[0] = prepare_call(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
-                                   ViewUse::Read, {.q = "k", .positions = "k_positions"});
+                                   ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
     } else {
       r.k_as_stored = {true, true, true};
     }
@@ -318,14 +321,14 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
                             to_string(regimes)));
   }
   if (k_tokens == 0) return;
-  // Regime 1's keys: ReRope's at position 0 — as stored when the magnitude is 1 (R(0) is the identity) —
-  // SelfExtend's at ⌊j/G⌋.
-  if (std::holds_alternative<regimes::ReRope>(regimes) && rope->plan().cos_sin_scale == 1.0) {
+  // Regime 1's keys: ReRope's at position 0 — as stored when the magnitude is 1 (R(0) is the identity; not
+  // with a given table, whose row 0 holds the engine's values) — SelfExtend's at ⌊j/G⌋.
+  if (std::holds_alternative<regimes::ReRope>(regimes) && rope->plan().cos_sin_scale == 1.0 && !options.table) {
     r.k_as_stored[1] = true;
     return;
   }
   r.k_regime[1] = prepare_call(*rope, {.q = args.k, .positions = materialize(4, args.k_positions, k_tokens, false, 1)},
-                               ViewUse::Read, {.q = "k", .positions = "k_positions"});
+                               ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
 }
 
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& r,

@@ -124,7 +124,8 @@ void KvCache::require_compatible(const Rope& rope, std::string_view caller) cons
   }
 }
 
-void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions positions) {
+void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions positions,
+                     std::shared_ptr<const Table> table) {
   require_compatible(rope, "KvCache::append");
   detail::check_view(v, "v", shape_.v_head_dim);
   if (k.batch != 1 || v.batch != 1) {
@@ -148,7 +149,7 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   if (n == 0) return;  // nothing to store (the fused append refuses an empty k)
   // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
   const std::vector<std::int32_t> seq_of(std::size_t(n), 0);
-  state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions});
+  state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions}, std::move(table));
   size_ = state_->paged.length(0);
 }
 

@@ -377,7 +377,8 @@ void require_plan(const std::optional<Plan>& cached, const Rope& rope, int seq, 
 }
 }  // namespace
 
-void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args) {
+void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args,
+                          std::shared_ptr<const Table> table) {
   State& st = *state_;
   require_layout(rope, "PagedKvCache::append");
   const auto* given = std::get_if<SlotMapping>(&args.slots);
@@ -454,7 +455,8 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   if (!stored.empty()) stored_args.positions = ropekit::positions(std::span<const std::int64_t>(stored));
   detail::AppendAccess::run_once(  // validates everything else
       rope, stored_args, st.cache,
-      st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated);
+      st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated,
+      std::move(table));
   // Commit.
   st.free.resize(st.free.size() - taken);
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {
