@@ -485,6 +485,49 @@ static void test_cos_sin_cache(void) {
   CHECK_ERROR(rk_append_prepare_with_table(rope, &step, &pc, theirs, &append), "position 64 is outside the table");
   CHECK_ERROR(rk_append_prepare_with_table(rope, &args, &pc, NULL, &append), "table is NULL");
   rk_append_call_destroy(append);
+
+  /* Attention with the planted cache: over a paged cache whose keys were appended with it, and fused
+   * over the raw keys; both rotate q with it (the query sits at position 10, the planted row). */
+  rk_paged_kv_cache_shape shape;
+  memset(&shape, 0, sizeof shape);
+  shape.num_pages = PAGES, shape.page_size = PAGE, shape.kv_heads = KH, shape.dtype = RK_CACHE_F32;
+  shape.layout = RK_NHD, shape.max_sequences = 1;
+  rk_paged_kv_cache* paged = NULL;
+  CHECK_OK(rk_paged_kv_cache_create(rope, &shape, &paged));
+  const int32_t seq_of[N] = {0, 0, 0, 0, 0};
+  rk_append_args tokens;
+  memset(&tokens, 0, sizeof tokens);
+  tokens.k = rk_bshd(k, RK_F32, 1, N, KH, D);
+  tokens.v = rk_bshd(k, RK_F32, 1, N, KH, D);
+  tokens.positions = rk_positions_i64(pos, N);
+  CHECK_ERROR(rk_paged_kv_cache_append_with_table(paged, rope, seq_of, &tokens, NULL), "table is NULL");
+  CHECK_OK(rk_paged_kv_cache_append_with_table(paged, rope, seq_of, &tokens, theirs));
+  static float q[QH * D], via_cache[QH * D], fused[QH * D], untabled[QH * D];
+  fill(q, QH * D, 9);
+  const int64_t q_pos[1] = {10};
+  CHECK_OK(rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D),
+                                                   rk_positions_i64(q_pos, 1), seq_of, rk_bshd(via_cache, RK_F32, 1, 1, QH, D),
+                                                   0, 0, 0.0, 1, theirs));
+  rk_attention_args at;
+  memset(&at, 0, sizeof at);
+  at.q = rk_bshd(q, RK_F32, 1, 1, QH, D), at.k = rk_bshd(k, RK_F32, 1, N, KH, D), at.v = rk_bshd(k, RK_F32, 1, N, KH, D);
+  at.q_positions = rk_positions_i64(q_pos, 1), at.k_positions = rk_positions_i64(pos, N), at.threads = 1;
+  at.out = rk_bshd(fused, RK_F32, 1, 1, QH, D);
+  at.table = theirs;
+  CHECK_OK(rk_attention(rope, &at));
+  CHECK(memcmp(via_cache, fused, sizeof fused) == 0, "attention over the cache differs from the fused one with the table");
+  at.out = rk_bshd(untabled, RK_F32, 1, 1, QH, D);
+  at.table = NULL;
+  CHECK_OK(rk_attention(rope, &at));
+  CHECK(memcmp(untabled, fused, sizeof fused) != 0, "rk_attention_args.table was not used");
+  at.table = theirs;
+  at.head_dim = D; /* attention without a rope needs it */
+  CHECK_ERROR(rk_attention(NULL, &at), "options.table is set");
+  CHECK_ERROR(rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D),
+                                                      rk_positions_i64(q_pos, 1), seq_of,
+                                                      rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, NULL),
+              "table is NULL");
+  rk_paged_kv_cache_destroy(paged);
   rk_table_destroy(theirs);
   rk_table_destroy(NULL);
   rk_rope_destroy(rope);

@@ -276,6 +276,10 @@ void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache);
  * args' slot mapping and page table must be left unset (NULL). */
 rk_status rk_paged_kv_cache_append(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
                                    const rk_append_args* args);
+/* The same with the keys (and q) rotated by exactly `table` (rk_cos_sin_cache_import); attention then
+ * takes it too (rk_paged_kv_cache_attention_with_table). */
+rk_status rk_paged_kv_cache_append_with_table(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
+                                              const rk_append_args* args, const rk_table* table);
 /* llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end). */
 rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1);
 rk_status rk_paged_kv_cache_seq_add(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta);
@@ -289,6 +293,11 @@ rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* 
 rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
                                       rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
                                       int64_t window, double softmax_scale, int threads);
+/* The same with q rotated on load by exactly `table`. */
+rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                                 rk_positions q_positions, const int32_t* seq_of, rk_heads out,
+                                                 int causal, int64_t window, double softmax_scale, int threads,
+                                                 const rk_table* table);
 
 /* ---- attention (ropekit/attention.hpp) ----------------------------------------------------------- */
 
@@ -300,6 +309,8 @@ typedef struct rk_attention_args {
   int64_t window;           /* > 0: also i - j < window */
   double softmax_scale;     /* 0: 1/sqrt(head_dim) */
   int threads;
+  const rk_table* table;    /* NULL: the rope's angles; else q rotated on load with exactly this table's
+                             * (an engine's cos/sin cache, rk_cos_sin_cache_import); needs a rope */
 } rk_attention_args;
 
 /* Softmax attention with RoPE fused into the tile loads (rope non-NULL: q and k given unrotated) or

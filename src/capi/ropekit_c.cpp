@@ -518,7 +518,8 @@ rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args) {
                       .k_positions = positions_of(a.k_positions, "k_positions"),
                       .head_dim = a.head_dim,
                       .v_head_dim = a.v_head_dim};
-    const AttentionOptions options = options_of(a.causal, a.window, a.softmax_scale, a.threads);
+    AttentionOptions options = options_of(a.causal, a.window, a.softmax_scale, a.threads);
+    if (a.table != nullptr) options.table = a.table->table;
     if (rope) {
       attention(*rope->rope, cpp, options);
     } else {
@@ -564,22 +565,34 @@ rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_
 
 void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache) { delete cache; }
 
+namespace {
+
+void paged_append(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of, const rk_append_args* args,
+                  std::shared_ptr<const Table> table) {
+  const rk_append_args& a = need(args, "args");
+  if (a.slot_mapping != nullptr || a.page_indices != nullptr || a.page_indptr != nullptr) {
+    throw Error("args: leave slot_mapping and the page table unset: the cache resolves each token's slot");
+  }
+  rk_append_args plain = a;
+  plain.slot_mapping = &plain;  // any non-null: read as a slot mapping, replaced below
+  plain.slot_type = RK_I64;
+  AppendArgs cpp = append_args_of(plain);
+  cpp.slots = SlotMapping{};
+  const std::int64_t tokens = cpp.k.batch * cpp.k.seq;
+  auto& c = need_mutable(cache, "cache").cache;
+  c.append(*need(rope, "rope").rope, span_of(seq_of, tokens, "seq_of"), cpp, std::move(table));
+}
+
+}  // namespace
+
 rk_status rk_paged_kv_cache_append(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
                                    const rk_append_args* args) {
-  return guarded([&] {
-    const rk_append_args& a = need(args, "args");
-    if (a.slot_mapping != nullptr || a.page_indices != nullptr || a.page_indptr != nullptr) {
-      throw Error("args: leave slot_mapping and the page table unset: the cache resolves each token's slot");
-    }
-    rk_append_args plain = a;
-    plain.slot_mapping = &plain;  // any non-null: read as a slot mapping, replaced below
-    plain.slot_type = RK_I64;
-    AppendArgs cpp = append_args_of(plain);
-    cpp.slots = SlotMapping{};
-    const std::int64_t tokens = cpp.k.batch * cpp.k.seq;
-    auto& c = need_mutable(cache, "cache").cache;
-    c.append(*need(rope, "rope").rope, span_of(seq_of, tokens, "seq_of"), cpp);
-  });
+  return guarded([&] { paged_append(cache, rope, seq_of, args, nullptr); });
+}
+
+rk_status rk_paged_kv_cache_append_with_table(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
+                                              const rk_append_args* args, const rk_table* table) {
+  return guarded([&] { paged_append(cache, rope, seq_of, args, need(table, "table").table); });
 }
 
 rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1) {
@@ -619,14 +632,35 @@ rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* 
   });
 }
 
+namespace {
+
+void paged_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q, rk_positions q_positions,
+                     const int32_t* seq_of, rk_heads out, int causal, int64_t window, double softmax_scale,
+                     int threads, std::shared_ptr<const Table> table) {
+  const Heads qh = heads_of(q, "q");
+  AttentionOptions options = options_of(causal, window, softmax_scale, threads);
+  options.table = std::move(table);
+  attention(*need(rope, "rope").rope, qh, positions_of(q_positions, "q_positions"),
+            span_of(seq_of, qh.batch * qh.seq, "seq_of"), need(cache, "cache").cache, heads_of(out, "out"), options);
+}
+
+}  // namespace
+
 rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
                                       rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
                                       int64_t window, double softmax_scale, int threads) {
   return guarded([&] {
-    const Heads qh = heads_of(q, "q");
-    attention(*need(rope, "rope").rope, qh, positions_of(q_positions, "q_positions"),
-              span_of(seq_of, qh.batch * qh.seq, "seq_of"), need(cache, "cache").cache, heads_of(out, "out"),
-              options_of(causal, window, softmax_scale, threads));
+    paged_attention(rope, cache, q, q_positions, seq_of, out, causal, window, softmax_scale, threads, nullptr);
+  });
+}
+
+rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                                 rk_positions q_positions, const int32_t* seq_of, rk_heads out,
+                                                 int causal, int64_t window, double softmax_scale, int threads,
+                                                 const rk_table* table) {
+  return guarded([&] {
+    paged_attention(rope, cache, q, q_positions, seq_of, out, causal, window, softmax_scale, threads,
+                    need(table, "table").table);
   });
 }
 
