@@ -72,7 +72,7 @@ PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_
 }
 
 void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::handle v_obj, py::handle positions,
-                  std::string_view layout_text, std::string_view angles) {
+                  std::string_view layout_text, std::string_view angles, const PyCosSinTable* table) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
@@ -89,13 +89,14 @@ void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::
     pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
   }
   py::gil_scoped_release release;
-  self.cache->append(rope, kv, vv, pos.view);
+  self.cache->append(rope, kv, vv, pos.view, table_of(table));
 }
 
 py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_obj, py::handle v_obj,
                           py::handle q_positions, py::handle k_positions, std::string_view layout_text, bool causal,
                           std::int64_t window, std::optional<double> softmax_scale, std::optional<std::vector<float>> alibi,
-                          std::string_view angles, bool linear, std::string_view form) {
+                          std::string_view angles, bool linear, std::string_view form,
+                          const PyCosSinTable* table = nullptr) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = py_rope ? py_rope->rope(parse_angles(angles)) : nullptr;
   const Rope* rope = rope_held.get();
@@ -130,6 +131,7 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
   options.window = window;
   options.softmax_scale = softmax_scale;
   if (alibi) options.bias = AlibiBias{*alibi};
+  options.table = table_of(table);
   {
     py::gil_scoped_release release;
     rope ? attention(*rope, args, options) : attention(args, options);
@@ -139,7 +141,8 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
 
 py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
                            std::string_view layout_text, bool causal, std::int64_t window,
-                           std::optional<double> softmax_scale, std::string_view angles) {
+                           std::optional<double> softmax_scale, std::string_view angles,
+                           const PyCosSinTable* table) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
@@ -153,6 +156,7 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
   options.causal = causal;
   options.window = window;
   options.softmax_scale = softmax_scale;
+  options.table = table_of(table);
   {
     py::gil_scoped_release release;
     attention(rope, qv, pos.view, *self.cache, ov, options);
@@ -209,7 +213,7 @@ PyPagedKvCache make_paged_cache(const PyRope& rope, std::int64_t num_pages, std:
 }
 
 void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_ids, py::handle k_obj, py::handle v_obj,
-                  py::handle positions, std::string_view angles) {
+                  py::handle positions, std::string_view angles, const PyCosSinTable* table) {
   const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
   const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
   const Heads kv = heads_view(k, Layout::THD, rope->spec().head_dim, "k"), vv = heads_view(v, Layout::THD, 0, "v");
@@ -231,12 +235,12 @@ void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_id
     pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
   }
   py::gil_scoped_release release;
-  self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos.view});
+  self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos.view}, table_of(table));
 }
 
 py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
                            py::handle seq_ids, bool causal, std::int64_t window, std::optional<double> softmax_scale,
-                           std::string_view angles) {
+                           std::string_view angles, const PyCosSinTable* table) {
   const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
   const Array q = float_array(q_obj, "q", "");
   const Heads qv = heads_view(q, Layout::THD, rope->spec().head_dim, "q");
@@ -249,6 +253,7 @@ py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py
   options.causal = causal;
   options.window = window;
   options.softmax_scale = softmax_scale;
+  options.table = table_of(table);
   {
     py::gil_scoped_release release;
     attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options);
@@ -396,14 +401,15 @@ double time_apply(const PyRope& py_rope, py::handle q_obj, py::handle k_obj, py:
 }
 
 void bind_consumers(py::module_& m) {
+  const auto* const kNoTable = static_cast<const PyCosSinTable*>(nullptr);  // table=None: the Rope's angles
   py::class_<PyKvCache>(m, "KvCache")
       .def(py::init(&make_cache), py::arg("rope"), py::arg("capacity"), py::arg("kv_heads"), py::kw_only(),
            py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate")
       .def("append", &cache_append, py::arg("rope"), py::arg("k"), py::arg("v"), py::arg("positions") = py::none(),
-           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate")
+           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate", py::arg("table") = kNoTable)
       .def("attention", &cache_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::kw_only(),
            py::arg("layout") = "thd", py::arg("causal") = true, py::arg("window") = 0,
-           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate")
+           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
       .def("shift", [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) { c.cache->shift(first, last, delta); },
            py::arg("first"), py::arg("last"), py::arg("delta"))
       .def("erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
@@ -431,10 +437,10 @@ void bind_consumers(py::module_& m) {
            py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
            py::arg("angles") = "accurate")
       .def("append", &paged_append, py::arg("rope"), py::arg("seq_ids"), py::arg("k"), py::arg("v"),
-           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate")
+           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
       .def("attention", &paged_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::arg("seq_ids"),
            py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
-           py::arg("angles") = "accurate")
+           py::arg("angles") = "accurate", py::arg("table") = kNoTable)
       .def("seq_rm", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->seq_rm(seq, p0, p1); },
            py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
       .def("seq_add", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
@@ -471,13 +477,14 @@ void bind_consumers(py::module_& m) {
   m.def("attention",
         [](py::handle q, py::handle k, py::handle v, const PyRope* rope, py::handle qp, py::handle kp,
            std::string_view layout, bool causal, std::int64_t window, std::optional<double> scale,
-           std::optional<std::vector<float>> alibi, std::string_view angles) {
-          return attention_impl(rope, q, k, v, qp, kp, layout, causal, window, scale, std::move(alibi), angles, false, "");
+           std::optional<std::vector<float>> alibi, std::string_view angles, const PyCosSinTable* table) {
+          return attention_impl(rope, q, k, v, qp, kp, layout, causal, window, scale, std::move(alibi), angles, false, "",
+                                table);
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("rope") = nullptr, py::arg("q_positions") = py::none(),
         py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
         py::arg("window") = 0, py::arg("softmax_scale") = py::none(), py::arg("alibi_slopes") = py::none(),
-        py::arg("angles") = "accurate");
+        py::arg("angles") = "accurate", py::arg("table") = kNoTable);
   m.def("linear_attention",
         [](const PyRope& rope, py::handle q, py::handle k, py::handle v, py::handle qp, py::handle kp,
            std::string_view layout, bool causal, std::string_view form, std::string_view angles) {

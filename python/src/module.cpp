@@ -232,11 +232,6 @@ std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rota
   return std::make_shared<PyRope>(spec, current_length, "Rope(...)");
 }
 
-// An engine's cos/sin cache imported for Rope.apply(..., table=): its values, copied once.
-struct PyCosSinTable {
-  std::shared_ptr<const Table> table;
-};
-
 // A float32 [num_positions, rotary_dim] copy-free view of `cache_obj` (converted when it is not one).
 py::array_t<float, py::array::c_style | py::array::forcecast> cache_array(const Rope& rope, py::handle cache_obj) {
   const py::array_t<float, py::array::c_style | py::array::forcecast> cache =

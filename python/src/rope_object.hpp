@@ -14,6 +14,13 @@ namespace ropekit::python {
 
 AngleMode parse_angles(std::string_view text);
 
+// An engine's cos/sin cache imported (Rope.import_cos_sin_cache) for the table= arguments of Rope.apply,
+// attention and the caches: its values, copied once.
+struct PyCosSinTable {
+  std::shared_ptr<const Table> table;
+};
+inline std::shared_ptr<const Table> table_of(const PyCosSinTable* t) { return t ? t->table : nullptr; }
+
 class PyRope {
  public:
   PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin);

@@ -90,3 +90,33 @@ def test_apply_with_an_imported_cache_uses_exactly_its_values():
         bad = cache[:10].copy()
         bad[3, 5] = np.nan
         rope.import_cos_sin_cache(bad)
+
+
+def test_attention_and_caches_with_an_imported_cache():
+    # vLLM's float32-angle cache drives the keys the caches store and the queries attention rotates: a
+    # KvCache and a PagedKvCache (two sequences, pages interleaved) appended with it attend exactly as
+    # ropekit.attention over the raw keys with it, and otherwise than with ropekit's own angles.
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    n, first = 40, 30000
+    table = rope.import_cos_sin_cache(vllm_cache(rope, first + n))
+    rng = np.random.default_rng(7)
+    k = rng.standard_normal((n, 2, 128)).astype(np.float32)
+    v = rng.standard_normal((n, 2, 128)).astype(np.float32)
+    q = rng.standard_normal((1, 8, 128)).astype(np.float32)
+    kpos = np.arange(first, first + n)
+    qpos = np.array([first + n - 1])
+    fused = ropekit.attention(q[None], k[None], v[None], rope, qpos[None], kpos[None], table=table)[0]
+    own = ropekit.attention(q[None], k[None], v[None], rope, qpos[None], kpos[None])[0]
+    assert not np.array_equal(fused, own)
+
+    cache = ropekit.KvCache(rope, 64, 2)
+    cache.append(rope, k, v, kpos, table=table)
+    np.testing.assert_array_equal(cache.attention(rope, q, qpos, table=table), fused)
+
+    paged = ropekit.PagedKvCache(rope, 24, 4, 2, 2)
+    for t in range(0, n, 4):
+        for s in (0, 1):
+            paged.append(rope, [s] * 4, k[t:t + 4], v[t:t + 4], kpos[t:t + 4], table=table)
+    np.testing.assert_array_equal(paged.attention(rope, q, qpos, [1], table=table), fused)
+    with pytest.raises(ropekit.Error, match="outside the table"):
+        paged.attention(rope, q, np.array([first + n]), [1], table=table)
