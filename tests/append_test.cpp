@@ -320,6 +320,49 @@ TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
   EXPECT_GT(compared, 1000000);
 }
 
+// The e4m3 widening attention and the K-shift read an fp8 cache with: e4m3_to_float(b) · scale, bit for
+// bit, for every byte, on rows with and without NaN codes (the vector path and the reference), over
+// scales whose product with 2^8 is exact, subnormal or beyond 2^100 (the reference), at odd offsets.
+TEST_P(AppendTest, E4m3WideningEqualsTheScalarDecoder) {
+  std::vector<std::uint8_t> finite, every(256);
+  for (int b = 0; b < 256; ++b) {
+    every[std::size_t(b)] = std::uint8_t(b);
+    if ((b & 0x7f) != 0x7f) finite.push_back(std::uint8_t(b));
+  }
+  std::mt19937 rng(5);
+  std::shuffle(finite.begin(), finite.end(), rng);
+  finite.insert(finite.end(), finite.begin(), finite.end());  // 508 bytes: vector bodies and a tail
+  const cpu::E4m3WidenKernel widen = cpu::select_e4m3_widen_kernel();
+  int compared = 0;
+  for (const auto* bytes : {&finite, &every}) {
+    for (const float scale : {1.0f, 0.02f, 0.3f, 7.0f, 0x1p-140f, 0x1p-126f, 0x1p99f, 0x1p100f, 3e38f}) {
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{3}}) {
+        const std::int64_t n = std::int64_t(bytes->size() - offset);
+        std::vector<float> got(static_cast<std::size_t>(n)), want(got.size());
+        widen(bytes->data() + offset, n, scale, got.data());
+        cpu::e4m3_widen_reference(bytes->data() + offset, n, scale, want.data());
+        for (std::int64_t i = 0; i < n; ++i, ++compared) {
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[std::size_t(i)]), std::bit_cast<std::uint32_t>(want[std::size_t(i)]))
+              << "byte 0x" << std::hex << int((*bytes)[offset + std::size_t(i)]) << std::dec << " scale " << scale;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 10000);
+  // The reference is the decoder of ropekit/dtype.hpp: a few values by hand.
+  const std::vector<std::uint8_t> some = {0x00, 0x80, 0x01, 0x08, 0x7e, 0xfe, 0x38, 0x7f};
+  std::vector<float> out(some.size());
+  widen(some.data(), std::int64_t(some.size()), 1.0f, out.data());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_TRUE(std::signbit(out[1]));
+  EXPECT_EQ(out[2], 0x1p-9f);
+  EXPECT_EQ(out[3], 0x1p-6f);
+  EXPECT_EQ(out[4], 448.0f);
+  EXPECT_EQ(out[5], -448.0f);
+  EXPECT_EQ(out[6], 1.0f);
+  EXPECT_TRUE(std::isnan(out[7]));
+}
+
 TEST_P(AppendTest, FusedEqualsRotateThenConvertThenCopy) {
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
     for (const auto& [d, r] : {std::pair{64, 64}, std::pair{40, 24}, std::pair{128, 32}}) {

@@ -1,8 +1,8 @@
 // PagedKvCache: many sequences in one paged cache. Each sequence's attention equals a KvCache holding
 // the same tokens, bit for bit (appends interleaved across sequences, both page layouts, every
 // storage type, every SIMD target); seq_rm / seq_add / seq_cp equal KvCache's erase / shift / a fresh
-// append; re-rotation per sequence; fp8 against the double oracle; pages return to the free list;
-// bad input changes nothing.
+// append; re-rotation per sequence; fp8 against the double oracle, and read in place bit for bit as
+// attention over its entries' values; pages return to the free list; bad input changes nothing.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -358,6 +358,67 @@ TEST_P(PagedKvCacheTest, Fp8CacheAgainstTheOracle) {
   EXPECT_EQ(kp.front(), 8);  // shifted by 5
 }
 
+// fp8 entries are read in place, widened × scale as the tiles load them: each sequence's attention equals,
+// bit for bit, attention without a rope over its entries' values (e4m3_to_float(b) · scale in entry order)
+// with q rotated as attention rotates it on load — both layouts, interleaved pages, 64-key tiles starting
+// inside pages, a decode query (key rows) and a prefill over the cached prefix (transposed tiles).
+TEST_P(PagedKvCacheTest, Fp8EntriesReadInPlaceEqualAttentionOverTheirValues) {
+  const Rope rope(llama());
+  for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+    const std::int64_t page_size = layout == PageLayout::NHD ? 8 : 12;
+    PagedKvCacheShape shape = shape_of(CacheDType::F8E4M3, layout, 64, page_size);
+    shape.v_scale = 0.035f;  // each entry widened by its own tensor's scale
+    PagedKvCache cache(rope, shape);
+    std::vector<Stream> streams = {Stream(150, DType::F32, 21, 3), Stream(40, DType::F32, 24, 50)};
+    std::vector<std::int64_t> done(2, 0);
+    while (done[0] < streams[0].n || done[1] < streams[1].n) {  // turns of 5 tokens: the pages interleave
+      Batch b;
+      for (int s = 0; s < 2; ++s) {
+        for (int t = 0; t < 5 && done[std::size_t(s)] < streams[std::size_t(s)].n; ++t) {
+          b.add(streams[std::size_t(s)], s, done[std::size_t(s)]++);
+        }
+      }
+      cache.append(rope, b.seq_of, b.args());
+    }
+    const PagedCache& c = cache.cache();
+    for (int seq = 0; seq < 2; ++seq) {
+      const Stream& s = streams[std::size_t(seq)];
+      const std::int64_t n = s.n;
+      std::vector<float> k(std::size_t(n * kKv * kD)), v(k.size());
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t slot = std::int64_t{cache.pages(seq)[std::size_t(i / page_size)]} * page_size + i % page_size;
+        for (std::int64_t h = 0; h < kKv; ++h) {
+          for (int l = 0; l < kD; ++l) {
+            const std::size_t at = std::size_t((i * kKv + h) * kD + l);
+            k[at] = e4m3_to_float(static_cast<const std::uint8_t*>(c.key(slot, h))[l]) * c.k_scale;
+            v[at] = e4m3_to_float(static_cast<const std::uint8_t*>(c.value(slot, h))[l]) * c.v_scale;
+          }
+        }
+      }
+      const std::vector<std::int64_t> kp(cache.positions(seq).begin(), cache.positions(seq).end());
+      for (const std::int64_t count : {std::int64_t{1}, std::int64_t{10}}) {
+        const std::int64_t first = n - count;
+        std::vector<float> q(s.q32.begin() + first * kQ * kD, s.q32.begin() + n * kQ * kD);
+        std::vector<float> rotated = q, got(q.size()), want(q.size());
+        const std::vector<std::int64_t> qp(s.pos.begin() + first, s.pos.end());
+        rope.apply({.q = bshd(rotated.data(), DType::F32, 1, count, kQ, kD), .positions = positions(qp)});
+        const std::vector<std::int32_t> seq_of(std::size_t(count), seq);
+        attention(rope, bshd(q.data(), DType::F32, 1, count, kQ, kD), positions(qp), seq_of,
+                  cache, bshd(got.data(), DType::F32, 1, count, kQ, kD));
+        attention({.q = bshd(rotated.data(), DType::F32, 1, count, kQ, kD),
+                   .k = bshd(k.data(), DType::F32, 1, n, kKv, kD),
+                   .v = bshd(v.data(), DType::F32, 1, n, kKv, kD),
+                   .out = bshd(want.data(), DType::F32, 1, count, kQ, kD),
+                   .q_positions = positions(qp),
+                   .k_positions = positions(kp),
+                   .head_dim = kD});
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << to_string(layout) << " sequence " << seq << ", " << count << " queries";
+      }
+    }
+  }
+}
+
 TEST(PagedKvCacheErrors, EachClassIsRefusedAndNothingChanges) {
   const Rope rope(llama());
   EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 4, .page_size = 8, .kv_heads = kKv, .max_sequences = 0}),
@@ -402,6 +463,17 @@ TEST(PagedKvCacheErrors, EachClassIsRefusedAndNothingChanges) {
   EXPECT_ERROR(attention(rope, bshd(q.data(), DType::F32, 1, 2, kQ, kD), positions(qp), one_seq, cache,
                          bshd(out.data(), DType::F32, 1, 2, kQ, kD)),
                "seq_of has 1 values");
+  // out inside the cache's memory (cache() hands out its pointers): refused, the entries unchanged.
+  const std::vector<std::int64_t> qp1 = {1};
+  const std::vector<std::byte> keys_before(static_cast<const std::byte*>(cache.cache().k),
+                                           static_cast<const std::byte*>(cache.cache().k) + 8 * kKv * kD * 4);
+  EXPECT_ERROR(attention(rope, bshd(q.data(), DType::F32, 1, 1, kQ, kD), positions(qp1), one_seq, cache,
+                         bshd(cache.cache().k, DType::F32, 1, 1, kQ, kD)),
+               "out", "the cache's keys");
+  EXPECT_ERROR(attention(rope, bshd(q.data(), DType::F32, 1, 1, kQ, kD), positions(qp1), one_seq, cache,
+                         bshd(static_cast<float*>(cache.cache().v) + 5, DType::F32, 1, 1, kQ, kD)),
+               "out", "the cache's values");
+  EXPECT_EQ(std::memcmp(keys_before.data(), cache.cache().k, keys_before.size()), 0);
 }
 
 }  // namespace

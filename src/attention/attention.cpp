@@ -122,7 +122,7 @@ std::string to_string(const PositionRegimes& regimes) {
 namespace detail {
 
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
-                                    const AttentionOptions& options, RopeLoads loads) {
+                                    const AttentionOptions& options, RopeLoads loads, KvMemory kv) {
   ResolvedAttention r;
   int d = args.head_dim;
   if (rope != nullptr) {
@@ -165,7 +165,7 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   require_no_self_overlap(args.out, "out", dv);
   const std::array<ByteRange, 4> ranges = {byte_range(args.out, "out", dv), byte_range(args.q, "q", d),
                                            byte_range(args.k, "k", d), byte_range(args.v, "v", dv)};
-  for (std::size_t i = 1; i < ranges.size(); ++i) {
+  for (std::size_t i = 1; i < (kv == KvMemory::Views ? ranges.size() : 2); ++i) {
     if (ranges[i].begin == ranges[i].end) continue;
     require_disjoint(ranges[0], ranges[i]);
   }
@@ -388,6 +388,8 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
     p.kv_pages = pages->pages.data();
     p.page_size = pages->page_size;
     p.page_span = pages->page_span;
+    p.k_e4m3_scale = pages->k_e4m3_scale;
+    p.v_e4m3_scale = pages->v_e4m3_scale;
   }
 
   const int max_threads = options.threads > 0 ? options.threads : default_threads();

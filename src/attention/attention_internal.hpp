@@ -38,9 +38,14 @@ struct ResolvedAttention {
   double exact_scale = 1.0;  // softmax scale × softmax_scale_mult in double (log-n scaling starts here)
 };
 
+// Where args.k and args.v lie: in the memory their views describe (checked against out), or in a paged
+// cache read through KvPages, whose views give the tile loader shapes and strides only (their memory is
+// the cache's; the caller checks out against all of it).
+enum class KvMemory { Views, Cache };
 // Validates everything (ropekit::Error naming the field). rope: the rope of the call, or null.
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
-                                    const AttentionOptions& options, RopeLoads loads);
+                                    const AttentionOptions& options, RopeLoads loads,
+                                    KvMemory kv = KvMemory::Views);
 // The regimes' rotations (options.regimes set): part of resolve_attention.
 void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
                      ResolvedAttention& resolved);
@@ -50,6 +55,9 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
 struct KvPages {
   std::span<const std::int32_t> pages;
   std::int64_t page_size = 1, page_span = 1;
+  // An fp8 cache (non-zero): its e4m3 entries are widened × these as they load; args.k and args.v then
+  // count bytes (cpu::AttentionProblem::k_e4m3_scale).
+  float k_e4m3_scale = 0.0f, v_e4m3_scale = 0.0f;
 };
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved,
                    const KvPages* pages = nullptr);

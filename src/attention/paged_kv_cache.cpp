@@ -1,8 +1,8 @@
 // Many sequences in one paged KV cache (ropekit/paged_kv_cache.hpp): a page free list, per-sequence
 // pages, positions and plan; the fused append resolves each token's slot from its sequence; the
 // sequence operations move, turn or copy entries; attention runs the attention driver over a
-// sequence's entries with q rotated on load, its tiles reading the pages in place (fp8 entries, and
-// keys rotated on load over scattered pages, gathered into buffers first).
+// sequence's entries with q rotated on load, its tiles reading the pages in place (fp8 entries widened
+// × scale as they load; keys rotated on load over scattered pages gathered into buffers first).
 #include "ropekit/paged_kv_cache.hpp"
 
 #include <fmt/format.h>
@@ -234,6 +234,7 @@ struct PagedKvCache::State {
     const std::int64_t head_stride = cache.head_stride(cache.head_dim);
     const std::int64_t entry_stride = cache.layout == PageLayout::NHD ? heads * d : d;
     std::vector<float> buffer;
+    const cpu::E4m3WidenKernel widen_e4m3 = cpu::select_e4m3_widen_kernel();
     for (std::size_t i = 0; i < entries.size();) {
       std::size_t j = i + 1;
       while (j < entries.size() && entries[j] == entries[j - 1] + 1 && entries[j] / ps == entries[i] / ps) ++j;
@@ -247,9 +248,8 @@ struct PagedKvCache::State {
         buffer.resize(std::size_t(count * heads * d));
         for (std::int64_t e = 0; e < count; ++e) {
           for (std::int64_t h = 0; h < heads; ++h) {
-            const auto* in = static_cast<const std::uint8_t*>(cache.key(slot0 + e, h));
-            float* out = buffer.data() + (e * heads + h) * d;
-            for (std::int64_t l = 0; l < d; ++l) out[l] = e4m3_to_float(in[l]) * cache.k_scale;
+            widen_e4m3(static_cast<const std::uint8_t*>(cache.key(slot0 + e, h)), d, cache.k_scale,
+                       buffer.data() + (e * heads + h) * d);
           }
         }
         rotate(bshd(buffer.data(), DType::F32, 1, count, heads, d), first, count);
@@ -625,6 +625,18 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
   const PagedCache& c = cache.cache();
   const DType kv_dtype = storage_dtype(c.dtype);
   const std::int64_t es = element_size(c.dtype), heads = c.kv_heads;
+  // out against the cache's whole memory (its pointers are public: cache()), once: the views the runs
+  // below read the pages through describe their shapes, not the pages' memory (KvMemory::Cache).
+  {
+    detail::check_view(out, "out", shape.v_head_dim);
+    const detail::ByteRange out_range = detail::byte_range(out, "out", shape.v_head_dim);
+    const auto cache_range = [&](const void* base, std::int64_t lanes, std::string_view name) {
+      const auto begin = reinterpret_cast<std::uintptr_t>(base);
+      return detail::ByteRange{begin, begin + std::uintptr_t(c.slots() * heads * lanes * es), name};
+    };
+    detail::require_disjoint(out_range, cache_range(c.k, shape.head_dim, "the cache's keys"));
+    detail::require_disjoint(out_range, cache_range(c.v, shape.v_head_dim, "the cache's values"));
+  }
   // Gather buffers, kept per thread and grown only (no zero fill, no page faults on later calls).
   thread_local std::vector<std::byte> keys, values;
   const bool nhd = c.layout == PageLayout::NHD;
@@ -677,15 +689,17 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       };
       args.k = view(c.key(slot0, 0), shape.head_dim);
       args.v = view(c.value(slot0, 0), shape.v_head_dim);
-      const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
+      const detail::ResolvedAttention r =
+          detail::resolve_attention(&rope, args, with_regimes, loads, detail::KvMemory::Cache);
       detail::run_attention(args, with_regimes, r);
       a = b;
       continue;
     }
     // Pages anywhere, keys read as stored: the tile loader reads each key and value row through the
-    // page table (key j: slot pages[j / page_size] · page_size + j % page_size). The views start at page
-    // 0 with the sequence's length and the layout's strides; only their strides and types are read.
-    if (c.dtype != CacheDType::F8E4M3 && loads == detail::RopeLoads::Queries && shape.regimes.index() == 0) {
+    // page table (key j: slot pages[j / page_size] · page_size + j % page_size), fp8 entries widened
+    // × scale as they load. The views start at page 0 with the sequence's length and the layout's
+    // strides (fp8: in bytes); only their strides and types are read.
+    if (loads == detail::RopeLoads::Queries && shape.regimes.index() == 0) {
       const auto view = [&](void* data, std::int64_t lanes) {
         const std::int64_t seq_stride = nhd ? heads * lanes : lanes, head_stride = nhd ? lanes : c.page_size * lanes;
         return Heads{.data = data, .dtype = kv_dtype, .batch = 1, .seq = n, .heads = heads,
@@ -693,14 +707,16 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       };
       args.k = view(c.k, shape.head_dim);
       args.v = view(c.v, shape.v_head_dim);
-      const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, with_regimes, loads);
-      const detail::KvPages kv_pages{.pages = pages, .page_size = c.page_size,
-                                     .page_span = nhd ? c.page_size : heads * c.page_size};
+      const detail::ResolvedAttention r =
+          detail::resolve_attention(&rope, args, with_regimes, loads, detail::KvMemory::Cache);
+      detail::KvPages kv_pages{.pages = pages, .page_size = c.page_size,
+                               .page_span = nhd ? c.page_size : heads * c.page_size};
+      if (is_fp8(c.dtype)) kv_pages.k_e4m3_scale = c.k_scale, kv_pages.v_e4m3_scale = c.v_scale;
       detail::run_attention(args, with_regimes, r, &kv_pages);
       a = b;
       continue;
     }
-    // Else (fp8, keys rotated on load) the sequence's entries in entry order: NHD pages gather as
+    // Else (keys rotated on load) the sequence's entries in entry order: NHD pages gather as
     // [n, kv_heads, lanes] (one copy per page), HND pages as [kv_heads, n, lanes] (one copy per page and
     // head); fp8 widened × scale.
     const std::int64_t ke = kv_dtype == DType::F32 ? 4 : es;
@@ -708,6 +724,7 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     if (keys.size() < k_bytes) keys.resize(k_bytes);
     if (values.size() < v_bytes) values.resize(v_bytes);
     // One page of keys or values into place (pages are independent: split over the threads).
+    const cpu::E4m3WidenKernel widen_e4m3 = cpu::select_e4m3_widen_kernel();
     const auto gather_page = [&](std::byte* dst, bool is_key, std::int64_t page_index) {
       const std::int64_t lanes = is_key ? shape.head_dim : shape.v_head_dim;
       const float scale = is_key ? c.k_scale : c.v_scale;
@@ -718,9 +735,7 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
         const std::int64_t elements = count * lanes * (nhd ? heads : 1);
         std::byte* to = dst + (nhd ? first * heads * lanes : h * n * lanes + first * lanes) * ke;
         if (c.dtype == CacheDType::F8E4M3) {
-          const auto* in = static_cast<const std::uint8_t*>(src);
-          auto* out_f = reinterpret_cast<float*>(to);
-          for (std::int64_t i = 0; i < elements; ++i) out_f[i] = e4m3_to_float(in[i]) * scale;
+          widen_e4m3(static_cast<const std::uint8_t*>(src), elements, scale, reinterpret_cast<float*>(to));
         } else {
           std::memcpy(to, src, std::size_t(elements * es));
         }

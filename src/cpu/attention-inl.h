@@ -269,7 +269,7 @@ HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::i
                          std::int64_t s, std::int64_t head, std::int64_t heads, int d, float* dst,
                          ItemBuffers& buf) {
   if (job == nullptr) {
-    for (std::int64_t h = 0; h < heads; ++h) detail::widen(view.row(b, s, head + h), view.dtype, d, dst + h * d);
+    for (std::int64_t h = 0; h < heads; ++h) WidenRow(view.row(b, s, head + h), view.dtype, d, dst + h * d);
     return;
   }
   const std::int64_t token = b * seq + s;
@@ -278,7 +278,7 @@ HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::i
     return;
   }
   RotateTokenHeads(*job, view, token, head, heads, buf.rotated.data(), d, *buf.rotation);
-  detail::widen(buf.rotated.data(), view.dtype, heads * d, dst);
+  WidenRow(buf.rotated.data(), view.dtype, heads * d, dst);
 }
 
 HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64_t head, std::int64_t s,
@@ -313,9 +313,16 @@ HWY_INLINE void StoredRows(const AttentionProblem& p, std::int64_t k_first, int 
   }
 }
 
+// Row (b, s, head) of an e4m3 view (AttentionProblem::k_e4m3_scale): strides in bytes.
+HWY_INLINE const std::uint8_t* E4m3Row(const Heads& view, std::int64_t b, std::int64_t s, std::int64_t head) {
+  return static_cast<const std::uint8_t*>(view.data) + b * view.batch_stride + s * view.seq_stride +
+         head * view.head_stride;
+}
+
 // K tile `kt` of keys [k_first, k_first + keys), stored in rows `rows` of k: rotated by k_rotations[kt]
-// in the storage type and widened, then transposed (padding keys zero) or kept as rows (float32 keys that
-// need no rotation are read in place). A rotation reads key k_first + j itself (kv_pages is null then).
+// in the storage type and widened (e4m3: widened × scale), then transposed (padding keys zero) or kept as
+// rows (float32 keys that need no rotation are read in place). A rotation reads key k_first + j itself
+// (kv_pages is null then).
 HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, std::int64_t kv_head,
                             std::int64_t k_first, int keys, const std::int64_t* rows, ItemBuffers& s) {
   const detail::RotateJob* job = p.k_rotations[kt];
@@ -323,7 +330,10 @@ HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, s
   const float** k_rows = s.k_rows[kt].data();
   for (int j = 0; j < keys; ++j) {
     float* row = s.keys[kt].data() + std::size_t(j) * d;
-    if (job == nullptr && p.k.dtype == DType::F32) {
+    if (p.k_e4m3_scale != 0.0f) {
+      WidenE4m3(E4m3Row(p.k, b, rows[j], kv_head), d, p.k_e4m3_scale, row);
+      k_rows[j] = row;
+    } else if (job == nullptr && p.k.dtype == DType::F32) {
       k_rows[j] = static_cast<const float*>(p.k.row(b, rows[j], kv_head));
     } else {
       LoadRows(job, p.k, p.k_seq, b, job == nullptr ? rows[j] : k_first + j, kv_head, 1, d, row, s);
@@ -406,13 +416,18 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       }
     };
     if (regimes == 1) need(0);
-    // V rows: read in place when float32, else widened.
+    // V rows: read in place when float32, else widened (e4m3: × scale).
     for (int j = 0; j < keys; ++j) {
+      if (p.v_e4m3_scale != 0.0f) {
+        WidenE4m3(E4m3Row(p.v, b, rows[j], kv_head), dv, p.v_e4m3_scale, s.v.data() + std::size_t(j) * dv);
+        s.v_rows[j] = s.v.data() + std::size_t(j) * dv;
+        continue;
+      }
       const auto* row = static_cast<const std::byte*>(p.v.row(b, rows[j], kv_head));
       if (p.v.dtype == DType::F32) {
         s.v_rows[j] = reinterpret_cast<const float*>(row);
       } else {
-        detail::widen(row, p.v.dtype, dv, s.v.data() + std::size_t(j) * dv);
+        WidenRow(row, p.v.dtype, dv, s.v.data() + std::size_t(j) * dv);
         s.v_rows[j] = s.v.data() + std::size_t(j) * dv;
       }
     }

@@ -79,6 +79,10 @@ struct AttentionProblem {
   // for HND), batch 1, keys read as stored (no k rotation). Null: key j is row j.
   const std::int32_t* kv_pages = nullptr;
   std::int64_t page_size = 1, page_span = 1;
+  // An fp8 (e4m3) cache read in place (non-zero scales): k's and v's elements are e4m3 bytes — the
+  // views' strides count bytes, their dtype is F32, the type the rows widen to — each widened × its
+  // scale (e4m3_to_float(b) · scale: the values the cache's K-shift and gather read). Keys read as stored.
+  float k_e4m3_scale = 0.0f, v_e4m3_scale = 0.0f;
 
   std::int64_t items() const { return batch * kv_heads * blocks; }
 };

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -916,6 +917,52 @@ inline CacheConvertKernel CacheConvertKernelFor(bool native_bf16) {
   return native_bf16 ? &ConvertToCache<BF16NativeCodec> : &ConvertToCache<BF16Codec>;
 }
 
+// Storage rows to float32 (attention's tile loads): the codecs' exact widening, a vector at a time —
+// detail::widen's bits (the cache-converter test compares every bf16 and f16 pattern).
+HWY_INLINE void WidenRow(const void* src, DType dtype, std::int64_t n, float* dst) {
+  ConvertToCache<BF16Codec>(src, dtype, n, dst, CacheDType::F32, 1.0f);
+}
+
+// e4m3 bytes to float32, each × scale: e4m3_to_float(b) · scale (ropekit/dtype.hpp: exact, then one
+// rounding), 16 values in 5 vector operations on AVX-512. Sign-extended to 16 bits and shifted left by
+// 7, the byte's sign, exponent and mantissa fall on binary16's, minus a bit 14 that is masked off: the
+// binary16 holds the e4m3 value × 2^-8 exactly (subnormal codes on binary16 subnormals), which widens
+// exactly, and one multiply by 2^8 · scale (exact for scale < 2^100) rounds the product once. The two
+// NaN codes (0x7f, 0xff: written only from a NaN) would decode as ±480: a row holding one goes through
+// the reference, as does a scale of 2^100 or more.
+HWY_INLINE bool HasE4m3Nan(const std::uint8_t* src, std::int64_t n) {
+  const hn::ScalableTag<std::uint8_t> du8;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(du8));
+  const auto magnitude = hn::Set(du8, std::uint8_t{0x7f});
+  std::int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    if (!hn::AllFalse(du8, hn::Eq(hn::And(hn::LoadU(du8, src + i), magnitude), magnitude))) return true;
+  }
+  for (; i < n; ++i) {
+    if ((src[i] & 0x7f) == 0x7f) return true;
+  }
+  return false;
+}
+
+HWY_INLINE void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
+  const DF d;
+  const hn::Rebind<std::int8_t, DF> di8;
+  const hn::Rebind<std::int16_t, DF> di16;
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t i = 0;
+  if (scale < 0x1p100f && !HasE4m3Nan(src, n)) {
+    const VF factor = hn::Set(d, 0x1p8f * scale);
+    const auto fields = hn::Set(di16, static_cast<std::int16_t>(0xbf80));  // sign, then bits 13 … 7
+    for (; i + lanes <= n; i += lanes) {
+      const auto bytes = hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(src + i)));
+      const auto half = hn::BitCast(df16, hn::And(hn::ShiftLeft<7>(bytes), fields));
+      hn::StoreU(hn::Mul(hn::PromoteTo(d, half), factor), d, dst + i);
+    }
+  }
+  for (; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
+}
+
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
 
 template <class T>
@@ -973,7 +1020,18 @@ HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int
   detail::rotate_token_rows_reference(job, token, src, in.head_stride, dst, dst_stride, heads, in.dtype);
 }
 
+inline void WidenRow(const void* src, DType dtype, std::int64_t n, float* dst) { detail::widen(src, dtype, n, dst); }
+
+inline void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
+}
+
 #endif  // ROPEKIT_SIMD_KERNELS
+
+// e4m3 bytes to float32 × scale on this target (cpu::select_e4m3_widen_kernel).
+inline void E4m3Widen(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
+  WidenE4m3(src, n, scale, dst);
+}
 
 // Named instances for the dispatch tables (HWY_EXPORT takes a plain name).
 inline void FloatAngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos,

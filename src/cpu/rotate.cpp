@@ -26,6 +26,7 @@ HWY_EXPORT(RotateKernelFor);
 HWY_EXPORT(TokenKernelFor);
 HWY_EXPORT(TokenPairKernelFor);
 HWY_EXPORT(CacheConvertKernelFor);
+HWY_EXPORT(E4m3Widen);
 HWY_EXPORT(FloatAngleRows);
 HWY_EXPORT(ExactAngleRows);
 
@@ -68,6 +69,12 @@ detail::TokenPairKernel select_token_pair_kernel(Pairing pairing) {
 CacheConvertKernel select_cache_convert_kernel() {
   const Selection target = current_selection();
   return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[target.index](target.native_bf16);
+}
+
+E4m3WidenKernel select_e4m3_widen_kernel() { return HWY_DISPATCH_TABLE(E4m3Widen)[current_selection().index]; }
+
+void e4m3_widen_reference(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
 }
 
 void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin) {

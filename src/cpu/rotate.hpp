@@ -27,6 +27,11 @@ detail::TokenPairKernel select_token_pair_kernel(Pairing pairing);
 using CacheConvertKernel = void (*)(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
 CacheConvertKernel select_cache_convert_kernel();
 void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
+// n e4m3 bytes to float32, each × scale: e4m3_to_float(b) · scale (exact, then one rounding), the bits
+// of e4m3_widen_reference on every target (an fp8 cache's entries as attention and K-shifts read them).
+using E4m3WidenKernel = void (*)(const std::uint8_t* src, std::int64_t n, float scale, float* dst);
+E4m3WidenKernel select_e4m3_widen_kernel();
+void e4m3_widen_reference(const std::uint8_t* src, std::int64_t n, float scale, float* dst);
 // Rows [first, first + count) of cos/sin (row r at cos + r·pairs): AngleEvaluator::row's bits for every
 // row, a vector of pairs at a time on the SIMD targets (the table fill).
 void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin);
