@@ -6,7 +6,8 @@
 //   2. linear attention (RoFormer) vs softmax attention as the sequence grows: time per token;
 //   3. position regimes (ReRoPE, SelfExtend, dual-chunk, log-n) vs plain fused attention, prefill of
 //      4096 tokens and decode at 4096 cached tokens (issue target: ≤ 2× plain for two regimes);
-//   4. decode of many sequences over one PagedKvCache vs one contiguous KvCache per sequence.
+//   4. decode of many sequences over one PagedKvCache vs one contiguous KvCache per sequence, and over
+//      an fp8 PagedKvCache holding the same tokens.
 // Each pair of contenders is timed interleaved (A, B, A, B, ...), median of the rounds, so both see
 // the same machine state (bench::interleaved).
 //
@@ -186,11 +187,12 @@ void regimes_vs_plain(std::int64_t n, std::int64_t prefill_heads, int rounds, do
 
 // Decode over many sequences: one attention call over a PagedKvCache (sequences appended in turns of
 // one page each, so their pages interleave) against one call per sequence over its own contiguous
-// KvCache holding the same tokens; and a memcpy of the K and V bytes read, timed in the same rounds.
+// KvCache holding the same tokens; the same tokens in an fp8 (e4m3) paged cache (KvCache has no fp8:
+// no contiguous peer); and a memcpy of the K and V bytes each reads, timed in the same rounds.
 void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
-  fmt::print("## Decode over a paged cache vs contiguous caches (bf16, 32 q / 8 kv heads × 128, pages of 16)\n\n");
-  fmt::print("| sequences × cached tokens | paged µs | contiguous µs | paged / contiguous | cache GB/s | of memcpy |\n");
-  fmt::print("|---|---|---|---|---|---|\n");
+  fmt::print("## Decode over a paged cache vs contiguous caches (32 q / 8 kv heads × 128, pages of 16)\n\n");
+  fmt::print("| sequences × cached tokens | cache | paged µs | contiguous µs | paged / contiguous | cache GB/s | of memcpy |\n");
+  fmt::print("|---|---|---|---|---|---|---|\n");
   const Spec spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
   const std::int64_t q_heads = 32, kv = 8, d = 128, page_size = 16;
@@ -198,8 +200,11 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
                             std::pair<std::int64_t, std::int64_t>{16, quick ? 64 : 1024}}) {
     // Named copies, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
     const std::int64_t batch = sizes.first, n = sizes.second;
-    PagedKvCache paged(rope, {.num_pages = batch * (n / page_size), .page_size = page_size, .kv_heads = kv,
-                              .dtype = CacheDType::BF16, .max_sequences = int(batch)});
+    const auto paged_cache = [&](CacheDType dtype) {
+      return PagedKvCache(rope, {.num_pages = batch * (n / page_size), .page_size = page_size, .kv_heads = kv,
+                                 .dtype = dtype, .max_sequences = int(batch)});
+    };
+    PagedKvCache paged = paged_cache(CacheDType::BF16), paged_fp8 = paged_cache(CacheDType::F8E4M3);
     std::vector<KvCache> contiguous;
     std::mt19937 rng(3);
     std::normal_distribution<float> normal;
@@ -218,30 +223,33 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
       contiguous.back().append(rope, bshd(k.back().data(), DType::BF16, 1, n, kv, d),
                                bshd(v.back().data(), DType::BF16, 1, n, kv, d), positions(pos));
     }
-    const std::vector<std::int32_t> one_page_of(static_cast<std::size_t>(page_size), 0);
     for (std::int64_t first = 0; first < n; first += page_size) {
       for (std::int64_t s = 0; s < batch; ++s) {
         std::vector<std::int32_t> seq_of(static_cast<std::size_t>(page_size), std::int32_t(s));
         const std::size_t at = static_cast<std::size_t>(first * kv * d);
-        paged.append(rope, seq_of,
-                     {.k = bshd(k[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
-                      .v = bshd(v[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
-                      .positions = positions(std::span<const std::int64_t>(pos).subspan(std::size_t(first),
-                                                                                      std::size_t(page_size)))});
+        const AppendArgs page{.k = bshd(k[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
+                              .v = bshd(v[std::size_t(s)].data() + at, DType::BF16, 1, page_size, kv, d),
+                              .positions = positions(std::span<const std::int64_t>(pos).subspan(
+                                  std::size_t(first), std::size_t(page_size)))};
+        paged.append(rope, seq_of, page);
+        paged_fp8.append(rope, seq_of, page);
       }
     }
     std::vector<std::uint16_t> q = bf16(batch * q_heads * d), out(q.size());
     const std::vector<std::int64_t> q_pos(static_cast<std::size_t>(batch), n);
     std::vector<std::int32_t> seq_of(static_cast<std::size_t>(batch));
     std::iota(seq_of.begin(), seq_of.end(), 0);
-    const std::size_t bytes = std::size_t(batch * n * kv * 2 * d * 2);
+    const std::size_t bytes = std::size_t(batch * n * kv * 2 * d * 2), fp8_bytes = bytes / 2;
     std::vector<std::byte> src(bytes), dst(bytes);
     std::memset(src.data(), 1, bytes);
+    const auto over = [&](const PagedKvCache& cache) {
+      return [&] {
+        attention(rope, bshd(q.data(), DType::BF16, 1, batch, q_heads, d), positions(q_pos), seq_of, cache,
+                  bshd(out.data(), DType::BF16, 1, batch, q_heads, d));
+      };
+    };
     const auto t = interleaved(
-        {[&] {
-           attention(rope, bshd(q.data(), DType::BF16, 1, batch, q_heads, d), positions(q_pos), seq_of, paged,
-                     bshd(out.data(), DType::BF16, 1, batch, q_heads, d));
-         },
+        {over(paged),
          [&] {
            for (std::int64_t s = 0; s < batch; ++s) {
              const std::vector<std::int64_t> one = {n};
@@ -249,11 +257,15 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
                        contiguous[std::size_t(s)], bshd(out.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d));
            }
          },
-         [&] { std::memcpy(dst.data(), src.data(), bytes); }},
+         [&] { std::memcpy(dst.data(), src.data(), bytes); }, over(paged_fp8),
+         [&] { std::memcpy(dst.data(), src.data(), fp8_bytes); }},
         rounds, min_seconds);
     const double gbps = double(bytes) / t[0] * 1e-9, copy = 2.0 * double(bytes) / t[2] * 1e-9;
-    fmt::print("| {} × {} | {:.1f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} |\n", batch, n, t[0] * 1e6, t[1] * 1e6,
+    const double fp8_gbps = double(fp8_bytes) / t[3] * 1e-9, fp8_copy = 2.0 * double(fp8_bytes) / t[4] * 1e-9;
+    fmt::print("| {} × {} | bf16 | {:.1f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} |\n", batch, n, t[0] * 1e6, t[1] * 1e6,
                t[0] / t[1], gbps, gbps / copy);
+    fmt::print("| {} × {} | f8e4m3 | {:.1f} | — | {:.2f} (of bf16 contiguous) | {:.1f} | {:.2f} |\n", batch, n,
+               t[3] * 1e6, t[3] / t[1], fp8_gbps, fp8_gbps / fp8_copy);
   }
   fmt::print("\n(cache GB/s: K and V bytes read per call / time; of memcpy: that over memcpy's read + write rate.)\n\n");
 }
