@@ -495,11 +495,8 @@ static void test_cos_sin_cache(void) {
   rk_paged_kv_cache* paged = NULL;
   CHECK_OK(rk_paged_kv_cache_create(rope, &shape, &paged));
   const int32_t seq_of[N] = {0, 0, 0, 0, 0};
-  rk_append_args tokens;
-  memset(&tokens, 0, sizeof tokens);
-  tokens.k = rk_bshd(k, RK_F32, 1, N, KH, D);
-  tokens.v = rk_bshd(k, RK_F32, 1, N, KH, D);
-  tokens.positions = rk_positions_i64(pos, N);
+  rk_append_args tokens = args; /* the same tokens; the paged cache picks their slots */
+  tokens.slot_mapping = NULL, tokens.slot_count = 0;
   CHECK_ERROR(rk_paged_kv_cache_append_with_table(paged, rope, seq_of, &tokens, NULL), "table is NULL");
   CHECK_OK(rk_paged_kv_cache_append_with_table(paged, rope, seq_of, &tokens, theirs));
   static float q[QH * D], via_cache[QH * D], fused[QH * D], untabled[QH * D];

@@ -560,11 +560,6 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
 
   // No written memory may be read or written by another view.
   {
-    const std::int64_t slots = cache.slots();
-    const auto cache_range = [&](void* base, int lanes, std::string_view name) {
-      const auto begin = reinterpret_cast<std::uintptr_t>(base);
-      return detail::ByteRange{begin, begin + std::uintptr_t(slots * cache.kv_heads * lanes * element_size(cache.dtype)), name};
-    };
     // At most 9 ranges (5 written): a fixed array, filled as the views are found (neither allocated nor
     // zeroed: decode calls are small); bit i of `written` marks a written range. Each range is made in its
     // slot (placement new from make's prvalue): copied in, GCC reloaded the name's two 8-byte stores with
@@ -586,8 +581,8 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
       add(false, [&] { return detail::byte_range(args.k_nope, "k_nope", args.k_nope_dim, k_nope_extent); });
     }
     if (!args.v.empty()) add(false, [&] { return detail::byte_range(args.v, "v", cache.v_head_dim, v_extent); });
-    add(true, [&] { return cache_range(cache.k, cache.head_dim, "cache.k"); });
-    if (cache.v != nullptr) add(true, [&] { return cache_range(cache.v, cache.v_head_dim, "cache.v"); });
+    add(true, [&] { return detail::cache_byte_range(cache, cache.k, cache.head_dim, "cache.k"); });
+    if (cache.v != nullptr) add(true, [&] { return detail::cache_byte_range(cache, cache.v, cache.v_head_dim, "cache.v"); });
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t j = i + 1; j < n; ++j) {
         if (((written >> i) | (written >> j)) & 1u) detail::require_disjoint(ranges[i], ranges[j]);

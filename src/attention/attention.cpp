@@ -165,7 +165,9 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   require_no_self_overlap(args.out, "out", dv);
   const std::array<ByteRange, 4> ranges = {byte_range(args.out, "out", dv), byte_range(args.q, "q", d),
                                            byte_range(args.k, "k", d), byte_range(args.v, "v", dv)};
-  for (std::size_t i = 1; i < (kv == KvMemory::Views ? ranges.size() : 2); ++i) {
+  // out against q, and against k and v where their views are their memory (a cache's caller checks its own).
+  const std::size_t checked = kv == KvMemory::Views ? ranges.size() : 2;
+  for (std::size_t i = 1; i < checked; ++i) {
     if (ranges[i].begin == ranges[i].end) continue;
     require_disjoint(ranges[0], ranges[i]);
   }

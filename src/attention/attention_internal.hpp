@@ -11,6 +11,7 @@
 
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
+#include "rope/views.hpp"
 
 namespace ropekit::detail {
 
@@ -37,6 +38,13 @@ struct ResolvedAttention {
   std::array<std::vector<std::int64_t>, 6> regime_positions;  // storage: q of regime r at [r], k at [3 + r]
   double exact_scale = 1.0;  // softmax scale × softmax_scale_mult in double (log-n scaling starts here)
 };
+
+// All of a paged cache's key (or value) memory from `base`: every slot's `lanes`-lane entries of every
+// head (the range a view written or read beside the cache must not meet).
+inline ByteRange cache_byte_range(const PagedCache& c, const void* base, std::int64_t lanes, std::string_view name) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(base);
+  return ByteRange{begin, begin + std::uintptr_t(c.slots() * c.kv_heads * lanes * element_size(c.dtype)), name};
+}
 
 // Where args.k and args.v lie: in the memory their views describe (checked against out), or in a paged
 // cache read through KvPages, whose views give the tile loader shapes and strides only (their memory is

@@ -630,12 +630,8 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
   {
     detail::check_view(out, "out", shape.v_head_dim);
     const detail::ByteRange out_range = detail::byte_range(out, "out", shape.v_head_dim);
-    const auto cache_range = [&](const void* base, std::int64_t lanes, std::string_view name) {
-      const auto begin = reinterpret_cast<std::uintptr_t>(base);
-      return detail::ByteRange{begin, begin + std::uintptr_t(c.slots() * heads * lanes * es), name};
-    };
-    detail::require_disjoint(out_range, cache_range(c.k, shape.head_dim, "the cache's keys"));
-    detail::require_disjoint(out_range, cache_range(c.v, shape.v_head_dim, "the cache's values"));
+    detail::require_disjoint(out_range, detail::cache_byte_range(c, c.k, shape.head_dim, "the cache's keys"));
+    detail::require_disjoint(out_range, detail::cache_byte_range(c, c.v, shape.v_head_dim, "the cache's values"));
   }
   // Gather buffers, kept per thread and grown only (no zero fill, no page faults on later calls).
   thread_local std::vector<std::byte> keys, values;

@@ -960,7 +960,7 @@ HWY_INLINE void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, 
       hn::StoreU(hn::Mul(hn::PromoteTo(d, half), factor), d, dst + i);
     }
   }
-  for (; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
+  e4m3_widen_reference(src + i, n - i, scale, dst + i);
 }
 
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
@@ -1023,7 +1023,7 @@ HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int
 inline void WidenRow(const void* src, DType dtype, std::int64_t n, float* dst) { detail::widen(src, dtype, n, dst); }
 
 inline void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
+  e4m3_widen_reference(src, n, scale, dst);
 }
 
 #endif  // ROPEKIT_SIMD_KERNELS
