@@ -181,6 +181,9 @@ HWY_INLINE void StoreTwo(VF x, typename Codec::T* px, VF y, typename Codec::T* p
   }
 }
 
+// Vector registers a kernel may hold its operands in: half of the target's (32 with AVX-512, 16 below).
+constexpr std::size_t kRegistersForRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
+
 // Whether Codec narrows a step's two vectors together (StoreTwo), so they are stored together.
 template <class Codec>
 constexpr bool kStoresInPairs = requires(VF x, typename Codec::T* p) { Codec::template StoreTwo<false>(x, p, x, p); };
@@ -616,10 +619,12 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
     const T* in = src + h * src_stride;
     T* out = dst + h * dst_stride;
     if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
-    if constexpr (kPairing == Pairing::Half && !kStoresInPairs<Codec>) {
+    if constexpr (kPairing == Pairing::Half && !kStoresInPairs<Codec> && 4 * kSteps <= kRegistersForRows) {
       // The head's loads first, then its stores in address order (a's steps, then b's): stores that
       // alternate between the two halves split two cache lines each where the rows are not 64-byte
       // aligned (fp32, out of place, rows 16 bytes off: 0.85 of memcpy alternating, 0.97 in order).
+      // Only where a, b, c and s all fit in registers: spilled (AVX2, 128 dims of fp32), decode took
+      // 1.2x as long.
       const VF a[kSteps] = {Codec::Load(d, in + I * n)...};
       const VF b[kSteps] = {Codec::Load(d, in + width + I * n)...};
       const VF ra[kSteps] = {hn::MulSub(a[I], vc[I], hn::Mul(b[I], vs[I]))...};
