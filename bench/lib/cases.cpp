@@ -54,7 +54,15 @@ const std::map<std::string, Spec, std::less<>>& spec_table() {
 }
 
 std::string_view short_name(DType d) { return d == DType::F32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16"; }
-std::string_view layout_name(Layout l) { return l == Layout::Bshd ? "bshd" : l == Layout::Bhsd ? "bhsd" : "strided"; }
+std::string_view layout_name(Layout l) {
+  switch (l) {
+    case Layout::Bshd: return "bshd";
+    case Layout::Bhsd: return "bhsd";
+    case Layout::Strided: return "strided";
+    case Layout::BshdOff16: return "bshdoff16";
+  }
+  return "?";
+}
 std::string_view positions_name(PositionKind p) {
   return p == PositionKind::Sequential ? "seqpos" : p == PositionKind::Scattered ? "scattered" : "huge";
 }
@@ -107,6 +115,7 @@ Tensor make_tensor(DType dt, Layout layout, std::int64_t batch, std::int64_t seq
   v.heads = heads;
   switch (layout) {
     case Layout::Bshd:
+    case Layout::BshdOff16:
       v.head_stride = dim, v.seq_stride = heads * dim, v.batch_stride = seq * heads * dim;
       break;
     case Layout::Bhsd:
@@ -121,7 +130,9 @@ Tensor make_tensor(DType dt, Layout layout, std::int64_t batch, std::int64_t seq
     }
   }
   const std::int64_t es = element_size(dt);
-  const std::int64_t guard_before = layout == Layout::Strided ? 16 + misalign : 0;
+  const std::int64_t guard_before = layout == Layout::Strided    ? 16 + misalign
+                                    : layout == Layout::BshdOff16 ? 16 / element_size(dt)
+                                                                  : 0;
   const std::int64_t elements = guard_before + batch * v.batch_stride + 64;
   t.size = std::size_t(elements * es);
   t.storage.resize(t.size + 64);
@@ -281,6 +292,16 @@ std::vector<Case> perf_cases() {
             }
           }
         }
+      }
+    }
+  }
+  // Rows 16 bytes off a 64-byte boundary, as NumPy arrays and malloc'd buffers often are (one thread, table).
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (const char* spec : {"half128", "interleaved128"}) {
+      for (bool in_place : {true, false}) {
+        out.push_back({.op = Op::Rotate, .spec = spec, .dtype = dt, .layout = Layout::BshdOff16,
+                       .positions = PositionKind::Sequential, .seq = 512, .q_heads = 32, .k_heads = 8, .threads = 1,
+                       .in_place = in_place});
       }
     }
   }

@@ -30,6 +30,8 @@ enum class Layout {
   Bshd,     // contiguous [batch, seq, heads, head_dim], 64-byte aligned
   Bhsd,     // contiguous [batch, heads, seq, head_dim] (HF after transpose)
   Strided,  // gaps between heads, tokens and batches, starting a few elements past a 64-byte boundary
+  BshdOff16,  // contiguous BSHD 16 bytes past a 64-byte boundary, where malloc (and so NumPy) puts
+              // large buffers
 };
 enum class PositionKind {
   Sequential,  // 0, 1, …, seq − 1 per batch (a prefill); a single token (decode) is at 4095
