@@ -66,6 +66,7 @@ struct RotateJob {
   std::int64_t k_heads = 0;
   std::int64_t bytes_moved = 0;    // read + written by the call (the thread policy reads it)
   bool stream_stores = false;      // non-temporal stores for out-of-place rows (set by the backend)
+  bool prefetch_rows = false;      // software prefetch ahead of each row: large calls (set by the backend)
 
   std::int64_t rows() const { return tokens * (q_heads + k_heads); }
 };

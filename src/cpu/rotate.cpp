@@ -51,6 +51,10 @@ void set_stream_threshold_bytes(std::int64_t bytes) { stream_threshold().store(b
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
+  // Rows of a call this small are in L1/L2 (a decode step's q and k were just written by their
+  // projection); there the prefetches only cost (fp32 decode steps 0.39-0.48 -> 0.35-0.46 of memcpy).
+  constexpr std::int64_t kPrefetchFromBytes = std::int64_t{1} << 20;
+  job.prefetch_rows = job.bytes_moved >= kPrefetchFromBytes;
   const Selection target = current_selection();
   return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
                                                            target.native_bf16);
