@@ -184,15 +184,21 @@ HWY_INLINE void StoreTwo(VF x, typename Codec::T* px, VF y, typename Codec::T* p
 // Vector registers a kernel may hold its operands in: half of the target's (32 with AVX-512, 16 below).
 constexpr std::size_t kRegistersForRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
 
-// Large calls (RotateJob::prefetch_rows) prefetch, as each row starts, the lines 2 KiB past it: the
-// kernels are compute-bound enough that the hardware prefetchers alone left bf16/fp16 rows waiting on
-// the cache hierarchy (bf16 in place, 4096 tokens, one thread: 0.68-0.77 of the stream without, 0.85-0.96
-// with; 512 B, 1, 4 and 8 KiB ahead gained less). The addresses may lie past the view: a prefetch
-// never faults, and they are formed as integers.
+// Large calls (RotateJob::prefetch_rows) prefetch, as each row starts, the lines 2 KiB past it, of the
+// source and, out of place, of the destination (a line no other core holds arrives exclusive, so the
+// stores that reach it later need no ownership request). The kernels are compute-bound enough that
+// the hardware prefetchers alone left bf16/fp16 rows waiting on the cache hierarchy: ropekit bench,
+// bf16, one thread, 4096 tokens, in place 0.68-0.77 of the stream without, 0.85-0.96 with; bf16 and
+// fp16 prefill with a table out of place, 8-10 of 12 cases at 0.85 of memcpy with the source's lines
+// alone, 12 with both (512 B, 1, 4 and 8 KiB ahead gained less than 2). The addresses may lie past the
+// views: a prefetch never faults, and they are formed as integers.
 constexpr std::uintptr_t kPrefetchAheadBytes = 2048;
-HWY_INLINE void PrefetchAhead(const void* row, std::size_t bytes) {
-  const auto at = reinterpret_cast<std::uintptr_t>(row) + kPrefetchAheadBytes;
-  for (std::size_t line = 0; line < bytes; line += 64) hwy::Prefetch(reinterpret_cast<const void*>(at + line));
+HWY_INLINE void PrefetchAhead(const void* in, const void* out, std::size_t bytes) {
+  for (const void* row : {in, out}) {
+    const auto ahead = reinterpret_cast<std::uintptr_t>(row) + kPrefetchAheadBytes;
+    for (std::size_t line = 0; line < bytes; line += 64) hwy::Prefetch(reinterpret_cast<const void*>(ahead + line));
+    if (out == in) return;
+  }
 }
 
 // Whether Codec narrows a step's two vectors together (StoreTwo), so they are stored together.
@@ -557,7 +563,7 @@ struct Bf16EvenOdd {
     for (std::int64_t h = 0; h < heads; ++h) {
       const std::uint16_t* in = src + h * src_stride;
       std::uint16_t* out = dst + h * dst_stride;
-      if (prefetch) PrefetchAhead(in, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(std::uint16_t));
+      if (prefetch) PrefetchAhead(in, out, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(std::uint16_t));
       if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
       if constexpr (kPairing == Pairing::Half) {
         (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J],
@@ -630,7 +636,7 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
   for (std::int64_t h = 0; h < heads; ++h) {
     const T* in = src + h * src_stride;
     T* out = dst + h * dst_stride;
-    if (prefetch) PrefetchAhead(in, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(T));
+    if (prefetch) PrefetchAhead(in, out, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(T));
     if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
     if constexpr (kPairing == Pairing::Half && !kStoresInPairs<Codec> && 4 * kSteps <= kRegistersForRows) {
       // The head's loads first, then its stores in address order (a's steps, then b's): stores that
