@@ -358,10 +358,12 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
 
 // Highway arithmetic for SinCosOfTurns, lane by lane the scalar reference's operations
 // (rope/angles.cpp): MulAdd and MulSub are fused on these targets (ROPEKIT_SIMD_KERNELS), Round is
-// round-to-nearest-even, Neg flips the sign bit as unary minus does.
+// round-to-nearest-even, the bit operations act on each lane's 64 bits as the scalar ones on a double's.
 struct AngleOps {
   using D = hn::ScalableTag<double>;
+  using DU = hn::RebindToUnsigned<D>;
   using V = hn::Vec<D>;
+  using U = hn::Vec<DU>;
   using M = hn::Mask<D>;
   static V Set(double c) { return hn::Set(D(), c); }
   static V Mul(V a, V b) { return hn::Mul(a, b); }
@@ -370,10 +372,11 @@ struct AngleOps {
   static V MulAdd(V a, V b, V c) { return hn::MulAdd(a, b, c); }
   static V MulSub(V a, V b, V c) { return hn::MulSub(a, b, c); }
   static V Round(V a) { return hn::Round(a); }
-  static V Abs(V a) { return hn::Abs(a); }
-  static V Neg(V a) { return hn::Neg(a); }
-  static M Eq(V a, V b) { return hn::Eq(a, b); }
-  static M Or(M a, M b) { return hn::Or(a, b); }
+  static U Bits(V a) { return hn::BitCast(DU(), a); }
+  static U Increment(U k) { return hn::Add(k, hn::Set(DU(), 1)); }
+  static M Bit0(U k) { return hn::RebindMask(D(), hn::TestBit(k, hn::Set(DU(), 1))); }
+  static U Bit1ToSign(U k) { return hn::And(hn::ShiftLeft<62>(k), hn::Set(DU(), std::uint64_t{1} << 63)); }
+  static V XorSign(V a, U sign) { return hn::BitCast(D(), hn::Xor(hn::BitCast(DU(), a), sign)); }
   static V Select(M m, V yes, V no) { return hn::IfThenElse(m, yes, no); }
 };
 

@@ -15,7 +15,9 @@
 // table fill run it in SIMD (cpu::angle_rows).
 #include "rope/angles.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 namespace ropekit::detail {
@@ -24,6 +26,7 @@ namespace {
 // Scalar arithmetic for SinCosOfTurns: each operation one IEEE rounding (std::fma: one for a·b + c).
 struct ScalarOps {
   using V = double;
+  using U = std::uint64_t;
   using M = bool;
   static V Set(double c) { return c; }
   static V Mul(V a, V b) { return a * b; }
@@ -32,10 +35,11 @@ struct ScalarOps {
   static V MulAdd(V a, V b, V c) { return std::fma(a, b, c); }
   static V MulSub(V a, V b, V c) { return std::fma(a, b, -c); }
   static V Round(V a) { return std::nearbyint(a); }  // the default rounding mode: nearest, ties to even
-  static V Abs(V a) { return std::fabs(a); }
-  static V Neg(V a) { return -a; }
-  static M Eq(V a, V b) { return a == b; }
-  static M Or(M a, M b) { return a || b; }
+  static U Bits(V a) { return std::bit_cast<U>(a); }
+  static U Increment(U k) { return k + 1; }
+  static M Bit0(U k) { return (k & 1) != 0; }
+  static U Bit1ToSign(U k) { return (k << 62) & (U{1} << 63); }
+  static V XorSign(V a, U sign) { return std::bit_cast<V>(std::bit_cast<U>(a) ^ sign); }
   static V Select(M m, V yes, V no) { return m ? yes : no; }
 };
 
