@@ -435,6 +435,12 @@ template <Pairing kPairing>
 void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   const PairMap& map = *job.map;
   const int pairs = map.num_pairs();
+  if (kPairing == Pairing::Half && job.table == nullptr && map.num_axes == 1 && job.magnitude == 1.0f &&
+      job.sin_sign == 1.0f) {
+    // The angle row is already the half pairing's coefficients (c = cos·1, s = sin·1·1): written in
+    // place, without a second pass over the row.
+    return AngleRow(*job.angles, job.args.positions.at(0, token), scratch.c, scratch.s);
+  }
   const float* cos_row[3] = {};
   const float* sin_row[3] = {};
   for (int a = 0; a < map.num_axes; ++a) {
