@@ -66,7 +66,8 @@ void run(const Shape& s, int rounds, double min_seconds) {
     for (std::int64_t i = 0; i < n; ++i) b[std::size_t(i)] = float_to_bf16(normal(rng));
     return b;
   };
-  Aligned<std::uint16_t> q = buffer(s.tokens * q_heads * d), k = buffer(s.tokens * kv * d), v = buffer(s.tokens * kv * d);
+  Aligned<std::uint16_t> q = buffer(s.tokens * q_heads * d), k = buffer(s.tokens * kv * d),
+                         v = buffer(s.tokens * kv * d);
   // Each token (decode: each sequence's one token) lands in its own page, pages in shuffled order, as
   // a server's page allocator hands them out; prefill fills consecutive slots of shuffled pages. Decode
   // calls are steps: call j writes each sequence's next slot (its 4 pages, 64 steps, then around again)
@@ -98,15 +99,27 @@ void run(const Shape& s, int rounds, double min_seconds) {
   const std::int64_t es = element_size(s.cache);
   const std::size_t cache_bytes = std::size_t(pages * page_size * kv * d * es);
   Aligned<std::byte> kc(cache_bytes), vc(cache_bytes);
-  const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = s.cache, .num_pages = pages, .page_size = page_size,
-                         .kv_heads = kv, .head_dim = int(d), .v_head_dim = int(d),
+  const PagedCache cache{.k = kc.data(),
+                         .v = vc.data(),
+                         .dtype = s.cache,
+                         .num_pages = pages,
+                         .page_size = page_size,
+                         .kv_heads = kv,
+                         .head_dim = int(d),
+                         .v_head_dim = int(d),
                          .k_scale = s.cache == CacheDType::F8E4M3 ? 0.05f : 1.0f,
                          .v_scale = s.cache == CacheDType::F8E4M3 ? 0.05f : 1.0f};
-  const Heads qv = bshd(q.data(), DType::BF16, 1, s.tokens, q_heads, d), kvw = bshd(k.data(), DType::BF16, 1, s.tokens, kv, d),
+  const Heads qv = bshd(q.data(), DType::BF16, 1, s.tokens, q_heads, d),
+              kvw = bshd(k.data(), DType::BF16, 1, s.tokens, kv, d),
               vv = bshd(v.data(), DType::BF16, 1, s.tokens, kv, d);
   const auto args_of = [&](std::size_t j) {
-    return AppendArgs{.q = qv, .k = kvw, .k_out = s.write_back ? kvw : Heads{}, .v = vv,
-                      .positions = positions(step_pos[j]), .slots = slot_mapping(step_slots[j]), .threads = 1};
+    return AppendArgs{.q = qv,
+                      .k = kvw,
+                      .k_out = s.write_back ? kvw : Heads{},
+                      .v = vv,
+                      .positions = positions(step_pos[j]),
+                      .slots = slot_mapping(step_slots[j]),
+                      .threads = 1};
   };
   const auto fused = [&] { append(rope, args_of(next_step()), cache); };  // one shot, as the pair applies
   // Decode steps of prepared calls (an engine's layer keeps its buffers from step to step): each call moves
@@ -148,14 +161,14 @@ void run(const Shape& s, int rounds, double min_seconds) {
   };
   // The bytes the fused call must move: q read + written, k read (and written back when asked), k and
   // v entries written, v read.
-  const double bytes = double(s.tokens) * double(q_heads * d * 2 * 2 + kv * d * 2 * (s.write_back ? 2 : 1) +
-                                                 kv * d * 2 + 2 * kv * d * es);
+  const double bytes = double(s.tokens) *
+                       double(q_heads * d * 2 * 2 + kv * d * 2 * (s.write_back ? 2 : 1) + kv * d * 2 + 2 * kv * d * es);
   const std::size_t half = static_cast<std::size_t>(bytes / 2);
   Aligned<std::byte> src(half), dst(half);
   std::memset(src.data(), 1, half);
-  const auto t = bench::interleaved(
-      {fused, unfused, fused_step, unfused_step, [&] { std::memcpy(dst.data(), src.data(), half); }}, rounds,
-      min_seconds);
+  const auto t =
+      bench::interleaved({fused, unfused, fused_step, unfused_step, [&] { std::memcpy(dst.data(), src.data(), half); }},
+                         rounds, min_seconds);
   fmt::print("| {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n", s.name,
              to_string(s.cache), t[0] * 1e6, t[1] * 1e6, t[1] / t[0], t[2] * 1e6, t[3] * 1e6, t[3] / t[2],
              bytes / t[0] * 1e-9, t[4] / t[0], t[4] / t[2]);
@@ -168,8 +181,9 @@ int main(int argc, char** argv) {
   const int rounds = quick ? 3 : 9;
   const double min_seconds = quick ? 0.005 : 0.05;
   fmt::print("## Fused rotate-and-append vs rotate then copy (one thread)\n\n");
-  fmt::print("| case | cache | fused µs | apply+copy µs | speed-up | step: fused µs | step: rotate+copy µs | speed-up | "
-             "fused GB/s | of memcpy | step: of memcpy |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| case | cache | fused µs | apply+copy µs | speed-up | step: fused µs | step: rotate+copy µs | speed-up | "
+      "fused GB/s | of memcpy | step: of memcpy |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const CacheDType cache : {CacheDType::BF16, CacheDType::F8E4M3}) {
     for (const Shape& s : {Shape{"decode batch 1", 1, cache, false}, Shape{"decode batch 16", 16, cache, false},
                            Shape{"decode batch 256", 256, cache, false}, Shape{"prefill 512", 512, cache, true},
@@ -177,11 +191,12 @@ int main(int argc, char** argv) {
       run(s, rounds, min_seconds);
     }
   }
-  fmt::print("\n(decode: the fused call writes the rotated keys only into the cache; prefill and the last row also\n"
-             "rotate the live k. fused GB/s: the bytes the call must move — q read and written, k read (and written\n"
-             "back), k and v entries written, v read — per second; of memcpy: a memcpy of the same bytes (half read, half\n"
-             "written) timed in the same rounds, divided by the fused time. step: calls prepared once and moved to each\n"
-             "step's positions and slots — AppendCall::set_positions_and_slots, RotateCall::set_positions — as a\n"
-             "decoding engine's layer runs them.)\n");
+  fmt::print(
+      "\n(decode: the fused call writes the rotated keys only into the cache; prefill and the last row also\n"
+      "rotate the live k. fused GB/s: the bytes the call must move — q read and written, k read (and written\n"
+      "back), k and v entries written, v read — per second; of memcpy: a memcpy of the same bytes (half read, half\n"
+      "written) timed in the same rounds, divided by the fused time. step: calls prepared once and moved to each\n"
+      "step's positions and slots — AppendCall::set_positions_and_slots, RotateCall::set_positions — as a\n"
+      "decoding engine's layer runs them.)\n");
   return 0;
 }

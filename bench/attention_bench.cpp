@@ -63,7 +63,8 @@ void fused_vs_unfused(const std::vector<cases::Case>& selected, int rounds, doub
 
 void decode(const std::vector<cases::Case>& selected, int rounds, double min_seconds) {
   fmt::print("## Softmax attention, decode: one token against a KV cache\n\n");
-  fmt::print("| case | fused µs | apply+attention µs | fused / (apply+attention) | cache GB/s | memcpy GB/s | fraction |\n");
+  fmt::print(
+      "| case | fused µs | apply+attention µs | fused / (apply+attention) | cache GB/s | memcpy GB/s | fraction |\n");
   fmt::print("|---|---|---|---|---|---|---|\n");
   for (const cases::Case& c : selected) {
     if (c.op != cases::Op::CacheAttention) continue;
@@ -71,9 +72,9 @@ void decode(const std::vector<cases::Case>& selected, int rounds, double min_sec
     const std::size_t bytes = std::size_t(c.k_seq * c.k_heads * (c.head_dim() + c.value_dim()) * element_size(c.dtype));
     std::vector<std::byte> src(bytes), dst(bytes);
     std::memset(src.data(), 1, bytes);
-    const auto t = interleaved({[&] { w.run(); }, [&] { w.run_unfused(); },
-                                [&] { std::memcpy(dst.data(), src.data(), bytes); }},
-                               rounds, min_seconds);
+    const auto t =
+        interleaved({[&] { w.run(); }, [&] { w.run_unfused(); }, [&] { std::memcpy(dst.data(), src.data(), bytes); }},
+                    rounds, min_seconds);
     const double gbps = double(bytes) / t[0] * 1e-9, copy = 2.0 * double(bytes) / t[2] * 1e-9;
     fmt::print("| {} | {:.1f} | {:.1f} | {:.3f} | {:.1f} | {:.1f} | {:.2f} |\n", c.name(), t[0] * 1e6, t[1] * 1e6,
                t[0] / t[1], gbps, copy, gbps / copy);
@@ -82,7 +83,8 @@ void decode(const std::vector<cases::Case>& selected, int rounds, double min_sec
 }
 
 void linear_vs_softmax(const std::vector<std::int64_t>& lengths, int rounds, double min_seconds) {
-  fmt::print("## Linear attention (RoFormer, recurrent) vs softmax attention, causal self-attention, 8 heads × 64, fp32\n\n");
+  fmt::print(
+      "## Linear attention (RoFormer, recurrent) vs softmax attention, causal self-attention, 8 heads × 64, fp32\n\n");
   fmt::print("| seq | linear ms | linear µs/token | softmax ms | softmax µs/token |\n|---|---|---|---|---|\n");
   const int d = 64;
   const std::int64_t heads = 8;
@@ -172,8 +174,10 @@ void regimes_vs_plain(std::int64_t n, std::int64_t prefill_heads, int rounds, do
       });
     }
     const auto td = interleaved(decode_calls, rounds, min_seconds);
-    fmt::print("## Position regimes vs plain fused attention, {}: prefill {} tokens ({} q / {} kv heads × 128), "
-               "decode at {} cached tokens (32 q / 8 kv heads × 128)\n\n", to_string(dt), n, hq, hk, n);
+    fmt::print(
+        "## Position regimes vs plain fused attention, {}: prefill {} tokens ({} q / {} kv heads × 128), "
+        "decode at {} cached tokens (32 q / 8 kv heads × 128)\n\n",
+        to_string(dt), n, hq, hk, n);
     fmt::print("| method | prefill ms | / plain | decode µs | / plain |\n|---|---|---|---|---|\n");
     for (std::size_t c = 0; c < contenders.size(); ++c) {
       fmt::print("| {} | {:.2f} | {:.2f} | {:.1f} | {:.2f} |\n", contenders[c].first, tp[c] * 1e3, tp[c] / tp[0],
@@ -191,7 +195,9 @@ void regimes_vs_plain(std::int64_t n, std::int64_t prefill_heads, int rounds, do
 // no contiguous peer); and a memcpy of the K and V bytes each reads, timed in the same rounds.
 void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
   fmt::print("## Decode over a paged cache vs contiguous caches (32 q / 8 kv heads × 128, pages of 16)\n\n");
-  fmt::print("| sequences × cached tokens | cache | paged µs | contiguous µs | paged / contiguous | cache GB/s | of memcpy |\n");
+  fmt::print(
+      "| sequences × cached tokens | cache | paged µs | contiguous µs | paged / contiguous | cache GB/s | of memcpy "
+      "|\n");
   fmt::print("|---|---|---|---|---|---|---|\n");
   const Spec spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
@@ -201,8 +207,11 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
     // Named copies, not a structured binding: clang 14 cannot capture bindings in the lambdas below.
     const std::int64_t batch = sizes.first, n = sizes.second;
     const auto paged_cache = [&](CacheDType dtype) {
-      return PagedKvCache(rope, {.num_pages = batch * (n / page_size), .page_size = page_size, .kv_heads = kv,
-                                 .dtype = dtype, .max_sequences = int(batch)});
+      return PagedKvCache(rope, {.num_pages = batch * (n / page_size),
+                                 .page_size = page_size,
+                                 .kv_heads = kv,
+                                 .dtype = dtype,
+                                 .max_sequences = int(batch)});
     };
     PagedKvCache paged = paged_cache(CacheDType::BF16), paged_fp8 = paged_cache(CacheDType::F8E4M3);
     std::vector<KvCache> contiguous;
@@ -248,18 +257,18 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
                   bshd(out.data(), DType::BF16, 1, batch, q_heads, d));
       };
     };
-    const auto t = interleaved(
-        {over(paged),
-         [&] {
-           for (std::int64_t s = 0; s < batch; ++s) {
-             const std::vector<std::int64_t> one = {n};
-             attention(rope, bshd(q.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d), positions(one),
-                       contiguous[std::size_t(s)], bshd(out.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d));
-           }
-         },
-         [&] { std::memcpy(dst.data(), src.data(), bytes); }, over(paged_fp8),
-         [&] { std::memcpy(dst.data(), src.data(), fp8_bytes); }},
-        rounds, min_seconds);
+    const auto t = interleaved({over(paged),
+                                [&] {
+                                  for (std::int64_t s = 0; s < batch; ++s) {
+                                    const std::vector<std::int64_t> one = {n};
+                                    attention(rope, bshd(q.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d),
+                                              positions(one), contiguous[std::size_t(s)],
+                                              bshd(out.data() + s * q_heads * d, DType::BF16, 1, 1, q_heads, d));
+                                  }
+                                },
+                                [&] { std::memcpy(dst.data(), src.data(), bytes); }, over(paged_fp8),
+                                [&] { std::memcpy(dst.data(), src.data(), fp8_bytes); }},
+                               rounds, min_seconds);
     const double gbps = double(bytes) / t[0] * 1e-9, copy = 2.0 * double(bytes) / t[2] * 1e-9;
     const double fp8_gbps = double(fp8_bytes) / t[3] * 1e-9, fp8_copy = 2.0 * double(fp8_bytes) / t[4] * 1e-9;
     fmt::print("| {} × {} | bf16 | {:.1f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} |\n", batch, n, t[0] * 1e6, t[1] * 1e6,
@@ -267,7 +276,8 @@ void paged_vs_contiguous(int rounds, double min_seconds, bool quick) {
     fmt::print("| {} × {} | f8e4m3 | {:.1f} | — | {:.2f} (of bf16 contiguous) | {:.1f} | {:.2f} |\n", batch, n,
                t[3] * 1e6, t[3] / t[1], fp8_gbps, fp8_gbps / fp8_copy);
   }
-  fmt::print("\n(cache GB/s: K and V bytes read per call / time; of memcpy: that over memcpy's read + write rate.)\n\n");
+  fmt::print(
+      "\n(cache GB/s: K and V bytes read per call / time; of memcpy: that over memcpy's read + write rate.)\n\n");
 }
 
 int main(int argc, char** argv) {

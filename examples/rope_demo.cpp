@@ -1,9 +1,9 @@
 // rope_demo — the main job until the CLI lands: prints Llama-3.1-8B's RoPE plan and rotates a
 // query/key pair with it, showing the relative-position property and the angle accuracy at large
 // positions. Run: build/release/examples/rope_demo
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <numbers>
 #include <vector>
 
@@ -15,14 +15,13 @@ namespace {
 // {factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192};
 // HF Llama uses rotate_half, i.e. Pairing::Half.
 ropekit::Spec llama31_8b() {
-  return {.head_dim = 128,
-          .rotary_dim = 128,
-          .base = 500000.0,
-          .pairing = ropekit::Pairing::Half,
-          .scaling = ropekit::scaling::Llama3{.factor = 8.0,
-                                              .low_freq_factor = 1.0,
-                                              .high_freq_factor = 4.0,
-                                              .original_max_position_embeddings = 8192}};
+  return {
+      .head_dim = 128,
+      .rotary_dim = 128,
+      .base = 500000.0,
+      .pairing = ropekit::Pairing::Half,
+      .scaling = ropekit::scaling::Llama3{
+          .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position_embeddings = 8192}};
 }
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
@@ -47,25 +46,21 @@ int main() {
   const double l0 = 8192;
 
   fmt::print("Llama-3.1-8B RoPE plan\n");
-  fmt::print("  rope_type {}  pairing {}  head_dim {}  rotary_dim {}  base {}\n",
-             ropekit::rope_type_name(spec.scaling), ropekit::to_string(spec.pairing), spec.head_dim,
-             spec.rotary_dim, spec.base);
-  fmt::print("  cos_sin_scale {}  softmax_scale_mult {}\n\n", plan.cos_sin_scale,
-             plan.softmax_scale_mult);
-  fmt::print("  {:>4}  {:>14}  {:>14}  {:>16}  {}\n", "pair", "inv_freq", "wavelength",
-             "turns in 8192", "band");
-  const std::vector<double> unscaled = ropekit::make_plan({.head_dim = 128, .rotary_dim = 128,
-                                                           .base = 500000.0,
-                                                           .pairing = ropekit::Pairing::Half})
-                                           .inv_freq;
+  fmt::print("  rope_type {}  pairing {}  head_dim {}  rotary_dim {}  base {}\n", ropekit::rope_type_name(spec.scaling),
+             ropekit::to_string(spec.pairing), spec.head_dim, spec.rotary_dim, spec.base);
+  fmt::print("  cos_sin_scale {}  softmax_scale_mult {}\n\n", plan.cos_sin_scale, plan.softmax_scale_mult);
+  fmt::print("  {:>4}  {:>14}  {:>14}  {:>16}  {}\n", "pair", "inv_freq", "wavelength", "turns in 8192", "band");
+  const std::vector<double> unscaled =
+      ropekit::make_plan({.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = ropekit::Pairing::Half})
+          .inv_freq;
   for (int j = 0; j < spec.num_pairs(); ++j) {
     const double inv = plan.inv_freq[j];
     const double ratio = inv / unscaled[j];
-    const char* band = ratio == 1.0 ? "kept (high frequency)"
+    const char* band = ratio == 1.0                          ? "kept (high frequency)"
                        : std::abs(ratio - 1.0 / 8.0) < 1e-12 ? "interpolated /8"
                                                              : "blended";
-    fmt::print("  {:>4}  {:>14.8g}  {:>14.6g}  {:>16.6g}  {}\n", j, inv,
-               2 * std::numbers::pi / inv, l0 * inv / (2 * std::numbers::pi), band);
+    fmt::print("  {:>4}  {:>14.8g}  {:>14.6g}  {:>16.6g}  {}\n", j, inv, 2 * std::numbers::pi / inv,
+               l0 * inv / (2 * std::numbers::pi), band);
   }
 
   // The relative-position property: <R(m)q, R(n)k> depends only on m − n.
@@ -76,8 +71,7 @@ int main() {
   }
   fmt::print("\n<R(m)q, R(n)k> for m - n = 7:\n");
   for (std::int64_t n : {0LL, 1000LL, 100000LL, 1000000LL}) {
-    fmt::print("  m = {:>8}, n = {:>8}: {:.6f}\n", n + 7, n,
-               dot(rotated(rope, q, n + 7), rotated(rope, k, n)));
+    fmt::print("  m = {:>8}, n = {:>8}: {:.6f}\n", n + 7, n, dot(rotated(rope, q, n + 7), rotated(rope, k, n)));
   }
 
   // Angle accuracy at a large position: ropekit's angles vs Hugging Face's float32 angles.
@@ -85,8 +79,9 @@ int main() {
   const std::vector<float> a = rotated(rope, q, 1000000), b = rotated(hf, q, 1000000);
   double worst = 0;
   for (int i = 0; i < 128; ++i) worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
-  fmt::print("\nAt position 10^6, HF's float32 angles move the rotated query by up to {:.3g} "
-             "(accurate mode error: about 1e-7).\n",
-             worst);
+  fmt::print(
+      "\nAt position 10^6, HF's float32 angles move the rotated query by up to {:.3g} "
+      "(accurate mode error: about 1e-7).\n",
+      worst);
   return 0;
 }

@@ -3,8 +3,8 @@
 
 #include <complex>
 
-#include "expect_error.hpp"
 #include "analysis/verify_checks.hpp"
+#include "expect_error.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -69,10 +69,12 @@ TEST(Verify, EveryCheckPassesForEveryVariant) {
   dyn.scaling = scaling::DynamicNtk{2.0, 2048};
   specs.push_back(dyn);
   Spec longrope = llama(96);
-  longrope.scaling = scaling::LongRope{std::vector<double>(48, 1.0), std::vector<double>(48, 3.5), 4096, 32.0, std::nullopt};
+  longrope.scaling =
+      scaling::LongRope{std::vector<double>(48, 1.0), std::vector<double>(48, 3.5), 4096, 32.0, std::nullopt};
   specs.push_back(longrope);
   for (const Spec& spec : specs) {
-    for (const std::optional<std::int64_t> length : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{100000}}) {
+    for (const std::optional<std::int64_t> length :
+         {std::optional<std::int64_t>{}, std::optional<std::int64_t>{100000}}) {
       for (const Check& c : verify(spec, length)) {
         EXPECT_TRUE(c.passed) << rope_type_name(spec.scaling) << " " << c.name << ": " << c.figure << " > " << c.bound;
         EXPECT_FALSE(c.skipped);

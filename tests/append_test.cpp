@@ -62,9 +62,20 @@ std::uint8_t nearest_e4m3(double x) {
 }
 
 TEST(E4m3, RoundsToNearestEvenAndSaturates) {
-  std::vector<float> inputs = {0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 480.0f, 1e30f, -1e30f,
-                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -10), std::ldexp(3.0f, -11)};
+  std::vector<float> inputs = {0.0f,
+                               -0.0f,
+                               448.0f,
+                               -448.0f,
+                               449.0f,
+                               464.0f,
+                               480.0f,
+                               1e30f,
+                               -1e30f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::denorm_min(),
+                               std::ldexp(1.0f, -10),
+                               std::ldexp(3.0f, -11)};
   // Every value, the midpoints between neighbours (ties) and one float32 step either side of them.
   for (int b = 0; b < 0x7e; ++b) {
     const float lo = float(e4m3_value(b)), hi = float(e4m3_value(b + 1));
@@ -136,7 +147,8 @@ std::int64_t cache_index(PageLayout layout, std::int64_t page_size, std::int64_t
                          std::int64_t h, int lane) {
   const std::int64_t page = slot / page_size, entry = slot % page_size;
   return (layout == PageLayout::NHD ? ((page * page_size + entry) * heads + h) * lanes
-                                    : ((page * heads + h) * page_size + entry) * lanes) + lane;
+                                    : ((page * heads + h) * page_size + entry) * lanes) +
+         lane;
 }
 
 // ---- fused == unfused ---------------------------------------------------------------------------
@@ -156,16 +168,20 @@ ROPEKIT_PER_TARGET(AppendTest);
 // One fused append against the unfused sequence; every buffer compared bit for bit.
 void check_case(const Case& c, int threads_split) {
   SCOPED_TRACE(::testing::Message() << to_string(c.pairing) << " d=" << c.head_dim << " r=" << c.rotary_dim << " "
-                                    << to_string(c.storage) << "->" << to_string(c.cache) << " "
-                                    << to_string(c.layout) << (c.page_table ? " pages" : " slots")
-                                    << (c.write_back ? " k_out" : "") << (c.q_out ? " q_out" : ""));
-  const Spec spec{.head_dim = c.head_dim, .rotary_dim = c.rotary_dim, .base = 10000.0, .pairing = c.pairing,
+                                    << to_string(c.storage) << "->" << to_string(c.cache) << " " << to_string(c.layout)
+                                    << (c.page_table ? " pages" : " slots") << (c.write_back ? " k_out" : "")
+                                    << (c.q_out ? " q_out" : ""));
+  const Spec spec{.head_dim = c.head_dim,
+                  .rotary_dim = c.rotary_dim,
+                  .base = 10000.0,
+                  .pairing = c.pairing,
                   .scaling = scaling::Yarn{.factor = 4.0, .original_max_position_embeddings = 64}};
   const Rope rope(spec);
   const std::int64_t tokens = 7, q_heads = 4, kv = 2, page_size = 4, num_pages = 5;
   const int d = c.head_dim;
   // Scales that are not powers of two: x / scale and x · (1 / scale) round differently.
-  const float k_scale = c.cache == CacheDType::F8E4M3 ? 0.3f : 1.0f, v_scale = c.cache == CacheDType::F8E4M3 ? 0.07f : 1.0f;
+  const float k_scale = c.cache == CacheDType::F8E4M3 ? 0.3f : 1.0f,
+              v_scale = c.cache == CacheDType::F8E4M3 ? 0.07f : 1.0f;
   Buffer q = random_buffer(c.storage, tokens * q_heads * d, 1), k = random_buffer(c.storage, tokens * kv * d, 2),
          v = random_buffer(c.storage, tokens * kv * d, 3);
   const std::vector<std::int64_t> pos = {3, 0, 1000, 17, 17, 123456, 5};
@@ -182,7 +198,8 @@ void check_case(const Case& c, int threads_split) {
 
   // Unfused: rotate copies, then convert and copy each element to its slot.
   Buffer q_want = q, k_want = k;
-  rope.apply({.q = bshd(q_want.data(), c.storage, 1, tokens, q_heads, d), .k = bshd(k_want.data(), c.storage, 1, tokens, kv, d),
+  rope.apply({.q = bshd(q_want.data(), c.storage, 1, tokens, q_heads, d),
+              .k = bshd(k_want.data(), c.storage, 1, tokens, kv, d),
               .positions = positions(pos)});
   const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
   Buffer kc_want(int(c.cache), cache_elems), vc_want(int(c.cache), cache_elems);
@@ -190,7 +207,8 @@ void check_case(const Case& c, int threads_split) {
     if (slot_map[t] < 0) continue;
     for (std::int64_t h = 0; h < kv; ++h) {
       for (int l = 0; l < d; ++l) {
-        kc_want.set(cache_index(c.layout, page_size, kv, d, slot_map[t], h, l), k_want.get((t * kv + h) * d + l), k_scale);
+        kc_want.set(cache_index(c.layout, page_size, kv, d, slot_map[t], h, l), k_want.get((t * kv + h) * d + l),
+                    k_scale);
         vc_want.set(cache_index(c.layout, page_size, kv, d, slot_map[t], h, l), v.get((t * kv + h) * d + l), v_scale);
       }
     }
@@ -202,8 +220,16 @@ void check_case(const Case& c, int threads_split) {
     Buffer q_got = q, k_got = k, q_out(int(c.storage), q.bytes.size() / Buffer::size(int(c.storage))),
            k_out(int(c.storage), k.bytes.size() / Buffer::size(int(c.storage)));
     Buffer kc(int(c.cache), cache_elems), vc(int(c.cache), cache_elems);
-    const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = c.cache, .layout = c.layout, .num_pages = num_pages,
-                           .page_size = page_size, .kv_heads = kv, .head_dim = d, .v_head_dim = d, .k_scale = k_scale,
+    const PagedCache cache{.k = kc.data(),
+                           .v = vc.data(),
+                           .dtype = c.cache,
+                           .layout = c.layout,
+                           .num_pages = num_pages,
+                           .page_size = page_size,
+                           .kv_heads = kv,
+                           .head_dim = d,
+                           .v_head_dim = d,
+                           .k_scale = k_scale,
                            .v_scale = v_scale};
     AppendArgs args{.q = bshd(q_got.data(), c.storage, 1, tokens, q_heads, d),
                     .k = bshd(k_got.data(), c.storage, 1, tokens, kv, d),
@@ -212,7 +238,10 @@ void check_case(const Case& c, int threads_split) {
     if (c.q_out) args.q_out = bshd(q_out.data(), c.storage, 1, tokens, q_heads, d);
     if (c.write_back) args.k_out = bshd(k_out.data(), c.storage, 1, tokens, kv, d);
     if (c.page_table) {
-      args.slots = PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
+      args.slots = PageTable{.indices = indices,
+                             .indptr = indptr,
+                             .last_page_len = last,
+                             .batch_indices = batch_indices,
                              .seq_positions = seq_positions};
     } else {
       args.slots = slot_mapping(slot_map);
@@ -233,7 +262,7 @@ void check_case(const Case& c, int threads_split) {
     EXPECT_EQ(vc.bytes, vc_want.bytes);
     EXPECT_EQ((c.q_out ? q_out : q_got).bytes, q_want.bytes);
     if (c.q_out) EXPECT_EQ(q_got.bytes, q.bytes);  // q only read
-    EXPECT_EQ(k_got.bytes, k.bytes);                // k never written without k_out
+    EXPECT_EQ(k_got.bytes, k.bytes);               // k never written without k_out
     if (c.write_back) EXPECT_EQ(k_out.bytes, k_want.bytes);
   }
 }
@@ -247,11 +276,23 @@ void check_case(const Case& c, int threads_split) {
 // their vector to the software path). Only a NaN's payload may differ in a 16-bit output (call.hpp);
 // fp8 is exact.
 TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
-  std::vector<float> f32 = {0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 1e30f, -1e30f,
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                            std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xffc12345u),
-                            std::numeric_limits<float>::denorm_min(), std::ldexp(1.0f, -126), std::ldexp(1.0f, -10)};
+  std::vector<float> f32 = {0.0f,
+                            -0.0f,
+                            448.0f,
+                            -448.0f,
+                            449.0f,
+                            464.0f,
+                            1e30f,
+                            -1e30f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            std::bit_cast<float>(0x7f800001u),
+                            std::bit_cast<float>(0xffc12345u),
+                            std::numeric_limits<float>::denorm_min(),
+                            std::ldexp(1.0f, -126),
+                            std::ldexp(1.0f, -10)};
   for (int b = 0; b < 0x7e; ++b) {
     const float lo = float(e4m3_value(b)), hi = float(e4m3_value(b + 1));
     const float mid = float((double(lo) + double(hi)) / 2);
@@ -342,7 +383,8 @@ TEST_P(AppendTest, E4m3WideningEqualsTheScalarDecoder) {
         widen(bytes->data() + offset, n, scale, got.data());
         cpu::e4m3_widen_reference(bytes->data() + offset, n, scale, want.data());
         for (std::int64_t i = 0; i < n; ++i, ++compared) {
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[std::size_t(i)]), std::bit_cast<std::uint32_t>(want[std::size_t(i)]))
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[std::size_t(i)]),
+                    std::bit_cast<std::uint32_t>(want[std::size_t(i)]))
               << "byte 0x" << std::hex << int((*bytes)[offset + std::size_t(i)]) << std::dec << " scale " << scale;
         }
       }
@@ -381,7 +423,8 @@ TEST_P(AppendTest, FusedEqualsRotateThenConvertThenCopy) {
 TEST_P(AppendTest, AnySplitOfTheTokensGivesTheSameBits) {
   for (const int split : {1, 3, 6}) {
     check_case({Pairing::Half, 64, 64, DType::BF16, CacheDType::F8E4M3, PageLayout::HND, true, true, false}, split);
-    check_case({Pairing::Interleaved, 40, 24, DType::F32, CacheDType::BF16, PageLayout::NHD, false, false, true}, split);
+    check_case({Pairing::Interleaved, 40, 24, DType::F32, CacheDType::BF16, PageLayout::NHD, false, false, true},
+               split);
   }
 }
 
@@ -394,18 +437,31 @@ TEST_P(AppendTest, RotatesTheLiveKeysInPlace) {
   rope.apply({.k = bshd(want.data(), DType::F32, 1, 3, 2, 32), .positions = positions(pos)});
   Buffer kc(1, 4 * 2 * 32), vc(1, 4 * 2 * 32);
   const Heads kv = bshd(k.data(), DType::F32, 1, 3, 2, 32);
-  append(rope, {.k = kv, .k_out = kv, .v = bshd(v.data(), DType::F32, 1, 3, 2, 32), .positions = positions(pos),
-                .slots = slot_mapping(slots)},
-         {.k = kc.data(), .v = vc.data(), .num_pages = 1, .page_size = 4, .kv_heads = 2, .head_dim = 32, .v_head_dim = 32});
+  append(rope,
+         {.k = kv,
+          .k_out = kv,
+          .v = bshd(v.data(), DType::F32, 1, 3, 2, 32),
+          .positions = positions(pos),
+          .slots = slot_mapping(slots)},
+         {.k = kc.data(),
+          .v = vc.data(),
+          .num_pages = 1,
+          .page_size = 4,
+          .kv_heads = 2,
+          .head_dim = 32,
+          .v_head_dim = 32});
   EXPECT_EQ(k.bytes, want.bytes);
   EXPECT_EQ(std::memcmp(kc.data(), want.data(), want.bytes.size()), 0);  // NHD, slots 0-2 in order
 }
 
 // DeepSeek's MLA cache: one entry per token = [latent (kv_lora_rank) | k_pe (rope dim)], no values.
 TEST_P(AppendTest, MlaEntryHoldsTheLatentAndTheRotatedRopePart) {
-  const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Interleaved,
-                  .scaling = scaling::Yarn{.factor = 40.0, .original_max_position_embeddings = 4096, .mscale = 1.0,
-                                           .mscale_all_dim = 1.0}};
+  const Spec spec{.head_dim = 64,
+                  .rotary_dim = 64,
+                  .base = 10000.0,
+                  .pairing = Pairing::Interleaved,
+                  .scaling = scaling::Yarn{
+                      .factor = 40.0, .original_max_position_embeddings = 4096, .mscale = 1.0, .mscale_all_dim = 1.0}};
   const Rope rope(spec);
   const std::int64_t tokens = 5, rank = 512, entry = rank + 64;
   Buffer kpe = random_buffer(DType::BF16, tokens * 64, 8), latent = random_buffer(DType::BF16, tokens * rank, 9);
@@ -413,9 +469,19 @@ TEST_P(AppendTest, MlaEntryHoldsTheLatentAndTheRotatedRopePart) {
   const std::vector<std::int32_t> pos = {0, 1, 4095, 4096, 160000}, slots = {7, 2, 0, 5, 6};
   rope.apply({.k = bshd(want.data(), DType::BF16, 1, tokens, 1, 64), .positions = positions(pos)});
   Buffer kc(2, 2 * 4 * entry);
-  append(rope, {.k = bshd(kpe.data(), DType::BF16, 1, tokens, 1, 64), .k_nope = bshd(latent.data(), DType::BF16, 1, tokens, 1, rank),
-                .positions = positions(pos), .slots = slot_mapping(slots), .k_offset = int(rank), .k_nope_dim = int(rank)},
-         {.k = kc.data(), .dtype = CacheDType::BF16, .num_pages = 2, .page_size = 4, .kv_heads = 1, .head_dim = int(entry)});
+  append(rope,
+         {.k = bshd(kpe.data(), DType::BF16, 1, tokens, 1, 64),
+          .k_nope = bshd(latent.data(), DType::BF16, 1, tokens, 1, rank),
+          .positions = positions(pos),
+          .slots = slot_mapping(slots),
+          .k_offset = int(rank),
+          .k_nope_dim = int(rank)},
+         {.k = kc.data(),
+          .dtype = CacheDType::BF16,
+          .num_pages = 2,
+          .page_size = 4,
+          .kv_heads = 1,
+          .head_dim = int(entry)});
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t l = 0; l < rank; ++l) ASSERT_EQ(kc.get(slots[t] * entry + l), latent.get(t * rank + l));
     for (std::int64_t l = 0; l < 64; ++l) ASSERT_EQ(kc.get(slots[t] * entry + rank + l), want.get(t * 64 + l));
@@ -433,9 +499,18 @@ TEST_P(AppendTest, MropeAppendsLikeApply) {
   rope.apply({.k = bshd(want.data(), DType::F32, 1, 2, 1, 32), .positions = mrope_positions(p)});
   Buffer kc(1, 2 * 32), vc(1, 2 * 32);
   const std::vector<std::int64_t> slots = {1, 0};
-  append(rope, {.k = bshd(k.data(), DType::F32, 1, 2, 1, 32), .v = bshd(v.data(), DType::F32, 1, 2, 1, 32),
-                .positions = mrope_positions(p), .slots = slot_mapping(slots)},
-         {.k = kc.data(), .v = vc.data(), .num_pages = 2, .page_size = 1, .kv_heads = 1, .head_dim = 32, .v_head_dim = 32});
+  append(rope,
+         {.k = bshd(k.data(), DType::F32, 1, 2, 1, 32),
+          .v = bshd(v.data(), DType::F32, 1, 2, 1, 32),
+          .positions = mrope_positions(p),
+          .slots = slot_mapping(slots)},
+         {.k = kc.data(),
+          .v = vc.data(),
+          .num_pages = 2,
+          .page_size = 1,
+          .kv_heads = 1,
+          .head_dim = 32,
+          .v_head_dim = 32});
   EXPECT_EQ(std::memcmp(kc.bytes.data(), want.bytes.data() + 32 * 4, 32 * 4), 0);
   EXPECT_EQ(std::memcmp(kc.bytes.data() + 32 * 4, want.bytes.data(), 32 * 4), 0);
 }
@@ -467,10 +542,15 @@ TEST_P(AppendTest, QkNormIsNormThenRotateToOneRounding) {
       const float eps = 1e-6f, offset = across ? 0.0f : 1.0f;  // Gemma's 1 + weight on one of them
       Buffer kc(1, tokens * heads * d), q_fused = q;
       const std::vector<std::int64_t> slots = {0, 1, 2, 3, 4};
-      append(rope, {.q = bshd(q_fused.data(), storage, 1, tokens, heads, d), .k = bshd(k.data(), storage, 1, tokens, heads, d),
-                    .positions = positions(pos), .slots = slot_mapping(slots),
-                    .norm = {.q_weight = weight, .k_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
-             {.k = kc.data(), .num_pages = 1, .page_size = tokens, .kv_heads = heads, .head_dim = d});
+      append(
+          rope,
+          {.q = bshd(q_fused.data(), storage, 1, tokens, heads, d),
+           .k = bshd(k.data(), storage, 1, tokens, heads, d),
+           .positions = positions(pos),
+           .slots = slot_mapping(slots),
+           .norm =
+               {.q_weight = weight, .k_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
+          {.k = kc.data(), .num_pages = 1, .page_size = tokens, .kv_heads = heads, .head_dim = d});
       // Unfused: norm in float32 rounded to storage, then rotate.
       Buffer q_unfused = q;
       const double ulp = storage == DType::F32 ? 0x1p-23 : 0x1p-7;
@@ -513,10 +593,17 @@ TEST_P(AppendTest, QkNormIsNormThenRotateToOneRounding) {
       Buffer k_fused(int(storage), std::size_t(tokens * heads * d));
       for (std::size_t i = 0; i < k_fused.bytes.size() / Buffer::size(int(storage)); ++i) k_fused.set(i, kc.get(i));
       Buffer k_alone = k;
-      append(rope, {.q = bshd(k_alone.data(), storage, 1, tokens, heads, d), .k = bshd(k.data(), storage, 1, tokens, heads, d),
-                    .positions = positions(pos), .slots = slot_mapping(slots),
-                    .norm = {.q_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
-             {.k = Buffer(1, tokens * heads * d).data(), .num_pages = 1, .page_size = tokens, .kv_heads = heads, .head_dim = d});
+      append(rope,
+             {.q = bshd(k_alone.data(), storage, 1, tokens, heads, d),
+              .k = bshd(k.data(), storage, 1, tokens, heads, d),
+              .positions = positions(pos),
+              .slots = slot_mapping(slots),
+              .norm = {.q_weight = weight, .eps = eps, .weight_offset = offset, .across_heads = across}},
+             {.k = Buffer(1, tokens * heads * d).data(),
+              .num_pages = 1,
+              .page_size = tokens,
+              .kv_heads = heads,
+              .head_dim = d});
       EXPECT_EQ(k_fused.bytes, k_alone.bytes);
     }
   }
@@ -527,13 +614,17 @@ TEST_P(AppendTest, QkNormIsNormThenRotateToOneRounding) {
 TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
   const Spec spec{.head_dim = 16, .rotary_dim = 16, .base = 10000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
-  std::vector<float> q(2 * 4 * 16, 1.0f), k(2 * 2 * 16, 1.0f), v(2 * 2 * 16, 1.0f), kc(4 * 2 * 16, 7.0f), vc(4 * 2 * 16, 7.0f);
+  std::vector<float> q(2 * 4 * 16, 1.0f), k(2 * 2 * 16, 1.0f), v(2 * 2 * 16, 1.0f), kc(4 * 2 * 16, 7.0f),
+      vc(4 * 2 * 16, 7.0f);
   const std::vector<float> kc_before = kc;
   const std::vector<std::int64_t> pos = {0, 1}, good = {0, 1}, outside = {0, 4}, minus2 = {0, -2}, twice = {3, 3};
-  const PagedCache cache{.k = kc.data(), .v = vc.data(), .num_pages = 2, .page_size = 2, .kv_heads = 2, .head_dim = 16,
-                         .v_head_dim = 16};
-  const AppendArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 4, 16), .k = bshd(k.data(), DType::F32, 1, 2, 2, 16),
-                        .v = bshd(v.data(), DType::F32, 1, 2, 2, 16), .positions = positions(pos), .slots = slot_mapping(good)};
+  const PagedCache cache{
+      .k = kc.data(), .v = vc.data(), .num_pages = 2, .page_size = 2, .kv_heads = 2, .head_dim = 16, .v_head_dim = 16};
+  const AppendArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 4, 16),
+                        .k = bshd(k.data(), DType::F32, 1, 2, 2, 16),
+                        .v = bshd(v.data(), DType::F32, 1, 2, 2, 16),
+                        .positions = positions(pos),
+                        .slots = slot_mapping(good)};
   EXPECT_NO_THROW(prepare_append(rope, args, cache));
 
   auto a = args;
@@ -548,7 +639,7 @@ TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
 
   const std::vector<std::int32_t> idx = {1, 0}, indptr = {0, 2}, last = {2}, bi = {0, 0}, sp = {2, 3};
   const std::vector<std::int32_t> bad_indptr = {1, 2}, shrinking = {0, 2, 1}, two_last = {2, 1}, bad_idx = {1, 2},
-                                   bad_last = {3}, bad_bi = {0, 1}, bad_sp = {2, 4};
+                                  bad_last = {3}, bad_bi = {0, 1}, bad_sp = {2, 4};
   a.slots = PageTable{idx, indptr, last, bi, sp};
   EXPECT_NO_THROW(prepare_append(rope, a, cache));
   a.slots = PageTable{idx, bad_indptr, last, bi, sp};
@@ -639,7 +730,6 @@ TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
   EXPECT_EQ(kc, kc_before);
 }
 
-
 // New random values in b's own storage (views into it stay valid).
 void refill(Buffer& b, std::uint32_t seed) {
   const Buffer fresh = random_buffer(static_cast<DType>(b.type), b.bytes.size() / Buffer::size(b.type), seed);
@@ -658,9 +748,16 @@ TEST(AppendStep, EachStepEqualsAFreshPrepare) {
     const float scale = cache_type == CacheDType::F8E4M3 ? 0.3f : 1.0f;
     const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
     Buffer kc(int(cache_type), cache_elems), vc(int(cache_type), cache_elems), kc_want = kc, vc_want = vc;
-    const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = cache_type, .num_pages = num_pages,
-                           .page_size = page_size, .kv_heads = kv, .head_dim = int(d), .v_head_dim = int(d),
-                           .k_scale = scale, .v_scale = scale};
+    const PagedCache cache{.k = kc.data(),
+                           .v = vc.data(),
+                           .dtype = cache_type,
+                           .num_pages = num_pages,
+                           .page_size = page_size,
+                           .kv_heads = kv,
+                           .head_dim = int(d),
+                           .v_head_dim = int(d),
+                           .k_scale = scale,
+                           .v_scale = scale};
     PagedCache cache_want = cache;
     cache_want.k = kc_want.data(), cache_want.v = vc_want.data();
     Buffer q(int(DType::BF16), tokens * q_heads * d), k(int(DType::BF16), tokens * kv * d),
@@ -685,7 +782,10 @@ TEST(AppendStep, EachStepEqualsAFreshPrepare) {
         slot_map[t] = indices[indptr[t] + e / page_size] * page_size + e % page_size;
       }
       if (s % 2 == 0) return slot_mapping(slot_map);
-      return PageTable{.indices = indices, .indptr = indptr, .last_page_len = last, .batch_indices = batch_indices,
+      return PageTable{.indices = indices,
+                       .indptr = indptr,
+                       .last_page_len = last,
+                       .batch_indices = batch_indices,
                        .seq_positions = seq_positions};
     };
     AppendArgs first = args_for(q, k, k_out);
@@ -710,7 +810,8 @@ TEST(AppendStep, EachStepEqualsAFreshPrepare) {
       EXPECT_EQ(vc.bytes, vc_want.bytes);
     }
     // Refused steps leave the call at step 4's positions and slots.
-    const std::vector<std::int64_t> outside = {0, num_pages * page_size}, twice = {7, 7}, one = {7}, good_slots = {1, 2};
+    const std::vector<std::int64_t> outside = {0, num_pages * page_size}, twice = {7, 7}, one = {7},
+                                    good_slots = {1, 2};
     const std::vector<std::int64_t> negative = {-1, 3};
     EXPECT_ERROR(call.set_positions_and_slots(positions(pos), slot_mapping(outside)), "slots[1] = 24");
     EXPECT_ERROR(call.set_positions_and_slots(positions(pos), slot_mapping(twice)), "tokens 0 and 1 both write slot 7");
@@ -741,7 +842,10 @@ TEST(AppendStep, EachStepEqualsAFreshPrepare) {
 TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
   const std::int64_t tokens = 3, q_heads = 4, kv = 2, d = 64, page_size = 4, num_pages = 4, n = 65536;
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
-    const Spec spec{.head_dim = int(d), .rotary_dim = int(d), .base = 10000.0, .pairing = pairing,
+    const Spec spec{.head_dim = int(d),
+                    .rotary_dim = int(d),
+                    .base = 10000.0,
+                    .pairing = pairing,
                     .scaling = scaling::Yarn{.factor = 8.0, .original_max_position_embeddings = 512}};
     const Rope rope(spec), hf(spec, AngleMode::HfCompat);
     std::vector<float> theirs(std::size_t(n * d));
@@ -752,9 +856,16 @@ TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
       const float scale = cache_type == CacheDType::F8E4M3 ? 0.3f : 1.0f;
       const std::size_t cache_elems = std::size_t(num_pages * page_size * kv * d);
       Buffer kc(int(cache_type), cache_elems), vc = kc, kc_want = kc, vc_want = kc;
-      const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = cache_type, .num_pages = num_pages,
-                             .page_size = page_size, .kv_heads = kv, .head_dim = int(d), .v_head_dim = int(d),
-                             .k_scale = scale, .v_scale = scale};
+      const PagedCache cache{.k = kc.data(),
+                             .v = vc.data(),
+                             .dtype = cache_type,
+                             .num_pages = num_pages,
+                             .page_size = page_size,
+                             .kv_heads = kv,
+                             .head_dim = int(d),
+                             .v_head_dim = int(d),
+                             .k_scale = scale,
+                             .v_scale = scale};
       Buffer q(int(DType::BF16), tokens * q_heads * d), k(int(DType::BF16), tokens * kv * d), v = k;
       Buffer k_out(int(DType::BF16), tokens * kv * d);
       std::vector<std::int64_t> pos(tokens), slots(tokens);
@@ -770,7 +881,8 @@ TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
         // Unfused: rotate copies with the table, then convert and copy each element to its slot.
         Buffer q_want = q, k_want = k, q_own = q;
         rope.apply({.q = bshd(q_want.data(), DType::BF16, 1, tokens, q_heads, d),
-                    .k = bshd(k_want.data(), DType::BF16, 1, tokens, kv, d), .positions = positions(pos)},
+                    .k = bshd(k_want.data(), DType::BF16, 1, tokens, kv, d),
+                    .positions = positions(pos)},
                    *table);
         rope.apply({.q = bshd(q_own.data(), DType::BF16, 1, tokens, q_heads, d), .positions = positions(pos)});
         EXPECT_NE(q_own.bytes, q_want.bytes);  // the cache's angles are not the rope's own
@@ -804,7 +916,8 @@ TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
       }
       // A step past the cache's rows, a null table, a table of other frequencies: refused.
       pos[1] = n;
-      EXPECT_ERROR(step.set_positions_and_slots(positions(pos), slot_mapping(slots)), "position 65536 is outside the table");
+      EXPECT_ERROR(step.set_positions_and_slots(positions(pos), slot_mapping(slots)),
+                   "position 65536 is outside the table");
       args.positions = positions(pos);
       EXPECT_ERROR(prepare_append(rope, args, cache, table), "position 65536 is outside the table");
       pos[1] = 0;

@@ -36,7 +36,9 @@ std::vector<Case> cases() {
       {"default_half", half(128, 128, 1e4), {}},
       {"default_interleaved", {.head_dim = 64, .rotary_dim = 64, .base = 5e5, .pairing = Pairing::Interleaved}, {}},
       {"partial_half_32_of_128", half(128, 32, 1e4), {}},
-      {"partial_interleaved_64_of_80", {.head_dim = 80, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Interleaved}, {}},
+      {"partial_interleaved_64_of_80",
+       {.head_dim = 80, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Interleaved},
+       {}},
       {"odd_tail_72", half(72, 72, 1e4), {}},
       {"linear", half(96, 96, 1e4, scaling::Linear{4}), {}},
       {"ntk", half(128, 128, 1e4, scaling::Ntk{2}), {}},
@@ -45,10 +47,20 @@ std::vector<Case> cases() {
       {"llama3", half(128, 128, 5e5, scaling::Llama3{8, 1, 4, 8192}), {}},
       {"longrope", half(128, 128, 1e4, scaling::LongRope{short_f, long_f, 4096, 32, std::nullopt}), 8192},
       {"proportional", half(128, 128, 1e6, scaling::Proportional{0.5, 8}), {}},
-      {"mrope_sectioned", {.head_dim = 128, .rotary_dim = 128, .base = 1e6, .pairing = Pairing::Half,
-                           .mrope = MRope{{16, 24, 24}, MRopeLayout::Sectioned}}, {}},
-      {"mrope_interleaved", {.head_dim = 128, .rotary_dim = 128, .base = 5e6, .pairing = Pairing::Half,
-                             .mrope = MRope{{24, 20, 20}, MRopeLayout::Interleaved}}, {}},
+      {"mrope_sectioned",
+       {.head_dim = 128,
+        .rotary_dim = 128,
+        .base = 1e6,
+        .pairing = Pairing::Half,
+        .mrope = MRope{{16, 24, 24}, MRopeLayout::Sectioned}},
+       {}},
+      {"mrope_interleaved",
+       {.head_dim = 128,
+        .rotary_dim = 128,
+        .base = 5e6,
+        .pairing = Pairing::Half,
+        .mrope = MRope{{24, 20, 20}, MRopeLayout::Interleaved}},
+       {}},
   };
 }
 
@@ -82,8 +94,7 @@ struct Strided {
   std::int64_t batch, seq, heads, offset, head_stride, seq_stride, batch_stride;
   std::vector<std::uint8_t> bytes;
 
-  Strided(DType dt, std::int64_t b, std::int64_t s, std::int64_t h, int d, std::mt19937& rng,
-          bool head_major = false)
+  Strided(DType dt, std::int64_t b, std::int64_t s, std::int64_t h, int d, std::mt19937& rng, bool head_major = false)
       : dtype(dt), head_dim(d), batch(b), seq(s), heads(h), offset(13) {
     if (head_major) {  // BHSD-like with gaps
       seq_stride = d + 3;
@@ -103,17 +114,13 @@ struct Strided {
   std::int64_t index(std::int64_t b, std::int64_t s, std::int64_t h, int lane) const {
     return offset + b * batch_stride + s * seq_stride + h * head_stride + lane;
   }
-  double at(std::int64_t b, std::int64_t s, std::int64_t h, int lane) {
-    return load(dtype, ptr(index(b, s, h, lane)));
-  }
+  double at(std::int64_t b, std::int64_t s, std::int64_t h, int lane) { return load(dtype, ptr(index(b, s, h, lane))); }
   std::vector<double> row(std::int64_t b, std::int64_t s, std::int64_t h) {
     std::vector<double> r(head_dim);
     for (int i = 0; i < head_dim; ++i) r[i] = at(b, s, h, i);
     return r;
   }
-  Heads view() {
-    return {ptr(offset), dtype, batch, seq, heads, batch_stride, seq_stride, head_stride};
-  }
+  Heads view() { return {ptr(offset), dtype, batch, seq, heads, batch_stride, seq_stride, head_stride}; }
   bool in_view(std::int64_t element) const {
     for (std::int64_t b = 0; b < batch; ++b)
       for (std::int64_t s = 0; s < seq; ++s)
@@ -132,18 +139,20 @@ double ulp_of(DType dt, double x) {
 }
 
 oracle::Dir to_oracle(Direction d) {
-  return d == Direction::Forward ? oracle::Dir::Forward
-         : d == Direction::Inverse ? oracle::Dir::Inverse : oracle::Dir::Backward;
+  return d == Direction::Forward   ? oracle::Dir::Forward
+         : d == Direction::Inverse ? oracle::Dir::Inverse
+                                   : oracle::Dir::Backward;
 }
 
 // Positions: large, shuffled, with duplicates; for M-RoPE three streams.
 std::vector<std::int64_t> make_positions(std::int64_t tokens, int axes, std::mt19937& rng,
                                          std::int64_t max_position = std::int64_t{1} << 40) {
-  const std::vector<std::int64_t> pool = {0, 1, 5, 999, 4095, 4096, 30000, 131071, 1 << 20,
-                                          1000000, 123457, 2147483647};
+  const std::vector<std::int64_t> pool = {0,     1,      5,       999,     4095,   4096,
+                                          30000, 131071, 1 << 20, 1000000, 123457, 2147483647};
   std::vector<std::int64_t> p(static_cast<std::size_t>(tokens * axes));
   for (auto& v : p) {
-    do v = pool[rng() % pool.size()]; while (v > max_position);
+    do v = pool[rng() % pool.size()];
+    while (v > max_position);
   }
   return p;
 }
@@ -154,8 +163,8 @@ TEST(ApplyOracle, EveryVariantDtypeDirectionAndAngleSource) {
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       for (Direction dir : {Direction::Forward, Direction::Inverse, Direction::Backward}) {
         for (int variant = 0; variant < 4; ++variant) {  // bit 0: out of place; bit 1: on the fly
-          SCOPED_TRACE(::testing::Message() << c.name << " dtype " << to_string(dt) << " dir "
-                                            << int(dir) << " variant " << variant);
+          SCOPED_TRACE(::testing::Message()
+                       << c.name << " dtype " << to_string(dt) << " dir " << int(dir) << " variant " << variant);
           const bool out_of_place = variant & 1, on_the_fly = variant & 2;
           const Rope rope(c.spec, AngleMode::Accurate, c.length);
           const int d = c.spec.head_dim;
@@ -166,22 +175,23 @@ TEST(ApplyOracle, EveryVariantDtypeDirectionAndAngleSource) {
           const std::vector<std::uint8_t> qo_before = q_out.bytes, ko_before = k_out.bytes;
           std::vector<std::int64_t> pos64 = make_positions(6, axes, rng);
           std::vector<std::int32_t> pos32(pos64.begin(), pos64.end());
-          const Positions positions_view =
-              axes == 3 ? (variant == 1 ? mrope_positions(std::span<const std::int32_t>(pos32))
-                                        : mrope_positions(std::span<const std::int64_t>(pos64)))
-                        : (variant == 1 ? positions(std::span<const std::int32_t>(pos32))
-                                        : positions(std::span<const std::int64_t>(pos64)));
+          const Positions positions_view = axes == 3
+                                               ? (variant == 1 ? mrope_positions(std::span<const std::int32_t>(pos32))
+                                                               : mrope_positions(std::span<const std::int64_t>(pos64)))
+                                               : (variant == 1 ? positions(std::span<const std::int32_t>(pos32))
+                                                               : positions(std::span<const std::int64_t>(pos64)));
           RotateArgs args{.q = q.view(), .k = k.view(), .positions = positions_view, .direction = dir};
           if (out_of_place) {
             args.q_out = q_out.view();
             args.k_out = k_out.view();
           }
-          if (on_the_fly) rope.apply_on_the_fly(args); else rope.apply(args);
+          if (on_the_fly)
+            rope.apply_on_the_fly(args);
+          else
+            rope.apply(args);
 
-          const double m = dir == Direction::Inverse ? 1.0 / rope.plan().cos_sin_scale
-                                                     : rope.plan().cos_sin_scale;
-          auto check = [&](Strided& in_before, Strided& result, std::int64_t b, std::int64_t s,
-                           std::int64_t h) {
+          const double m = dir == Direction::Inverse ? 1.0 / rope.plan().cos_sin_scale : rope.plan().cos_sin_scale;
+          auto check = [&](Strided& in_before, Strided& result, std::int64_t b, std::int64_t s, std::int64_t h) {
             const std::int64_t token = b * 3 + s;
             std::int64_t p[3];
             for (int a = 0; a < axes; ++a) p[a] = pos64[a * 6 + token];
@@ -198,8 +208,8 @@ TEST(ApplyOracle, EveryVariantDtypeDirectionAndAngleSource) {
               const auto [la, lb] = oracle::lanes(c.spec, pair_index);
               const double pair = std::hypot(x[la], x[lb]);
               const double tol = 3e-7 * m * pair + 0.5 * ulp_of(dt, std::max(std::abs(want[i]), std::abs(got))) + 1e-30;
-              ASSERT_LE(std::abs(got - want[i]), tol) << "token " << token << " head " << h << " lane " << i
-                                                      << " position " << p[0];
+              ASSERT_LE(std::abs(got - want[i]), tol)
+                  << "token " << token << " head " << h << " lane " << i << " position " << p[0];
             }
           };
           // Reference inputs: the original buffers (in place overwrote q and k).
@@ -233,13 +243,12 @@ TEST(ApplyOracle, EveryVariantDtypeDirectionAndAngleSource) {
 
 // Rotate contiguous float32 rows [tokens, heads, d] in place with one position stream (or three).
 std::vector<float> rotate_rows(const Rope& rope, std::vector<float> x, std::int64_t heads,
-                               const std::vector<std::int64_t>& pos,
-                               Direction dir = Direction::Forward) {
+                               const std::vector<std::int64_t>& pos, Direction dir = Direction::Forward) {
   const int d = rope.spec().head_dim;
   const std::int64_t tokens = std::int64_t(x.size()) / (heads * d);
   rope.apply({.q = bshd(x.data(), DType::F32, 1, tokens, heads, d),
               .positions = rope.spec().mrope ? mrope_positions(std::span<const std::int64_t>(pos))
-                                              : positions(std::span<const std::int64_t>(pos)),
+                                             : positions(std::span<const std::int64_t>(pos)),
               .direction = dir});
   return x;
 }
@@ -269,10 +278,11 @@ TEST(ApplyProperties, LogitsDependOnlyOnRelativePosition) {
     const double scale2 = rope.plan().cos_sin_scale * rope.plan().cos_sin_scale;
     const double bound = 1e-6 * std::sqrt(dot(q, q) * dot(k, k)) * scale2;
     for (std::int64_t rel : {0, 1, 7, 1000}) {
-      const double reference = dot(rotate_rows(rope, q, 1, streams(rel, axes)), rotate_rows(rope, k, 1, streams(0, axes)));
+      const double reference =
+          dot(rotate_rows(rope, q, 1, streams(rel, axes)), rotate_rows(rope, k, 1, streams(0, axes)));
       for (std::int64_t shift : {1, 4096, 65537, 1 << 20, 1000000}) {
-        const double shifted = dot(rotate_rows(rope, q, 1, streams(rel + shift, axes)),
-                                   rotate_rows(rope, k, 1, streams(shift, axes)));
+        const double shifted =
+            dot(rotate_rows(rope, q, 1, streams(rel + shift, axes)), rotate_rows(rope, k, 1, streams(shift, axes)));
         EXPECT_NEAR(shifted, reference, bound) << "m - n = " << rel << ", shift " << shift;
       }
     }
@@ -354,10 +364,15 @@ TEST(ApplyLayouts, TableAndOnTheFlyAndPositionTypesAgreeBitwise) {
       std::vector<std::int32_t> pos32(pos.begin(), pos.end());
       auto a = x, b = x, t = x;
       const Heads va = bshd(a.data(), DType::F32, 1, 7, 1, d), vb = bshd(b.data(), DType::F32, 1, 7, 1, d);
-      rope.apply_on_the_fly({.q = va, .positions = axes == 3 ? mrope_positions(std::span<const std::int64_t>(pos)) : positions(pos)});
-      rope.apply({.q = vb, .positions = axes == 3 ? mrope_positions(std::span<const std::int32_t>(pos32)) : positions(std::span<const std::int32_t>(pos32))});
+      rope.apply_on_the_fly(
+          {.q = va, .positions = axes == 3 ? mrope_positions(std::span<const std::int64_t>(pos)) : positions(pos)});
+      rope.apply({.q = vb,
+                  .positions = axes == 3 ? mrope_positions(std::span<const std::int32_t>(pos32))
+                                         : positions(std::span<const std::int32_t>(pos32))});
       const auto table = rope.table(*std::max_element(pos.begin(), pos.end()) + 1);
-      rope.apply({.q = bshd(t.data(), DType::F32, 1, 7, 1, d), .positions = axes == 3 ? mrope_positions(std::span<const std::int64_t>(pos)) : positions(pos)}, *table);
+      rope.apply({.q = bshd(t.data(), DType::F32, 1, 7, 1, d),
+                  .positions = axes == 3 ? mrope_positions(std::span<const std::int64_t>(pos)) : positions(pos)},
+                 *table);
       EXPECT_EQ(a, b) << c.name;
       EXPECT_EQ(a, t) << c.name;
     }
@@ -432,7 +447,10 @@ TEST(ApplyDtypes, HalfPrecisionStorageMatchesFloat32UpToOneRounding) {
 // (c, s) exactly (fma(1, c, −0·s) = c, fma(0, c, 1·s) = s), so the two must agree bit for bit — for
 // the table and the on-the-fly source, a magnitude ≠ 1, M-RoPE's per-pair streams and both pairings.
 TEST(CosSin, EqualsTheCoefficientsApplyRotatesWith) {
-  const Spec yarn{.head_dim = 64, .rotary_dim = 48, .base = 1e4, .pairing = Pairing::Interleaved,
+  const Spec yarn{.head_dim = 64,
+                  .rotary_dim = 48,
+                  .base = 1e4,
+                  .pairing = Pairing::Interleaved,
                   .scaling = scaling::Yarn{.factor = 4, .original_max_position_embeddings = 2048}};
   Spec mrope{.head_dim = 64, .rotary_dim = 64, .base = 1e6, .pairing = Pairing::Half};
   mrope.mrope = MRope{.sections = {8, 12, 12}};
@@ -485,8 +503,14 @@ TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
   for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.1f * float(i));
   const std::vector<std::int64_t> pos = {3, 4, 5, 6, 1000};
   const auto slice = [&](float* base, std::int64_t first_head, std::int64_t heads) {
-    return Heads{.data = base + first_head * d, .dtype = DType::F32, .batch = 1, .seq = tokens, .heads = heads,
-                 .batch_stride = tokens * width, .seq_stride = width, .head_stride = d};
+    return Heads{.data = base + first_head * d,
+                 .dtype = DType::F32,
+                 .batch = 1,
+                 .seq = tokens,
+                 .heads = heads,
+                 .batch_stride = tokens * width,
+                 .seq_stride = width,
+                 .head_stride = d};
   };
   std::vector<float> q(tokens * qh * d), k(tokens * kvh * d);
   for (std::int64_t t = 0; t < tokens; ++t) {
@@ -495,7 +519,8 @@ TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
   }
   const std::vector<float> before = qkv;
   rope.apply({.q = slice(qkv.data(), 0, qh), .k = slice(qkv.data(), qh, kvh), .positions = positions(pos)});
-  rope.apply({.q = bshd(q.data(), DType::F32, 1, tokens, qh, d), .k = bshd(k.data(), DType::F32, 1, tokens, kvh, d),
+  rope.apply({.q = bshd(q.data(), DType::F32, 1, tokens, qh, d),
+              .k = bshd(k.data(), DType::F32, 1, tokens, kvh, d),
               .positions = positions(pos)});
   for (std::int64_t t = 0; t < tokens; ++t) {
     EXPECT_TRUE(std::equal(q.begin() + t * qh * d, q.begin() + (t + 1) * qh * d, qkv.begin() + t * width)) << t;
@@ -506,18 +531,22 @@ TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
         << "v of token " << t << " was written";
   }
   // k starting inside q's last head: its rows meet q's.
-  EXPECT_ERROR(rope.apply({.q = slice(qkv.data(), 0, qh), .k = Heads{.data = qkv.data() + qh * d - 32, .dtype = DType::F32,
-                                                                     .batch = 1, .seq = tokens, .heads = kvh,
-                                                                     .batch_stride = tokens * width, .seq_stride = width,
-                                                                     .head_stride = d},
+  EXPECT_ERROR(rope.apply({.q = slice(qkv.data(), 0, qh),
+                           .k = Heads{.data = qkv.data() + qh * d - 32,
+                                      .dtype = DType::F32,
+                                      .batch = 1,
+                                      .seq = tokens,
+                                      .heads = kvh,
+                                      .batch_stride = tokens * width,
+                                      .seq_stride = width,
+                                      .head_stride = d},
                            .positions = positions(pos)}),
                "q and k share memory");
   // Slices wider than the token stride would reach the next token: refused too.
-  EXPECT_ERROR(rope.apply({.q = slice(qkv.data(), 0, qh + 3), .k = slice(qkv.data(), qh + 3, kvh),
-                           .positions = positions(pos)}),
-               "share memory");
+  EXPECT_ERROR(
+      rope.apply({.q = slice(qkv.data(), 0, qh + 3), .k = slice(qkv.data(), qh + 3, kvh), .positions = positions(pos)}),
+      "share memory");
 }
-
 
 // RotateCall::set_positions: a decode step moves a prepared call to new positions. Each step must give the
 // bits a fresh prepare at those positions gives, whatever the angle source: inside the call's table,
@@ -551,7 +580,8 @@ TEST(ApplyCall, SetPositionsGivesTheBitsOfAFreshPrepare) {
       std::vector<std::uint8_t> q = q0, k = k0, q_want = q0, k_want = k0;
       const auto args_for = [&](std::vector<std::uint8_t>& qb, std::vector<std::uint8_t>& kb,
                                 const std::vector<std::int64_t>& pos) {
-        return RotateArgs{.q = bshd(qb.data(), dt, 1, tokens, qh, d), .k = bshd(kb.data(), dt, 1, tokens, kh, d),
+        return RotateArgs{.q = bshd(qb.data(), dt, 1, tokens, qh, d),
+                          .k = bshd(kb.data(), dt, 1, tokens, kh, d),
                           .positions = axes == 3 ? mrope_positions(pos) : positions(pos)};
       };
       const auto pick = [&](std::int64_t lo, std::int64_t hi) {
@@ -563,7 +593,8 @@ TEST(ApplyCall, SetPositionsGivesTheBitsOfAFreshPrepare) {
       RotateCall call = rope.prepare(args_for(q, k, first));
       ASSERT_NE(call.job().table, nullptr) << c.name;
       // In the table, far beyond it (2^40: on the fly), back inside; each time from the same inputs.
-      for (const auto& [lo, hi] : {std::pair<std::int64_t, std::int64_t>{0, 200}, {std::int64_t{1} << 40, (std::int64_t{1} << 40) + 9},
+      for (const auto& [lo, hi] : {std::pair<std::int64_t, std::int64_t>{0, 200},
+                                   {std::int64_t{1} << 40, (std::int64_t{1} << 40) + 9},
                                    {1, 7}}) {
         const std::vector<std::int64_t> pos = pick(lo, hi);
         q = q0, k = k0, q_want = q0, k_want = k0;
@@ -591,11 +622,12 @@ TEST(ApplyCall, SetPositionsRefusesBadPositionsAndLeavesTheCall) {
   const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Half});
   std::vector<float> q(2 * 3 * 64, 0.5f), k(2 * 1 * 64, 0.25f);
   const std::vector<std::int64_t> start = {5, 6};
-  const RotateArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 3, 64), .k = bshd(k.data(), DType::F32, 1, 2, 1, 64),
+  const RotateArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 3, 64),
+                        .k = bshd(k.data(), DType::F32, 1, 2, 1, 64),
                         .positions = positions(start)};
   RotateCall call = rope.prepare(args, std::make_shared<const Table>(rope.plan(), AngleMode::Accurate, 100));
   const std::vector<std::int64_t> in_table = {98, 99}, outside = {99, 100}, negative = {3, -1}, one = {7},
-                                   huge = {0, std::int64_t{1} << 47};
+                                  huge = {0, std::int64_t{1} << 47};
   const std::vector<std::int32_t> in_table32 = {1, 2};
   call.set_positions(positions(in_table));
   call.set_positions(positions(in_table32));
@@ -609,7 +641,8 @@ TEST(ApplyCall, SetPositionsRefusesBadPositionsAndLeavesTheCall) {
   // The failed calls changed nothing: the call still rotates at 1, 2 (the last good positions).
   std::vector<float> q_want = q, k_want = k;
   call.run();
-  rope.apply({.q = bshd(q_want.data(), DType::F32, 1, 2, 3, 64), .k = bshd(k_want.data(), DType::F32, 1, 2, 1, 64),
+  rope.apply({.q = bshd(q_want.data(), DType::F32, 1, 2, 3, 64),
+              .k = bshd(k_want.data(), DType::F32, 1, 2, 1, 64),
               .positions = positions(in_table32)});
   EXPECT_EQ(q, q_want);
   EXPECT_EQ(k, k_want);

@@ -19,18 +19,17 @@ struct Shape {
 };
 
 // bias(b, h, s, t, query_position, key_position); masked keys are skipped before it is called.
-using Bias = std::function<double(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                                  std::int64_t)>;
+using Bias = std::function<double(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t)>;
 
 struct Result {
   std::vector<double> out;          // [b, s, h, dv]
   std::vector<double> logit_range;  // per row (b, s, h): max − min visible logit (0 when none)
 };
 
-inline Result softmax_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                const std::vector<float>& v, const Shape& sh,
-                                const std::vector<std::int64_t>& q_pos, const std::vector<std::int64_t>& k_pos,
-                                double scale, bool causal, std::int64_t window, const Bias& bias = {}) {
+inline Result softmax_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                const Shape& sh, const std::vector<std::int64_t>& q_pos,
+                                const std::vector<std::int64_t>& k_pos, double scale, bool causal, std::int64_t window,
+                                const Bias& bias = {}) {
   Result r;
   r.out.assign(std::size_t(sh.batch * sh.q_seq * sh.q_heads * sh.dv), 0.0);
   r.logit_range.assign(std::size_t(sh.batch * sh.q_seq * sh.q_heads), 0.0);

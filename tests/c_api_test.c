@@ -13,14 +13,14 @@
 
 static int failures = 0;
 
-#define CHECK(cond, ...)                                      \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      ++failures;                                             \
+#define CHECK(cond, ...)                                                       \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      ++failures;                                                              \
       fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                           \
-      fprintf(stderr, "\n");                                  \
-    }                                                         \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+    }                                                                          \
   } while (0)
 
 #define CHECK_OK(call)                                                              \
@@ -30,12 +30,12 @@ static int failures = 0;
   } while (0)
 
 /* The call fails with RK_INVALID_ARGUMENT and a message containing `needle`. */
-#define CHECK_ERROR(call, needle)                                                               \
-  do {                                                                                          \
-    rk_status s_ = (call);                                                                      \
-    CHECK(s_ == RK_INVALID_ARGUMENT, "%s -> %s (wanted invalid argument)", #call, rk_status_name(s_)); \
-    CHECK(strstr(rk_last_error(), (needle)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,  \
-          rk_last_error(), (needle));                                                           \
+#define CHECK_ERROR(call, needle)                                                                               \
+  do {                                                                                                          \
+    rk_status s_ = (call);                                                                                      \
+    CHECK(s_ == RK_INVALID_ARGUMENT, "%s -> %s (wanted invalid argument)", #call, rk_status_name(s_));          \
+    CHECK(strstr(rk_last_error(), (needle)) != NULL, "%s: message \"%s\" lacks \"%s\"", #call, rk_last_error(), \
+          (needle));                                                                                            \
   } while (0)
 
 enum { D = 64, P = D / 2, TOKENS = 7, QH = 4, KH = 2 };
@@ -50,8 +50,8 @@ static void fill(float* x, size_t n, uint32_t seed) {
 }
 
 /* Worst |rotated - exact| / ||pair|| over rows of D lanes, half pairing (lanes j, j + P). */
-static double worst_rotation_error(const float* in, const float* out, size_t rows, const int64_t* pos,
-                                   size_t heads, const double* inv_freq, double m) {
+static double worst_rotation_error(const float* in, const float* out, size_t rows, const int64_t* pos, size_t heads,
+                                   const double* inv_freq, double m) {
   double worst = 0.0;
   for (size_t r = 0; r < rows; ++r) {
     const int64_t p = pos[r / heads];
@@ -259,7 +259,7 @@ static void test_config(void) {
   const char* wrong_type = "{\"head_dim\": 64, \"rope_theta\": \"big\"}";
   CHECK_ERROR(rk_model_from_config_json(wrong_type, strlen(wrong_type), &model), "rope_theta");
   CHECK_OK(rk_model_from_preset("llama-3.1-8b", &model));
-  CHECK_OK(rk_model_layer_spec(model, -1, &spec));  /* a preset is a RoPE fragment: no layer count */
+  CHECK_OK(rk_model_layer_spec(model, -1, &spec)); /* a preset is a RoPE fragment: no layer count */
   CHECK(rk_spec_head_dim(spec) == 128, "llama-3.1-8b head_dim %d", rk_spec_head_dim(spec));
   rk_spec_destroy(spec);
   CHECK(rk_model_warning(model, rk_model_num_warnings(model)) == NULL, "warning past the end");
@@ -421,12 +421,14 @@ static void test_cos_sin_cache(void) {
   CHECK_OK(rk_cos_sin_cache_export(rope, NP, cache, NP * D));
   rk_cos_sin_cache_report report;
   CHECK_OK(rk_cos_sin_cache_check(rope, cache, NP * D, NP, 0.0, &report));
-  CHECK(report.max_error <= report.accurate_bound && report.first_position_over == -1, "own export: error %g, bound %g, over at %lld",
-        report.max_error, report.accurate_bound, (long long)report.first_position_over);
+  CHECK(report.max_error <= report.accurate_bound && report.first_position_over == -1,
+        "own export: error %g, bound %g, over at %lld", report.max_error, report.accurate_bound,
+        (long long)report.first_position_over);
   memcpy(planted, cache, sizeof planted);
   planted[10 * D + P + 3] += 1e-3f; /* position 10, pair 3, sin */
   CHECK_OK(rk_cos_sin_cache_check(rope, planted, NP * D, NP, 1e-6, &report));
-  CHECK(report.worst_position == 10 && report.worst_pair == 3 && report.worst_is_sin == 1 && report.first_position_over == 10,
+  CHECK(report.worst_position == 10 && report.worst_pair == 3 && report.worst_is_sin == 1 &&
+            report.first_position_over == 10,
         "planted error found at position %lld, pair %d, sin %d", (long long)report.worst_position, report.worst_pair,
         report.worst_is_sin);
   CHECK_ERROR(rk_cos_sin_cache_check(rope, cache, NP * D - 1, NP, 0.0, &report), "4095 values");
@@ -503,16 +505,18 @@ static void test_cos_sin_cache(void) {
   fill(q, QH * D, 9);
   const int64_t q_pos[1] = {10};
   CHECK_OK(rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D),
-                                                   rk_positions_i64(q_pos, 1), seq_of, rk_bshd(via_cache, RK_F32, 1, 1, QH, D),
-                                                   0, 0, 0.0, 1, theirs));
+                                                  rk_positions_i64(q_pos, 1), seq_of,
+                                                  rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, theirs));
   rk_attention_args at;
   memset(&at, 0, sizeof at);
-  at.q = rk_bshd(q, RK_F32, 1, 1, QH, D), at.k = rk_bshd(k, RK_F32, 1, N, KH, D), at.v = rk_bshd(k, RK_F32, 1, N, KH, D);
+  at.q = rk_bshd(q, RK_F32, 1, 1, QH, D), at.k = rk_bshd(k, RK_F32, 1, N, KH, D),
+  at.v = rk_bshd(k, RK_F32, 1, N, KH, D);
   at.q_positions = rk_positions_i64(q_pos, 1), at.k_positions = rk_positions_i64(pos, N), at.threads = 1;
   at.out = rk_bshd(fused, RK_F32, 1, 1, QH, D);
   at.table = theirs;
   CHECK_OK(rk_attention(rope, &at));
-  CHECK(memcmp(via_cache, fused, sizeof fused) == 0, "attention over the cache differs from the fused one with the table");
+  CHECK(memcmp(via_cache, fused, sizeof fused) == 0,
+        "attention over the cache differs from the fused one with the table");
   at.out = rk_bshd(untabled, RK_F32, 1, 1, QH, D);
   at.table = NULL;
   CHECK_OK(rk_attention(rope, &at));
@@ -520,10 +524,10 @@ static void test_cos_sin_cache(void) {
   at.table = theirs;
   at.head_dim = D; /* attention without a rope needs it */
   CHECK_ERROR(rk_attention(NULL, &at), "options.table is set");
-  CHECK_ERROR(rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D),
-                                                      rk_positions_i64(q_pos, 1), seq_of,
-                                                      rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, NULL),
-              "table is NULL");
+  CHECK_ERROR(
+      rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D), rk_positions_i64(q_pos, 1),
+                                             seq_of, rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, NULL),
+      "table is NULL");
   rk_paged_kv_cache_destroy(paged);
   rk_table_destroy(theirs);
   rk_table_destroy(NULL);
@@ -654,7 +658,8 @@ static void test_paged_cache(void) {
   int64_t length = 0, free_pages = 0;
   CHECK_OK(rk_paged_kv_cache_length(cache, 1, &length));
   CHECK_OK(rk_paged_kv_cache_free_pages(cache, &free_pages));
-  CHECK(length == L1 && free_pages == 8 - 2 - 3, "length %lld, free pages %lld", (long long)length, (long long)free_pages);
+  CHECK(length == L1 && free_pages == 8 - 2 - 3, "length %lld, free pages %lld", (long long)length,
+        (long long)free_pages);
 
   static float q[2 * QH * D], out[2 * QH * D], want[QH * D];
   fill(q, 2 * QH * D, 25);

@@ -35,8 +35,8 @@ Result run(std::vector<std::string> args) {
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("ropekit_cli_test_" + std::to_string(std::random_device{}()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path_ = fs::temp_directory_path() / ("ropekit_cli_test_" + std::to_string(std::random_device{}()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -66,8 +66,7 @@ void write_text(const std::string& path, const std::string& text) { std::ofstrea
 
 TEST(Npy, RoundTripsEveryTypeAndShape) {
   for (NpyType type : {NpyType::F32, NpyType::F16, NpyType::U16, NpyType::I32, NpyType::I64}) {
-    for (const std::vector<std::int64_t>& shape :
-         {std::vector<std::int64_t>{}, {5}, {2, 3}, {1, 4, 3, 2}, {0, 3}}) {
+    for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{}, {5}, {2, 3}, {1, 4, 3, 2}, {0, 3}}) {
       NpyArray a{type, shape, {}};
       a.data.resize(std::size_t(a.count()) * ropekit::cli::npy_item_size(type));
       for (std::size_t i = 0; i < a.data.size(); ++i) a.data[i] = std::byte(i * 7 + 3);
@@ -107,14 +106,16 @@ std::vector<std::byte> npy_with_header(const std::string& dict, std::size_t data
   std::string header = dict;
   header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
   header.push_back('\n');
-  std::string file = std::string("\x93NUMPY\x01\x00", 8) + char(header.size() & 0xff) + char(header.size() >> 8) + header;
+  std::string file =
+      std::string("\x93NUMPY\x01\x00", 8) + char(header.size() & 0xff) + char(header.size() >> 8) + header;
   file.append(data_bytes, '\0');
   const auto b = std::as_bytes(std::span(file));
   return {b.begin(), b.end()};
 }
 
 TEST(Npy, EveryMalformedInputIsNamed) {
-  const std::vector<std::byte> good = ropekit::cli::serialize_npy(array(NpyType::F32, {2, 2}, std::vector<float>(4, 1.0f)));
+  const std::vector<std::byte> good =
+      ropekit::cli::serialize_npy(array(NpyType::F32, {2, 2}, std::vector<float>(4, 1.0f)));
   for (std::size_t n = 0; n < good.size(); ++n) {
     EXPECT_THROW(ropekit::cli::parse_npy({good.data(), n}, "cut.npy"), ropekit::Error) << n;
   }
@@ -126,13 +127,18 @@ TEST(Npy, EveryMalformedInputIsNamed) {
   expect_npy_error(bad, ".npy format version = 9");
   expect_npy_error(npy_with_header("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", 4), "dtype = '>f4'");
   expect_npy_error(npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", 8), "dtype = '<f8'");
-  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", 4), "fortran_order = True");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", 4),
+                   "fortran_order = True");
   expect_npy_error(npy_with_header("{'descr': '<f4', 'shape': (1,), }", 4), "no 'fortran_order'");
-  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,) ", 4), "malformed .npy header");
-  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 4), "non-negative integer");
-  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12), "4 bytes after the data");
-  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576, 1048576), }", 0),
-                   "more than 2^40 elements");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,) ", 4),
+                   "malformed .npy header");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 4),
+                   "non-negative integer");
+  expect_npy_error(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12),
+                   "4 bytes after the data");
+  expect_npy_error(
+      npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576, 1048576), }", 0),
+      "more than 2^40 elements");
 }
 
 TEST(Cli, PresetsListsEveryPreset) {
@@ -151,7 +157,8 @@ TEST(Cli, FreqsJsonPrintsThePlanExactly) {
     ASSERT_EQ(j.is_array(), model.groups.size() > 1);
     for (std::size_t i = 0; i < model.groups.size(); ++i) {
       const nlohmann::json& o = j.is_array() ? j[i] : j;
-      const ropekit::LayerPositions& layer = j.is_array() ? model.layer(o["layer_type"].get<std::string>()) : model.layer();
+      const ropekit::LayerPositions& layer =
+          j.is_array() ? model.layer(o["layer_type"].get<std::string>()) : model.layer();
       const ropekit::Plan plan = ropekit::make_plan(layer.spec, 200000);
       EXPECT_EQ(o["inv_freq"].get<std::vector<double>>(), plan.inv_freq);
       EXPECT_EQ(o["cos_sin_scale"].get<double>(), plan.cos_sin_scale);
@@ -164,7 +171,8 @@ TEST(Cli, FreqsJsonPrintsThePlanExactly) {
   }
   // --seq-len is the current length: Phi-3 switches to its long factors past 4096.
   const auto short_f = nlohmann::json::parse(run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--json"}).out);
-  const auto long_f = nlohmann::json::parse(run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--json", "--seq-len", "4097"}).out);
+  const auto long_f =
+      nlohmann::json::parse(run({"freqs", "--preset", "phi-3-mini-128k-instruct", "--json", "--seq-len", "4097"}).out);
   EXPECT_NE(short_f["inv_freq"], long_f["inv_freq"]);
 }
 
@@ -247,7 +255,9 @@ void check_apply(const ApplyCase& c) {
   const ropekit::LayerPositions& layer = model.layer();
   const std::int64_t d = model.qk_head_dim;
   const NpyType type = c.dtype == "f32" ? NpyType::F32 : c.dtype == "f16" ? NpyType::F16 : NpyType::U16;
-  const ropekit::DType dtype = c.dtype == "f32" ? ropekit::DType::F32 : c.dtype == "f16" ? ropekit::DType::F16 : ropekit::DType::BF16;
+  const ropekit::DType dtype = c.dtype == "f32"   ? ropekit::DType::F32
+                               : c.dtype == "f16" ? ropekit::DType::F16
+                                                  : ropekit::DType::BF16;
   auto make = [&](std::int64_t heads, unsigned seed) {
     const std::vector<float> v = random_floats(std::size_t(c.batch * c.seq * heads * d), seed);
     std::vector<std::int64_t> shape = c.layout == "bhsd" ? std::vector<std::int64_t>{c.batch, heads, c.seq, d}
@@ -262,8 +272,8 @@ void check_apply(const ApplyCase& c) {
   ropekit::cli::write_npy_file(dir.file("k.npy"), k);
   const int axes = layer.spec.mrope ? 3 : 1;
   std::vector<std::int64_t> pos;  // stream-major, per (batch, seq) token
-  std::vector<std::string> args = {"apply", "--preset", c.preset, "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
-                                   "--layout", c.layout, "--angles", c.angles};
+  std::vector<std::string> args = {"apply",           "--preset", c.preset, "--q",      dir.file("q.npy"), "--k",
+                                   dir.file("k.npy"), "--layout", c.layout, "--angles", c.angles};
   if (c.explicit_positions) {
     std::mt19937 rng(7);
     std::vector<std::int32_t> p32;
@@ -294,9 +304,13 @@ void check_apply(const ApplyCase& c) {
     h.data = a.data.data() + layer.rope_offset * ropekit::element_size(dtype);
     return h;
   };
-  rope.apply({.q = view(q, c.q_heads), .k = view(k, c.k_heads), .q_out = {}, .k_out = {},
-              .positions = axes == 3 ? ropekit::mrope_positions(pos) : ropekit::positions(std::span<const std::int64_t>(pos)),
-              .direction = ropekit::Direction::Forward});
+  rope.apply(
+      {.q = view(q, c.q_heads),
+       .k = view(k, c.k_heads),
+       .q_out = {},
+       .k_out = {},
+       .positions = axes == 3 ? ropekit::mrope_positions(pos) : ropekit::positions(std::span<const std::int64_t>(pos)),
+       .direction = ropekit::Direction::Forward});
   const NpyArray q_cli = ropekit::cli::read_npy_file(dir.file("q.rope.npy"));
   const NpyArray k_cli = ropekit::cli::read_npy_file(dir.file("k.rope.npy"));
   EXPECT_EQ(q_cli.shape, q.shape);
@@ -310,10 +324,10 @@ TEST(Cli, ApplyEqualsTheLibraryCall) {
            {"llama-3.1-8b", "bshd", "bf16", 2, 5, 4, 1, true},
            {"llama-3.1-8b", "bshd", "f32", 2, 5, 4, 1, true, "hf"},
            {"mistral-7b-instruct-v0.2", "bhsd", "f16", 1, 7, 2, 2, true},
-           {"gpt-neox-20b", "bhsd", "f32", 1, 6, 3, 3, false},   // partial rotary: 72 lanes pass through
-           {"gpt-j-6b", "bshd", "f32", 1, 4, 2, 2, true},        // interleaved
-           {"deepseek-v3", "bshd", "bf16", 1, 3, 2, 1, true},    // rope slice after 128 nope lanes
-           {"qwen2-vl-7b", "bhsd", "f32", 1, 4, 2, 1, true},     // M-RoPE (3, B, S) positions
+           {"gpt-neox-20b", "bhsd", "f32", 1, 6, 3, 3, false},             // partial rotary: 72 lanes pass through
+           {"gpt-j-6b", "bshd", "f32", 1, 4, 2, 2, true},                  // interleaved
+           {"deepseek-v3", "bshd", "bf16", 1, 3, 2, 1, true},              // rope slice after 128 nope lanes
+           {"qwen2-vl-7b", "bhsd", "f32", 1, 4, 2, 1, true},               // M-RoPE (3, B, S) positions
            {"phi-3-mini-128k-instruct", "bhsd", "f32", 1, 3, 1, 1, true},  // long factors (positions > 4096)
        }) {
     check_apply(c);
@@ -326,9 +340,13 @@ TEST(Cli, ApplyInverseUndoesApply) {
   ropekit::cli::write_npy_file(dir.file("q.npy"), q);
   ropekit::cli::write_npy_file(dir.file("k.npy"), q);
   ASSERT_EQ(run({"apply", "--preset", "qwen2.5-7b-instruct-yarn4", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
-                 "--layout", "bhsd", "--out-q", dir.file("rq.npy"), "--out-k", dir.file("rk.npy")}).code, 0);
+                 "--layout", "bhsd", "--out-q", dir.file("rq.npy"), "--out-k", dir.file("rk.npy")})
+                .code,
+            0);
   ASSERT_EQ(run({"apply", "--preset", "qwen2.5-7b-instruct-yarn4", "--q", dir.file("rq.npy"), "--k", dir.file("rk.npy"),
-                 "--layout", "bhsd", "--inverse", "--out-q", dir.file("q2.npy"), "--out-k", dir.file("k2.npy")}).code, 0);
+                 "--layout", "bhsd", "--inverse", "--out-q", dir.file("q2.npy"), "--out-k", dir.file("k2.npy")})
+                .code,
+            0);
   const NpyArray back = ropekit::cli::read_npy_file(dir.file("q2.npy"));
   const float* a = reinterpret_cast<const float*>(q.data.data());
   const float* b = reinterpret_cast<const float*>(back.data.data());
@@ -348,9 +366,21 @@ TEST(Cli, ApplyWithoutSeqLenPlansForTheLargestPositionAsItsHelpSays) {
   const std::vector<std::int64_t> pos = {10, 4000, 5000};  // LongRoPE: past the original 4096
   ropekit::cli::write_npy_file(dir.file("p.npy"), array(NpyType::I64, {3}, pos));
   const auto apply = [&](std::vector<std::string> extra, const std::string& out) {
-    std::vector<std::string> args = {"apply", "--preset", "phi-3-mini-128k-instruct", "--q", dir.file("q.npy"),
-                                     "--k", dir.file("q.npy"), "--positions", dir.file("p.npy"), "--layout", "bshd",
-                                     "--out-q", dir.file(out), "--out-k", dir.file("k_" + out)};
+    std::vector<std::string> args = {"apply",
+                                     "--preset",
+                                     "phi-3-mini-128k-instruct",
+                                     "--q",
+                                     dir.file("q.npy"),
+                                     "--k",
+                                     dir.file("q.npy"),
+                                     "--positions",
+                                     dir.file("p.npy"),
+                                     "--layout",
+                                     "bshd",
+                                     "--out-q",
+                                     dir.file(out),
+                                     "--out-k",
+                                     dir.file("k_" + out)};
     args.insert(args.end(), extra.begin(), extra.end());
     const Result r = run(args);
     EXPECT_EQ(r.code, 0) << r.err;
@@ -382,8 +412,10 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   ropekit::cli::write_npy_file(dir.file("q.npy"), q);
   const std::vector<std::byte> good = ropekit::cli::serialize_npy(q);
   std::ofstream(dir.file("cut.npy"), std::ios::binary).write(reinterpret_cast<const char*>(good.data()), 100);
-  ropekit::cli::write_npy_file(dir.file("i32.npy"), array(NpyType::I32, {1, 2, 3, 128}, std::vector<std::int32_t>(768, 1)));
-  ropekit::cli::write_npy_file(dir.file("u16.npy"), array(NpyType::U16, {1, 2, 3, 128}, std::vector<std::uint16_t>(768, 1)));
+  ropekit::cli::write_npy_file(dir.file("i32.npy"),
+                               array(NpyType::I32, {1, 2, 3, 128}, std::vector<std::int32_t>(768, 1)));
+  ropekit::cli::write_npy_file(dir.file("u16.npy"),
+                               array(NpyType::U16, {1, 2, 3, 128}, std::vector<std::uint16_t>(768, 1)));
   ropekit::cli::write_npy_file(dir.file("hd64.npy"), array(NpyType::F32, {1, 2, 3, 64}, random_floats(384, 5)));
   ropekit::cli::write_npy_file(dir.file("seq4.npy"), array(NpyType::F32, {1, 2, 4, 128}, random_floats(1024, 6)));
   ropekit::cli::write_npy_file(dir.file("3d.npy"), array(NpyType::F32, {2, 3, 128}, random_floats(768, 7)));
@@ -404,7 +436,9 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
 
   // Usage.
   expect_usage_error({}, "A subcommand is required");
-  expect_usage_error({"frobnicate"}, "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, tokenize, generate, eval)");
+  expect_usage_error({"frobnicate"},
+                     "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, "
+                     "tokenize, generate, eval)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
@@ -413,7 +447,8 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error({"apply", "--preset", "llama-3.1-8b", "--q", Q, "--k", Q, "--layout", "sbhd"}, "--layout");
   expect_usage_error({"decay", "--csv", dir.file("d.csv")}, "at least one --config or --preset");
   expect_usage_error({"decay", "--preset", "llama-3.1-8b"}, "--csv FILE, --svg FILE or both");
-  expect_usage_error({"decay", "--preset", "llama-3.1-8b", "--csv", dir.file("d.csv"), "--max-distance", "0"}, "--max-distance");
+  expect_usage_error({"decay", "--preset", "llama-3.1-8b", "--csv", dir.file("d.csv"), "--max-distance", "0"},
+                     "--max-distance");
   expect_usage_error({"decay", "--preset", "llama-9", "--csv", dir.file("d.csv")}, "preset = llama-9: unknown");
   expect_usage_error({"decay", "--preset", "llama-3.1-8b", "--svg", dir.file("no/such/dir/d.svg")}, "cannot write");
   expect_usage_error({"verify"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
@@ -424,27 +459,32 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error({"inspect", "--config", dir.file("types.json")}, "hidden_size = \"big\": expected a number");
   expect_usage_error({"inspect", "--config", dir.file("nokey.json")}, "head_dim (and hidden_size");
   expect_usage_error({"inspect", "--gguf", dir.file("trunc.gguf")}, "truncated GGUF");
-  expect_usage_error({"inspect", "--preset", "gemma-3-4b", "--layer-type", "global"}, "layer type = global: not in this model");
-  expect_usage_error({"apply", "--preset", "gemma-3-4b", "--q", Q, "--k", Q, "--layout", "bhsd"}, "choose one with --layer-type");
+  expect_usage_error({"inspect", "--preset", "gemma-3-4b", "--layer-type", "global"},
+                     "layer type = global: not in this model");
+  expect_usage_error({"apply", "--preset", "gemma-3-4b", "--q", Q, "--k", Q, "--layout", "bhsd"},
+                     "choose one with --layer-type");
   // Arrays.
   expect_usage_error(with({"--q", dir.file("cut.npy"), "--k", Q}), "truncated .npy");
   expect_usage_error(with({"--q", dir.file("nope.npy"), "--k", Q}), "nope.npy: cannot open");
   expect_usage_error(with({"--q", dir.file("i32.npy"), "--k", Q}), "dtype int32: expected float32, float16");
   expect_usage_error(with({"--q", dir.file("u16.npy"), "--k", Q}), "pass --bf16");
   expect_usage_error(with({"--q", Q, "--k", Q, "--bf16"}), "--bf16 expects uint16");
-  expect_usage_error(with({"--q", dir.file("hd64.npy"), "--k", Q}), "head_dim = 64: the model's q/k heads have 128 lanes");
+  expect_usage_error(with({"--q", dir.file("hd64.npy"), "--k", Q}),
+                     "head_dim = 64: the model's q/k heads have 128 lanes");
   expect_usage_error(with({"--q", Q, "--k", dir.file("seq4.npy")}), "batch and seq must match");
   expect_usage_error(with({"--q", dir.file("3d.npy"), "--k", Q}), "expected 4 dimensions");
-  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_bad.npy")}), "p_bad.npy: shape (4,): expected (3) or (1, 3)");
-  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_f32.npy")}), "positions must be int32 or int64");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_bad.npy")}),
+                     "p_bad.npy: shape (4,): expected (3) or (1, 3)");
+  expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_f32.npy")}),
+                     "positions must be int32 or int64");
   expect_usage_error(with({"--q", Q, "--k", Q, "--positions", dir.file("p_neg.npy"), "--seq-len", "10"}), "-1");
   expect_usage_error(with({"--q", Q, "--k", Q, "--out-q", dir.file("no/such/dir/q.npy")}), "cannot write");
 }
 
 TEST(Cli, DecayWritesOneColumnPerCurveAndAnSvgChart) {
   TempDir dir;
-  const Result r = run({"decay", "--preset", "llama-3.2-1b", "--preset", "gemma-3-4b", "--max-distance", "300",
-                        "--csv", dir.file("d.csv"), "--svg", dir.file("d.svg")});
+  const Result r = run({"decay", "--preset", "llama-3.2-1b", "--preset", "gemma-3-4b", "--max-distance", "300", "--csv",
+                        dir.file("d.csv"), "--svg", dir.file("d.svg")});
   ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream csv(dir.file("d.csv"));
   std::string header, line;
@@ -527,9 +567,29 @@ TEST(CliModel, TokenizeThenEval) {
   ASSERT_EQ(t.code, 0) << t.err;
   const std::string csv = testing::TempDir() + "/lab.csv", json = testing::TempDir() + "/lab.json",
                     svg = testing::TempDir() + "/lab.svg";
-  const Result e = run({"eval", "--model", kModel, "--tokens", ids, "--window-size", "256", "--windows", "2",
-                        "--lengths", "64,256", "--buckets", "0,64,128", "--trained-length", "64", "--methods",
-                        "orig,pi,yarn,restart", "--csv", csv, "--json", json, "--svg", svg});
+  const Result e = run({"eval",
+                        "--model",
+                        kModel,
+                        "--tokens",
+                        ids,
+                        "--window-size",
+                        "256",
+                        "--windows",
+                        "2",
+                        "--lengths",
+                        "64,256",
+                        "--buckets",
+                        "0,64,128",
+                        "--trained-length",
+                        "64",
+                        "--methods",
+                        "orig,pi,yarn,restart",
+                        "--csv",
+                        csv,
+                        "--json",
+                        json,
+                        "--svg",
+                        svg});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.out.find("N = 256 (s = 4)"), std::string::npos) << e.out;
   const std::string table = slurp(csv);

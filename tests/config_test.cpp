@@ -158,15 +158,17 @@ TEST(Presets, MatchHuggingFaceGoldenVectors) {
                 ds["attention_scaling"].get<double>());
 }
 
-const json kLlama31 = {
-    {"model_type", "llama"},
-    {"hidden_size", 4096},
-    {"num_attention_heads", 32},
-    {"max_position_embeddings", 131072},
-    {"rope_theta", 500000.0},
-    {"rope_scaling",
-     {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-      {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}}}};
+const json kLlama31 = {{"model_type", "llama"},
+                       {"hidden_size", 4096},
+                       {"num_attention_heads", 32},
+                       {"max_position_embeddings", 131072},
+                       {"rope_theta", 500000.0},
+                       {"rope_scaling",
+                        {{"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192},
+                         {"rope_type", "llama3"}}}};
 
 TEST(ConfigSpellings, V5RopeParametersEqualLegacyRopeScaling) {
   json v5 = kLlama31;
@@ -254,8 +256,12 @@ TEST(ConfigSpellings, MRopeSectionsAndTextConfig) {
   const json qwen3_vl = {
       {"model_type", "qwen3_vl"},
       {"text_config",
-       {{"model_type", "qwen3_vl_text"}, {"hidden_size", 4096}, {"num_attention_heads", 32}, {"head_dim", 128},
-        {"max_position_embeddings", 262144}, {"rope_theta", 5000000},
+       {{"model_type", "qwen3_vl_text"},
+        {"hidden_size", 4096},
+        {"num_attention_heads", 32},
+        {"head_dim", 128},
+        {"max_position_embeddings", 262144},
+        {"rope_theta", 5000000},
         {"rope_scaling", {{"rope_type", "default"}, {"mrope_section", {24, 20, 20}}, {"mrope_interleaved", true}}}}}};
   const Spec s = read(qwen3_vl).layer().spec;
   ASSERT_TRUE(s.mrope);
@@ -335,12 +341,14 @@ TEST(ConfigErrors, EachClassNamesTheKey) {
   // A number beyond double: nlohmann throws out_of_range, not parse_error (found by config_fuzz).
   expect_error(R"({"model_type": "llama", "rope_theta": 1e999})", "bad.json: invalid JSON");
   // Wrong types.
-  expect_error(with(kLlama31, P("/rope_scaling/factor"), "eight"), "rope_scaling.factor = \"eight\": expected a number");
+  expect_error(with(kLlama31, P("/rope_scaling/factor"), "eight"),
+               "rope_scaling.factor = \"eight\": expected a number");
   expect_error(with(kLlama31, P("/rope_scaling"), 8), "rope_scaling = 8: expected a JSON object");
   expect_error(with(kLlama31, P("/rope_theta"), true), "rope_theta = true: expected a number");
   expect_error(with(kLlama31, P("/hidden_size"), 4096.5), "hidden_size = 4096.5: expected an integer");
   expect_error(with(kLlama31, P("/model_type"), 7), "model_type = 7: expected a string");
-  expect_error(with(kLlama31, P("/rope_scaling/rope_type"), "mystery"), "rope_scaling.rope_type = \"mystery\": unknown rope type");
+  expect_error(with(kLlama31, P("/rope_scaling/rope_type"), "mystery"),
+               "rope_scaling.rope_type = \"mystery\": unknown rope type");
   // Missing keys.
   expect_error(without(kLlama31, P("/rope_scaling/low_freq_factor")),
                "rope_scaling.low_freq_factor (required by rope_type llama3) is missing");
@@ -380,7 +388,8 @@ TEST(ConfigErrors, FilesAndPresets) {
     ropekit::read_preset("llama-9");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("preset = llama-9: unknown (known: deepseek-v3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("preset = llama-9: unknown (known: deepseek-v3"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -45,8 +45,8 @@ TEST(CosSinCache, ExportIsWithinItsBoundOfTheExactAngles) {
       for (int j = 0; j < pairs; ++j) {
         double c, s;
         oracle::cos_sin(p, rope.plan().inv_freq[j], &c, &s);
-        worst = std::max({worst, std::abs(cache[p * 2 * pairs + j] - m * c),
-                          std::abs(cache[p * 2 * pairs + pairs + j] - m * s)});
+        worst = std::max(
+            {worst, std::abs(cache[p * 2 * pairs + j] - m * c), std::abs(cache[p * 2 * pairs + pairs + j] - m * s)});
       }
     }
     std::printf("%s: export worst %.3g, bound %.3g\n", std::string(rope_type_name(spec.scaling)).c_str(), worst, bound);
@@ -76,9 +76,11 @@ TEST(CosSinCache, ImportedOwnCacheRotatesBitForBit) {
       for (float& v : x) v = u(rng);
       for (Direction dir : {Direction::Forward, Direction::Backward}) {
         std::vector<float> own = x, theirs = x;
-        rope.apply({.q = bshd(own.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir});
-        rope.apply({.q = bshd(theirs.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir},
-                   *table);
+        rope.apply(
+            {.q = bshd(own.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir});
+        rope.apply(
+            {.q = bshd(theirs.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir},
+            *table);
         EXPECT_EQ(own, theirs) << static_cast<int>(dir);
       }
       std::vector<float> y = x;

@@ -21,8 +21,7 @@ TEST(Sinusoidal, MatchesLongDoubleFormulaWithinOneFloatRounding) {
     double worst = 0.0;
     for (std::size_t t = 0; t < positions.size(); ++t) {
       for (int i = 0; i < dim / 2; ++i) {
-        const long double angle =
-            static_cast<long double>(positions[t]) / std::pow(10000.0L, 2.0L * i / dim);
+        const long double angle = static_cast<long double>(positions[t]) / std::pow(10000.0L, 2.0L * i / dim);
         worst = std::max(worst, double(std::fabs(out[t * dim + 2 * i] - std::sin(angle))));
         worst = std::max(worst, double(std::fabs(out[t * dim + 2 * i + 1] - std::cos(angle))));
       }
@@ -47,9 +46,9 @@ TEST(Sinusoidal, KnownValues) {
 TEST(Sinusoidal, BadInput) {
   std::vector<float> out(6);
   const std::vector<std::int64_t> p = {0, 1};
-  EXPECT_THROW(sinusoidal_encoding(p, 3, out), Error);   // odd dim
+  EXPECT_THROW(sinusoidal_encoding(p, 3, out), Error);  // odd dim
   EXPECT_THROW(sinusoidal_encoding(p, 0, out), Error);
-  EXPECT_THROW(sinusoidal_encoding(p, 4, out), Error);   // out too small
+  EXPECT_THROW(sinusoidal_encoding(p, 4, out), Error);  // out too small
   std::vector<float> out8(8);
   EXPECT_THROW(sinusoidal_encoding(p, 4, out8, 1.0), Error);  // base
   const std::vector<std::int64_t> negative = {-1, 0};
@@ -138,7 +137,8 @@ int t5_oracle(int num_buckets, int max_distance, bool bidirectional, std::int64_
 
 TEST(T5, BucketsMatchTheBoundarySearch) {
   for (const bool bidirectional : {true, false}) {
-    for (const auto [buckets, distance] : {std::pair{32, 128}, std::pair{16, 64}, std::pair{64, 1000}, std::pair{8, 20}}) {
+    for (const auto [buckets, distance] :
+         {std::pair{32, 128}, std::pair{16, 64}, std::pair{64, 1000}, std::pair{8, 20}}) {
       const T5Buckets b{buckets, distance, bidirectional};
       for (std::int64_t rel = -3000; rel <= 3000; ++rel) {
         ASSERT_EQ(t5_bucket(b, rel), t5_oracle(buckets, distance, bidirectional, rel))

@@ -58,23 +58,21 @@ TEST(BadSpec, FactorsNonPositiveNaNOrInfinite) {
     EXPECT_ERROR(make_plan(with(scaling::Linear{f})), "linear.factor");
     EXPECT_ERROR(make_plan(with(scaling::Ntk{f})), "ntk.factor");
     EXPECT_ERROR(make_plan(with(scaling::DynamicNtk{f, 4096})), "dynamic.factor");
-    EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096})),
-                 "yarn.factor");
+    EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096})), "yarn.factor");
     EXPECT_ERROR(make_plan(with(scaling::Llama3{f, 1, 4, 8192})), "llama3.factor");
     EXPECT_ERROR(make_plan(with(scaling::Proportional{1.0, f})), "proportional.factor");
   }
   EXPECT_ERROR(make_plan(with(scaling::Linear{-2.0})), "linear.factor = -2");
-  EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 4096,
-                                            .beta_fast = kNaN})),
+  EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 4096, .beta_fast = kNaN})),
                "yarn.beta_fast");
-  EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 4096,
-                                            .beta_fast = 1, .beta_slow = 32})),
+  EXPECT_ERROR(make_plan(with(scaling::Yarn{
+                   .factor = 4, .original_max_position_embeddings = 4096, .beta_fast = 1, .beta_slow = 32})),
                "yarn.beta_fast = 1", "yarn.beta_slow = 32");
   EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 0})),
                "yarn.original_max_position_embeddings = 0");
-  EXPECT_ERROR(make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 4096,
-                                            .attention_factor = -1.0})),
-               "yarn.attention_factor = -1");
+  EXPECT_ERROR(
+      make_plan(with(scaling::Yarn{.factor = 4, .original_max_position_embeddings = 4096, .attention_factor = -1.0})),
+      "yarn.attention_factor = -1");
   EXPECT_ERROR(make_plan(with(scaling::Llama3{8, 4, 1, 8192})), "llama3.high_freq_factor = 1",
                "llama3.low_freq_factor = 4");
   EXPECT_ERROR(make_plan(with(scaling::DynamicNtk{2, -1})), "dynamic.max_position_embeddings = -1");
@@ -94,8 +92,7 @@ TEST(BadSpec, LongRopeFactorListsOfTheWrongLengthOrValue) {
   bad[5] = kNaN;
   EXPECT_ERROR(make_plan(with(scaling::LongRope{ok, bad, 4096, 32, std::nullopt})), "longrope.long_factor[5]");
   bad[5] = -1.0;
-  EXPECT_ERROR(make_plan(with(scaling::LongRope{bad, ok, 4096, 32, std::nullopt})),
-               "longrope.short_factor[5] = -1");
+  EXPECT_ERROR(make_plan(with(scaling::LongRope{bad, ok, 4096, 32, std::nullopt})), "longrope.short_factor[5] = -1");
 }
 
 TEST(BadSpec, MropeSectionsThatDoNotSumToHalfTheRotaryDim) {
@@ -124,7 +121,8 @@ struct Buffers {
   std::vector<float> k = std::vector<float>(4 * 1 * 64, 1.0f);
   std::vector<std::int64_t> pos = {0, 1, 2, 3};
   RotateArgs args() {
-    return {.q = bshd(q.data(), DType::F32, 1, 4, 2, 64), .k = bshd(k.data(), DType::F32, 1, 4, 1, 64),
+    return {.q = bshd(q.data(), DType::F32, 1, 4, 2, 64),
+            .k = bshd(k.data(), DType::F32, 1, 4, 1, 64),
             .positions = positions(pos)};
   }
 };
@@ -261,8 +259,7 @@ TEST(BadViews, NegativeThreadCount) {
   const Rope rope(good());
   std::vector<float> q(64);
   const std::vector<std::int64_t> pos = {0};
-  EXPECT_ERROR(rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(pos),
-                           .threads = -1}),
+  EXPECT_ERROR(rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(pos), .threads = -1}),
                "threads = -1");
   EXPECT_ERROR(set_default_threads(0), "threads = 0");
   EXPECT_ERROR(set_simd_target("NEON9"), "simd target = \"NEON9\"");

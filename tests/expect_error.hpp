@@ -8,15 +8,15 @@
 
 #include "ropekit/error.hpp"
 
-#define EXPECT_ERROR(statement, ...)                                                  \
-  do {                                                                                \
-    try {                                                                             \
-      statement;                                                                      \
-      ADD_FAILURE() << "no ropekit::Error from " #statement;                          \
-    } catch (const ropekit::Error& e) {                                               \
-      for (const char* needle : {__VA_ARGS__}) {                                      \
-        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)              \
-            << "message \"" << e.what() << "\" lacks \"" << needle << "\"";           \
-      }                                                                               \
-    }                                                                                 \
+#define EXPECT_ERROR(statement, ...)                                        \
+  do {                                                                      \
+    try {                                                                   \
+      statement;                                                            \
+      ADD_FAILURE() << "no ropekit::Error from " #statement;                \
+    } catch (const ropekit::Error& e) {                                     \
+      for (const char* needle : {__VA_ARGS__}) {                            \
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)    \
+            << "message \"" << e.what() << "\" lacks \"" << needle << "\""; \
+      }                                                                     \
+    }                                                                       \
   } while (0)

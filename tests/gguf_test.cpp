@@ -10,8 +10,8 @@
 #include <limits>
 #include <numbers>
 
-#include "golden.hpp"
 #include "gguf_writer.hpp"
+#include "golden.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -148,7 +148,8 @@ TEST(Gguf, FileReaderEqualsMemoryReader) {
   w.tensor_f32("rope_freqs.weight", llama3_rope_freqs(500000.0, 128, 8, 1, 4, 8192));
   const std::vector<std::byte> bytes = w.bytes();
   const auto path = std::filesystem::temp_directory_path() / "ropekit_gguf_test.gguf";
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   const ropekit::Spec from_file = ropekit::read_gguf_file(path).layer().spec;
   std::filesystem::remove(path);
   EXPECT_EQ(ropekit::make_plan(from_file).inv_freq, ropekit::make_plan(read(w).layer().spec).inv_freq);

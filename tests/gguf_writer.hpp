@@ -56,7 +56,8 @@ class Writer {
     tensors_.push_back({name, {values.size()}, type, std::move(bytes)});
   }
   // dims in ggml order (ne[0] first), `type` a ggml type, `bytes` the data as stored.
-  void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::vector<std::byte> bytes) {
+  void tensor(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type,
+              std::vector<std::byte> bytes) {
     tensors_.push_back({name, std::move(dims), type, std::move(bytes)});
   }
   // Raw bytes appended to the key/value section (for malformed-input tests); counts as one entry.

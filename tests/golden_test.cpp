@@ -2,14 +2,15 @@
 //
 //   inv_freq            within 2 float32 ulp of HF's float32 values, every entry of every file
 //   attention_scaling   within 1e-6 relative
-//   e2e cos/sin, q/k    HfCompat mode fed HF's float32 inv_freq: cos/sin within 6e-8, q/k within 5e-7 of HF (relative to
+//   e2e cos/sin, q/k    HfCompat mode fed HF's float32 inv_freq: cos/sin within 6e-8, q/k within 5e-7 of HF (relative
+//   to
 //                       the pair's magnitude); with ropekit's own plan, in both angle modes, the
 //                       difference to HF is bounded by HF's own float32 angle error, computed per
 //                       element; Accurate mode against the __float128 oracle: within 1e-6.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 
 #include "golden.hpp"
 #include "oracle.hpp"
@@ -43,15 +44,14 @@ TEST_P(InvFreqGolden, EveryEntryMatchesHuggingFace) {
     EXPECT_NEAR(plan.cos_sin_scale, scaling, 1e-6 * std::abs(scaling));
   }
   RecordProperty("worst_ulp", static_cast<int>(worst_ulp));
-  std::printf("%s: %zu entries, %lld of %lld inv_freq values bit-identical, worst %lld ulp\n",
-              GetParam(), file["entries"].size(), static_cast<long long>(exact),
-              static_cast<long long>(values), static_cast<long long>(worst_ulp));
+  std::printf("%s: %zu entries, %lld of %lld inv_freq values bit-identical, worst %lld ulp\n", GetParam(),
+              file["entries"].size(), static_cast<long long>(exact), static_cast<long long>(values),
+              static_cast<long long>(worst_ulp));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, InvFreqGolden,
-                         ::testing::Values("default.json", "linear.json", "dynamic.json",
-                                           "yarn.json", "longrope.json", "llama3.json",
-                                           "proportional.json"));
+                         ::testing::Values("default.json", "linear.json", "dynamic.json", "yarn.json", "longrope.json",
+                                           "llama3.json", "proportional.json"));
 
 // One e2e call: q/k of shape (1, heads, seq, head_dim) = BHSD, positions, HF's outputs.
 struct E2eCall {
@@ -144,8 +144,7 @@ TEST(E2eGolden, HfCompatWithHfInvFreqReproducesHf) {
       for (int i = 0; i < rd; ++i) {
         const double ours_c = table->cos_row(c.positions[s])[i % half] * float(plan.cos_sin_scale);
         const double ours_s = table->sin_row(c.positions[s])[i % half] * float(plan.cos_sin_scale);
-        worst_cs = std::max({worst_cs, std::abs(ours_c - c.cos[s * rd + i]),
-                             std::abs(ours_s - c.sin[s * rd + i])});
+        worst_cs = std::max({worst_cs, std::abs(ours_c - c.cos[s * rd + i]), std::abs(ours_s - c.sin[s * rd + i])});
         EXPECT_LE(std::abs(ours_c - c.cos[s * rd + i]), kCosSinTolerance * plan.cos_sin_scale)
             << "position " << c.positions[s] << " lane " << i;
         EXPECT_LE(std::abs(ours_s - c.sin[s * rd + i]), kCosSinTolerance * plan.cos_sin_scale)
@@ -195,8 +194,7 @@ TEST(E2eGolden, OwnPlanDiffersFromHfOnlyByHfAngleError) {
               angle_bound = p * std::abs(rope.plan().inv_freq[j] - c.hf_inv_freq[j]) + hf_rounding +
                             (mode == ropekit::AngleMode::HfCompat
                                  ? 0.5 * std::abs(std::nextafter(hf_angle, INFINITY) - hf_angle) +
-                                       p * std::abs(double(float(rope.plan().inv_freq[j])) -
-                                                    rope.plan().inv_freq[j])
+                                       p * std::abs(double(float(rope.plan().inv_freq[j])) - rope.plan().inv_freq[j])
                                  : 0.0);
             }
             const double tol = (1e-5 + angle_bound) * pair_norm(c.q_embed, row, i, rd);

@@ -38,7 +38,10 @@ struct Tokens {
   int d;
   std::vector<float> k, v;
   Tokens(std::int64_t n_, std::int64_t heads_, int d_, std::uint32_t seed)
-      : n(n_), heads(heads_), d(d_), k(attn_oracle::normal(std::size_t(n_ * heads_ * d_), seed)),
+      : n(n_),
+        heads(heads_),
+        d(d_),
+        k(attn_oracle::normal(std::size_t(n_ * heads_ * d_), seed)),
         v(attn_oracle::normal(std::size_t(n_ * heads_ * d_), seed + 7)) {}
   Heads kv(std::vector<float>& x, std::int64_t first = 0, std::int64_t count = -1) {
     return bshd(x.data() + first * heads * d, DType::F32, 1, count < 0 ? n - first : count, heads, d);
@@ -142,12 +145,20 @@ TEST_P(KvCacheTest, ExternalCosSinCacheDrivesTheCacheAndAttention) {
     std::vector<float> via_cache(3 * 8 * 64), fused(via_cache.size()), own(via_cache.size());
     attention(rope, qv, positions(qpos), cache, out_of(via_cache), with);
     attention(rope,
-              {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(fused), .q_positions = positions(qpos),
+              {.q = qv,
+               .k = t.kv(t.k),
+               .v = t.kv(t.v),
+               .out = out_of(fused),
+               .q_positions = positions(qpos),
                .k_positions = positions(kpos)},
               with);
     EXPECT_EQ(std::memcmp(via_cache.data(), fused.data(), fused.size() * 4), 0);
     attention(rope,
-              {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(own), .q_positions = positions(qpos),
+              {.q = qv,
+               .k = t.kv(t.k),
+               .v = t.kv(t.v),
+               .out = out_of(own),
+               .q_positions = positions(qpos),
                .k_positions = positions(kpos)},
               AttentionOptions{.regimes = regimes});
     EXPECT_NE(std::memcmp(own.data(), fused.data(), fused.size() * 4), 0);  // the table's angles are not the Rope's
@@ -169,7 +180,11 @@ TEST_P(KvCacheTest, ExternalCosSinCacheDrivesTheCacheAndAttention) {
   with.table = table;
   attention(rope, qv, positions(qpos), seq_of, paged, out_of(via_pages), with);
   attention(rope,
-            {.q = qv, .k = t.kv(t.k), .v = t.kv(t.v), .out = out_of(fused), .q_positions = positions(qpos),
+            {.q = qv,
+             .k = t.kv(t.k),
+             .v = t.kv(t.v),
+             .out = out_of(fused),
+             .q_positions = positions(qpos),
              .k_positions = positions(kpos)},
             with);
   EXPECT_EQ(std::memcmp(via_pages.data(), fused.data(), fused.size() * 4), 0);
@@ -198,9 +213,8 @@ TEST_P(KvCacheTest, OneShiftEqualsRotatingAtTheShiftedPosition) {
       EXPECT_EQ(cache.position(50), 150 + delta);
       const double shifted = worst_pair_error(cache, spec, rope.plan(), t, iota(300));
       std::printf("%s delta %lld: appended %.2f, after one shift %.2f (eps·m·|pair|)\n",
-                  std::string(rope_type_name(spec.scaling)).c_str(), static_cast<long long>(delta), appended,
-                  shifted);
-      EXPECT_LE(appended, 5.0);        // one rotation (attention.hpp)
+                  std::string(rope_type_name(spec.scaling)).c_str(), static_cast<long long>(delta), appended, shifted);
+      EXPECT_LE(appended, 5.0);       // one rotation (attention.hpp)
       EXPECT_LE(shifted, 5.0 + 2.5);  // and one shift
     }
   }
@@ -243,7 +257,8 @@ TEST_P(KvCacheTest, Bf16AndFp16ShiftsAddOneStorageRoundingEach) {
     for (std::size_t i = 0; i < k16.size(); ++i) {
       k16[i] = dtype == DType::BF16 ? float_to_bf16(t.k[i]) : float_to_f16(t.k[i]);
       v16[i] = dtype == DType::BF16 ? float_to_bf16(t.v[i]) : float_to_f16(t.v[i]);
-      t.k[i] = dtype == DType::BF16 ? bf16_to_float(k16[i]) : f16_to_float(k16[i]);  // the oracle starts from the stored keys
+      t.k[i] = dtype == DType::BF16 ? bf16_to_float(k16[i])
+                                    : f16_to_float(k16[i]);  // the oracle starts from the stored keys
     }
     ropekit::KvCache cache(rope, {.capacity = 40, .kv_heads = 1, .dtype = dtype});
     cache.append(rope, bshd(k16.data(), dtype, 1, 40, 1, 64), bshd(v16.data(), dtype, 1, 40, 1, 64),
@@ -287,8 +302,9 @@ void check_rerotation(const Spec& spec, std::int64_t first_length, std::int64_t 
   EXPECT_TRUE(cache.rerotate(grown));
   EXPECT_FALSE(cache.rerotate(grown));
   const double worst = worst_pair_error(cache, spec, grown.plan(), t, iota(first_length));
-  std::printf("%s re-rotated %lld -> %lld: worst %.2f eps·m·|pair|\n", std::string(rope_type_name(spec.scaling)).c_str(),
-              static_cast<long long>(first_length), static_cast<long long>(grown_length), worst);
+  std::printf("%s re-rotated %lld -> %lld: worst %.2f eps·m·|pair|\n",
+              std::string(rope_type_name(spec.scaling)).c_str(), static_cast<long long>(first_length),
+              static_cast<long long>(grown_length), worst);
   EXPECT_LE(worst, 15.0);  // attention.hpp: three rotations' worth
   // And the rest of the sequence appends under the new plan.
   cache.append(grown, t.kv(t.k, first_length), t.kv(t.v, first_length),

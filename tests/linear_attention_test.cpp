@@ -103,8 +103,11 @@ TEST_P(LinearAttention, RecurrentAndParallelAgreeWithTheOracle) {
     EXPECT_LE(e_rec, 1e-5);
     EXPECT_LE(e_par, 1e-5);
     double diff = 0;
-    for (std::size_t i = 0; i < recurrent.size(); ++i) diff = std::max(diff, double(std::fabs(recurrent[i] - parallel[i])));
-    EXPECT_LE(diff, 1e-5 * (*std::max_element(want.begin(), want.end(), [](double a, double b) { return std::fabs(a) < std::fabs(b); })) + 1e-5);
+    for (std::size_t i = 0; i < recurrent.size(); ++i)
+      diff = std::max(diff, double(std::fabs(recurrent[i] - parallel[i])));
+    EXPECT_LE(diff, 1e-5 * (*std::max_element(want.begin(), want.end(),
+                                              [](double a, double b) { return std::fabs(a) < std::fabs(b); })) +
+                        1e-5);
   }
 }
 

@@ -25,7 +25,9 @@ template <class T>
 void put(std::vector<std::byte>& out, T v) {
   put_bytes(out, &v, sizeof v);
 }
-inline void put_floats(std::vector<std::byte>& out, const std::vector<float>& v) { put_bytes(out, v.data(), v.size() * 4); }
+inline void put_floats(std::vector<std::byte>& out, const std::vector<float>& v) {
+  put_bytes(out, v.data(), v.size() * 4);
+}
 
 // The legacy export (models/README.md): header, weights, the two unused freq_cis tables, classifier.
 inline std::vector<std::byte> legacy_bytes(const ropekit::LlamaModel& m) {
@@ -57,7 +59,8 @@ inline std::vector<std::byte> version1_bytes(const ropekit::LlamaModel& m) {
   std::vector<std::byte> out;
   put(out, std::uint32_t{0x616b3432});
   put(out, std::int32_t{1});
-  for (std::int32_t v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, std::int32_t(c.seq_len)}) {
+  for (std::int32_t v :
+       {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, std::int32_t(c.seq_len)}) {
     put(out, v);
   }
   put(out, std::uint8_t(c.shared_classifier ? 1 : 0));
@@ -145,8 +148,14 @@ inline std::vector<std::byte> gguf_bytes(const ropekit::LlamaModel& m, std::uint
 // A tiny model with random weights (for malformed-input tests and fuzz seeds).
 inline ropekit::LlamaModel tiny_model(bool shared = true, unsigned seed = 1) {
   ropekit::LlamaModel m;
-  m.config = {.dim = 8, .hidden_dim = 12, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1, .vocab_size = 16,
-              .seq_len = 8, .shared_classifier = shared};
+  m.config = {.dim = 8,
+              .hidden_dim = 12,
+              .n_layers = 2,
+              .n_heads = 2,
+              .n_kv_heads = 1,
+              .vocab_size = 16,
+              .seq_len = 8,
+              .shared_classifier = shared};
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   auto random = [&](std::size_t n) {
@@ -167,7 +176,8 @@ inline ropekit::LlamaModel tiny_model(bool shared = true, unsigned seed = 1) {
 }
 
 // llama2.c tokenizer.bin bytes for `pieces` with `scores`.
-inline std::vector<std::byte> tokenizer_bytes(const std::vector<std::string>& pieces, const std::vector<float>& scores) {
+inline std::vector<std::byte> tokenizer_bytes(const std::vector<std::string>& pieces,
+                                              const std::vector<float>& scores) {
   std::vector<std::byte> out;
   std::uint32_t max_length = 0;
   for (const auto& p : pieces) max_length = std::max<std::uint32_t>(max_length, std::uint32_t(p.size()));

@@ -141,12 +141,14 @@ inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const st
   const int group = c.n_heads / c.n_kv_heads;
   // Segment start of each token (restart) and its position.
   std::vector<int> segment(std::size_t(n), 0);
-  for (int t = 1; t < n; ++t) segment[std::size_t(t)] = (m.restart && tokens[std::size_t(t)] == bos) ? t : segment[std::size_t(t - 1)];
+  for (int t = 1; t < n; ++t)
+    segment[std::size_t(t)] = (m.restart && tokens[std::size_t(t)] == bos) ? t : segment[std::size_t(t - 1)];
   auto position = [&](int t) { return std::int64_t(t - (m.restart ? segment[std::size_t(t)] : 0)); };
   const std::size_t rows = std::size_t(n), width = std::size_t(dim);
   std::vector<std::vector<double>> x(rows, std::vector<double>(width));
   for (int t = 0; t < n; ++t) {
-    for (int i = 0; i < dim; ++i) x[std::size_t(t)][std::size_t(i)] = model.token_embedding[std::size_t(tokens[std::size_t(t)] * dim + i)];
+    for (int i = 0; i < dim; ++i)
+      x[std::size_t(t)][std::size_t(i)] = model.token_embedding[std::size_t(tokens[std::size_t(t)] * dim + i)];
   }
   auto rms = [&](const std::vector<double>& v, const std::vector<float>& w) {
     double ss = 0;
@@ -201,7 +203,8 @@ inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const st
           double dot = 0;
           for (int l = 0; l < hd; ++l) dot += qr[std::size_t(l)] * kj[std::size_t(l)];
           const double logn = m.logn_length > 0 && i + 1 > m.logn_length
-                                  ? std::log(double(i + 1)) / std::log(double(m.logn_length)) : 1.0;
+                                  ? std::log(double(i + 1)) / std::log(double(m.logn_length))
+                                  : 1.0;
           logits.push_back(dot / std::sqrt(double(hd)) * logn);
           keys.push_back(j);
         }

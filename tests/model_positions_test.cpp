@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numbers>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <sstream>
 
 #include "gguf_writer.hpp"
@@ -311,8 +311,11 @@ TEST(ModelPositions, WindowsPerLayer) {
   ASSERT_EQ(q.groups.size(), 1u);
   EXPECT_FALSE(q.groups[0].sliding_window);
   // Mistral 7B v0.1: the window on every layer.
-  const ModelPositions mistral = read(json{{"model_type", "mistral"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
-                                           {"num_hidden_layers", 32}, {"sliding_window", 4096}});
+  const ModelPositions mistral = read(json{{"model_type", "mistral"},
+                                           {"hidden_size", 4096},
+                                           {"num_attention_heads", 32},
+                                           {"num_hidden_layers", 32},
+                                           {"sliding_window", 4096}});
   ASSERT_EQ(mistral.groups.size(), 1u);
   EXPECT_EQ(mistral.groups[0].sliding_window, 4096);
 }
@@ -323,8 +326,7 @@ TEST(ModelPositions, MlaFamiliesPlaceTheRopeSliceAfterTheNopeLanes) {
   EXPECT_EQ(kimi.groups[0].spec.head_dim, 64);
   EXPECT_EQ(kimi.groups[0].spec.pairing, Pairing::Interleaved);
   EXPECT_EQ(kimi.groups[0].softmax_scale, 1.0 / std::sqrt(192.0));
-  EXPECT_DOUBLE_EQ(ropekit::make_plan(kimi.groups[0].spec).softmax_scale_mult,
-                   std::pow(0.1 * std::log(32.0) + 1.0, 2));
+  EXPECT_DOUBLE_EQ(ropekit::make_plan(kimi.groups[0].spec).softmax_scale_mult, std::pow(0.1 * std::log(32.0) + 1.0, 2));
   const ModelPositions cpm = corpus("minicpm3-4b");
   EXPECT_EQ(cpm.groups[0].rope_offset, 64);
   EXPECT_EQ(cpm.groups[0].spec.head_dim, 32);
@@ -414,7 +416,9 @@ TEST(ModelPositions, BadPerLayerKeysNameTheKey) {
 }
 
 TEST(ModelPositions, HuggingFaceValidationWarnings) {
-  json j = {{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+  json j = {{"model_type", "llama"},
+            {"hidden_size", 4096},
+            {"num_attention_heads", 32},
             {"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.5}}}};
   const ModelPositions m = read(j);
   ASSERT_EQ(m.warnings.size(), 1u);

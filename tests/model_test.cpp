@@ -95,7 +95,8 @@ TEST(Model, LoadsTheBundledCheckpoint) {
 TEST(Model, GreedyGenerationIsRunCs) {
   EXPECT_EQ(greedy(bundled(), bundled_tokenizer(), "Once upon a time", 200),
             read(kRepo + "/tests/data/runc/greedy-200-once-upon-a-time.txt"));
-  EXPECT_EQ(greedy(bundled(), bundled_tokenizer(), "", 512), read(kRepo + "/tests/data/runc/greedy-512-empty-prompt.txt"));
+  EXPECT_EQ(greedy(bundled(), bundled_tokenizer(), "", 512),
+            read(kRepo + "/tests/data/runc/greedy-512-empty-prompt.txt"));
 }
 
 TEST(Model, BatchedPrefillEqualsOneTokenAtATime) {
@@ -107,7 +108,8 @@ TEST(Model, BatchedPrefillEqualsOneTokenAtATime) {
   double worst = 0;
   for (std::int64_t t = 0; t < 300; ++t) {
     runner.forward(rope, std::span<const int>(&tokens[std::size_t(t)], 1), std::span<const std::int64_t>(&t, 1), one);
-    for (int v = 0; v < 512; ++v) worst = std::max(worst, double(std::fabs(one[std::size_t(v)] - batched[std::size_t(t * 512 + v)])));
+    for (int v = 0; v < 512; ++v)
+      worst = std::max(worst, double(std::fabs(one[std::size_t(v)] - batched[std::size_t(t * 512 + v)])));
   }
   EXPECT_LT(worst, 1e-4);  // sgemm and sgemv sum in different orders; the logits are O(10)
 }
@@ -145,7 +147,8 @@ TEST(Model, GgufLlamaGivesTheSameLogits) {
     EXPECT_EQ(m.config.seq_len, 512);
     const std::vector<float> logits = logits_of(m, tokens);
     double worst = 0;
-    for (std::size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, double(std::fabs(logits[i] - reference[i])));
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      worst = std::max(worst, double(std::fabs(logits[i] - reference[i])));
     if (type == 0) {
       EXPECT_EQ(worst, 0.0);
     } else {
@@ -288,9 +291,9 @@ TEST(Tokenizer, EqualsRunCsQuadraticMergeLoop) {
   EXPECT_EQ(tok.encode("", true), std::vector<int>{1});
   const int once = tok.encode("Once")[0];  // " On"
   ASSERT_EQ(tok.piece(once), " On");
-  EXPECT_EQ(tok.decode(1, once), "On");    // after BOS the leading space is dropped
+  EXPECT_EQ(tok.decode(1, once), "On");  // after BOS the leading space is dropped
   EXPECT_EQ(tok.decode(5, once), " On");
-  EXPECT_EQ(tok.decode(5, 3 + 0x41), "A");                  // <0x41>
+  EXPECT_EQ(tok.decode(5, 3 + 0x41), "A");  // <0x41>
 }
 
 TEST(Tokenizer, StoriesSplitAtEndOfText) {
@@ -420,21 +423,21 @@ TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
 TEST(Lab, RegimeMethodsWithinOneMilliNatOfTheFloat64Protocol) {
   const auto& tokens = excerpt_tokens();
   ropekit::EvalOptions o = short_lab();
-  o.methods = ropekit::parse_methods("rerope:w=6,rerope_logn:w=10,self_extend:W=8,G=3,self_extend:W=6,G=2,logn=1,"
-                                     "dca,dca:chunk=12,local=3,logn");
+  o.methods = ropekit::parse_methods(
+      "rerope:w=6,rerope_logn:w=10,self_extend:W=8,G=3,self_extend:W=6,G=2,logn=1,"
+      "dca,dca:chunk=12,local=3,logn");
   ASSERT_EQ(o.methods.size(), 7u);
   EXPECT_EQ(o.methods[2].name, "self_extend:W=8,G=3");
   const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
   const int d = 8;
   const double base = 10000.0;
-  std::map<std::string, oracle::Method> methods = {
-      {"rerope:w=6", oracle::rerope(d, base, 6, 0)},
-      {"rerope_logn:w=10", oracle::rerope(d, base, 10, 16)},
-      {"self_extend:W=8,G=3", oracle::self_extend(d, base, 8, 3)},
-      {"self_extend:W=6,G=2,logn=1", oracle::self_extend(d, base, 6, 2)},
-      {"dca", oracle::dca(d, base, 16, 0)},  // chunk = L0, local = L0 / 32
-      {"dca:chunk=12,local=3", oracle::dca(d, base, 12, 3)},
-      {"logn", oracle::method("logn", d, base, 1.0, 16)}};
+  std::map<std::string, oracle::Method> methods = {{"rerope:w=6", oracle::rerope(d, base, 6, 0)},
+                                                   {"rerope_logn:w=10", oracle::rerope(d, base, 10, 16)},
+                                                   {"self_extend:W=8,G=3", oracle::self_extend(d, base, 8, 3)},
+                                                   {"self_extend:W=6,G=2,logn=1", oracle::self_extend(d, base, 6, 2)},
+                                                   {"dca", oracle::dca(d, base, 16, 0)},  // chunk = L0, local = L0 / 32
+                                                   {"dca:chunk=12,local=3", oracle::dca(d, base, 12, 3)},
+                                                   {"logn", oracle::method("logn", d, base, 1.0, 16)}};
   methods["self_extend:W=6,G=2,logn=1"].logn_length = 16;
   expect_rows_match_the_oracle(result, o, [&](const std::string& name, std::int64_t) { return methods.at(name); });
   // Each method differs from the model's own RoPE where its regimes apply (so the check can fail).
@@ -461,9 +464,13 @@ TEST(Lab, RegimeMethodParametersAreChecked) {
   o.lengths = {48};
   o.trained_length = 16;
   const auto& tokens = excerpt_tokens();
-  for (const auto& [method, needle] : std::vector<std::pair<const char*, const char*>>{
-           {"rerope:w=0", "w = 0"}, {"self_extend:G=0", "G = 0"}, {"self_extend:W=4,G=8", "W = 4"},
-           {"dca:chunk=16,local=16", "local = 16"}, {"dca:chunk=0", "chunk = 0"}, {"logn:L=1", "L = 1"}}) {
+  for (const auto& [method, needle] :
+       std::vector<std::pair<const char*, const char*>>{{"rerope:w=0", "w = 0"},
+                                                        {"self_extend:G=0", "G = 0"},
+                                                        {"self_extend:W=4,G=8", "W = 4"},
+                                                        {"dca:chunk=16,local=16", "local = 16"},
+                                                        {"dca:chunk=0", "chunk = 0"},
+                                                        {"logn:L=1", "L = 1"}}) {
     o.methods = ropekit::parse_methods(method);
     EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), method, needle);
   }
@@ -475,7 +482,8 @@ TEST(Lab, RestartCutsTheContextAtEveryBos) {
   std::size_t second_story = 1;
   while (all[second_story] != 1) ++second_story;
   std::vector<int> tokens(all.begin(), all.begin() + 25);
-  tokens.insert(tokens.end(), all.begin() + std::ptrdiff_t(second_story), all.begin() + std::ptrdiff_t(second_story) + 39);
+  tokens.insert(tokens.end(), all.begin() + std::ptrdiff_t(second_story),
+                all.begin() + std::ptrdiff_t(second_story) + 39);
   ropekit::EvalOptions o;
   o.window_size = 64;
   o.lengths = {64};
@@ -486,7 +494,8 @@ TEST(Lab, RestartCutsTheContextAtEveryBos) {
   for (const auto& row : result.rows) {
     const auto nll = oracle::window_nll(bundled(), tokens, oracle::method(row.method, 8, 10000.0, 1.0, 512), 1);
     double sum = 0;
-    for (std::int64_t t = row.bucket_lo; t < std::min<std::int64_t>(row.bucket_hi, 64); ++t) sum += t > 0 ? nll[std::size_t(t - 1)] : 0.0;
+    for (std::int64_t t = row.bucket_lo; t < std::min<std::int64_t>(row.bucket_hi, 64); ++t)
+      sum += t > 0 ? nll[std::size_t(t - 1)] : 0.0;
     EXPECT_NEAR(row.mean_nll, sum / double(row.tokens), 1e-3) << row.method << " " << row.bucket_lo;
   }
   EXPECT_GT(std::fabs(result.rows[1].mean_nll - result.rows[3].mean_nll), 1e-2);  // after the BOS at 25
@@ -499,8 +508,9 @@ TEST(Lab, CustomFragmentsWithTheScale) {
   o.lengths = {48};
   o.buckets = {0, 16};
   o.trained_length = 16;
-  o.methods = ropekit::parse_methods("pi,lin={\"rope_type\":\"linear\",\"factor\":\"s\"},"
-                                     "dyn={\"rope_type\":\"dynamic\",\"factor\":\"s\"}");
+  o.methods = ropekit::parse_methods(
+      "pi,lin={\"rope_type\":\"linear\",\"factor\":\"s\"},"
+      "dyn={\"rope_type\":\"dynamic\",\"factor\":\"s\"}");
   ASSERT_EQ(o.methods.size(), 3u);
   EXPECT_EQ(o.methods[1].fragment, "{\"rope_type\":\"linear\",\"factor\":\"s\"}");
   const auto result = ropekit::evaluate(bundled(), excerpt_tokens(), o);

@@ -48,9 +48,8 @@ inline int stream(const ropekit::Spec& spec, int j) {
 enum class Dir { Forward, Inverse, Backward };
 
 // Rotates one head (head_dim values) in double. `pos` holds one position per stream.
-inline std::vector<double> rotate(const ropekit::Spec& spec, const ropekit::Plan& plan,
-                                  const std::vector<double>& x, const std::int64_t* pos,
-                                  Dir dir = Dir::Forward) {
+inline std::vector<double> rotate(const ropekit::Spec& spec, const ropekit::Plan& plan, const std::vector<double>& x,
+                                  const std::int64_t* pos, Dir dir = Dir::Forward) {
   std::vector<double> y = x;
   const double m = dir == Dir::Inverse ? 1.0 / plan.cos_sin_scale : plan.cos_sin_scale;
   const double sign = dir == Dir::Forward ? 1.0 : -1.0;

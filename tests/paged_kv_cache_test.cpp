@@ -30,13 +30,16 @@ struct Stream {
   std::vector<float> k32, v32, q32;
   std::vector<std::int64_t> pos;
   Stream(std::int64_t n_, DType dtype_, std::uint32_t seed, std::int64_t first_position)
-      : n(n_), dtype(dtype_), k32(attn_oracle::normal(std::size_t(n_ * kKv * kD), seed)),
+      : n(n_),
+        dtype(dtype_),
+        k32(attn_oracle::normal(std::size_t(n_ * kKv * kD), seed)),
         v32(attn_oracle::normal(std::size_t(n_ * kKv * kD), seed + 1)),
         q32(attn_oracle::normal(std::size_t(n_ * kQ * kD), seed + 2)) {
     for (std::int64_t i = 0; i < n; ++i) pos.push_back(first_position + i);
     const auto narrow16 = [&](const std::vector<float>& x) {
       std::vector<std::uint16_t> out(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) out[i] = dtype == DType::BF16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        out[i] = dtype == DType::BF16 ? float_to_bf16(x[i]) : float_to_f16(x[i]);
       return out;
     };
     if (dtype != DType::F32) {
@@ -74,7 +77,8 @@ struct Batch {
   }
   AppendArgs args() {
     const auto n = std::int64_t(pos.size());
-    return {.k = bshd(k.data(), dtype, 1, n, kKv, kD), .v = bshd(v.data(), dtype, 1, n, kKv, kD),
+    return {.k = bshd(k.data(), dtype, 1, n, kKv, kD),
+            .v = bshd(v.data(), dtype, 1, n, kKv, kD),
             .positions = positions(pos)};
   }
 };
@@ -83,8 +87,13 @@ class PagedKvCacheTest : public targets::PerTarget {};
 ROPEKIT_PER_TARGET(PagedKvCacheTest);
 
 PagedKvCacheShape shape_of(CacheDType dtype, PageLayout layout, std::int64_t pages = 64, std::int64_t page_size = 8) {
-  return {.num_pages = pages, .page_size = page_size, .kv_heads = kKv, .dtype = dtype, .layout = layout,
-          .k_scale = dtype == CacheDType::F8E4M3 ? 0.02f : 1.0f, .v_scale = dtype == CacheDType::F8E4M3 ? 0.02f : 1.0f,
+  return {.num_pages = pages,
+          .page_size = page_size,
+          .kv_heads = kKv,
+          .dtype = dtype,
+          .layout = layout,
+          .k_scale = dtype == CacheDType::F8E4M3 ? 0.02f : 1.0f,
+          .v_scale = dtype == CacheDType::F8E4M3 ? 0.02f : 1.0f,
           .max_sequences = 4};
 }
 
@@ -135,7 +144,8 @@ TEST_P(PagedKvCacheTest, EachSequenceAttendsLikeItsOwnKvCache) {
       while (done[0] < 5 || done[1] < 23 || done[2] < 150) {
         Batch b;
         for (int s = 2; s >= 0; --s) {
-          if (done[std::size_t(s)] < streams[std::size_t(s)].n) b.add(streams[std::size_t(s)], s, done[std::size_t(s)]++);
+          if (done[std::size_t(s)] < streams[std::size_t(s)].n)
+            b.add(streams[std::size_t(s)], s, done[std::size_t(s)]++);
         }
         cache.append(rope, b.seq_of, b.args());
       }
@@ -331,8 +341,10 @@ TEST_P(PagedKvCacheTest, Fp8CacheAgainstTheOracle) {
     const std::int64_t slot = std::int64_t{cache.pages(2)[std::size_t(i / 8)]} * 8 + i % 8;
     for (std::int64_t h = 0; h < kKv; ++h) {
       for (int l = 0; l < kD; ++l) {
-        k[std::size_t((i * kKv + h) * kD + l)] = e4m3_to_float(static_cast<const std::uint8_t*>(c.key(slot, h))[l]) * 0.02f;
-        v[std::size_t((i * kKv + h) * kD + l)] = e4m3_to_float(static_cast<const std::uint8_t*>(c.value(slot, h))[l]) * 0.02f;
+        k[std::size_t((i * kKv + h) * kD + l)] =
+            e4m3_to_float(static_cast<const std::uint8_t*>(c.key(slot, h))[l]) * 0.02f;
+        v[std::size_t((i * kKv + h) * kD + l)] =
+            e4m3_to_float(static_cast<const std::uint8_t*>(c.value(slot, h))[l]) * 0.02f;
       }
     }
   }
@@ -386,7 +398,8 @@ TEST_P(PagedKvCacheTest, Fp8EntriesReadInPlaceEqualAttentionOverTheirValues) {
       const std::int64_t n = s.n;
       std::vector<float> k(std::size_t(n * kKv * kD)), v(k.size());
       for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t slot = std::int64_t{cache.pages(seq)[std::size_t(i / page_size)]} * page_size + i % page_size;
+        const std::int64_t slot =
+            std::int64_t{cache.pages(seq)[std::size_t(i / page_size)]} * page_size + i % page_size;
         for (std::int64_t h = 0; h < kKv; ++h) {
           for (int l = 0; l < kD; ++l) {
             const std::size_t at = std::size_t((i * kKv + h) * kD + l);
@@ -403,8 +416,8 @@ TEST_P(PagedKvCacheTest, Fp8EntriesReadInPlaceEqualAttentionOverTheirValues) {
         const std::vector<std::int64_t> qp(s.pos.begin() + first, s.pos.end());
         rope.apply({.q = bshd(rotated.data(), DType::F32, 1, count, kQ, kD), .positions = positions(qp)});
         const std::vector<std::int32_t> seq_of(std::size_t(count), seq);
-        attention(rope, bshd(q.data(), DType::F32, 1, count, kQ, kD), positions(qp), seq_of,
-                  cache, bshd(got.data(), DType::F32, 1, count, kQ, kD));
+        attention(rope, bshd(q.data(), DType::F32, 1, count, kQ, kD), positions(qp), seq_of, cache,
+                  bshd(got.data(), DType::F32, 1, count, kQ, kD));
         attention({.q = bshd(rotated.data(), DType::F32, 1, count, kQ, kD),
                    .k = bshd(k.data(), DType::F32, 1, n, kKv, kD),
                    .v = bshd(v.data(), DType::F32, 1, n, kKv, kD),
@@ -425,8 +438,9 @@ TEST(PagedKvCacheErrors, EachClassIsRefusedAndNothingChanges) {
                "max_sequences = 0");
   EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 0, .page_size = 8, .kv_heads = kKv, .max_sequences = 1}),
                "num_pages = 0");
-  EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 4, .page_size = 8, .kv_heads = kKv, .head_dim = 32, .max_sequences = 1}),
-               "head_dim = 32");
+  EXPECT_ERROR(
+      PagedKvCache(rope, {.num_pages = 4, .page_size = 8, .kv_heads = kKv, .head_dim = 32, .max_sequences = 1}),
+      "head_dim = 32");
   PagedKvCache cache(rope, shape_of(CacheDType::F32, PageLayout::NHD, 2, 4));  // 8 entries in all
   Stream s(10, DType::F32, 1, 0);
   Batch b;

@@ -78,8 +78,11 @@ TEST(Plan, DynamicNtkIsContinuousMonotoneAndNeverNaN) {
 TEST(Plan, YarnAttentionFactorPrecedence) {
   auto yarn = [](double f, std::optional<double> af, std::optional<double> m, std::optional<double> mad) {
     return make_plan(half_spec(128, 10000.0,
-                               scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096,
-                                             .attention_factor = af, .mscale = m, .mscale_all_dim = mad}));
+                               scaling::Yarn{.factor = f,
+                                             .original_max_position_embeddings = 4096,
+                                             .attention_factor = af,
+                                             .mscale = m,
+                                             .mscale_all_dim = mad}));
   };
   EXPECT_NEAR(yarn(2, {}, {}, {}).cos_sin_scale, 1.0693147, 1e-7);
   EXPECT_NEAR(yarn(4, {}, {}, {}).cos_sin_scale, 1.1386294, 1e-7);
@@ -95,10 +98,12 @@ TEST(Plan, YarnAttentionFactorPrecedence) {
 
 TEST(Plan, DeepSeekMscaleSplitsCosSinScaleAndSoftmaxScale) {
   auto deepseek = [](double f, double m, double mad) {
-    return make_plan({.head_dim = 64, .rotary_dim = 64, .base = 10000.0,
+    return make_plan({.head_dim = 64,
+                      .rotary_dim = 64,
+                      .base = 10000.0,
                       .pairing = Pairing::Interleaved,
-                      .scaling = scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096,
-                                               .mscale = m, .mscale_all_dim = mad}});
+                      .scaling = scaling::Yarn{
+                          .factor = f, .original_max_position_embeddings = 4096, .mscale = m, .mscale_all_dim = mad}});
   };
   const Plan v3 = deepseek(40, 1.0, 1.0);
   EXPECT_EQ(v3.cos_sin_scale, 1.0);
@@ -112,9 +117,8 @@ TEST(Plan, DeepSeekMscaleSplitsCosSinScaleAndSoftmaxScale) {
 
 TEST(Plan, YarnCorrectionRangeTruncatedOrNot) {
   auto range = [](int d, double base, std::int64_t l0, bool truncate) {
-    const Plan p = make_plan(half_spec(d, base,
-                                       scaling::Yarn{.factor = 4, .original_max_position_embeddings = l0,
-                                                     .truncate = truncate}));
+    const Plan p = make_plan(
+        half_spec(d, base, scaling::Yarn{.factor = 4, .original_max_position_embeddings = l0, .truncate = truncate}));
     return std::pair{p.yarn_low, p.yarn_high};
   };
   EXPECT_EQ(range(128, 1e6, 32768, true), (std::pair{23.0, 40.0}));
@@ -129,8 +133,8 @@ TEST(Plan, YarnCorrectionRangeTruncatedOrNot) {
 
 TEST(Plan, YarnRampKeepsHighAndInterpolatesLowFrequencies) {
   const double f = 16;
-  const Plan yarn = make_plan(half_spec(128, 10000.0,
-                                        scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096}));
+  const Plan yarn =
+      make_plan(half_spec(128, 10000.0, scaling::Yarn{.factor = f, .original_max_position_embeddings = 4096}));
   const Plan plain = make_plan(half_spec(128, 10000.0));
   for (int i = 0; i < 64; ++i) {
     if (i <= yarn.yarn_low) {
@@ -174,7 +178,10 @@ TEST(Plan, LongRopeSwitchesStrictlyPastTheOriginalLength) {
     short_f[i] = 1.0 + 0.02 * i;
     long_f[i] = 1.0 + 1.3 * i;
   }
-  const Spec spec{.head_dim = 96, .rotary_dim = 96, .base = 10000.0, .pairing = Pairing::Half,
+  const Spec spec{.head_dim = 96,
+                  .rotary_dim = 96,
+                  .base = 10000.0,
+                  .pairing = Pairing::Half,
                   .scaling = scaling::LongRope{short_f, long_f, 4096, 32.0, std::nullopt}};
   const Plan init = make_plan(spec), at_4096 = make_plan(spec, 4096), at_4097 = make_plan(spec, 4097);
   EXPECT_FALSE(init.uses_long_factors);
@@ -192,7 +199,10 @@ TEST(Plan, LongRopeSwitchesStrictlyPastTheOriginalLength) {
 }
 
 TEST(Plan, ProportionalZeroPadsThePairsItDoesNotRotate) {
-  const Spec spec{.head_dim = 128, .rotary_dim = 128, .base = 1e6, .pairing = Pairing::Half,
+  const Spec spec{.head_dim = 128,
+                  .rotary_dim = 128,
+                  .base = 1e6,
+                  .pairing = Pairing::Half,
                   .scaling = scaling::Proportional{0.25, 8.0}};
   const Plan plan = make_plan(spec);
   for (int i = 0; i < 64; ++i) {
@@ -217,8 +227,7 @@ TEST(Plan, Gemma3LayerTypesAreTwoSpecs) {
 }
 
 TEST(Plan, PartialRotaryUsesRotaryDimInTheExponent) {
-  const Plan plan = make_plan({.head_dim = 256, .rotary_dim = 64, .base = 10000.0,
-                               .pairing = Pairing::Half});
+  const Plan plan = make_plan({.head_dim = 256, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
   ASSERT_EQ(plan.inv_freq.size(), 32u);
   for (int i = 0; i < 32; ++i) {
     EXPECT_NEAR(plan.inv_freq[i], exact_inv(1e4, i, 64), 1.2e-7 * exact_inv(1e4, i, 64));

@@ -122,7 +122,9 @@ double check_against_oracle(const Rope& rope, const Data& x, const RelativePosit
     auto [it, fresh] = angles.try_emplace(r);
     if (fresh) {
       it->second.resize(std::size_t(2 * pairs));
-      for (int j = 0; j < pairs; ++j) oracle::cos_sin(r, plan.inv_freq[std::size_t(j)], &it->second[std::size_t(2 * j)], &it->second[std::size_t(2 * j + 1)]);
+      for (int j = 0; j < pairs; ++j)
+        oracle::cos_sin(r, plan.inv_freq[std::size_t(j)], &it->second[std::size_t(2 * j)],
+                        &it->second[std::size_t(2 * j + 1)]);
     }
     return it->second;
   };
@@ -235,8 +237,8 @@ TEST_P(Regimes, FusedAttentionMatchesTheRelativePositionOracle) {
       for (const auto& [rotary, yarn] : {std::pair{16, false}, std::pair{8, true}}) {
         for (DType dt : {DType::F32, DType::BF16}) {
           for (std::int64_t logn : {std::int64_t{0}, std::int64_t{32}}) {
-            SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(pairing) << " rotary " << rotary
-                                              << " " << to_string(dt) << " logn " << logn);
+            SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(pairing) << " rotary " << rotary << " "
+                                              << to_string(dt) << " logn " << logn);
             const Rope rope(spec_of(pairing, 16, rotary, yarn));
             Data x = make_data(150, 4, 2, 16, dt, 0, 7 + std::uint32_t(cases));
             AttentionOptions o;
@@ -261,9 +263,9 @@ TEST_P(Regimes, OneRegimeEverywhereIsPlainAttentionBitForBit) {
       const Rope rope(spec_of(pairing, 16, 16, false));
       Data x = make_data(130, 4, 1, 16, dt, 0, 3);
       const std::vector<float> plain = run_fused(rope, x, {});
-      for (const PositionRegimes& r :
-           {PositionRegimes{regimes::ReRope{.window = 130}}, PositionRegimes{regimes::SelfExtend{.window = 200, .group = 7}},
-            PositionRegimes{regimes::DualChunk{.chunk_size = 140, .local_size = 10}}}) {
+      for (const PositionRegimes& r : {PositionRegimes{regimes::ReRope{.window = 130}},
+                                       PositionRegimes{regimes::SelfExtend{.window = 200, .group = 7}},
+                                       PositionRegimes{regimes::DualChunk{.chunk_size = 140, .local_size = 10}}}) {
         AttentionOptions o;
         o.regimes = r;
         o.logn_length = 130;  // every query at i + 1 ≤ 130: unscaled
@@ -297,8 +299,9 @@ TEST_P(Regimes, CacheDecodeAcrossBoundariesEqualsFusedAndOracle) {
         std::vector<float> out(std::size_t(prefill * 4 * 16));
         cache.append(rope, x.view(x.k, 2, 0, prefill), x.view(x.v, 2, 0, prefill),
                      positions(std::span<const std::int64_t>(x.pos.data(), std::size_t(prefill))));
-        attention(rope, x.view(x.q, 4, 0, prefill), positions(std::span<const std::int64_t>(x.pos.data(), std::size_t(prefill))),
-                  cache, bshd(out.data(), DType::F32, 1, prefill, 4, 16), o);
+        attention(rope, x.view(x.q, 4, 0, prefill),
+                  positions(std::span<const std::int64_t>(x.pos.data(), std::size_t(prefill))), cache,
+                  bshd(out.data(), DType::F32, 1, prefill, 4, 16), o);
         worst = std::max(worst, check_against_oracle(rope, x, method.rel, 1050, 0, prefill, prefill, out));
         // The fused call over the same tokens: same tiles, same bits.
         Data head = x;
@@ -331,16 +334,24 @@ TEST_P(Regimes, PagedCacheOfManySequencesEqualsFused) {
     for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
       SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(layout));
       const Rope rope(spec_of(Pairing::Half, 16, 16, true));
-      std::vector<Data> seqs = {make_data(90, 4, 2, 16, DType::BF16, 0, 31), make_data(70, 4, 2, 16, DType::BF16, 500, 41)};
-      PagedKvCache cache(rope, {.num_pages = 64, .page_size = 8, .kv_heads = 2, .dtype = CacheDType::BF16,
-                                .layout = layout, .max_sequences = 2, .regimes = method.regimes});
+      std::vector<Data> seqs = {make_data(90, 4, 2, 16, DType::BF16, 0, 31),
+                                make_data(70, 4, 2, 16, DType::BF16, 500, 41)};
+      PagedKvCache cache(rope, {.num_pages = 64,
+                                .page_size = 8,
+                                .kv_heads = 2,
+                                .dtype = CacheDType::BF16,
+                                .layout = layout,
+                                .max_sequences = 2,
+                                .regimes = method.regimes});
       for (std::int64_t t = 0; t < 90; ++t) {
         for (int s = 0; s < 2; ++s) {
           Data& x = seqs[std::size_t(s)];
           if (t >= x.n) continue;
           const std::vector<std::int32_t> seq_of = {s};
-          cache.append(rope, seq_of, {.k = x.view(x.k, 2, t, 1), .v = x.view(x.v, 2, t, 1),
-                                      .positions = positions(std::span<const std::int64_t>(x.pos.data() + t, 1))});
+          cache.append(rope, seq_of,
+                       {.k = x.view(x.k, 2, t, 1),
+                        .v = x.view(x.v, 2, t, 1),
+                        .positions = positions(std::span<const std::int64_t>(x.pos.data() + t, 1))});
         }
       }
       ASSERT_NE(cache.pages(0)[1], cache.pages(0)[0] + 1) << "the pages should interleave";
@@ -377,9 +388,11 @@ TEST_P(Regimes, PagedCacheOfManySequencesEqualsFused) {
       attention(rope, x.view(x.q, 4, 69, 1), positions(last), one, cache, bshd(got.data(), DType::F32, 1, 1, 4, 16));
       attention(rope, x.view(x.q, 4, 69, 1), positions(last), own, bshd(expect.data(), DType::F32, 1, 1, 4, 16));
       EXPECT_EQ(got, expect);
-      EXPECT_ERROR(cache.append(rope, one, {.q = x.view(x.q, 4, 0, 1), .k = x.view(x.k, 2, 0, 1),
-                                            .v = x.view(x.v, 2, 0, 1),
-                                            .positions = positions(std::span<const std::int64_t>(x.pos.data(), 1))}),
+      EXPECT_ERROR(cache.append(rope, one,
+                                {.q = x.view(x.q, 4, 0, 1),
+                                 .k = x.view(x.k, 2, 0, 1),
+                                 .v = x.view(x.v, 2, 0, 1),
+                                 .positions = positions(std::span<const std::int64_t>(x.pos.data(), 1))}),
                    "args.q is set", "per regime");
     }
   }
@@ -409,12 +422,14 @@ TEST_P(Regimes, ShiftAndEraseKeepTheRegimeSemantics) {
     shifted.v = take(x.v, row);
     for (std::int64_t s = 0; s < cache.size(); ++s) ASSERT_EQ(cache.position(s), shifted.pos[std::size_t(s)]);
     std::vector<float> out(std::size_t(90 * 2 * 16));
-    attention(rope, shifted.view(shifted.q, 2), positions(shifted.pos), cache, bshd(out.data(), DType::F32, 1, 90, 2, 16));
+    attention(rope, shifted.view(shifted.q, 2), positions(shifted.pos), cache,
+              bshd(out.data(), DType::F32, 1, 90, 2, 16));
     check_against_oracle(rope, shifted, method.rel, 0, 0, 90, 90, out, 7.5);  // append + one shift
     KvCache fresh(rope, {.capacity = 120, .kv_heads = 2, .regimes = method.regimes});
     fresh.append(rope, shifted.view(shifted.k, 2), shifted.view(shifted.v, 2), positions(shifted.pos));
     std::vector<float> want(out.size());
-    attention(rope, shifted.view(shifted.q, 2), positions(shifted.pos), fresh, bshd(want.data(), DType::F32, 1, 90, 2, 16));
+    attention(rope, shifted.view(shifted.q, 2), positions(shifted.pos), fresh,
+              bshd(want.data(), DType::F32, 1, 90, 2, 16));
     if (!std::holds_alternative<regimes::DualChunk>(method.regimes)) EXPECT_EQ(out, want);
   }
 }
@@ -466,11 +481,15 @@ TEST_P(Regimes, BadParametersAreNamed) {
   // regimes on a cache of rotated keys.
   EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 1, .regimes = regimes::ReRope{.window = -2}}),
                "KvCacheShape.regimes.window = -2");
-  EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 2, .page_size = 4, .kv_heads = 1, .max_sequences = 1,
+  EXPECT_ERROR(PagedKvCache(rope, {.num_pages = 2,
+                                   .page_size = 4,
+                                   .kv_heads = 1,
+                                   .max_sequences = 1,
                                    .regimes = regimes::ReRope{.window = -2}}),
                "PagedKvCacheShape.regimes.window = -2");
-  EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 1, .regimes = regimes::DualChunk{.chunk_size = 9, .local_size = 1}}),
-               "KvCacheShape.regimes.chunk_size = 9", "capacity 8");
+  EXPECT_ERROR(
+      KvCache(rope, {.capacity = 8, .kv_heads = 1, .regimes = regimes::DualChunk{.chunk_size = 9, .local_size = 1}}),
+      "KvCacheShape.regimes.chunk_size = 9", "capacity 8");
   KvCache plain(rope, {.capacity = 8, .kv_heads = 1});
   plain.append(rope, x.view(x.k, 1), x.view(x.v, 1), positions(x.pos));
   std::vector<float> out(8 * 2 * 16);

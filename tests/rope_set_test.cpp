@@ -25,8 +25,10 @@ Spec long_rope() {
     short_factor[i] = 1.0 + 0.05 * i;
     long_factor[i] = 1.0 + 1.5 * i;
   }
-  return spec_with(scaling::LongRope{.short_factor = short_factor, .long_factor = long_factor,
-                                     .original_max_position_embeddings = 512, .factor = 8.0});
+  return spec_with(scaling::LongRope{.short_factor = short_factor,
+                                     .long_factor = long_factor,
+                                     .original_max_position_embeddings = 512,
+                                     .factor = 8.0});
 }
 
 void expect_same_plan(const Plan& a, const Plan& b) {
@@ -92,11 +94,11 @@ TEST(RopeSet, DropsTheLeastRecentlyUsedButHeldRopesStayValid) {
   const RopeSet ropes(spec, AngleMode::Accurate, {.max_ropes = 2});
   const auto a = ropes.at(300);
   const auto b = ropes.at(400);
-  ropes.at(300);                  // b is now the least recently used
-  const auto c = ropes.at(500);   // drops b
+  ropes.at(300);                 // b is now the least recently used
+  const auto c = ropes.at(500);  // drops b
   EXPECT_EQ(ropes.size(), 2u);
   EXPECT_EQ(ropes.at(300), a);
-  EXPECT_NE(ropes.at(400), b);    // rebuilt: another object with the same plan
+  EXPECT_NE(ropes.at(400), b);  // rebuilt: another object with the same plan
   expect_same_plan(ropes.at(400)->plan(), b->plan());
   // The dropped Rope still rotates.
   std::vector<float> q(64, 1.0f);
@@ -128,10 +130,11 @@ TEST(RopeSet, ConcurrentSequencesAtDifferentLengths) {
         std::vector<std::int64_t> pos(kTokens);
         for (int i = 0; i < kTokens; ++i) pos[i] = length - kTokens + i;
         std::vector<float> got = input, want = input;
-        ropes.at(length)->apply({.q = bshd(got.data(), DType::F32, 1, kTokens, kHeads, 64),
-                                 .positions = positions(pos), .threads = 1});
+        ropes.at(length)->apply(
+            {.q = bshd(got.data(), DType::F32, 1, kTokens, kHeads, 64), .positions = positions(pos), .threads = 1});
         Rope(spec, AngleMode::Accurate, length)
-            .apply({.q = bshd(want.data(), DType::F32, 1, kTokens, kHeads, 64), .positions = positions(pos),
+            .apply({.q = bshd(want.data(), DType::F32, 1, kTokens, kHeads, 64),
+                    .positions = positions(pos),
                     .threads = 1});
         if (got != want) ++mismatches[t];
       }

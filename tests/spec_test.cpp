@@ -24,7 +24,10 @@ TEST(PairMap, InterleavedPairsNeighbours) {
 }
 
 TEST(PairMap, MropeSectionedAndInterleavedStreams) {
-  Spec s{.head_dim = 24, .rotary_dim = 24, .base = 1e4, .pairing = Pairing::Half,
+  Spec s{.head_dim = 24,
+         .rotary_dim = 24,
+         .base = 1e4,
+         .pairing = Pairing::Half,
          .mrope = MRope{{4, 4, 4}, MRopeLayout::Sectioned}};
   EXPECT_EQ(make_pair_map(s).axis, (std::vector<std::uint8_t>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}));
   EXPECT_EQ(make_pair_map(s).num_axes, 3);
@@ -48,8 +51,8 @@ TEST(Dtype, Bf16RoundsToNearestEven) {
 TEST(Dtype, F16ConversionsAreIeee) {
   EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(float_to_f16(-2.5f), 0xc100);
-  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);  // rounds to infinity
-  EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7c00);                      // rounds to infinity
+  EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.0f, -24));         // smallest subnormal
   EXPECT_EQ(float_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
   EXPECT_EQ(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
 }

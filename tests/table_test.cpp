@@ -14,9 +14,7 @@ namespace {
 
 using namespace ropekit;
 
-Spec spec_for(double base, int d) {
-  return {.head_dim = d, .rotary_dim = d, .base = base, .pairing = Pairing::Half};
-}
+Spec spec_for(double base, int d) { return {.head_dim = d, .rotary_dim = d, .base = base, .pairing = Pairing::Half}; }
 
 // Max |table − oracle| over all pairs at the given positions, and whether every value is the
 // correctly rounded float32 of the true cos/sin (to within 1e-15 of a rounding boundary).
@@ -34,8 +32,7 @@ Accuracy measure(const Plan& plan, const std::vector<std::int64_t>& at) {
     std::vector<float> x(plan.inv_freq.size() * 2, 0.0f);
     for (std::size_t j = 0; j < plan.inv_freq.size(); ++j) x[j] = 1.0f;  // lanes a = 1, b = 0
     const std::int64_t pos[] = {p};
-    rope.apply({.q = bshd(x.data(), DType::F32, 1, 1, 1, std::int64_t(x.size())),
-                .positions = positions(pos)});
+    rope.apply({.q = bshd(x.data(), DType::F32, 1, 1, 1, std::int64_t(x.size())), .positions = positions(pos)});
     for (std::size_t j = 0; j < plan.inv_freq.size(); ++j) {
       double c, s;
       oracle::cos_sin(p, plan.inv_freq[j], &c, &s);
@@ -53,17 +50,16 @@ Accuracy measure(const Plan& plan, const std::vector<std::int64_t>& at) {
 }
 
 TEST(TableAccurate, ErrorBelowOneMillionthUpTo2Pow31AllBases) {
-  const std::vector<std::int64_t> positions = {0,       1,         2,         (1 << 15) - 1,
-                                               (1 << 17) - 1, 1 << 18, 1 << 20, (1 << 21) + 7,
-                                               1000000, 10000000,  123456789, 1000000000,
-                                               2147483647};
+  const std::vector<std::int64_t> positions = {
+      0,       1,        2,         (1 << 15) - 1, (1 << 17) - 1, 1 << 18, 1 << 20, (1 << 21) + 7,
+      1000000, 10000000, 123456789, 1000000000,    2147483647};
   for (double base : {1e4, 5e5, 1e6, 1e7}) {
     for (int d : {64, 128}) {
       const Accuracy acc = measure(make_plan(spec_for(base, d)), positions);
       EXPECT_LE(acc.max_error, 1e-6) << "base " << base << " d " << d;
       EXPECT_TRUE(acc.correctly_rounded) << "base " << base << " d " << d;
-      std::printf("base %-8g d %-3d max |error| %.3g (correctly rounded: %s)\n", base, d,
-                  acc.max_error, acc.correctly_rounded ? "yes" : "no");
+      std::printf("base %-8g d %-3d max |error| %.3g (correctly rounded: %s)\n", base, d, acc.max_error,
+                  acc.correctly_rounded ? "yes" : "no");
     }
   }
 }

@@ -124,8 +124,15 @@ TEST_P(Rotation, NonTemporalStoresGiveTheSameBits) {
                            "half32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned"}) {
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       for (cases::Layout layout : {cases::Layout::Bshd, cases::Layout::Strided}) {
-        const Case c{.op = Op::Rotate, .spec = spec, .dtype = dt, .layout = layout, .seq = 9, .q_heads = 4,
-                     .k_heads = 2, .threads = 2, .in_place = false};
+        const Case c{.op = Op::Rotate,
+                     .spec = spec,
+                     .dtype = dt,
+                     .layout = layout,
+                     .seq = 9,
+                     .q_heads = 4,
+                     .k_heads = 2,
+                     .threads = 2,
+                     .in_place = false};
         SCOPED_TRACE(c.name());
         Workload got(c, 3), want(c, 3);
         ASSERT_TRUE(got.prepare().job().stream_stores);
@@ -166,8 +173,15 @@ TEST_P(Rotation, EveryBf16AndFp16BitPatternMatchesTheReference) {
 
 // A RotateCall's rows can be split anyhow — this is what an engine's thread pool does.
 TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
-  const Case c{.op = Op::Rotate, .spec = "interleaved96", .dtype = DType::BF16, .layout = cases::Layout::Strided,
-               .batch = 2, .seq = 7, .q_heads = 5, .k_heads = 3, .in_place = false};
+  const Case c{.op = Op::Rotate,
+               .spec = "interleaved96",
+               .dtype = DType::BF16,
+               .layout = cases::Layout::Strided,
+               .batch = 2,
+               .seq = 7,
+               .q_heads = 5,
+               .k_heads = 3,
+               .in_place = false};
   Workload got(c, 11), want(c, 11);
   const RotateCall reference = want.prepare();
   detail::rotate_rows_reference(reference.job(), 0, reference.rows());
@@ -194,8 +208,8 @@ TEST_P(Angles, EveryTargetsRowsEqualTheScalarRows) {
   for (std::int64_t p = 0; p < 600; ++p) at.push_back(p);
   std::uniform_int_distribution<std::int64_t> below_2_31(0, (std::int64_t{1} << 31) - 1);
   for (int i = 0; i < 400; ++i) at.push_back(below_2_31(rng));
-  for (std::int64_t p : {std::int64_t{1} << 31, (std::int64_t{1} << 31) - 1, std::int64_t{1} << 40,
-                         kPositionLimit - 1}) {
+  for (std::int64_t p :
+       {std::int64_t{1} << 31, (std::int64_t{1} << 31) - 1, std::int64_t{1} << 40, kPositionLimit - 1}) {
     at.push_back(p);
   }
   std::vector<std::vector<double>> plans;
@@ -204,7 +218,10 @@ TEST_P(Angles, EveryTargetsRowsEqualTheScalarRows) {
       plans.push_back(make_plan({.head_dim = d, .rotary_dim = d, .base = base, .pairing = Pairing::Half}).inv_freq);
     }
   }
-  plans.push_back(make_plan({.head_dim = 128, .rotary_dim = 128, .base = 5e5, .pairing = Pairing::Half,
+  plans.push_back(make_plan({.head_dim = 128,
+                             .rotary_dim = 128,
+                             .base = 5e5,
+                             .pairing = Pairing::Half,
                              .scaling = scaling::Yarn{.factor = 8.0, .original_max_position_embeddings = 4096}})
                       .inv_freq);
   int compared = 0;
@@ -217,12 +234,16 @@ TEST_P(Angles, EveryTargetsRowsEqualTheScalarRows) {
     for (std::size_t i = 0; i < at.size(); ++i) cpu::angle_rows(angles, at[i], 1, &got_cos[i * n], &got_sin[i * n]);
     for (std::size_t i = 0; i < at.size(); ++i) {
       angles.row(at[i], want_cos.data(), want_sin.data());
-      ASSERT_EQ(std::memcmp(want_cos.data(), &got_cos[i * n], n * sizeof(float)), 0) << "cos, " << n << " pairs, p " << at[i];
-      ASSERT_EQ(std::memcmp(want_sin.data(), &got_sin[i * n], n * sizeof(float)), 0) << "sin, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_cos.data(), &got_cos[i * n], n * sizeof(float)), 0)
+          << "cos, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_sin.data(), &got_sin[i * n], n * sizeof(float)), 0)
+          << "sin, " << n << " pairs, p " << at[i];
       angles.exact_row(at[i], want_cos64.data(), want_sin64.data());
       cpu::exact_angle_rows(angles, at[i], 1, got_cos64.data(), got_sin64.data());
-      ASSERT_EQ(std::memcmp(want_cos64.data(), got_cos64.data(), n * sizeof(double)), 0) << "cos, " << n << " pairs, p " << at[i];
-      ASSERT_EQ(std::memcmp(want_sin64.data(), got_sin64.data(), n * sizeof(double)), 0) << "sin, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_cos64.data(), got_cos64.data(), n * sizeof(double)), 0)
+          << "cos, " << n << " pairs, p " << at[i];
+      ASSERT_EQ(std::memcmp(want_sin64.data(), got_sin64.data(), n * sizeof(double)), 0)
+          << "sin, " << n << " pairs, p " << at[i];
       ++compared;
     }
   }
@@ -308,19 +329,26 @@ TEST_P(Attention, EveryCaseEqualsApplyThenAttentionAndTheOracle) {
 
     // The double oracle on the rotated values as stored.
     const int d = c.head_dim(), dv = c.value_dim();
-    const attn_oracle::Shape shape{.batch = c.batch, .q_seq = c.seq, .k_seq = c.k_seq, .q_heads = c.q_heads,
-                                   .kv_heads = c.k_heads, .d = d, .dv = dv};
+    const attn_oracle::Shape shape{.batch = c.batch,
+                                   .q_seq = c.seq,
+                                   .k_seq = c.k_seq,
+                                   .q_heads = c.q_heads,
+                                   .kv_heads = c.k_heads,
+                                   .d = d,
+                                   .dv = dv};
     const Heads& stored_keys = c.op == Op::CacheAttention ? w.cache->keys() : w.k_rot.view;
     const std::vector<float> qf = floats(w.q_rot.view, d), kf = floats(stored_keys, d), vf = floats(w.v.view, dv),
                              got = floats(w.out.view, dv);
     const double scale = float(1.0 / std::sqrt(double(d)) * w.rope().plan().softmax_scale_mult);
-    const attn_oracle::Result want = attn_oracle::softmax_attention(
-        qf, kf, vf, shape, w.q_positions, w.k_positions, scale, c.causal, c.window, oracle_bias(c, w.attention_options()));
+    const attn_oracle::Result want =
+        attn_oracle::softmax_attention(qf, kf, vf, shape, w.q_positions, w.k_positions, scale, c.causal, c.window,
+                                       oracle_bias(c, w.attention_options()));
     double max_v = 0.0;
     for (float e : vf) max_v = std::max(max_v, double(std::fabs(e)));
     for (std::size_t i = 0; i < got.size(); ++i) {
       const double base = 1e-6 * (1.0 + want.logit_range[i / dv]) * max_v;  // the contract in attention.hpp
-      const double bound = base + output_rounding(c.out_dtype) * (std::fabs(want.out[i]) + base) + output_floor(c.out_dtype);
+      const double bound =
+          base + output_rounding(c.out_dtype) * (std::fabs(want.out[i]) + base) + output_floor(c.out_dtype);
       const double err = std::fabs(got[i] - want.out[i]);
       worst_ratio = std::max(worst_ratio, err / bound);
       if (err > bound) {
@@ -348,9 +376,8 @@ TEST(Targets, AreListedBestFirstAndTheBestIsChosen) {
 // AVX-512 target's twin.
 TEST(Targets, TheNativeBf16TargetIsListedWhereTheCpuHasTheExtension) {
   const std::vector<std::string> targets = simd_targets();
-  const auto avx512 = std::find_if(targets.begin(), targets.end(), [](const std::string& t) {
-    return t == "AVX3" || t == "AVX3_DL";
-  });
+  const auto avx512 =
+      std::find_if(targets.begin(), targets.end(), [](const std::string& t) { return t == "AVX3" || t == "AVX3_DL"; });
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   const bool has_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;

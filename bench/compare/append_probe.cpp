@@ -50,12 +50,21 @@ int main() {
   std::fill(v, v + kv * d, std::uint16_t{0x3f00});
   auto* kc = aligned<std::byte>(pages * page_size * kv * d * 2);
   auto* vc = aligned<std::byte>(pages * page_size * kv * d * 2);
-  const PagedCache cache{.k = kc, .v = vc, .dtype = CacheDType::BF16, .num_pages = pages, .page_size = page_size,
-                         .kv_heads = kv, .head_dim = d, .v_head_dim = d};
+  const PagedCache cache{.k = kc,
+                         .v = vc,
+                         .dtype = CacheDType::BF16,
+                         .num_pages = pages,
+                         .page_size = page_size,
+                         .kv_heads = kv,
+                         .head_dim = d,
+                         .v_head_dim = d};
   const std::vector<std::int64_t> pos = {4000}, slots = {37};
-  const AppendArgs args{.q = bshd(q, DType::BF16, 1, 1, q_heads, d), .k = bshd(k, DType::BF16, 1, 1, kv, d),
-                        .v = bshd(v, DType::BF16, 1, 1, kv, d), .positions = positions(pos),
-                        .slots = slot_mapping(slots), .threads = 1};
+  const AppendArgs args{.q = bshd(q, DType::BF16, 1, 1, q_heads, d),
+                        .k = bshd(k, DType::BF16, 1, 1, kv, d),
+                        .v = bshd(v, DType::BF16, 1, 1, kv, d),
+                        .positions = positions(pos),
+                        .slots = slot_mapping(slots),
+                        .threads = 1};
   const RotateArgs rotate{.q = args.q, .k = args.k, .positions = args.positions, .threads = 1};
   rope.table(8192);  // as after a prefill
   const auto keep = [](const auto& call) { asm volatile("" : : "r"(&call) : "memory"); };

@@ -75,7 +75,12 @@ void decode(std::int64_t n) {
   plain.k_positions = cache.positions();
   plain.head_dim = d;
   const double fused = seconds_per_call([&] { attention(rope, qv, positions(qp), cache, ov); }, 0.05);
-  const double unfused = seconds_per_call([&] { rope.apply(rotate); attention(plain); }, 0.05);
+  const double unfused = seconds_per_call(
+      [&] {
+        rope.apply(rotate);
+        attention(plain);
+      },
+      0.05);
   std::printf("decode %lld %.1f %.1f\n", static_cast<long long>(n), fused * 1e6, unfused * 1e6);
 }
 

@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
   const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 5e5, .pairing = Pairing::Half});
   std::vector<float> q(32 * 128, 0.5f), k(8 * 128, 0.25f);  // large enough for either storage type
   const std::vector<std::int64_t> pos = {4095};
-  const RotateArgs args{.q = bshd(q.data(), dtype, 1, 1, 32, 128), .k = bshd(k.data(), dtype, 1, 1, 8, 128),
-                        .positions = positions(pos), .threads = 1};
+  const RotateArgs args{.q = bshd(q.data(), dtype, 1, 1, 32, 128),
+                        .k = bshd(k.data(), dtype, 1, 1, 8, 128),
+                        .positions = positions(pos),
+                        .threads = 1};
   if (const char* target = std::getenv("PROBE_TARGET")) set_simd_target(target);
   rope.table(4096);  // as after a prefill: decode reads the table
   rope.apply(args);

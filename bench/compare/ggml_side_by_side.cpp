@@ -38,7 +38,9 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   constexpr int kDim = 128, kHeads = 32, kTokens = 512, kRounds = 9, kCalls = 20;
-  std::printf("| dtype | pairing (ggml mode) | | ropekit µs | ggml µs | memcpy µs | ropekit / ggml | ropekit of memcpy | ggml of memcpy |\n");
+  std::printf(
+      "| dtype | pairing (ggml mode) | | ropekit µs | ggml µs | memcpy µs | ropekit / ggml | ropekit of memcpy | ggml "
+      "of memcpy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const ggml_type type : {GGML_TYPE_F32, GGML_TYPE_F16}) {
     for (const int mode : {GGML_ROPE_TYPE_NEOX, 0}) {
@@ -54,12 +56,15 @@ int main(int argc, char** argv) {
         for (int t = 0; t < kTokens; ++t) positions[t] = static_cast<int32_t*>(pos->data)[t] = t;
         for (std::size_t i = 0; i < bytes / element; ++i) {
           const float v = float((i * 2654435761u) % 1000) / 500.0f - 1.0f;
-          if (type == GGML_TYPE_F32) static_cast<float*>(x->data)[i] = v;
-          else static_cast<ggml_fp16_t*>(x->data)[i] = ggml_fp32_to_fp16(v);
+          if (type == GGML_TYPE_F32)
+            static_cast<float*>(x->data)[i] = v;
+          else
+            static_cast<ggml_fp16_t*>(x->data)[i] = ggml_fp32_to_fp16(v);
         }
-        ggml_tensor* y = in_place
-                             ? ggml_rope_ext_inplace(ctx, x, pos, nullptr, kDim, mode, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f)
-                             : ggml_rope_ext(ctx, x, pos, nullptr, kDim, mode, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
+        ggml_tensor* y =
+            in_place
+                ? ggml_rope_ext_inplace(ctx, x, pos, nullptr, kDim, mode, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f)
+                : ggml_rope_ext(ctx, x, pos, nullptr, kDim, mode, 0, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f);
         ggml_cgraph* graph = ggml_new_graph(ctx);
         ggml_build_forward_expand(graph, y);
         ggml_cplan plan = ggml_graph_plan(graph, threads, nullptr);
@@ -67,12 +72,16 @@ int main(int argc, char** argv) {
         plan.work_data = work.data();
 
         const ropekit::DType dtype = type == GGML_TYPE_F32 ? ropekit::DType::F32 : ropekit::DType::F16;
-        const ropekit::Rope rope(ropekit::Spec{.head_dim = kDim, .rotary_dim = kDim, .base = 10000.0,
-                                               .pairing = mode == 0 ? ropekit::Pairing::Interleaved : ropekit::Pairing::Half});
+        const ropekit::Rope rope(
+            ropekit::Spec{.head_dim = kDim,
+                          .rotary_dim = kDim,
+                          .base = 10000.0,
+                          .pairing = mode == 0 ? ropekit::Pairing::Interleaved : ropekit::Pairing::Half});
         std::vector<std::byte> q(bytes), q_out(bytes), src(bytes), dst(bytes);
         std::memcpy(q.data(), x->data, bytes);
         ropekit::RotateArgs args{.q = ropekit::bshd(q.data(), dtype, 1, kTokens, kHeads, kDim),
-                                 .positions = ropekit::positions(positions), .threads = threads};
+                                 .positions = ropekit::positions(positions),
+                                 .threads = threads};
         if (!in_place) args.q_out = ropekit::bshd(q_out.data(), dtype, 1, kTokens, kHeads, kDim);
 
         // The same rotation? ggml forms its angles in float32, ropekit in double: they agree to ~1e-4 at
@@ -107,9 +116,9 @@ int main(int argc, char** argv) {
               kCalls));
         }
         const double r = median(t_ropekit), g = median(t_ggml), m = median(t_memcpy);
-        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f× | %.2f | %.2f |\n", type == GGML_TYPE_F32 ? "fp32" : "fp16",
-                    mode == 0 ? "interleaved (NORMAL)" : "half (NEOX)", in_place ? "in place" : "out of place", r, g, m,
-                    g / r, m / r, m / g);
+        std::printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f× | %.2f | %.2f |\n",
+                    type == GGML_TYPE_F32 ? "fp32" : "fp16", mode == 0 ? "interleaved (NORMAL)" : "half (NEOX)",
+                    in_place ? "in place" : "out of place", r, g, m, g / r, m / r, m / g);
         ggml_free(ctx);
       }
     }

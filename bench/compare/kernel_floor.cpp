@@ -50,8 +50,8 @@ double ns_per_cycle() {
   return ns_per_call(
              [] {
                for (long i = 0; i < 1000; ++i) {
-                 asm volatile("add $1, %%rax\n add $1, %%rbx\n add $1, %%rcx\n add $1, %%rdx" ::: "rax", "rbx", "rcx",
-                              "rdx");
+                 asm volatile("add $1, %%rax\n add $1, %%rbx\n add $1, %%rcx\n add $1, %%rdx" ::
+                                  : "rax", "rbx", "rcx", "rdx");
                }
              },
              n / 1000 / 15) /
@@ -67,11 +67,12 @@ double ns_per_cycle() {
 #define SHIFT(n) "vpslld $16, %%zmm20, %%zmm" #n "\n"
 #define TO_F16(n) "vcvtps2ph $0, %%zmm20, %%ymm" #n "\n"
 #define FROM_F16(n) "vcvtph2ps %%ymm20, %%zmm" #n "\n"
-#define CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
-#define THROUGHPUT(name, body)                                                             \
-  __attribute__((target("avx512f,avx512bw,avx512bf16"))) void name##_loop() {              \
-    for (int i = 0; i < 100; ++i) asm volatile(EIGHT(body) ::: CLOBBERS);                    \
-  }                                                                                         \
+#define CLOBBERS \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#define THROUGHPUT(name, body)                                                \
+  __attribute__((target("avx512f,avx512bw,avx512bf16"))) void name##_loop() { \
+    for (int i = 0; i < 100; ++i) asm volatile(EIGHT(body)::: CLOBBERS);      \
+  }                                                                           \
   double name() { return ns_per_call(name##_loop, 20000) / 800.0; }
 THROUGHPUT(fma_ns, FMA)
 THROUGHPUT(cvt_ns, CVT)
@@ -124,7 +125,7 @@ __attribute__((target("avx512f,avx512bf16"))) __m512i pack_bf16(__m512 even, __m
 // AND (odds), narrow together with vcvtne2ps2bf16; kTest: the ±0 test, kInterleave: vpermw to value order.
 template <bool kTest, bool kInterleave>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate_bf16(const std::uint16_t* in,
-                                                                                        std::uint16_t* out) {
+                                                                                      std::uint16_t* out) {
   alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                                            21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                            11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -141,8 +142,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate
     std::uint16_t* w = out + h * kDim;
     for (int j = 0; j < 2; ++j) {
       const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + 64 + 32 * j);
-      const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)), ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
-      const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)), bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
+      const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
+                   ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
+      const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
+                   bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
       __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
                              _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
       __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
@@ -200,19 +203,25 @@ int main() {
   const auto table = rope.table(4096);
   const auto call_for = [&](void* in, void* out, DType dtype) {
     const auto k_of = [&](void* p) { return static_cast<std::byte*>(p) + 32 * kDim * element_size(dtype); };
-    return rope.prepare({.q = bshd(in, dtype, 1, 1, 32, kDim), .k = bshd(k_of(in), dtype, 1, 1, 8, kDim),
-                         .q_out = bshd(out, dtype, 1, 1, 32, kDim), .k_out = bshd(k_of(out), dtype, 1, 1, 8, kDim),
-                         .positions = positions(pos), .threads = 1},
+    return rope.prepare({.q = bshd(in, dtype, 1, 1, 32, kDim),
+                         .k = bshd(k_of(in), dtype, 1, 1, 8, kDim),
+                         .q_out = bshd(out, dtype, 1, 1, 32, kDim),
+                         .k_out = bshd(k_of(out), dtype, 1, 1, 8, kDim),
+                         .positions = positions(pos),
+                         .threads = 1},
                         table);
   };
 
   std::puts("| decode, 40 heads × 128, out of place, L1 | µs | cycles per head | memcpy / this |\n|---|---|---|---|");
-  const double copy_f32 = ns_per_call([] { std::memcpy(g_copy, g_f32, sizeof g_f32); asm volatile("" ::: "memory"); });
+  const double copy_f32 = ns_per_call([] {
+    std::memcpy(g_copy, g_f32, sizeof g_f32);
+    asm volatile("" ::: "memory");
+  });
   row("memcpy of the fp32 rows", copy_f32, copy_f32, cycle);
   row("fp32 by hand: rotation (2 mul + 2 fma per vector pair)",
       ns_per_call([] { rotate_f32<FloatWork::Rotation>(g_f32, g_copy); }), copy_f32, cycle);
-  row("fp32 by hand: 2 fma per vector pair", ns_per_call([] { rotate_f32<FloatWork::FmaOnly>(g_f32, g_copy); }), copy_f32,
-      cycle);
+  row("fp32 by hand: 2 fma per vector pair", ns_per_call([] { rotate_f32<FloatWork::FmaOnly>(g_f32, g_copy); }),
+      copy_f32, cycle);
   row("fp32 by hand: no arithmetic (a swap)", ns_per_call([] { rotate_f32<FloatWork::None>(g_f32, g_copy); }), copy_f32,
       cycle);
   const RotateCall f32_call = call_for(g_f32, g_copy, DType::F32);
@@ -226,13 +235,19 @@ int main() {
       }),
       copy_f32, cycle);
   if (bf16) {
-    const double copy_bf16 =
-        ns_per_call([] { std::memcpy(g_bf16_out, g_bf16, sizeof g_bf16); asm volatile("" ::: "memory"); });
+    const double copy_bf16 = ns_per_call([] {
+      std::memcpy(g_bf16_out, g_bf16, sizeof g_bf16);
+      asm volatile("" ::: "memory");
+    });
     row("memcpy of the bf16 rows", copy_bf16, copy_bf16, cycle);
-    row("bf16 by hand: even/odd, ±0 test, interleave", ns_per_call([] { rotate_bf16<true, true>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
-    row("bf16 by hand: without the ±0 test", ns_per_call([] { rotate_bf16<false, true>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
-    row("bf16 by hand: without the interleave", ns_per_call([] { rotate_bf16<true, false>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
-    row("bf16 by hand: without either", ns_per_call([] { rotate_bf16<false, false>(g_bf16, g_bf16_out); }), copy_bf16, cycle);
+    row("bf16 by hand: even/odd, ±0 test, interleave", ns_per_call([] { rotate_bf16<true, true>(g_bf16, g_bf16_out); }),
+        copy_bf16, cycle);
+    row("bf16 by hand: without the ±0 test", ns_per_call([] { rotate_bf16<false, true>(g_bf16, g_bf16_out); }),
+        copy_bf16, cycle);
+    row("bf16 by hand: without the interleave", ns_per_call([] { rotate_bf16<true, false>(g_bf16, g_bf16_out); }),
+        copy_bf16, cycle);
+    row("bf16 by hand: without either", ns_per_call([] { rotate_bf16<false, false>(g_bf16, g_bf16_out); }), copy_bf16,
+        cycle);
     const RotateCall bf16_call = call_for(g_bf16, g_bf16_out, DType::BF16);
     row("bf16 ropekit RotateCall::run", ns_per_call([&] { bf16_call.run(0, bf16_call.rows()); }), copy_bf16, cycle);
     row("bf16 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_bf16, g_bf16_out, DType::BF16).run(); }),
@@ -243,7 +258,8 @@ int main() {
           bf16_step.run();
         }),
         copy_bf16, cycle);
-    if (g_flagged != 0) std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
+    if (g_flagged != 0)
+      std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
   }
   return 0;
 }

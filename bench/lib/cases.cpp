@@ -17,7 +17,11 @@ namespace {
 
 Spec make_spec(int head_dim, int rotary_dim, double base, Pairing pairing, Scaling scaling = scaling::None{},
                std::optional<MRope> mrope = std::nullopt) {
-  return {.head_dim = head_dim, .rotary_dim = rotary_dim, .base = base, .pairing = pairing, .scaling = std::move(scaling),
+  return {.head_dim = head_dim,
+          .rotary_dim = rotary_dim,
+          .base = base,
+          .pairing = pairing,
+          .scaling = std::move(scaling),
           .mrope = std::move(mrope)};
 }
 
@@ -25,8 +29,8 @@ const std::map<std::string, Spec, std::less<>>& spec_table() {
   static const std::map<std::string, Spec, std::less<>> table = [] {
     constexpr Pairing H = Pairing::Half, I = Pairing::Interleaved;
     const auto yarn = scaling::Yarn{.factor = 8, .original_max_position_embeddings = 4096};
-    const auto deepseek = scaling::Yarn{.factor = 40.0, .original_max_position_embeddings = 4096, .mscale = 1.0,
-                                        .mscale_all_dim = 0.707};
+    const auto deepseek =
+        scaling::Yarn{.factor = 40.0, .original_max_position_embeddings = 4096, .mscale = 1.0, .mscale_all_dim = 0.707};
     return std::map<std::string, Spec, std::less<>>{
         {"half128", make_spec(128, 128, 1e4, H)},
         {"interleaved128", make_spec(128, 128, 1e4, I)},
@@ -47,7 +51,8 @@ const std::map<std::string, Spec, std::less<>>& spec_table() {
         {"deepseek64", make_spec(64, 64, 1e4, I, deepseek)},
         {"deepseek96", make_spec(96, 96, 1e4, I, deepseek)},
         {"mrope_sectioned", make_spec(128, 128, 1e6, H, scaling::None{}, MRope{{16, 24, 24}, MRopeLayout::Sectioned})},
-        {"mrope_interleaved", make_spec(128, 128, 5e6, H, scaling::None{}, MRope{{24, 20, 20}, MRopeLayout::Interleaved})},
+        {"mrope_interleaved",
+         make_spec(128, 128, 5e6, H, scaling::None{}, MRope{{24, 20, 20}, MRopeLayout::Interleaved})},
     };
   }();
   return table;
@@ -92,9 +97,18 @@ void store(DType dt, std::byte* p, float v) {
 // and values on bf16/fp16 rounding ties.
 void fill(Tensor& t, std::mt19937& rng, bool specials) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                           std::numeric_limits<float>::quiet_NaN(), 1e-40f, -3e-39f, 6.0e4f, 3e38f,
-                           1.0f + 1.0f / 256, 1.0f + 3.0f / 2048, 65519.0f};
+  const float special[] = {0.0f,
+                           -0.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           1e-40f,
+                           -3e-39f,
+                           6.0e4f,
+                           3e38f,
+                           1.0f + 1.0f / 256,
+                           1.0f + 3.0f / 2048,
+                           65519.0f};
   const std::size_t es = std::size_t(element_size(t.dtype));
   for (std::size_t i = 0; i + es <= t.size; i += es) {
     const float v = specials && rng() % 23 == 0 ? special[rng() % std::size(special)] : normal(rng);
@@ -115,12 +129,8 @@ Tensor make_tensor(DType dt, Layout layout, std::int64_t batch, std::int64_t seq
   v.heads = heads;
   switch (layout) {
     case Layout::Bshd:
-    case Layout::BshdOff16:
-      v.head_stride = dim, v.seq_stride = heads * dim, v.batch_stride = seq * heads * dim;
-      break;
-    case Layout::Bhsd:
-      v.seq_stride = dim, v.head_stride = seq * dim, v.batch_stride = heads * seq * dim;
-      break;
+    case Layout::BshdOff16: v.head_stride = dim, v.seq_stride = heads * dim, v.batch_stride = seq * heads * dim; break;
+    case Layout::Bhsd: v.seq_stride = dim, v.head_stride = seq * dim, v.batch_stride = heads * seq * dim; break;
     case Layout::Strided: {
       const std::int64_t gap = 3;
       v.head_stride = dim + gap;
@@ -130,7 +140,7 @@ Tensor make_tensor(DType dt, Layout layout, std::int64_t batch, std::int64_t seq
     }
   }
   const std::int64_t es = element_size(dt);
-  const std::int64_t guard_before = layout == Layout::Strided    ? 16 + misalign
+  const std::int64_t guard_before = layout == Layout::Strided     ? 16 + misalign
                                     : layout == Layout::BshdOff16 ? 16 / element_size(dt)
                                                                   : 0;
   const std::int64_t elements = guard_before + batch * v.batch_stride + 64;
@@ -187,12 +197,12 @@ std::string Case::name() const {
 
 int Case::head_dim() const { return cases::spec(spec).head_dim; }
 
-
 std::int64_t Case::bytes() const { return 2 * batch * seq * (q_heads + k_heads) * head_dim() * element_size(dtype); }
 
 bool matches(const Case& c, const std::vector<std::string>& filters) {
   const std::string name = c.name();
-  return std::all_of(filters.begin(), filters.end(), [&](const std::string& f) { return name.find(f) != std::string::npos; });
+  return std::all_of(filters.begin(), filters.end(),
+                     [&](const std::string& f) { return name.find(f) != std::string::npos; });
 }
 
 std::vector<Case> eval_cases() {
@@ -200,15 +210,24 @@ std::vector<Case> eval_cases() {
   // Rotation: every kernel shape (odd tails, partial rotary, M-RoPE, a magnitude ≠ 1) × dtype ×
   // direction × in/out of place × table/on-the-fly, strided and misaligned, 1–3 threads.
   int n = 0;
-  for (const char* s : {"half128", "interleaved128", "half72", "interleaved72", "half80", "interleaved96", "half96",
-                        "half32of128", "interleaved32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned",
-                        "mrope_interleaved"}) {
+  for (const char* s :
+       {"half128", "interleaved128", "half72", "interleaved72", "half80", "interleaved96", "half96", "half32of128",
+        "interleaved32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned", "mrope_interleaved"}) {
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       for (Direction dir : {Direction::Forward, Direction::Inverse, Direction::Backward}) {
         for (int variant = 0; variant < 4; ++variant) {
-          Case c{.op = Op::Rotate, .spec = s, .dtype = dt, .layout = Layout::Strided,
-                 .positions = variant & 2 ? PositionKind::Huge : PositionKind::Scattered, .batch = 2, .seq = 3,
-                 .q_heads = 4, .k_heads = 2, .threads = 1 + n++ % 3, .in_place = !(variant & 1), .direction = dir,
+          Case c{.op = Op::Rotate,
+                 .spec = s,
+                 .dtype = dt,
+                 .layout = Layout::Strided,
+                 .positions = variant & 2 ? PositionKind::Huge : PositionKind::Scattered,
+                 .batch = 2,
+                 .seq = 3,
+                 .q_heads = 4,
+                 .k_heads = 2,
+                 .threads = 1 + n++ % 3,
+                 .in_place = !(variant & 1),
+                 .direction = dir,
                  .angles = variant & 2 ? Angles::OnTheFly : Angles::Table};
           out.push_back(c);
         }
@@ -219,20 +238,33 @@ std::vector<Case> eval_cases() {
   for (const char* s : {"half128", "interleaved128"}) {
     for (DType dt : {DType::F32, DType::BF16}) {
       for (int threads : {1, 2, 3, 4, 7}) {
-        out.push_back({.op = Op::Rotate, .spec = s, .dtype = dt, .layout = Layout::Bshd, .seq = 97, .q_heads = 32,
-                       .k_heads = 8, .threads = threads});
+        out.push_back({.op = Op::Rotate,
+                       .spec = s,
+                       .dtype = dt,
+                       .layout = Layout::Bshd,
+                       .seq = 97,
+                       .q_heads = 32,
+                       .k_heads = 8,
+                       .threads = threads});
       }
     }
   }
   // Layouts HF and engines use.
   for (Layout layout : {Layout::Bshd, Layout::Bhsd}) {
-    out.push_back({.op = Op::Rotate, .spec = "half128", .dtype = DType::BF16, .layout = layout, .batch = 2, .seq = 5,
-                   .q_heads = 4, .k_heads = 2, .in_place = false});
+    out.push_back({.op = Op::Rotate,
+                   .spec = "half128",
+                   .dtype = DType::BF16,
+                   .layout = layout,
+                   .batch = 2,
+                   .seq = 5,
+                   .q_heads = 4,
+                   .k_heads = 2,
+                   .in_place = false});
   }
 
   // Attention: fused = apply then attention, within the oracle's bound.
-  const Case base{.op = Op::Attention, .spec = "half64", .seq = 150, .q_heads = 8, .k_heads = 2, .threads = 0,
-                  .k_seq = 150};
+  const Case base{
+      .op = Op::Attention, .spec = "half64", .seq = 150, .q_heads = 8, .k_heads = 2, .threads = 0, .k_seq = 150};
   const auto with = [&](auto edit) {
     Case c = base;
     edit(c);
@@ -255,18 +287,31 @@ std::vector<Case> eval_cases() {
   for (Bias b : {Bias::Alibi, Bias::RelativeBucket, Bias::Dense}) {
     for (bool causal : {true, false}) with([&](Case& c) { c.bias = b, c.causal = causal, c.seq = c.k_seq = 130; });
   }
-  with([](Case& c) { c.spec = "deepseek96", c.v_head_dim = 64; });          // MLA widths: q/k 96, v 64
-  with([](Case& c) { c.spec = "half20of80"; });                            // partial rotary, odd head_dim
+  with([](Case& c) { c.spec = "deepseek96", c.v_head_dim = 64; });  // MLA widths: q/k 96, v 64
+  with([](Case& c) { c.spec = "half20of80"; });                     // partial rotary, odd head_dim
   with([](Case& c) { c.spec = "half256", c.seq = c.k_seq = 70; });
   with([](Case& c) { c.layout = Layout::Strided, c.dtype = DType::BF16; });
   with([](Case& c) { c.threads = 3; });
   // Decode and chunks against a KV cache (keys stored rotated), every storage type.
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    out.push_back({.op = Op::CacheAttention, .spec = "half64", .dtype = dt, .seq = 1, .q_heads = 8, .k_heads = 2,
-                   .threads = 0, .k_seq = 300, .q_offset = 300});
+    out.push_back({.op = Op::CacheAttention,
+                   .spec = "half64",
+                   .dtype = dt,
+                   .seq = 1,
+                   .q_heads = 8,
+                   .k_heads = 2,
+                   .threads = 0,
+                   .k_seq = 300,
+                   .q_offset = 300});
   }
-  out.push_back({.op = Op::CacheAttention, .spec = "yarn64", .seq = 20, .q_heads = 8, .k_heads = 2, .threads = 0,
-                 .k_seq = 220, .q_offset = 200});
+  out.push_back({.op = Op::CacheAttention,
+                 .spec = "yarn64",
+                 .seq = 20,
+                 .q_heads = 8,
+                 .k_heads = 2,
+                 .threads = 0,
+                 .k_seq = 220,
+                 .q_offset = 200});
   return out;
 }
 
@@ -276,15 +321,23 @@ std::vector<Case> perf_cases() {
     std::int64_t tokens, q_heads, k_heads;
   };
   std::vector<Case> out;
-  for (const Shape& s : {Shape{128, 512, 32, 8}, Shape{128, 4096, 32, 8}, Shape{64, 4096, 8, 2}, Shape{128, 1, 32, 8}}) {
+  for (const Shape& s :
+       {Shape{128, 512, 32, 8}, Shape{128, 4096, 32, 8}, Shape{64, 4096, 8, 2}, Shape{128, 1, 32, 8}}) {
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       for (const char* pairing : {"half", "interleaved"}) {
         for (bool in_place : {true, false}) {
           for (int threads : {1, 2}) {
             for (Angles angles : {Angles::Table, Angles::OnTheFly}) {
-              out.push_back({.op = Op::Rotate, .spec = fmt::format("{}{}", pairing, s.d), .dtype = dt,
-                             .positions = PositionKind::Sequential, .seq = s.tokens, .q_heads = s.q_heads,
-                             .k_heads = s.k_heads, .threads = threads, .in_place = in_place, .angles = angles});
+              out.push_back({.op = Op::Rotate,
+                             .spec = fmt::format("{}{}", pairing, s.d),
+                             .dtype = dt,
+                             .positions = PositionKind::Sequential,
+                             .seq = s.tokens,
+                             .q_heads = s.q_heads,
+                             .k_heads = s.k_heads,
+                             .threads = threads,
+                             .in_place = in_place,
+                             .angles = angles});
               if (s.tokens == 1) {  // decode: also as an engine's step (prepared once, moved each call)
                 out.push_back(out.back());
                 out.back().step = true;
@@ -299,22 +352,42 @@ std::vector<Case> perf_cases() {
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     for (const char* spec : {"half128", "interleaved128"}) {
       for (bool in_place : {true, false}) {
-        out.push_back({.op = Op::Rotate, .spec = spec, .dtype = dt, .layout = Layout::BshdOff16,
-                       .positions = PositionKind::Sequential, .seq = 512, .q_heads = 32, .k_heads = 8, .threads = 1,
+        out.push_back({.op = Op::Rotate,
+                       .spec = spec,
+                       .dtype = dt,
+                       .layout = Layout::BshdOff16,
+                       .positions = PositionKind::Sequential,
+                       .seq = 512,
+                       .q_heads = 32,
+                       .k_heads = 8,
+                       .threads = 1,
                        .in_place = in_place});
       }
     }
   }
   // Attention, default threads: prefill fused vs apply-then-attention, decode against a cache.
-  for (auto [seq, q, k, spec, dt] : {std::tuple{512, 32, 8, "half128", DType::F32}, std::tuple{512, 32, 8, "half128", DType::BF16},
-                                     std::tuple{2048, 8, 2, "half128", DType::F32}, std::tuple{2048, 8, 2, "half128", DType::BF16},
-                                     std::tuple{4096, 8, 8, "half64", DType::F32}}) {
-    out.push_back({.op = Op::Attention, .spec = spec, .dtype = dt, .seq = seq, .q_heads = q, .k_heads = k, .threads = 0,
+  for (auto [seq, q, k, spec, dt] :
+       {std::tuple{512, 32, 8, "half128", DType::F32}, std::tuple{512, 32, 8, "half128", DType::BF16},
+        std::tuple{2048, 8, 2, "half128", DType::F32}, std::tuple{2048, 8, 2, "half128", DType::BF16},
+        std::tuple{4096, 8, 8, "half64", DType::F32}}) {
+    out.push_back({.op = Op::Attention,
+                   .spec = spec,
+                   .dtype = dt,
+                   .seq = seq,
+                   .q_heads = q,
+                   .k_heads = k,
+                   .threads = 0,
                    .k_seq = seq});
   }
   for (std::int64_t cached : {512, 4096, 32768}) {
-    out.push_back({.op = Op::CacheAttention, .spec = "half128", .seq = 1, .q_heads = 32, .k_heads = 8, .threads = 0,
-                   .k_seq = cached, .q_offset = cached});
+    out.push_back({.op = Op::CacheAttention,
+                   .spec = "half128",
+                   .seq = 1,
+                   .q_heads = 32,
+                   .k_heads = 8,
+                   .threads = 0,
+                   .k_seq = cached,
+                   .q_offset = cached});
   }
   return out;
 }
@@ -446,7 +519,8 @@ void Workload::run_unfused() {
   std::mt19937 rng(0);
   if (q_rot.size == 0) {
     q_rot = make_tensor(c_.dtype, Layout::Bshd, c_.batch, c_.seq, c_.q_heads, d, 0, rng, false);
-    if (c_.op == Op::Attention) k_rot = make_tensor(c_.dtype, Layout::Bshd, c_.batch, c_.k_seq, c_.k_heads, d, 0, rng, false);
+    if (c_.op == Op::Attention)
+      k_rot = make_tensor(c_.dtype, Layout::Bshd, c_.batch, c_.k_seq, c_.k_heads, d, 0, rng, false);
   }
   rope_.apply({.q = q.view, .q_out = q_rot.view, .positions = ropekit::positions(q_positions), .threads = c_.threads});
   AttentionArgs plain = attention_args();
@@ -459,7 +533,8 @@ void Workload::run_unfused() {
     plain.v = cache->values();
     plain.k_positions = cache->positions();
   } else {
-    rope_.apply({.q = k.view, .q_out = k_rot.view, .positions = ropekit::positions(k_positions), .threads = c_.threads});
+    rope_.apply(
+        {.q = k.view, .q_out = k_rot.view, .positions = ropekit::positions(k_positions), .threads = c_.threads});
     plain.k = k_rot.view;
   }
   AttentionOptions o = attention_options();

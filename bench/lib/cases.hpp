@@ -27,9 +27,9 @@ enum class Op {
   CacheAttention,  // keys appended to a KvCache (stored rotated), then attention of q against it
 };
 enum class Layout {
-  Bshd,     // contiguous [batch, seq, heads, head_dim], 64-byte aligned
-  Bhsd,     // contiguous [batch, heads, seq, head_dim] (HF after transpose)
-  Strided,  // gaps between heads, tokens and batches, starting a few elements past a 64-byte boundary
+  Bshd,       // contiguous [batch, seq, heads, head_dim], 64-byte aligned
+  Bhsd,       // contiguous [batch, heads, seq, head_dim] (HF after transpose)
+  Strided,    // gaps between heads, tokens and batches, starting a few elements past a 64-byte boundary
   BshdOff16,  // contiguous BSHD 16 bytes past a 64-byte boundary, where malloc (and so NumPy) puts
               // large buffers
 };
@@ -54,9 +54,9 @@ struct Case {
   DType dtype = DType::F32;  // storage of q, k and v
   Layout layout = Layout::Bshd;
   PositionKind positions = PositionKind::Scattered;
-  std::int64_t batch = 1, seq = 1;          // tokens of q (rotation: of q and k)
-  std::int64_t q_heads = 1, k_heads = 1;    // attention: k_heads = kv heads
-  int threads = 1;                          // 0: ropekit::default_threads()
+  std::int64_t batch = 1, seq = 1;        // tokens of q (rotation: of q and k)
+  std::int64_t q_heads = 1, k_heads = 1;  // attention: k_heads = kv heads
+  int threads = 1;                        // 0: ropekit::default_threads()
 
   // Rotate
   bool in_place = true;
@@ -139,7 +139,7 @@ class Workload {
   Case c_;
   int head_dim_ = 0;
   std::int64_t bytes_ = 0;
-  const Rope& rope_;  // shared by every workload of the same spec (its table is built once)
+  const Rope& rope_;               // shared by every workload of the same spec (its table is built once)
   std::vector<std::int64_t> pos_;  // rotation: positions (M-RoPE: three streams)
   std::shared_ptr<const Table> table_;
   std::optional<RotateCall> step_call_;  // Case::step: prepared at the first run

@@ -72,9 +72,7 @@ double median(std::vector<double> v) {
 
 std::string ceiling_name(Ceiling c) { return c == Ceiling::InPlaceStream ? "in-place stream" : "memcpy"; }
 
-Ceiling ceiling_of(const cases::Case& c) {
-  return c.in_place && c.seq > 1 ? Ceiling::InPlaceStream : Ceiling::Memcpy;
-}
+Ceiling ceiling_of(const cases::Case& c) { return c.in_place && c.seq > 1 ? Ceiling::InPlaceStream : Ceiling::Memcpy; }
 
 // Issue 18's targets: prefill 0.85 with a table, 0.5 with angles on the fly; decode 0.5 and 0.25.
 double target_of(const cases::Case& c) {
@@ -85,7 +83,8 @@ double target_of(const cases::Case& c) {
 
 void run_ceiling(cases::Workload& w) {
   const cases::Case& c = w.c();
-  const int threads = threads_for_bytes(c.threads > 0 ? c.threads : default_threads(), w.bytes());  // as apply() decides
+  const int threads =
+      threads_for_bytes(c.threads > 0 ? c.threads : default_threads(), w.bytes());  // as apply() decides
   const auto kernel = HWY_DYNAMIC_DISPATCH(XorStream);
   const std::uint32_t mask = g_zero_mask;
   for (cases::Tensor* in : {&w.q, &w.k}) {

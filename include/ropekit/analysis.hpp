@@ -30,9 +30,9 @@ std::string_view to_string(Band band);
 struct PairBand {
   int pair = 0;
   double inv_freq = 0.0;
-  double wavelength = 0.0;        // tokens per turn
-  double turns = 0.0;             // turns within original_context (0 when it is unknown)
-  double divisor = 1.0;           // unscaled inv_freq / inv_freq (1 = unchanged)
+  double wavelength = 0.0;  // tokens per turn
+  double turns = 0.0;       // turns within original_context (0 when it is unknown)
+  double divisor = 1.0;     // unscaled inv_freq / inv_freq (1 = unchanged)
   Band band = Band::Original;
 };
 
@@ -51,15 +51,15 @@ std::vector<PairBand> pair_bands(const Spec& spec, const Plan& plan, std::int64_
 // S_j = Σ_{k<j} e^{i r θ_k}. decay_bound returns the paper's relative upper bound
 // (1/(d/2)) · Σ_j |S_j| for r = 0, 1, …, max_distance (entry r), θ_k = plan.inv_freq[k] — so it
 // shows what a scaling variant does to the decay. Precision: double; r·θ_k is formed in double
-// (error ≤ r·2^−53 ≤ 2e-9 rad for r ≤ 2^24), so each entry is within (d/2)·2e-9 of the exact value. Errors: max_distance
-// outside [0, 2^24], an empty plan.
+// (error ≤ r·2^−53 ≤ 2e-9 rad for r ≤ 2^24), so each entry is within (d/2)·2e-9 of the exact value. Errors:
+// max_distance outside [0, 2^24], an empty plan.
 std::vector<double> decay_bound(const Plan& plan, std::int64_t max_distance);
 
 // One self-check of a model's RoPE as ropekit computes it (`ropekit verify`): a measured figure
 // against the bound the library's contract states. Skipped checks say why in `detail`.
 struct Check {
   std::string name;
-  std::string what;    // what the figure measures
+  std::string what;  // what the figure measures
   double figure = 0.0;
   double bound = 0.0;  // passes when figure ≤ bound
   bool passed = false;

@@ -75,8 +75,8 @@ struct PagedCache {
   std::int64_t num_pages = 0;
   std::int64_t page_size = 0;  // token entries per page
   std::int64_t kv_heads = 0;
-  int head_dim = 0;    // lanes of a key entry: ≥ k_offset + spec.head_dim (and the nope lanes)
-  int v_head_dim = 0;  // lanes of a value entry
+  int head_dim = 0;      // lanes of a key entry: ≥ k_offset + spec.head_dim (and the nope lanes)
+  int v_head_dim = 0;    // lanes of a value entry
   float k_scale = 1.0f;  // F8E4M3 only (finite, > 0); other types must leave 1
   float v_scale = 1.0f;
 
@@ -135,13 +135,13 @@ struct QkNorm {
 };
 
 struct AppendArgs {
-  Heads q;       // optional: the new queries (batch × seq tokens, like k)
-  Heads q_out;   // optional: rotated q goes here, q only read
-  Heads k;       // the new keys' rotary part (spec.head_dim lanes: rotary + pass-through), kv_heads heads
-  Heads k_out;   // optional: the rotated keys are also written here (may be k itself: in place)
-  Heads k_nope;  // optional: k_nope_dim lanes per kv head copied into the key entry, not rotated (MLA)
-  Heads v;       // the new values (v_head_dim lanes); absent exactly when the cache has no values
-  Positions positions;                      // one per token (three streams for M-RoPE)
+  Heads q;              // optional: the new queries (batch × seq tokens, like k)
+  Heads q_out;          // optional: rotated q goes here, q only read
+  Heads k;              // the new keys' rotary part (spec.head_dim lanes: rotary + pass-through), kv_heads heads
+  Heads k_out;          // optional: the rotated keys are also written here (may be k itself: in place)
+  Heads k_nope;         // optional: k_nope_dim lanes per kv head copied into the key entry, not rotated (MLA)
+  Heads v;              // the new values (v_head_dim lanes); absent exactly when the cache has no values
+  Positions positions;  // one per token (three streams for M-RoPE)
   std::variant<SlotMapping, PageTable> slots;
   int k_offset = 0;       // first lane of the key entry that k fills
   int k_nope_offset = 0;  // first lane k_nope fills

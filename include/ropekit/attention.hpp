@@ -100,8 +100,8 @@ std::int64_t regime_key_position(const PositionRegimes& regimes, int r, std::int
 std::string to_string(const PositionRegimes& regimes);
 
 struct AttentionOptions {
-  bool causal = true;        // key j visible from query i only if j ≤ i (mask positions)
-  std::int64_t window = 0;   // > 0: also i − j < window (Mistral / Gemma sliding window, HF's rule)
+  bool causal = true;       // key j visible from query i only if j ≤ i (mask positions)
+  std::int64_t window = 0;  // > 0: also i − j < window (Mistral / Gemma sliding window, HF's rule)
   // The softmax scale before the plan's softmax_scale_mult: 1/sqrt(head_dim) when absent (Gemma 3:
   // query_pre_attn_scalar^−0.5). The attention that takes a Rope multiplies in
   // plan().softmax_scale_mult (DeepSeek's mscale²); the one without a Rope takes `softmax_scale_mult`.

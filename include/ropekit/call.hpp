@@ -54,19 +54,19 @@ class AngleEvaluator;
 // reference, each SIMD target, a GPU backend). Plain data, built only by Rope::prepare; not a stable
 // interface. Rows are (token, head), token-major; in each token q's heads come first, then k's.
 struct RotateJob {
-  RotateArgs args;                 // the views and positions as validated
-  const PairMap* map = nullptr;    // which lanes pair, and each pair's position stream
-  float magnitude = 1.0f;          // cos_sin_scale (Inverse: its reciprocal), as float32 like the reference
-  float sin_sign = 1.0f;           // −1 for Inverse and Backward
-  const Table* table = nullptr;    // angles from this table (covers every position of the call)...
+  RotateArgs args;                         // the views and positions as validated
+  const PairMap* map = nullptr;            // which lanes pair, and each pair's position stream
+  float magnitude = 1.0f;                  // cos_sin_scale (Inverse: its reciprocal), as float32 like the reference
+  float sin_sign = 1.0f;                   // −1 for Inverse and Backward
+  const Table* table = nullptr;            // angles from this table (covers every position of the call)...
   const AngleEvaluator* angles = nullptr;  // ...or computed per token
-  std::int64_t tokens = 0;         // batch × seq
-  std::int64_t seq = 1;            // token t is (t / seq, t % seq)
-  std::int64_t q_heads = 0;        // 0 when q is absent
+  std::int64_t tokens = 0;                 // batch × seq
+  std::int64_t seq = 1;                    // token t is (t / seq, t % seq)
+  std::int64_t q_heads = 0;                // 0 when q is absent
   std::int64_t k_heads = 0;
-  std::int64_t bytes_moved = 0;    // read + written by the call (the thread policy reads it)
-  bool stream_stores = false;      // non-temporal stores for out-of-place rows (set by the backend)
-  bool prefetch_rows = false;      // software prefetch ahead of each row: large calls (set by the backend)
+  std::int64_t bytes_moved = 0;  // read + written by the call (the thread policy reads it)
+  bool stream_stores = false;    // non-temporal stores for out-of-place rows (set by the backend)
+  bool prefetch_rows = false;    // software prefetch ahead of each row: large calls (set by the backend)
 
   std::int64_t rows() const { return tokens * (q_heads + k_heads); }
 };
@@ -143,7 +143,7 @@ class RotateCall {
   explicit RotateCall(const RotateArgs& args) : job_{args} {}
   detail::RotateJob job_;
   detail::RowsKernel kernel_ = nullptr;
-  std::shared_ptr<const void> plan_pin_;   // the Rope state the job points into (map, angles)
+  std::shared_ptr<const void> plan_pin_;    // the Rope state the job points into (map, angles)
   std::shared_ptr<const Table> table_pin_;  // the table snapshot, when the call reads one
   // set_positions: whether the table was the caller's (positions outside it are an error, not a reason
   // to compute angles).

@@ -43,7 +43,7 @@ struct ConfigOptions {
 // Hugging Face config.json text (a whole config, or a fragment with the RoPE keys and model_type).
 // `origin` names the input in error messages.
 ModelPositions read_config(std::string_view json_text, const ConfigOptions& options = {},
-                      std::string_view origin = "config.json");
+                           std::string_view origin = "config.json");
 ModelPositions read_config_file(const std::filesystem::path& path, const ConfigOptions& options = {});
 
 // llama.cpp GGUF (versions 2 and 3): the header, the key/value metadata and, when present, the small
@@ -51,7 +51,7 @@ ModelPositions read_config_file(const std::filesystem::path& path, const ConfigO
 // the architecture: Interleaved for "llama" (its converter permutes HF's q/k rows so that the
 // interleaved kernel reproduces rotate_half), Half for NeoX-style architectures.
 ModelPositions read_gguf(std::span<const std::byte> bytes, const ConfigOptions& options = {},
-                    std::string_view origin = "gguf");
+                         std::string_view origin = "gguf");
 ModelPositions read_gguf_file(const std::filesystem::path& path, const ConfigOptions& options = {});
 
 // Built-in presets: real models' config.json RoPE fragments, embedded at build time from presets/

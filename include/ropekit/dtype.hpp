@@ -24,9 +24,7 @@ enum class DType : std::uint8_t { F32 = 1, BF16 = 2, F16 = 3 };
 std::string_view to_string(DType dtype);
 constexpr std::int64_t element_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
-inline float bf16_to_float(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
+inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 inline std::uint16_t float_to_bf16(float value) {
   std::uint32_t bits = std::bit_cast<std::uint32_t>(value);

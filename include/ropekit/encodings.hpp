@@ -22,8 +22,7 @@ namespace ropekit {
 // within 6e-8 (one float32 rounding) of the exact encoding for 0 ≤ p < 2^31 (valid to 2^47).
 // Errors: dim not even and > 0, base not finite and > 1, a position outside [0, 2^47), out of
 // the wrong size.
-void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::span<float> out,
-                         double base = 10000.0);
+void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::span<float> out, double base = 10000.0);
 
 // A learned absolute table: num_positions rows of `dim` floats (row p is the embedding of
 // position p). Unlike RoPE it has no value past its last row: looking one up is an error.
@@ -73,8 +72,8 @@ inline float alibi_bias(float slope, std::int64_t query_position, std::int64_t k
 // The logarithm is evaluated in float32 as PyTorch does (the boundary cases at powers of two come
 // out exact; the others lie far from integers), so buckets equal Hugging Face's.
 struct T5Buckets {
-  int num_buckets = 32;    // HF default (relative_attention_num_buckets)
-  int max_distance = 128;  // HF default (relative_attention_max_distance)
+  int num_buckets = 32;       // HF default (relative_attention_num_buckets)
+  int max_distance = 128;     // HF default (relative_attention_max_distance)
   bool bidirectional = true;  // encoder self-attention: true; decoder self-attention: false
 
   // Errors: num_buckets < 2 (< 4 when bidirectional: each half needs an exact and a log range),

@@ -44,8 +44,8 @@ struct KvCacheShape {
 
 // One sequence's keys and values, keys stored rotated (Forward, with cos_sin_scale) under the plan
 // they were appended with (or as KvCacheShape::regimes says): a thin case of ropekit::PagedKvCache —
-// one sequence in one page of `capacity` entries — with slot-indexed operations. Slots [0, size()) hold tokens in append order, each with its position.
-// Not thread-safe for writes; attention() may read it from many threads.
+// one sequence in one page of `capacity` entries — with slot-indexed operations. Slots [0, size()) hold tokens in
+// append order, each with its position. Not thread-safe for writes; attention() may read it from many threads.
 class KvCache {
  public:
   // Errors: capacity ≤ 0, kv_heads ≤ 0, head_dim ≠ the rope's, v_head_dim < 0, an M-RoPE rope
@@ -78,14 +78,13 @@ class KvCache {
 
   // K-shift: slots [first, last) move by delta positions, their keys rotated by R(delta), a pure
   // rotation with magnitude 1 (unrotated keys — ReRope, SelfExtend — only change position; DualChunk's
-  // keys turn by R(new − old stored position), each its own) — cos_sin_scale is applied once, at append, never again (llama.cpp
-  // multiplies YaRN's magnitude in on every shift). Precision (F32 storage), against the exact
-  // m·R(p)k in double (m = cos_sin_scale, |pair| = the pair's norm in the unrotated key): append
-  // is one rotation, within 5 ε·m·|pair| (ε = 2^−24; numerics.md: 3e-7); each shift adds at most 2.5 ε·m·|pair|
-  // (float32 cos/sin of δ·θ formed accurately, one fma rounding per lane). So n shifts stay within
-  // (5 + 2.5n) ε·m·|pair| of rotating at p + Σδ; measured: 3.6 after one shift, 82 after 1000
-  // (errors of successive shifts do not line up). BF16/F16 storage adds one rounding to the
-  // storage type per shift. Errors: a span outside [0, size()), a position that would fall below 0
+  // keys turn by R(new − old stored position), each its own) — cos_sin_scale is applied once, at append, never again
+  // (llama.cpp multiplies YaRN's magnitude in on every shift). Precision (F32 storage), against the exact m·R(p)k in
+  // double (m = cos_sin_scale, |pair| = the pair's norm in the unrotated key): append is one rotation, within 5
+  // ε·m·|pair| (ε = 2^−24; numerics.md: 3e-7); each shift adds at most 2.5 ε·m·|pair| (float32 cos/sin of δ·θ formed
+  // accurately, one fma rounding per lane). So n shifts stay within (5 + 2.5n) ε·m·|pair| of rotating at p + Σδ;
+  // measured: 3.6 after one shift, 82 after 1000 (errors of successive shifts do not line up). BF16/F16 storage adds
+  // one rounding to the storage type per shift. Errors: a span outside [0, size()), a position that would fall below 0
   // (shifting before position 0) or reach 2^47. A refused shift changes nothing.
   void shift(std::int64_t first, std::int64_t last, std::int64_t delta);
 
@@ -130,7 +129,7 @@ class KvCache {
 // Numerics: as attention() in attention.hpp — bit for bit rope.apply() on q, then attention() on the
 // cached keys and values (tests/targets_test.cpp, every storage type).
 // Errors: rope's plan differs from the cache's (its keys need rerotate first), shapes as above.
-void attention(const Rope& rope, const Heads& q, Positions q_positions, const KvCache& cache,
-               const Heads& out, const AttentionOptions& options = {});
+void attention(const Rope& rope, const Heads& q, Positions q_positions, const KvCache& cache, const Heads& out,
+               const AttentionOptions& options = {});
 
 }  // namespace ropekit

@@ -43,8 +43,8 @@ struct LlamaConfig {
   int n_heads = 0;     // query heads
   int n_kv_heads = 0;  // key/value heads (GQA: n_heads is a multiple)
   int vocab_size = 0;
-  std::int64_t seq_len = 0;  // the context length the model was trained at (llama2.c seq_len, GGUF context_length)
-  float norm_eps = 1e-5f;    // RMSNorm epsilon
+  std::int64_t seq_len = 0;       // the context length the model was trained at (llama2.c seq_len, GGUF context_length)
+  float norm_eps = 1e-5f;         // RMSNorm epsilon
   bool shared_classifier = true;  // the classifier is the token embedding
   int bos_id = 1;
 
@@ -102,7 +102,7 @@ Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::
                        std::optional<std::int64_t> trained_length = std::nullopt);
 
 struct RunnerOptions {
-  std::int64_t capacity = 0;   // tokens per layer cache (required, > 0)
+  std::int64_t capacity = 0;    // tokens per layer cache (required, > 0)
   DType kv_dtype = DType::F32;  // KV-cache storage
   int threads = 0;              // 0: ropekit::default_threads() (attention and BLAS)
 };

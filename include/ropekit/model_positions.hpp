@@ -68,15 +68,15 @@ struct LayerPositions {
                             // "" when every layer shares one plan
   std::vector<int> layers;  // layer indices, ascending; empty when the config gives no layer count
   PositionEncoding encoding = PositionEncoding::Rope;
-  bool attention = true;    // false: the layer mixes tokens without attention (conv, Mamba, linear
-                            // attention); its encoding is None
+  bool attention = true;  // false: the layer mixes tokens without attention (conv, Mamba, linear
+                          // attention); its encoding is None
 
   // RoPE only.
   Spec spec;
   // Lanes before the rotary slice in each q/k head: 0 except MLA models (DeepSeek V2/V3, MiniCPM3,
   // Kimi K2: the rope part follows qk_nope_head_dim lanes) and DeepSeek V4 (the last 64 of 512).
   int rope_offset = 0;
-  int qk_head_dim = 0;      // full width of a q/k head in these layers (Gemma 4 global: 512)
+  int qk_head_dim = 0;  // full width of a q/k head in these layers (Gemma 4 global: 512)
 
   std::vector<double> alibi_slopes;  // ALiBi only: one per query head (ropekit::alibi_slopes)
 
@@ -94,11 +94,11 @@ struct LayerPositions {
 };
 
 struct ModelPositions {
-  std::string source;      // "config.json FILE", "preset NAME", "gguf FILE"
-  std::string model_type;  // HF model_type, or the GGUF general.architecture
-  std::string family;      // the model table row that was applied (docs/config.md)
-  int num_layers = 0;      // 0 when the config gives no layer count (a fragment)
-  int qk_head_dim = 0;     // full width of a q/k head (DeepSeek: nope + rope lanes)
+  std::string source;                        // "config.json FILE", "preset NAME", "gguf FILE"
+  std::string model_type;                    // HF model_type, or the GGUF general.architecture
+  std::string family;                        // the model table row that was applied (docs/config.md)
+  int num_layers = 0;                        // 0 when the config gives no layer count (a fragment)
+  int qk_head_dim = 0;                       // full width of a q/k head (DeepSeek: nope + rope lanes)
   std::int64_t max_position_embeddings = 0;  // the context length the config declares
   std::vector<LayerPositions> groups;        // in first-use order over the layers
   std::vector<std::string> layer_types;      // per layer, the group's layer_type (when known)

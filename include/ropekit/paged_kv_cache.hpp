@@ -79,9 +79,9 @@ class PagedKvCache {
   // The memory, for ropekit::append / prepare_append and an engine's kernels.
   const PagedCache& cache() const;
   std::int64_t free_pages() const;
-  std::int64_t length(int seq) const;                       // entries
-  std::span<const std::int64_t> positions(int seq) const;   // per entry
-  std::span<const std::int32_t> pages(int seq) const;       // the sequence's pages, in entry order
+  std::int64_t length(int seq) const;                      // entries
+  std::span<const std::int64_t> positions(int seq) const;  // per entry
+  std::span<const std::int32_t> pages(int seq) const;      // the sequence's pages, in entry order
   // The plan seq's keys are rotated under. Errors: an empty sequence (it has none yet).
   const Plan& plan(int seq) const;
 

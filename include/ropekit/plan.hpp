@@ -32,7 +32,7 @@
 namespace ropekit {
 
 struct Plan {
-  std::vector<double> inv_freq;     // rotary_dim/2 entries, radians per position
+  std::vector<double> inv_freq;  // rotary_dim/2 entries, radians per position
   double cos_sin_scale = 1.0;
   double softmax_scale_mult = 1.0;
   std::optional<std::int64_t> current_length;  // the length this plan was formed for
@@ -54,8 +54,8 @@ Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length = st
 bool depends_on_length(const Spec& spec);
 
 // True when keys rotated under `cached` must be re-rotated to be valid under `next`: the angles
-// (inv_freq) or the cos/sin magnitude differ (exact comparison of the doubles). Dynamic NTK past max_position_embeddings and
-// LongRoPE crossing original_max_position_embeddings are the variants where this happens.
+// (inv_freq) or the cos/sin magnitude differ (exact comparison of the doubles). Dynamic NTK past
+// max_position_embeddings and LongRoPE crossing original_max_position_embeddings are the variants where this happens.
 // Hugging Face does not re-rotate cached keys when this happens; ropekit tells the caller.
 bool needs_rerotation(const Plan& cached, const Plan& next);
 

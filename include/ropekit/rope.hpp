@@ -41,7 +41,7 @@ RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, c
                         std::shared_ptr<const Table> table);
 RotateCall prepare_checked_call(const Rope& rope, const RotateArgs& args, const CallShape& shape,
                                 std::shared_ptr<const Table> table, bool keep_plan);
-}
+}  // namespace detail
 
 class Rope {
  public:
@@ -94,16 +94,15 @@ class Rope {
 
  private:
   friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&,
-                                        std::shared_ptr<const Table>);
+                                         std::shared_ptr<const Table>);
   friend RotateCall detail::prepare_checked_call(const Rope&, const RotateArgs&, const detail::CallShape&,
-                                                std::shared_ptr<const Table>, bool);
+                                                 std::shared_ptr<const Table>, bool);
   friend class RotateCall;  // set_positions reads the table as the call's Rope would
-  struct State;  // plan, pair map, angle function: immutable, shared with the calls made from it
-  struct TableCache;  // the growing table: shared with the calls that read it (set_positions may grow it)
+  struct State;             // plan, pair map, angle function: immutable, shared with the calls made from it
+  struct TableCache;        // the growing table: shared with the calls that read it (set_positions may grow it)
   enum class Angles { Auto, OnTheFly, Given };
-  RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given,
-                     std::shared_ptr<const Table> given_pin, detail::ViewUse use,
-                     const detail::CallNames& names, bool keep_plan = true) const;
+  RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given, std::shared_ptr<const Table> given_pin,
+                     detail::ViewUse use, const detail::CallNames& names, bool keep_plan = true) const;
   // resolve after validate_call: `shape` is what validate_call returns for args.
   RotateCall resolve_shape(const RotateArgs& args, const detail::CallShape& shape, Angles angles, const Table* given,
                            std::shared_ptr<const Table> given_pin, detail::ViewUse use, bool keep_plan) const;

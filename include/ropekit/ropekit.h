@@ -44,13 +44,16 @@ extern "C" {
 #else
 #define RK_ENUM(name) enum name
 #endif
+/* The RK_ENUM typedefs below sit between clang-format off/on: clang-format reads RK_ENUM(...) as a call. */
 
+/* clang-format off */
 typedef RK_ENUM(rk_status) {
   RK_OK = 0,
   RK_INVALID_ARGUMENT = 1, /* bad input: the message names the field and the value */
   RK_OUT_OF_MEMORY = 2,
   RK_INTERNAL = 3          /* a bug in ropekit: please report the message */
 } rk_status;
+/* clang-format on */
 
 /* The message of this thread's last failing call ("" if none). Valid until its next failing call. */
 const char* rk_last_error(void);
@@ -61,8 +64,12 @@ const char* rk_version(void);
 
 /* ---- element types, views and positions (ropekit/tensor.hpp) ------------------------------------ */
 
+/* clang-format off */
 typedef RK_ENUM(rk_dtype) { RK_F32 = 1, RK_BF16 = 2, RK_F16 = 3 } rk_dtype;
+/* clang-format on */
+/* clang-format off */
 typedef RK_ENUM(rk_index_type) { RK_I32 = 1, RK_I64 = 2 } rk_index_type;
+/* clang-format on */
 
 /* A [batch, seq, heads, head_dim] view with element strides; the head's lanes are contiguous. A view
  * with batch, seq or heads 0 (all zero: {0}) is absent. */
@@ -106,18 +113,20 @@ const char* rk_model_warning(const rk_model* model, size_t index); /* NULL outsi
 /* Facts of the layer group a layer belongs to. layer = -1: the only RoPE group (an error when there
  * are several). */
 typedef struct rk_layer_info {
-  int rotates;           /* 1: RoPE; 0: no positional encoding, ALiBi or no attention */
-  int rope_offset;       /* lanes before the rotary slice in each q/k head (MLA) */
-  int qk_head_dim;       /* full width of a q/k head */
+  int rotates;            /* 1: RoPE; 0: no positional encoding, ALiBi or no attention */
+  int rope_offset;        /* lanes before the rotary slice in each q/k head (MLA) */
+  int qk_head_dim;        /* full width of a q/k head */
   int64_t sliding_window; /* 0: none */
-  double softmax_scale;  /* before the plan's softmax_scale_mult */
-  double logit_softcap;  /* 0: none */
+  double softmax_scale;   /* before the plan's softmax_scale_mult */
+  double logit_softcap;   /* 0: none */
 } rk_layer_info;
 rk_status rk_model_layer_info(const rk_model* model, int layer, rk_layer_info* out);
 /* The spec of that group; an error for a layer that does not rotate. */
 rk_status rk_model_layer_spec(const rk_model* model, int layer, rk_spec** out);
 
+/* clang-format off */
 typedef RK_ENUM(rk_pairing) { RK_INTERLEAVED = 1, RK_HALF = 2 } rk_pairing;
+/* clang-format on */
 /* Plain RoPE (no scaling): θ_i = base^(-2i/rotary_dim), validated as ropekit::Spec::validate. For a
  * scaled variant, pass its config JSON fragment to rk_model_from_config_json. */
 rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing pairing, rk_spec** out);
@@ -127,8 +136,12 @@ int rk_spec_rotary_dim(const rk_spec* spec);
 
 /* ---- the rope and its validated call (ropekit/rope.hpp, ropekit/call.hpp) ------------------------ */
 
+/* clang-format off */
 typedef RK_ENUM(rk_angle_mode) { RK_ANGLES_ACCURATE = 0, RK_ANGLES_HF = 1 } rk_angle_mode;
+/* clang-format on */
+/* clang-format off */
 typedef RK_ENUM(rk_direction) { RK_FORWARD = 0, RK_INVERSE = 1, RK_BACKWARD = 2 } rk_direction;
+/* clang-format on */
 
 typedef struct rk_rope rk_rope;
 /* ropekit::Rope(spec, mode, current_length); current_length 0: the plan at initialisation. */
@@ -162,8 +175,12 @@ rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args);
 
 /* ---- fused rotate-and-append into a paged cache (ropekit/append.hpp) ----------------------------- */
 
+/* clang-format off */
 typedef RK_ENUM(rk_cache_dtype) { RK_CACHE_F32 = 1, RK_CACHE_BF16 = 2, RK_CACHE_F16 = 3, RK_CACHE_F8E4M3 = 4 } rk_cache_dtype;
+/* clang-format on */
+/* clang-format off */
 typedef RK_ENUM(rk_page_layout) { RK_NHD = 1, RK_HND = 2 } rk_page_layout;
+/* clang-format on */
 
 typedef struct rk_paged_cache {
   void* k;
@@ -185,7 +202,7 @@ typedef struct rk_append_args {
   /* ... or, when slot_mapping is NULL, a page table (FlashInfer's append_paged_kv_cache), int32. */
   const int32_t* page_indices;
   int64_t num_page_indices;
-  const int32_t* page_indptr; /* batch + 1 */
+  const int32_t* page_indptr;   /* batch + 1 */
   const int32_t* last_page_len; /* batch */
   int64_t batch;
   const int32_t* batch_indices; /* per token */
@@ -229,12 +246,12 @@ rk_status rk_cos_sin_cache_import(const rk_rope* rope, const float* cache, size_
 void rk_table_destroy(rk_table* table);
 /* How far a cache is from the accurate angles (ropekit::check_cos_sin_cache; tolerance 0: 1e-6). */
 typedef struct rk_cos_sin_cache_report {
-  double max_error;              /* max |value - exact| */
-  int64_t worst_position;        /* -1: an empty cache */
+  double max_error;       /* max |value - exact| */
+  int64_t worst_position; /* -1: an empty cache */
   int worst_pair;
   int worst_is_sin;
-  int64_t first_position_over;   /* first position with an error above the tolerance; -1: none */
-  double accurate_bound;         /* what ropekit's own export meets everywhere */
+  int64_t first_position_over; /* first position with an error above the tolerance; -1: none */
+  double accurate_bound;       /* what ropekit's own export meets everywhere */
 } rk_cos_sin_cache_report;
 rk_status rk_cos_sin_cache_check(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
                                  double tolerance, rk_cos_sin_cache_report* out);
@@ -266,7 +283,7 @@ typedef struct rk_paged_kv_cache_shape {
   int head_dim, v_head_dim; /* 0: the rope's head_dim; v_head_dim 0: head_dim */
   rk_cache_dtype dtype;
   rk_page_layout layout;
-  float k_scale, v_scale;   /* as rk_paged_cache's */
+  float k_scale, v_scale; /* as rk_paged_cache's */
   int max_sequences;
 } rk_paged_kv_cache_shape;
 
@@ -309,8 +326,8 @@ typedef struct rk_attention_args {
   int64_t window;           /* > 0: also i - j < window */
   double softmax_scale;     /* 0: 1/sqrt(head_dim) */
   int threads;
-  const rk_table* table;    /* NULL: the rope's angles; else q rotated on load with exactly this table's
-                             * (an engine's cos/sin cache, rk_cos_sin_cache_import); needs a rope */
+  const rk_table* table; /* NULL: the rope's angles; else q rotated on load with exactly this table's
+                          * (an engine's cos/sin cache, rk_cos_sin_cache_import); needs a rope */
 } rk_attention_args;
 
 /* Softmax attention with RoPE fused into the tile loads (rope non-NULL: q and k given unrotated) or

@@ -3,8 +3,8 @@
 
 #include "ropekit/analysis.hpp"
 #include "ropekit/append.hpp"
-#include "ropekit/call.hpp"
 #include "ropekit/attention.hpp"
+#include "ropekit/call.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/cpu.hpp"

@@ -140,9 +140,9 @@ struct FreqFactors {
 
 }  // namespace scaling
 
-using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk,
-                             scaling::Yarn, scaling::Llama3, scaling::LongRope, scaling::Proportional,
-                             scaling::FreqFactors, scaling::QwenDynamicNtk>;
+using Scaling =
+    std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk, scaling::Yarn, scaling::Llama3,
+                 scaling::LongRope, scaling::Proportional, scaling::FreqFactors, scaling::QwenDynamicNtk>;
 
 // The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
 // "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors and "qwen_dynamic" for

@@ -58,7 +58,6 @@ class Table {
   // The magnitude the values include: 1 for a computed table.
   double included_magnitude() const { return included_magnitude_; }
 
-
   std::int64_t num_positions() const { return num_positions_; }
   int num_pairs() const { return static_cast<int>(inv_freq_.size()); }
   AngleMode mode() const { return mode_; }

@@ -37,16 +37,15 @@ struct Heads {
   // The first of the head_dim elements of head `head` of token (b, s). Exact int64 arithmetic, no
   // check: valid for indices inside a view its call has checked.
   void* row(std::int64_t b, std::int64_t s, std::int64_t head) const {
-    return static_cast<std::byte*>(data) + (b * batch_stride + s * seq_stride + head * head_stride) * element_size(dtype);
+    return static_cast<std::byte*>(data) +
+           (b * batch_stride + s * seq_stride + head * head_stride) * element_size(dtype);
   }
 };
 
 // Contiguous layouts (head_dim is the full row width of each head). Exact int64 stride arithmetic;
 // nothing is checked here — the call that receives the view checks it (ranges, overflow, overlap).
-Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-           std::int64_t head_dim);
-Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-           std::int64_t head_dim);
+Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim);
+Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim);
 
 enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
 

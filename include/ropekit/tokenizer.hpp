@@ -58,7 +58,7 @@ class Tokenizer {
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::unordered_map<std::string, int> ids_;  // the first id of each piece
-  std::array<int, 256> byte_ids_{};            // -1: no <0xXX> piece
+  std::array<int, 256> byte_ids_{};           // -1: no <0xXX> piece
   int bos_id_ = 1, eos_id_ = 2;
 };
 

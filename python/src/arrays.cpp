@@ -56,7 +56,9 @@ py::object steal_or_throw(PyObject* value) {
   return py::reinterpret_steal<py::object>(value);
 }
 
-py::object get(py::handle object, const char* name) { return steal_or_throw(PyObject_GetAttr(object.ptr(), interned(name))); }
+py::object get(py::handle object, const char* name) {
+  return steal_or_throw(PyObject_GetAttr(object.ptr(), interned(name)));
+}
 
 py::object call(py::handle object, const char* name) {
   return steal_or_throw(PyObject_CallMethodNoArgs(object.ptr(), interned(name)));
@@ -84,8 +86,10 @@ void check_device_and_grad(py::handle tensor, const Torch& api, std::string_view
                             py::str(tensor.attr("device")).cast<std::string>()));
   }
   if (get(tensor, "requires_grad").ptr() == Py_True && api.is_grad_enabled().ptr() == Py_True) {
-    throw Error(fmt::format("{} requires grad: rotate it through ropekit.torch.apply_rotary (autograd), "
-                            "or pass {}.detach()", name, name));
+    throw Error(
+        fmt::format("{} requires grad: rotate it through ropekit.torch.apply_rotary (autograd), "
+                    "or pass {}.detach()",
+                    name, name));
   }
 }
 
@@ -96,14 +100,18 @@ Array from_numpy(py::handle object, std::string_view name, std::string_view dtyp
   out.framework = Framework::NumPy;
   const py::dtype dt = a.dtype();
   const char order = dt.byteorder();
-  if (order == '>') throw Error(fmt::format("{}: big-endian dtype {}; pass a native-endian array", name, py::str(py::handle(dt)).cast<std::string>()));
+  if (order == '>')
+    throw Error(fmt::format("{}: big-endian dtype {}; pass a native-endian array", name,
+                            py::str(py::handle(dt)).cast<std::string>()));
   if (dtype_override == "bf16" || dtype_override == "bfloat16") {
     if (dt.kind() != 'u' || dt.itemsize() != 2) {
-      throw Error(fmt::format("{}: dtype=\"bf16\" reads uint16 bfloat16 bits, got a {} array", name, numpy_dtype_name(dt)));
+      throw Error(
+          fmt::format("{}: dtype=\"bf16\" reads uint16 bfloat16 bits, got a {} array", name, numpy_dtype_name(dt)));
     }
     out.dtype = DType::BF16;
   } else if (!dtype_override.empty()) {
-    throw Error(fmt::format("dtype = \"{}\": the only storage override is \"bf16\" (NumPy uint16 holding bfloat16 bits)", dtype_override));
+    throw Error(fmt::format(
+        "dtype = \"{}\": the only storage override is \"bf16\" (NumPy uint16 holding bfloat16 bits)", dtype_override));
   } else if (dt.kind() == 'f' && dt.itemsize() == 4) {
     out.dtype = DType::F32;
   } else if (dt.kind() == 'f' && dt.itemsize() == 2) {
@@ -111,8 +119,10 @@ Array from_numpy(py::handle object, std::string_view name, std::string_view dtyp
   } else if (dt.kind() == 'u' && dt.itemsize() == 2) {
     throw Error(fmt::format("{}: a uint16 array; if it holds bfloat16 bits, say so with dtype=\"bf16\"", name));
   } else {
-    throw Error(fmt::format("{}: dtype {} is not supported (float32, float16, or bfloat16 bits as uint16 "
-                            "with dtype=\"bf16\")", name, numpy_dtype_name(dt)));
+    throw Error(
+        fmt::format("{}: dtype {} is not supported (float32, float16, or bfloat16 bits as uint16 "
+                    "with dtype=\"bf16\")",
+                    name, numpy_dtype_name(dt)));
   }
   out.ndim = static_cast<int>(a.ndim());
   if (out.ndim > 8) throw Error(fmt::format("{}: {} dimensions", name, out.ndim));
@@ -121,7 +131,8 @@ Array from_numpy(py::handle object, std::string_view name, std::string_view dtyp
     out.shape[i] = a.shape(i);
     const std::int64_t bytes = a.strides(i);
     if (bytes % size != 0) {
-      throw Error(fmt::format("{}: stride of axis {} is {} bytes, not a whole number of {}-byte elements", name, i, bytes, size));
+      throw Error(fmt::format("{}: stride of axis {} is {} bytes, not a whole number of {}-byte elements", name, i,
+                              bytes, size));
     }
     out.strides[i] = bytes / size;
   }
@@ -178,16 +189,19 @@ Array float_array(py::handle object, std::string_view name, std::string_view dty
   const Torch* api = nullptr;
   if (py::isinstance<py::array>(object)) return from_numpy(object, name, dtype);
   if (is_torch_tensor(object, api)) return from_torch(object, *api, name, dtype);
-  throw Error(fmt::format("{}: a {}; ropekit takes NumPy arrays and PyTorch CPU tensors (no copy is made: "
-                          "convert with numpy.asarray if that is what you want)", name,
-                          py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+  throw Error(
+      fmt::format("{}: a {}; ropekit takes NumPy arrays and PyTorch CPU tensors (no copy is made: "
+                  "convert with numpy.asarray if that is what you want)",
+                  name, py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
 }
 
 Array empty_like(const Array& like, std::string_view name) {
   std::vector<std::int64_t> shape(like.shape.begin(), like.shape.begin() + like.ndim);
   Array out;
   if (like.framework == Framework::NumPy) {
-    py::dtype dt = like.dtype == DType::F32 ? py::dtype::of<float>() : like.dtype == DType::F16 ? py::dtype("float16") : py::dtype::of<std::uint16_t>();
+    py::dtype dt = like.dtype == DType::F32   ? py::dtype::of<float>()
+                   : like.dtype == DType::F16 ? py::dtype("float16")
+                                              : py::dtype::of<std::uint16_t>();
     py::array a(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
     return from_numpy(a, name, like.dtype == DType::BF16 ? "bf16" : "");
   }
@@ -211,8 +225,10 @@ Layout parse_layout(std::string_view text) {
   if (text == "bshd") return Layout::BSHD;
   if (text == "bhsd") return Layout::BHSD;
   if (text == "thd") return Layout::THD;
-  throw Error(fmt::format("layout = \"{}\": must be \"bshd\" [batch, seq, heads, head_dim], \"bhsd\" "
-                          "[batch, heads, seq, head_dim] or \"thd\" [tokens, heads, head_dim]", text));
+  throw Error(
+      fmt::format("layout = \"{}\": must be \"bshd\" [batch, seq, heads, head_dim], \"bhsd\" "
+                  "[batch, heads, seq, head_dim] or \"thd\" [tokens, heads, head_dim]",
+                  text));
 }
 
 std::string_view to_string(Layout layout) {
@@ -228,8 +244,10 @@ Heads heads_view(const Array& a, Layout layout, int head_dim, std::string_view n
   const int rank = layout == Layout::THD ? 3 : 4;
   if (a.ndim != rank) {
     throw Error(fmt::format("{}: shape {} has {} dimensions; layout \"{}\" needs {}", name, a.shape_text(), a.ndim,
-                            to_string(layout), layout == Layout::THD ? "3: [tokens, heads, head_dim]"
-                            : layout == Layout::BSHD ? "4: [batch, seq, heads, head_dim]" : "4: [batch, heads, seq, head_dim]"));
+                            to_string(layout),
+                            layout == Layout::THD    ? "3: [tokens, heads, head_dim]"
+                            : layout == Layout::BSHD ? "4: [batch, seq, heads, head_dim]"
+                                                     : "4: [batch, heads, seq, head_dim]"));
   }
   const std::int64_t d = a.shape[rank - 1];
   if (head_dim > 0 && d != head_dim) {
@@ -237,12 +255,15 @@ Heads heads_view(const Array& a, Layout layout, int head_dim, std::string_view n
                             a.shape_text(), d, head_dim));
   }
   if (a.strides[rank - 1] != 1 && d > 1) {
-    throw Error(fmt::format("{}: the head_dim axis has stride {} elements; ropekit reads each head's lanes "
-                            "contiguously (stride 1): pass a view whose last axis is contiguous", name, a.strides[rank - 1]));
+    throw Error(
+        fmt::format("{}: the head_dim axis has stride {} elements; ropekit reads each head's lanes "
+                    "contiguously (stride 1): pass a view whose last axis is contiguous",
+                    name, a.strides[rank - 1]));
   }
   for (int i = 0; i < rank; ++i) {
     if (a.strides[i] < 0) {
-      throw Error(fmt::format("{}: axis {} has a negative stride ({}), which ropekit's views cannot express", name, i, a.strides[i]));
+      throw Error(fmt::format("{}: axis {} has a negative stride ({}), which ropekit's views cannot express", name, i,
+                              a.strides[i]));
     }
   }
   Heads h;
@@ -275,8 +296,8 @@ std::string expected_shapes(std::int64_t batch, std::int64_t seq, int axes) {
 
 }  // namespace
 
-PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes,
-                               std::string_view name, std::string_view for_what) {
+PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
+                               std::string_view for_what) {
   PositionsBuffer out;
   const std::int64_t tokens = batch * seq;
   if (object.is_none()) {
@@ -295,7 +316,8 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   if (is_torch_tensor(object, api)) {
     const py::object dtype = get(object, "dtype");
     if (dtype.ptr() != api->int64 && dtype.ptr() != api->int32) {
-      throw Error(fmt::format("{}: dtype {}; positions are torch.int32 or torch.int64", name, py::str(dtype).cast<std::string>()));
+      throw Error(fmt::format("{}: dtype {}; positions are torch.int32 or torch.int64", name,
+                              py::str(dtype).cast<std::string>()));
     }
     held = call(object, "is_contiguous").ptr() == Py_True && get(object, "is_cpu").ptr() == Py_True
                ? py::reinterpret_borrow<py::object>(object)
@@ -309,7 +331,8 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
     const py::dtype dt = a.dtype();
     const bool integer = dt.kind() == 'i' || dt.kind() == 'u';
     if (!integer || dt.itemsize() > 8 || (dt.kind() == 'u' && dt.itemsize() == 8)) {
-      throw Error(fmt::format("{}: dtype {}; positions are int32 or int64", name, py::str(py::handle(dt)).cast<std::string>()));
+      throw Error(
+          fmt::format("{}: dtype {}; positions are int32 or int64", name, py::str(py::handle(dt)).cast<std::string>()));
     }
     if (dt.byteorder() == '>' || !(dt.kind() == 'i' && (dt.itemsize() == 4 || dt.itemsize() == 8)) ||
         !(a.flags() & py::array::c_style)) {
@@ -331,14 +354,18 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   }
   const std::int64_t per_stream = std::accumulate(rest.begin(), rest.end(), std::int64_t{1}, std::multiplies<>());
   bool direct = false, broadcast = false;
-  if (rest.size() == 2 && rest[0] == batch && rest[1] == seq) direct = true;
-  else if (rest.size() == 2 && rest[0] == 1 && rest[1] == seq) broadcast = true;
-  else if (rest.size() == 1 && rest[0] == seq) broadcast = true;
-  else if (rest.size() == 0 && seq == 1) broadcast = true;
+  if (rest.size() == 2 && rest[0] == batch && rest[1] == seq)
+    direct = true;
+  else if (rest.size() == 2 && rest[0] == 1 && rest[1] == seq)
+    broadcast = true;
+  else if (rest.size() == 1 && rest[0] == seq)
+    broadcast = true;
+  else if (rest.size() == 0 && seq == 1)
+    broadcast = true;
   if (batch == 1 && per_stream == seq) direct = true, broadcast = false;
   if (!direct && !broadcast) {
-    throw Error(fmt::format("{}: shape ({}) does not fit {} tokens ({} × {}) of {}: give {}", name, fmt::join(shape, ", "),
-                            tokens, batch, seq, for_what, expected_shapes(batch, seq, axes)));
+    throw Error(fmt::format("{}: shape ({}) does not fit {} tokens ({} × {}) of {}: give {}", name,
+                            fmt::join(shape, ", "), tokens, batch, seq, for_what, expected_shapes(batch, seq, axes)));
   }
   if (direct) {
     out.keep = held;
@@ -349,7 +376,8 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   const Positions src{data, type, seq, axes};
   for (int ax = 0; ax < axes; ++ax)
     for (std::int64_t b = 0; b < batch; ++b)
-      for (std::int64_t s = 0; s < seq; ++s) out.owned[static_cast<std::size_t>(ax * tokens + b * seq + s)] = src.at(ax, s);
+      for (std::int64_t s = 0; s < seq; ++s)
+        out.owned[static_cast<std::size_t>(ax * tokens + b * seq + s)] = src.at(ax, s);
   out.view = {out.owned.data(), IndexType::I64, tokens, axes};
   return out;
 }

@@ -68,8 +68,8 @@ struct PositionsBuffer {
   py::object keep;                  // the caller's array, when read in place
   std::vector<std::int64_t> owned;  // when built or broadcast here
 };
-PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes,
-                               std::string_view name, std::string_view for_what);
+PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
+                               std::string_view for_what);
 
 // An int64 NumPy array of `values` with `shape` (no copy of the vector's data is kept elsewhere).
 py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vector<py::ssize_t> shape);

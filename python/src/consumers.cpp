@@ -65,9 +65,10 @@ struct PyKvCache {
 PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_heads, std::string_view dtype,
                      int v_head_dim, std::string_view angles) {
   const int head_dim = rope.spec().head_dim;
-  return {std::make_unique<KvCache>(*rope.rope(parse_angles(angles)),
-                                    KvCacheShape{.capacity = capacity, .kv_heads = kv_heads, .v_head_dim = v_head_dim,
-                                                 .dtype = parse_dtype(dtype)}),
+  return {std::make_unique<KvCache>(
+              *rope.rope(parse_angles(angles)),
+              KvCacheShape{
+                  .capacity = capacity, .kv_heads = kv_heads, .v_head_dim = v_head_dim, .dtype = parse_dtype(dtype)}),
           head_dim, v_head_dim > 0 ? v_head_dim : head_dim};
 }
 
@@ -94,9 +95,9 @@ void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::
 
 py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_obj, py::handle v_obj,
                           py::handle q_positions, py::handle k_positions, std::string_view layout_text, bool causal,
-                          std::int64_t window, std::optional<double> softmax_scale, std::optional<std::vector<float>> alibi,
-                          std::string_view angles, bool linear, std::string_view form,
-                          const PyCosSinTable* table = nullptr) {
+                          std::int64_t window, std::optional<double> softmax_scale,
+                          std::optional<std::vector<float>> alibi, std::string_view angles, bool linear,
+                          std::string_view form, const PyCosSinTable* table = nullptr) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = py_rope ? py_rope->rope(parse_angles(angles)) : nullptr;
   const Rope* rope = rope_held.get();
@@ -119,9 +120,12 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
   if (linear) {
     if (!rope) throw Error("linear_attention: needs a rope");
     LinearAttentionForm f;
-    if (form == "recurrent") f = LinearAttentionForm::Recurrent;
-    else if (form == "parallel") f = LinearAttentionForm::Parallel;
-    else throw Error(fmt::format("form = \"{}\": must be \"recurrent\" or \"parallel\"", form));
+    if (form == "recurrent")
+      f = LinearAttentionForm::Recurrent;
+    else if (form == "parallel")
+      f = LinearAttentionForm::Parallel;
+    else
+      throw Error(fmt::format("form = \"{}\": must be \"recurrent\" or \"parallel\"", form));
     py::gil_scoped_release release;
     linear_attention(*rope, args, causal, f);
     return out.owner;
@@ -141,8 +145,7 @@ py::object attention_impl(const PyRope* py_rope, py::handle q_obj, py::handle k_
 
 py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
                            std::string_view layout_text, bool causal, std::int64_t window,
-                           std::optional<double> softmax_scale, std::string_view angles,
-                           const PyCosSinTable* table) {
+                           std::optional<double> softmax_scale, std::string_view angles, const PyCosSinTable* table) {
   const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
@@ -202,14 +205,20 @@ std::vector<std::int32_t> read_seq_ids(py::handle seq_ids, std::int64_t tokens) 
   return out;
 }
 
-PyPagedKvCache make_paged_cache(const PyRope& rope, std::int64_t num_pages, std::int64_t page_size, std::int64_t kv_heads,
-                                int max_sequences, std::string_view dtype, std::string_view layout, float k_scale,
-                                float v_scale, int v_head_dim, std::string_view angles) {
-  return {std::make_unique<PagedKvCache>(
-      *rope.rope(parse_angles(angles)),
-      PagedKvCacheShape{.num_pages = num_pages, .page_size = page_size, .kv_heads = kv_heads, .v_head_dim = v_head_dim,
-                        .dtype = parse_cache_dtype(dtype), .layout = parse_page_layout(layout), .k_scale = k_scale,
-                        .v_scale = v_scale, .max_sequences = max_sequences})};
+PyPagedKvCache make_paged_cache(const PyRope& rope, std::int64_t num_pages, std::int64_t page_size,
+                                std::int64_t kv_heads, int max_sequences, std::string_view dtype,
+                                std::string_view layout, float k_scale, float v_scale, int v_head_dim,
+                                std::string_view angles) {
+  return {std::make_unique<PagedKvCache>(*rope.rope(parse_angles(angles)),
+                                         PagedKvCacheShape{.num_pages = num_pages,
+                                                           .page_size = page_size,
+                                                           .kv_heads = kv_heads,
+                                                           .v_head_dim = v_head_dim,
+                                                           .dtype = parse_cache_dtype(dtype),
+                                                           .layout = parse_page_layout(layout),
+                                                           .k_scale = k_scale,
+                                                           .v_scale = v_scale,
+                                                           .max_sequences = max_sequences})};
 }
 
 void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_ids, py::handle k_obj, py::handle v_obj,
@@ -273,19 +282,22 @@ std::vector<std::int64_t> default_positions(std::size_t n, std::int64_t start) {
 
 Spec model_spec(const PyModel& m, const PyRope* rope) { return rope ? rope->spec() : m.model->rope.layer().spec; }
 
-py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tokens, std::optional<std::vector<std::int64_t>> positions,
-                                const PyRope* py_rope, std::int64_t window, int threads) {
+py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tokens,
+                                std::optional<std::vector<std::int64_t>> positions, const PyRope* py_rope,
+                                std::int64_t window, int threads) {
   const LlamaModel& model = *self.model;
   const std::vector<std::int64_t> pos = positions.value_or(default_positions(tokens.size(), 0));
   const std::int64_t vocab = model.config.vocab_size;
-  py::array_t<float> logits(std::vector<py::ssize_t>{static_cast<py::ssize_t>(tokens.size()), static_cast<py::ssize_t>(vocab)});
+  py::array_t<float> logits(
+      std::vector<py::ssize_t>{static_cast<py::ssize_t>(tokens.size()), static_cast<py::ssize_t>(vocab)});
   float* out = logits.mutable_data();
   const Rope own(model_spec(self, py_rope));
   const std::shared_ptr<const Rope> rope_held = py_rope ? py_rope->rope(AngleMode::Accurate) : nullptr;
   const Rope& rope = rope_held ? *rope_held : own;
   {
     py::gil_scoped_release release;
-    LlamaRunner runner(model, {.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokens.size())), .threads = threads});
+    LlamaRunner runner(
+        model, {.capacity = std::max<std::int64_t>(1, static_cast<std::int64_t>(tokens.size())), .threads = threads});
     runner.forward(rope, tokens, pos, {out, tokens.size() * static_cast<std::size_t>(vocab)}, {.window = window});
   }
   return logits;
@@ -293,8 +305,8 @@ py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tok
 
 // run.c's loop: the prompt read in one batch, then one token at a time; a length-dependent RoPE is
 // re-formed for each length read and the cached keys re-rotated (as `ropekit generate`).
-std::vector<int> model_generate(const PyModel& self, const std::vector<int>& prompt, std::int64_t steps, float temperature,
-                                float topp, std::uint64_t seed, const PyRope* py_rope, int threads) {
+std::vector<int> model_generate(const PyModel& self, const std::vector<int>& prompt, std::int64_t steps,
+                                float temperature, float topp, std::uint64_t seed, const PyRope* py_rope, int threads) {
   const LlamaModel& model = *self.model;
   if (prompt.empty()) throw Error("prompt: empty (start it with BOS, the model's bos_id)");
   if (steps <= 0) throw Error(fmt::format("steps = {}: must be > 0", steps));
@@ -410,16 +422,24 @@ void bind_consumers(py::module_& m) {
       .def("attention", &cache_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::kw_only(),
            py::arg("layout") = "thd", py::arg("causal") = true, py::arg("window") = 0,
            py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
-      .def("shift", [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) { c.cache->shift(first, last, delta); },
-           py::arg("first"), py::arg("last"), py::arg("delta"))
-      .def("erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
-           py::arg("first"), py::arg("last"))
+      .def(
+          "shift",
+          [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) {
+            c.cache->shift(first, last, delta);
+          },
+          py::arg("first"), py::arg("last"), py::arg("delta"))
+      .def(
+          "erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
+          py::arg("first"), py::arg("last"))
       .def("clear", [](PyKvCache& c) { c.cache->clear(); })
-      .def("rerotate", [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
-        const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
-        py::gil_scoped_release release;
-        return c.cache->rerotate(*held);
-      }, py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def(
+          "rerotate",
+          [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
+            const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
+            py::gil_scoped_release release;
+            return c.cache->rerotate(*held);
+          },
+          py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
       .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
       .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })
       .def("__len__", [](const PyKvCache& c) { return c.cache->size(); })
@@ -432,93 +452,128 @@ void bind_consumers(py::module_& m) {
       });
 
   py::class_<PyPagedKvCache>(m, "PagedKvCache")
-      .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"), py::arg("kv_heads"),
-           py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32", py::arg("layout") = "nhd",
-           py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
+      .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"),
+           py::arg("kv_heads"), py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32",
+           py::arg("layout") = "nhd", py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
            py::arg("angles") = "accurate")
       .def("append", &paged_append, py::arg("rope"), py::arg("seq_ids"), py::arg("k"), py::arg("v"),
-           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate",
+           py::arg("table") = kNoTable)
       .def("attention", &paged_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::arg("seq_ids"),
            py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
            py::arg("angles") = "accurate", py::arg("table") = kNoTable)
-      .def("seq_rm", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->seq_rm(seq, p0, p1); },
-           py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
-      .def("seq_add", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
-        c.cache->seq_add(seq, p0, p1, delta);
-      }, py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
-      .def("seq_cp", [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
-        c.cache->seq_cp(src, dst, p0, p1);
-      }, py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
-      .def("seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"))
-      .def("rerotate", [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
-        const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
-        py::gil_scoped_release release;
-        return c.cache->rerotate(seq, *held);
-      }, py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
-      .def("length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"))
-      .def("positions", [](const PyPagedKvCache& c, int seq) {
-        const std::span<const std::int64_t> p = c.cache->positions(seq);
-        return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
-      }, py::arg("seq"))
-      .def("pages", [](const PyPagedKvCache& c, int seq) {
-        const std::span<const std::int32_t> p = c.cache->pages(seq);
-        return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
-      }, py::arg("seq"))
+      .def(
+          "seq_rm", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->seq_rm(seq, p0, p1); },
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "seq_add",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+            c.cache->seq_add(seq, p0, p1, delta);
+          },
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+      .def(
+          "seq_cp",
+          [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
+            c.cache->seq_cp(src, dst, p0, p1);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"))
+      .def(
+          "rerotate",
+          [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
+            const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
+            py::gil_scoped_release release;
+            return c.cache->rerotate(seq, *held);
+          },
+          py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def(
+          "length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"))
+      .def(
+          "positions",
+          [](const PyPagedKvCache& c, int seq) {
+            const std::span<const std::int64_t> p = c.cache->positions(seq);
+            return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
+          },
+          py::arg("seq"))
+      .def(
+          "pages",
+          [](const PyPagedKvCache& c, int seq) {
+            const std::span<const std::int32_t> p = c.cache->pages(seq);
+            return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
+          },
+          py::arg("seq"))
       .def_property_readonly("free_pages", [](const PyPagedKvCache& c) { return c.cache->free_pages(); })
-      .def("page_table", [](const PyPagedKvCache& c, const std::vector<std::int32_t>& seqs) {
-        std::vector<std::int32_t> indices, indptr, last;
-        c.cache->page_table(seqs, indices, indptr, last);
-        const auto array = [](const std::vector<std::int32_t>& v) {
-          return py::array_t<std::int32_t>(static_cast<py::ssize_t>(v.size()), v.data());
-        };
-        return py::make_tuple(array(indices), array(indptr), array(last));
-      }, py::arg("seqs"));
+      .def(
+          "page_table",
+          [](const PyPagedKvCache& c, const std::vector<std::int32_t>& seqs) {
+            std::vector<std::int32_t> indices, indptr, last;
+            c.cache->page_table(seqs, indices, indptr, last);
+            const auto array = [](const std::vector<std::int32_t>& v) {
+              return py::array_t<std::int32_t>(static_cast<py::ssize_t>(v.size()), v.data());
+            };
+            return py::make_tuple(array(indices), array(indptr), array(last));
+          },
+          py::arg("seqs"));
 
-  m.def("attention",
-        [](py::handle q, py::handle k, py::handle v, const PyRope* rope, py::handle qp, py::handle kp,
-           std::string_view layout, bool causal, std::int64_t window, std::optional<double> scale,
-           std::optional<std::vector<float>> alibi, std::string_view angles, const PyCosSinTable* table) {
-          return attention_impl(rope, q, k, v, qp, kp, layout, causal, window, scale, std::move(alibi), angles, false, "",
-                                table);
-        },
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("rope") = nullptr, py::arg("q_positions") = py::none(),
-        py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
-        py::arg("window") = 0, py::arg("softmax_scale") = py::none(), py::arg("alibi_slopes") = py::none(),
-        py::arg("angles") = "accurate", py::arg("table") = kNoTable);
-  m.def("linear_attention",
-        [](const PyRope& rope, py::handle q, py::handle k, py::handle v, py::handle qp, py::handle kp,
-           std::string_view layout, bool causal, std::string_view form, std::string_view angles) {
-          return attention_impl(&rope, q, k, v, qp, kp, layout, causal, 0, std::nullopt, std::nullopt, angles, true, form);
-        },
-        py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_positions") = py::none(),
-        py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
-        py::arg("form") = "recurrent", py::arg("angles") = "accurate");
+  m.def(
+      "attention",
+      [](py::handle q, py::handle k, py::handle v, const PyRope* rope, py::handle qp, py::handle kp,
+         std::string_view layout, bool causal, std::int64_t window, std::optional<double> scale,
+         std::optional<std::vector<float>> alibi, std::string_view angles, const PyCosSinTable* table) {
+        return attention_impl(rope, q, k, v, qp, kp, layout, causal, window, scale, std::move(alibi), angles, false, "",
+                              table);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("rope") = nullptr, py::arg("q_positions") = py::none(),
+      py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
+      py::arg("window") = 0, py::arg("softmax_scale") = py::none(), py::arg("alibi_slopes") = py::none(),
+      py::arg("angles") = "accurate", py::arg("table") = kNoTable);
+  m.def(
+      "linear_attention",
+      [](const PyRope& rope, py::handle q, py::handle k, py::handle v, py::handle qp, py::handle kp,
+         std::string_view layout, bool causal, std::string_view form, std::string_view angles) {
+        return attention_impl(&rope, q, k, v, qp, kp, layout, causal, 0, std::nullopt, std::nullopt, angles, true,
+                              form);
+      },
+      py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_positions") = py::none(),
+      py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
+      py::arg("form") = "recurrent", py::arg("angles") = "accurate");
 
   py::class_<PyModel>(m, "Model")
       .def(py::init([](const std::filesystem::path& path) {
              return PyModel{std::make_shared<const LlamaModel>(load_model_file(path))};
-           }), py::arg("path"))
-      .def_property_readonly("config", [](const PyModel& self) {
-        const LlamaConfig& c = self.model->config;
-        py::dict d;
-        d["dim"] = c.dim, d["hidden_dim"] = c.hidden_dim, d["n_layers"] = c.n_layers, d["n_heads"] = c.n_heads;
-        d["n_kv_heads"] = c.n_kv_heads, d["vocab_size"] = c.vocab_size, d["seq_len"] = c.seq_len;
-        d["head_dim"] = c.head_dim(), d["bos_id"] = c.bos_id, d["source"] = self.model->source;
-        return d;
-      })
-      .def_property_readonly("rope", [](const PyModel& self) {
-        auto r = std::make_shared<PyRope>(self.model->rope.layer().spec, std::nullopt, self.model->source);
-        r->layer = self.model->rope.layer();
-        return r;
-      })
-      .def("rope_with_scaling", [](const PyModel& self, py::dict fragment, std::optional<std::int64_t> trained_length) {
-        const std::string text = py::module_::import("json").attr("dumps")(fragment).cast<std::string>();
-        return std::make_shared<PyRope>(spec_with_scaling(*self.model, text, "rope_scaling", trained_length), std::nullopt, "rope_with_scaling");
-      }, py::arg("rope_scaling"), py::kw_only(), py::arg("trained_length") = py::none())
+           }),
+           py::arg("path"))
+      .def_property_readonly("config",
+                             [](const PyModel& self) {
+                               const LlamaConfig& c = self.model->config;
+                               py::dict d;
+                               d["dim"] = c.dim, d["hidden_dim"] = c.hidden_dim, d["n_layers"] = c.n_layers,
+                               d["n_heads"] = c.n_heads;
+                               d["n_kv_heads"] = c.n_kv_heads, d["vocab_size"] = c.vocab_size, d["seq_len"] = c.seq_len;
+                               d["head_dim"] = c.head_dim(), d["bos_id"] = c.bos_id, d["source"] = self.model->source;
+                               return d;
+                             })
+      .def_property_readonly("rope",
+                             [](const PyModel& self) {
+                               auto r = std::make_shared<PyRope>(self.model->rope.layer().spec, std::nullopt,
+                                                                 self.model->source);
+                               r->layer = self.model->rope.layer();
+                               return r;
+                             })
+      .def(
+          "rope_with_scaling",
+          [](const PyModel& self, py::dict fragment, std::optional<std::int64_t> trained_length) {
+            const std::string text = py::module_::import("json").attr("dumps")(fragment).cast<std::string>();
+            return std::make_shared<PyRope>(spec_with_scaling(*self.model, text, "rope_scaling", trained_length),
+                                            std::nullopt, "rope_with_scaling");
+          },
+          py::arg("rope_scaling"), py::kw_only(), py::arg("trained_length") = py::none())
       .def("logits", &model_logits, py::arg("tokens"), py::arg("positions") = py::none(), py::kw_only(),
            py::arg("rope") = nullptr, py::arg("window") = 0, py::arg("threads") = 0)
-      .def("generate", &model_generate, py::arg("prompt"), py::arg("steps"), py::kw_only(), py::arg("temperature") = 0.0f,
-           py::arg("topp") = 0.9f, py::arg("seed") = 1, py::arg("rope") = nullptr, py::arg("threads") = 0);
+      .def("generate", &model_generate, py::arg("prompt"), py::arg("steps"), py::kw_only(),
+           py::arg("temperature") = 0.0f, py::arg("topp") = 0.9f, py::arg("seed") = 1, py::arg("rope") = nullptr,
+           py::arg("threads") = 0);
 
   py::class_<Tokenizer>(m, "Tokenizer")
       .def(py::init([](const std::filesystem::path& path) { return Tokenizer::from_file(path); }), py::arg("path"))
@@ -526,19 +581,22 @@ void bind_consumers(py::module_& m) {
       .def_property_readonly("bos_id", &Tokenizer::bos_id)
       .def_property_readonly("eos_id", &Tokenizer::eos_id)
       .def("encode", &Tokenizer::encode, py::arg("text"), py::kw_only(), py::arg("bos") = true, py::arg("eos") = false)
-      .def("decode", [](const Tokenizer& t, const std::vector<int>& tokens, int prev) {
-        std::string text;
-        for (const int id : tokens) {
-          text += t.decode(prev, id);
-          prev = id;
-        }
-        return py::bytes(text).attr("decode")("utf-8", "replace");
-      }, py::arg("tokens"), py::kw_only(), py::arg("prev") = 1);
+      .def(
+          "decode",
+          [](const Tokenizer& t, const std::vector<int>& tokens, int prev) {
+            std::string text;
+            for (const int id : tokens) {
+              text += t.decode(prev, id);
+              prev = id;
+            }
+            return py::bytes(text).attr("decode")("utf-8", "replace");
+          },
+          py::arg("tokens"), py::kw_only(), py::arg("prev") = 1);
 
-  m.def("eval", &eval_table, py::arg("model"), py::arg("tokens"), py::kw_only(), py::arg("methods") = "orig,pi,yarn,swa",
-        py::arg("lengths") = std::vector<std::int64_t>{512, 2048}, py::arg("buckets") = py::none(),
-        py::arg("window_size") = 2048, py::arg("windows") = py::none(), py::arg("trained_length") = py::none(),
-        py::arg("threads") = 0);
+  m.def("eval", &eval_table, py::arg("model"), py::arg("tokens"), py::kw_only(),
+        py::arg("methods") = "orig,pi,yarn,swa", py::arg("lengths") = std::vector<std::int64_t>{512, 2048},
+        py::arg("buckets") = py::none(), py::arg("window_size") = 2048, py::arg("windows") = py::none(),
+        py::arg("trained_length") = py::none(), py::arg("threads") = 0);
   m.def("eval_methods", [] {
     py::list out;
     for (const EvalMethod& e : builtin_methods()) out.append(e.name);

@@ -23,12 +23,15 @@ namespace ropekit::python {
 AngleMode parse_angles(std::string_view text) {
   if (text == "accurate") return AngleMode::Accurate;
   if (text == "hf") return AngleMode::HfCompat;
-  throw Error(fmt::format("angles = \"{}\": must be \"accurate\" (correctly rounded cos/sin of the exact angle) "
-                          "or \"hf\" (Hugging Face's float32 angle)", text));
+  throw Error(
+      fmt::format("angles = \"{}\": must be \"accurate\" (correctly rounded cos/sin of the exact angle) "
+                  "or \"hf\" (Hugging Face's float32 angle)",
+                  text));
 }
 
 PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin)
-    : origin_(std::move(origin)), accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
+    : origin_(std::move(origin)),
+      accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
 
 std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
   if (mode == AngleMode::Accurate) return accurate_;
@@ -50,15 +53,19 @@ Direction parse_direction(std::string_view text) {
   if (text == "forward") return Direction::Forward;
   if (text == "inverse") return Direction::Inverse;
   if (text == "backward") return Direction::Backward;
-  throw Error(fmt::format("direction = \"{}\": must be \"forward\", \"inverse\" (undo forward, magnitude "
-                          "1/cos_sin_scale) or \"backward\" (the transpose: gradients)", text));
+  throw Error(
+      fmt::format("direction = \"{}\": must be \"forward\", \"inverse\" (undo forward, magnitude "
+                  "1/cos_sin_scale) or \"backward\" (the transpose: gradients)",
+                  text));
 }
 
 Pairing parse_pairing(std::string_view text) {
   if (text == "half" || text == "neox" || text == "rotate_half") return Pairing::Half;
   if (text == "interleaved" || text == "gptj") return Pairing::Interleaved;
-  throw Error(fmt::format("pairing = \"{}\": must be \"half\" (rotate_half: lanes j, j + d/2) or "
-                          "\"interleaved\" (lanes 2j, 2j + 1)", text));
+  throw Error(
+      fmt::format("pairing = \"{}\": must be \"half\" (rotate_half: lanes j, j + d/2) or "
+                  "\"interleaved\" (lanes 2j, 2j + 1)",
+                  text));
 }
 
 py::dict scaling_dict(const Scaling& scaling) {
@@ -159,9 +166,7 @@ py::dict positions_dict(const ModelPositions& m) {
   return d;
 }
 
-std::string json_text(py::handle dict) {
-  return py::module_::import("json").attr("dumps")(dict).cast<std::string>();
-}
+std::string json_text(py::handle dict) { return py::module_::import("json").attr("dumps")(dict).cast<std::string>(); }
 
 ConfigOptions config_options(const std::optional<std::string>& pairing) {
   ConfigOptions o;
@@ -218,7 +223,8 @@ std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rota
   config["rope_theta"] = base;
   if (max_position_embeddings) config["max_position_embeddings"] = *max_position_embeddings;
   if (!rope_scaling.is_none()) {
-    if (!py::isinstance<py::dict>(rope_scaling)) throw Error("rope_scaling: must be a dict in config.json syntax, or None");
+    if (!py::isinstance<py::dict>(rope_scaling))
+      throw Error("rope_scaling: must be a dict in config.json syntax, or None");
     config["rope_scaling"] = rope_scaling;
   }
   ConfigOptions options;
@@ -227,7 +233,8 @@ std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rota
   Spec spec = m.groups.at(0).spec;
   spec.head_dim = head_dim;
   spec.rotary_dim = rotary_dim.value_or(head_dim);
-  if (mrope_section) spec.mrope = MRope{*mrope_section, mrope_interleaved ? MRopeLayout::Interleaved : MRopeLayout::Sectioned};
+  if (mrope_section)
+    spec.mrope = MRope{*mrope_section, mrope_interleaved ? MRopeLayout::Interleaved : MRopeLayout::Sectioned};
   spec.validate();
   return std::make_shared<PyRope>(spec, current_length, "Rope(...)");
 }
@@ -274,8 +281,10 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
   args.threads = threads;
   Array q_out, k_out;
   if (inplace) {
-    if (has_q && !q.writable) throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
-    if (has_k && !k.writable) throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+    if (has_q && !q.writable)
+      throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+    if (has_k && !k.writable)
+      throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
   } else {
     if (has_q) q_out = empty_like(q, "q_out"), args.q_out = heads_view(q_out, layout, head_dim, "q_out");
     if (has_k) k_out = empty_like(k, "k_out"), args.k_out = heads_view(k_out, layout, head_dim, "k_out");
@@ -302,7 +311,8 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
 py::array_t<float> cos_sin_cache(const PyRope& self, std::int64_t num_positions, std::string_view angles) {
   const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
   if (num_positions < 0) throw Error(fmt::format("num_positions = {}: must be >= 0", num_positions));
-  py::array_t<float> out(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_positions), rope_held->spec().rotary_dim});
+  py::array_t<float> out(
+      std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_positions), rope_held->spec().rotary_dim});
   float* data = out.mutable_data();
   const auto size = static_cast<std::size_t>(out.size());
   {
@@ -338,21 +348,25 @@ py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view
   const Rope& rope = *rope_held;
   const bool hf = layout == "hf";
   if (!hf && layout != "half") {
-    throw Error(fmt::format("layout = \"{}\": must be \"hf\" (Hugging Face's [cos θ_0 … cos θ_P−1, cos θ_0 … cos θ_P−1], "
-                            "rotary_dim wide) or \"half\" (flash-attn's P = rotary_dim/2 values)", layout));
+    throw Error(
+        fmt::format("layout = \"{}\": must be \"hf\" (Hugging Face's [cos θ_0 … cos θ_P−1, cos θ_0 … cos θ_P−1], "
+                    "rotary_dim wide) or \"half\" (flash-attn's P = rotary_dim/2 values)",
+                    layout));
   }
   const int axes = rope.pair_map().num_axes;
   // Positions of any shape (after M-RoPE's leading 3): read as one row of tokens.
   py::array pos = py::module_::import("numpy").attr("asarray")(positions_obj);  // torch CPU tensors too
   std::vector<py::ssize_t> shape(pos.shape(), pos.shape() + pos.ndim());
   if (axes == 3) {
-    if (shape.empty() || shape[0] != 3) throw Error("positions: M-RoPE needs three position streams (t, h, w) first: shape [3, ...]");
+    if (shape.empty() || shape[0] != 3)
+      throw Error("positions: M-RoPE needs three position streams (t, h, w) first: shape [3, ...]");
     shape.erase(shape.begin());
   }
   std::int64_t count = 1;
   for (const auto s : shape) count *= s;
-  const PositionsBuffer buffer = read_positions(pos.attr("reshape")(axes == 3 ? py::make_tuple(3, 1, count) : py::make_tuple(1, count)),
-                                                1, count, axes, "positions", "cos_sin");
+  const PositionsBuffer buffer =
+      read_positions(pos.attr("reshape")(axes == 3 ? py::make_tuple(3, 1, count) : py::make_tuple(1, count)), 1, count,
+                     axes, "positions", "cos_sin");
   const std::int64_t pairs = rope.spec().num_pairs();
   const std::int64_t width = hf ? 2 * pairs : pairs;
   shape.push_back(width);
@@ -361,7 +375,8 @@ py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view
   float* sp = s.mutable_data();
   {
     py::gil_scoped_release release;
-    rope.cos_sin(buffer.view, {cp, static_cast<std::size_t>(count * width)}, {sp, static_cast<std::size_t>(count * width)});
+    rope.cos_sin(buffer.view, {cp, static_cast<std::size_t>(count * width)},
+                 {sp, static_cast<std::size_t>(count * width)});
     if (hf) {  // spread each row of P values to [row, row], back to front in place
       for (std::int64_t t = count - 1; t >= 0; --t) {
         for (float* a : {cp, sp}) {
@@ -448,46 +463,53 @@ PYBIND11_MODULE(_ropekit, m) {
     }
   });
 
-  py::class_<PyCosSinTable>(m, "CosSinTable",
-                            "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
+  py::class_<PyCosSinTable>(
+      m, "CosSinTable", "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
       .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });
   py::class_<PyRope, std::shared_ptr<PyRope>>(m, "Rope")
       .def(py::init(&rope_from_keywords), py::arg("head_dim"), py::kw_only(), py::arg("rotary_dim") = py::none(),
            py::arg("base") = 10000.0, py::arg("pairing") = "half", py::arg("rope_scaling") = py::none(),
            py::arg("max_position_embeddings") = py::none(), py::arg("mrope_section") = py::none(),
            py::arg("mrope_interleaved") = false, py::arg("current_length") = py::none())
-      .def_static("from_config",
-                  [](py::handle config, std::optional<std::string> layer_type, std::optional<int> layer,
-                     std::optional<std::string> pairing) { return ropes_of(read_model(config, pairing), layer_type, layer); },
-                  py::arg("config"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
-                  py::arg("pairing") = py::none())
-      .def_static("from_preset",
-                  [](const std::string& name, std::optional<std::string> layer_type, std::optional<int> layer) {
-                    return ropes_of(read_preset(name), layer_type, layer);
-                  },
-                  py::arg("name"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none())
-      .def_static("from_gguf",
-                  [](py::handle path, std::optional<std::string> layer_type, std::optional<int> layer,
-                     std::optional<std::string> pairing) {
-                    const auto p = py::module_::import("os").attr("fspath")(path).cast<std::string>();
-                    return ropes_of(read_gguf_file(p, config_options(pairing)), layer_type, layer);
-                  },
-                  py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
-                  py::arg("pairing") = py::none())
+      .def_static(
+          "from_config",
+          [](py::handle config, std::optional<std::string> layer_type, std::optional<int> layer,
+             std::optional<std::string> pairing) { return ropes_of(read_model(config, pairing), layer_type, layer); },
+          py::arg("config"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
+          py::arg("pairing") = py::none())
+      .def_static(
+          "from_preset",
+          [](const std::string& name, std::optional<std::string> layer_type, std::optional<int> layer) {
+            return ropes_of(read_preset(name), layer_type, layer);
+          },
+          py::arg("name"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none())
+      .def_static(
+          "from_gguf",
+          [](py::handle path, std::optional<std::string> layer_type, std::optional<int> layer,
+             std::optional<std::string> pairing) {
+            const auto p = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+            return ropes_of(read_gguf_file(p, config_options(pairing)), layer_type, layer);
+          },
+          py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
+          py::arg("pairing") = py::none())
       .def_property_readonly("head_dim", [](const PyRope& r) { return r.spec().head_dim; })
       .def_property_readonly("rotary_dim", [](const PyRope& r) { return r.spec().rotary_dim; })
       .def_property_readonly("num_pairs", [](const PyRope& r) { return r.spec().num_pairs(); })
       .def_property_readonly("pairing", [](const PyRope& r) { return std::string(to_string(r.spec().pairing)); })
       .def_property_readonly("rope_type", [](const PyRope& r) { return std::string(rope_type_name(r.spec().scaling)); })
       .def_property_readonly("spec", [](const PyRope& r) { return spec_dict(r.spec()); })
-      .def_property_readonly("layer", [](const PyRope& r) { return r.layer ? py::object(layer_dict(*r.layer)) : py::none(); })
-      .def_property_readonly("inv_freq", [](const PyRope& r) {
-        const auto& f = r.plan().inv_freq;
-        py::array_t<float> a(f.size());
-        for (std::size_t i = 0; i < f.size(); ++i) a.mutable_at(i) = static_cast<float>(f[i]);
-        return a;
-      })
-      .def_property_readonly("inv_freq64", [](const PyRope& r) { return py::array_t<double>(r.plan().inv_freq.size(), r.plan().inv_freq.data()); })
+      .def_property_readonly("layer",
+                             [](const PyRope& r) { return r.layer ? py::object(layer_dict(*r.layer)) : py::none(); })
+      .def_property_readonly("inv_freq",
+                             [](const PyRope& r) {
+                               const auto& f = r.plan().inv_freq;
+                               py::array_t<float> a(f.size());
+                               for (std::size_t i = 0; i < f.size(); ++i) a.mutable_at(i) = static_cast<float>(f[i]);
+                               return a;
+                             })
+      .def_property_readonly(
+          "inv_freq64",
+          [](const PyRope& r) { return py::array_t<double>(r.plan().inv_freq.size(), r.plan().inv_freq.data()); })
       .def_property_readonly("cos_sin_scale", [](const PyRope& r) { return r.plan().cos_sin_scale; })
       .def_property_readonly("softmax_scale_mult", [](const PyRope& r) { return r.plan().softmax_scale_mult; })
       .def_property_readonly("current_length", &PyRope::current_length)
@@ -498,25 +520,35 @@ PYBIND11_MODULE(_ropekit, m) {
       .def("cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
       .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6)
       .def("import_cos_sin_cache", &import_cache, py::arg("cache"))
-      .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf", py::arg("angles") = "accurate")
+      .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf",
+           py::arg("angles") = "accurate")
       .def("apply", &apply, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(), py::kw_only(),
            py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
            py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
            py::arg("table") = static_cast<const PyCosSinTable*>(nullptr))
       .def("verify", &verify_checks)
-      .def("decay_bound", [](const PyRope& r, std::int64_t max_distance) {
-        const std::vector<double> d = decay_bound(r.plan(), max_distance);
-        return py::array_t<double>(d.size(), d.data());
-      }, py::arg("max_distance"))
+      .def(
+          "decay_bound",
+          [](const PyRope& r, std::int64_t max_distance) {
+            const std::vector<double> d = decay_bound(r.plan(), max_distance);
+            return py::array_t<double>(d.size(), d.data());
+          },
+          py::arg("max_distance"))
       .def("__repr__", &repr);
 
-  m.def("model_positions",
-        [](py::handle config, std::optional<std::string> pairing) { return positions_dict(read_model(config, pairing)); },
-        py::arg("config"), py::kw_only(), py::arg("pairing") = py::none());
-  m.def("model_positions_preset", [](const std::string& name) { return positions_dict(read_preset(name)); }, py::arg("name"));
-  m.def("model_positions_gguf", [](py::handle path) {
-    return positions_dict(read_gguf_file(py::module_::import("os").attr("fspath")(path).cast<std::string>()));
-  }, py::arg("path"));
+  m.def(
+      "model_positions",
+      [](py::handle config, std::optional<std::string> pairing) { return positions_dict(read_model(config, pairing)); },
+      py::arg("config"), py::kw_only(), py::arg("pairing") = py::none());
+  m.def(
+      "model_positions_preset", [](const std::string& name) { return positions_dict(read_preset(name)); },
+      py::arg("name"));
+  m.def(
+      "model_positions_gguf",
+      [](py::handle path) {
+        return positions_dict(read_gguf_file(py::module_::import("os").attr("fspath")(path).cast<std::string>()));
+      },
+      py::arg("path"));
   m.def("presets", [] {
     py::list out;
     for (const Preset& p : presets()) {
@@ -529,7 +561,8 @@ PYBIND11_MODULE(_ropekit, m) {
   });
   m.def("simd_target", &simd_target);
   m.def("simd_targets", &simd_targets);
-  m.def("set_simd_target", [](const std::string& name) { set_simd_target(name); }, py::arg("name"));
+  m.def(
+      "set_simd_target", [](const std::string& name) { set_simd_target(name); }, py::arg("name"));
   m.def("default_threads", &default_threads);
   m.def("set_default_threads", &set_default_threads, py::arg("threads"));
   m.def("_time_apply", &time_apply, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("positions"),

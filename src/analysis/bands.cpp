@@ -92,4 +92,3 @@ std::vector<PairBand> pair_bands(const Spec& spec, const Plan& plan, std::int64_
 }
 
 }  // namespace ropekit
-

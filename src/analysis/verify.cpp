@@ -77,11 +77,13 @@ VerifyOps library_ops(const Rope& rope) {
   };
   ops.unfused_attention = [&rope](const AttentionArgs& args) {
     const int d = rope.spec().head_dim;
-    std::vector<float> q_rot(std::size_t(args.q.tokens() * args.q.heads * d)), k_rot(std::size_t(args.k.tokens() * args.k.heads * d)),
-        out(q_rot.size());
-    rope.apply({.q = args.q, .q_out = bshd(q_rot.data(), DType::F32, 1, args.q.seq, args.q.heads, d),
+    std::vector<float> q_rot(std::size_t(args.q.tokens() * args.q.heads * d)),
+        k_rot(std::size_t(args.k.tokens() * args.k.heads * d)), out(q_rot.size());
+    rope.apply({.q = args.q,
+                .q_out = bshd(q_rot.data(), DType::F32, 1, args.q.seq, args.q.heads, d),
                 .positions = args.q_positions});
-    rope.apply({.k = args.k, .k_out = bshd(k_rot.data(), DType::F32, 1, args.k.seq, args.k.heads, d),
+    rope.apply({.k = args.k,
+                .k_out = bshd(k_rot.data(), DType::F32, 1, args.k.seq, args.k.heads, d),
                 .positions = args.k_positions});
     AttentionArgs plain = args;
     plain.q = bshd(q_rot.data(), DType::F32, 1, args.q.seq, args.q.heads, d);
@@ -106,7 +108,8 @@ Check check_relative_position(const Rope& rope, const VerifyOps& ops) {
   for (int l = 0; l < d; ++l) qn += double(q[l]) * q[l], kn += double(k[l]) * k[l];
   const double norm = std::sqrt(qn * kn) * m2;
   const auto logit = [&](std::int64_t m, std::int64_t n) {
-    const std::vector<float> rq = ops.rotate(q, {m}, Direction::Forward, false), rk = ops.rotate(k, {n}, Direction::Forward, false);
+    const std::vector<float> rq = ops.rotate(q, {m}, Direction::Forward, false),
+                             rk = ops.rotate(k, {n}, Direction::Forward, false);
     double s = 0;
     for (int l = 0; l < d; ++l) s += double(rq[l]) * rk[l];
     return s;
@@ -117,8 +120,8 @@ Check check_relative_position(const Rope& rope, const VerifyOps& ops) {
     for (const std::int64_t t : offsets) worst = std::max(worst, std::fabs(logit(7 + r + t, 7 + t) - base) / norm);
   }
   return check("relative_position",
-               "max |logit(m+t, n+t) − logit(m, n)| / (m²·|q|·|k|), m − n up to 4095, t up to 2^30",
-               worst, 20 * kEps, "each logit is within 10 ε of exact (two rotations of ≤ 5 ε)");
+               "max |logit(m+t, n+t) − logit(m, n)| / (m²·|q|·|k|), m − n up to 4095, t up to 2^30", worst, 20 * kEps,
+               "each logit is within 10 ε of exact (two rotations of ≤ 5 ε)");
 }
 
 Check check_table_accuracy(const Rope& rope, const VerifyOps& ops) {
@@ -146,8 +149,8 @@ Check check_table_accuracy(const Rope& rope, const VerifyOps& ops) {
     }
   }
   // The figure includes the float32 rounding of m·cos (the magnitude is not in the table).
-  return check("table_accuracy", "max |cos, sin − exact| at positions 0 … 2^31 − 1 (long-double oracle)", worst,
-               1e-6, fmt::format("Hugging Face's float32 angles at the same positions: {:.3g}", hf_worst));
+  return check("table_accuracy", "max |cos, sin − exact| at positions 0 … 2^31 − 1 (long-double oracle)", worst, 1e-6,
+               fmt::format("Hugging Face's float32 angles at the same positions: {:.3g}", hf_worst));
 }
 
 Check check_on_the_fly_equals_table(const Rope& rope, const VerifyOps& ops) {
@@ -155,7 +158,8 @@ Check check_on_the_fly_equals_table(const Rope& rope, const VerifyOps& ops) {
   std::vector<std::int64_t> p;
   for (std::int64_t i = 0; i < 64; ++i) p.push_back(i * 997);
   const std::vector<float> x = random_vector(p.size() * std::size_t(d), 3);
-  const std::vector<float> a = ops.rotate(x, p, Direction::Forward, false), b = ops.rotate(x, p, Direction::Forward, true);
+  const std::vector<float> a = ops.rotate(x, p, Direction::Forward, false),
+                           b = ops.rotate(x, p, Direction::Forward, true);
   double differing = 0;
   for (std::size_t i = 0; i < a.size(); ++i) differing += std::memcmp(&a[i], &b[i], 4) != 0;
   return check("on_the_fly_equals_table", "elements where on-the-fly angles differ from the table", differing, 0.0);
@@ -191,7 +195,13 @@ Check check_magnitude_once(const Rope& rope, const VerifyOps& ops) {
 
 Check check_k_shift(const Rope& rope, const VerifyOps& ops) {
   if (rope.spec().mrope) {
-    Check c{"k_shift", "K-shift by δ vs appending at p + δ", 0, 0, true, true, "M-RoPE: the KV cache keeps one position per token"};
+    Check c{"k_shift",
+            "K-shift by δ vs appending at p + δ",
+            0,
+            0,
+            true,
+            true,
+            "M-RoPE: the KV cache keeps one position per token"};
     return c;
   }
   const int d = rope.spec().head_dim;
@@ -201,7 +211,7 @@ Check check_k_shift(const Rope& rope, const VerifyOps& ops) {
   for (std::int64_t i = 0; i < n; ++i) p[i] = 5000 + 3 * i, shifted[i] = p[i] - 4321;
   std::vector<std::int64_t> deltas;
   for (int i = 0; i < 100; ++i) deltas.push_back(i % 2 == 0 ? -87 : 40);  // 50·(−87) + 50·40 = −2350
-  deltas.push_back(-1971);                                                 // total −4321
+  deltas.push_back(-1971);                                                // total −4321
   const std::vector<float> a = ops.shifted_keys(k, p, deltas), b = ops.shifted_keys(k, shifted, {});
   const float* ka = a.data();
   const float* kb = b.data();
@@ -217,13 +227,15 @@ Check check_k_shift(const Rope& rope, const VerifyOps& ops) {
   }
   // The caches are within (5 + 2.5·shifts) ε·m·|pair| and 5 ε·m·|pair| of exact (attention.hpp).
   return check("k_shift", "101 K-shifts vs appending at the final position, max pair error in ε·m·|pair|", worst,
-               5 + 101 * 2.5 + 5, "a magnitude compounded per shift (llama.cpp under YaRN) would fail by orders of magnitude");
+               5 + 101 * 2.5 + 5,
+               "a magnitude compounded per shift (llama.cpp under YaRN) would fail by orders of magnitude");
 }
 
 Check check_fused_attention(const Rope& rope, const VerifyOps& ops) {
   const int d = rope.spec().head_dim;
   const std::int64_t seq = 100, heads = 4, kv_heads = 2;
-  std::vector<float> q = random_vector(std::size_t(seq * heads * d), 7), k = random_vector(std::size_t(seq * kv_heads * d), 8),
+  std::vector<float> q = random_vector(std::size_t(seq * heads * d), 7),
+                     k = random_vector(std::size_t(seq * kv_heads * d), 8),
                      v = random_vector(std::size_t(seq * kv_heads * d), 9);
   std::vector<std::int64_t> p(static_cast<std::size_t>(seq));
   for (std::int64_t i = 0; i < seq; ++i) p[i] = 70000 + i;
@@ -253,7 +265,7 @@ std::vector<Check> verify(const Spec& spec, std::optional<std::int64_t> current_
   const Rope rope(spec, AngleMode::Accurate, current_length);
   const VerifyOps ops = library_ops(rope);
   return {check_relative_position(rope, ops), check_table_accuracy(rope, ops), check_on_the_fly_equals_table(rope, ops),
-          check_inverse_roundtrip(rope, ops), check_magnitude_once(rope, ops),    check_k_shift(rope, ops),
+          check_inverse_roundtrip(rope, ops), check_magnitude_once(rope, ops), check_k_shift(rope, ops),
           check_fused_attention(rope, ops)};
 }
 

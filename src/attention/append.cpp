@@ -99,8 +99,8 @@ void PagedCache::validate() const {
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;
   const std::int64_t per_slot = c.kv_heads * std::int64_t{std::max(c.head_dim, c.v_head_dim)} * element_size(c.dtype);
   if (c.page_size > kMaxBytes / c.num_pages || c.num_pages * c.page_size > kMaxBytes / per_slot) {
-    throw Error(fmt::format("cache: {} pages x {} entries x {} bytes exceed 2^46 bytes", c.num_pages, c.page_size,
-                            per_slot));
+    throw Error(
+        fmt::format("cache: {} pages x {} entries x {} bytes exceed 2^46 bytes", c.num_pages, c.page_size, per_slot));
   }
   for (const auto& [name, scale] : {std::pair{"k_scale", c.k_scale}, std::pair{"v_scale", c.v_scale}}) {
     if (c.dtype == CacheDType::F8E4M3) {
@@ -121,8 +121,10 @@ void check_cache(const PagedCache& c) {
   c.validate();
   if (c.k == nullptr) throw Error("cache.k is null");
   if ((c.v == nullptr) != (c.v_head_dim == 0)) {
-    throw Error(fmt::format("cache.v is {} but cache.v_head_dim = {}: a cache without values has v = null and "
-                            "v_head_dim = 0", c.v == nullptr ? "null" : "set", c.v_head_dim));
+    throw Error(
+        fmt::format("cache.v is {} but cache.v_head_dim = {}: a cache without values has v = null and "
+                    "v_head_dim = 0",
+                    c.v == nullptr ? "null" : "set", c.v_head_dim));
   }
 }
 
@@ -144,8 +146,8 @@ void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCac
       const std::int64_t s = m->type == IndexType::I32 ? static_cast<const std::int32_t*>(m->data)[t]
                                                        : static_cast<const std::int64_t*>(m->data)[t];
       if (s < -1 || s >= total) {
-        throw Error(fmt::format("slots[{}] = {}: outside the cache's {} slots [0, {}) (-1 skips a token)", t, s,
-                                total, total));
+        throw Error(
+            fmt::format("slots[{}] = {}: outside the cache's {} slots [0, {}) (-1 skips a token)", t, s, total, total));
       }
       slots[std::size_t(t)] = s;
     }
@@ -174,15 +176,17 @@ void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCac
       const std::int32_t len = p.last_page_len[b];
       const bool has_pages = last > first;
       if (has_pages ? len < 1 || len > c.page_size : len != 0) {
-        throw Error(fmt::format("page_table.last_page_len[{}] = {}: must be in [1, page_size = {}] for a sequence "
-                                "with pages, 0 for one without",
-                                b, len, c.page_size));
+        throw Error(
+            fmt::format("page_table.last_page_len[{}] = {}: must be in [1, page_size = {}] for a sequence "
+                        "with pages, 0 for one without",
+                        b, len, c.page_size));
       }
       length[b] = has_pages ? std::int64_t{last - first - 1} * c.page_size + len : 0;
     }
     if (std::int64_t(p.batch_indices.size()) != tokens || std::int64_t(p.seq_positions.size()) != tokens) {
-      throw Error(fmt::format("page_table.batch_indices / seq_positions have {} / {} values: must have one per token, {}",
-                              p.batch_indices.size(), p.seq_positions.size(), tokens));
+      throw Error(
+          fmt::format("page_table.batch_indices / seq_positions have {} / {} values: must have one per token, {}",
+                      p.batch_indices.size(), p.seq_positions.size(), tokens));
     }
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int32_t b = p.batch_indices[std::size_t(t)], e = p.seq_positions[std::size_t(t)];
@@ -238,7 +242,7 @@ struct AppendCall::Resolved {
   detail::TokenPairKernel pair_kernel = nullptr;  // q and k rows, coefficients formed once per token
   detail::TokenKernel f32_kernel = nullptr;       // normed heads, rotated in float32
   cpu::CacheConvertKernel convert = nullptr;      // rotated k (when not written directly), k_nope, v
-  std::vector<float> q_weight, k_weight;  // weight + weight_offset, float32
+  std::vector<float> q_weight, k_weight;          // weight + weight_offset, float32
   int head_dim = 0;
   int threads = 1;
   std::int64_t bytes_moved = 0;
@@ -248,12 +252,22 @@ struct AppendCall::Resolved {
   // ~1.2 KB object and then initializes each member. The rotation is made in place (prepare_rotation()
   // initializes the member: no copy of its job).
   template <class PrepareRotation>
-  Resolved(const AppendArgs& args, const PagedCache& cache, PrepareRotation prepare_rotation, std::vector<std::int64_t> slots,
-           detail::TokenPairKernel pair_kernel, detail::TokenKernel f32_kernel, cpu::CacheConvertKernel convert,
-           std::vector<float> q_weight, std::vector<float> k_weight, int head_dim, int threads, bool rotate_keys)
-      : args(args), cache(cache), rotation(prepare_rotation()), slots(std::move(slots)), pair_kernel(pair_kernel),
-        f32_kernel(f32_kernel), convert(convert), q_weight(std::move(q_weight)), k_weight(std::move(k_weight)),
-        head_dim(head_dim), threads(threads), rotate_keys(rotate_keys) {
+  Resolved(const AppendArgs& args, const PagedCache& cache, PrepareRotation prepare_rotation,
+           std::vector<std::int64_t> slots, detail::TokenPairKernel pair_kernel, detail::TokenKernel f32_kernel,
+           cpu::CacheConvertKernel convert, std::vector<float> q_weight, std::vector<float> k_weight, int head_dim,
+           int threads, bool rotate_keys)
+      : args(args),
+        cache(cache),
+        rotation(prepare_rotation()),
+        slots(std::move(slots)),
+        pair_kernel(pair_kernel),
+        f32_kernel(f32_kernel),
+        convert(convert),
+        q_weight(std::move(q_weight)),
+        k_weight(std::move(k_weight)),
+        head_dim(head_dim),
+        threads(threads),
+        rotate_keys(rotate_keys) {
     // Not kept: the rotation holds the positions and `slots` the resolved slots; the caller's arrays
     // need not outlive prepare_append.
     this->args.positions = {};
@@ -527,8 +541,8 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
   if (args.q_out.empty() && !args.q.empty()) detail::require_no_self_overlap(args.q, "q", d);
   const bool k_in_place = !args.k_out.empty() && same_view(args.k, args.k_out);
   if (args.k_nope.empty() != (args.k_nope_dim == 0)) {
-    throw Error(fmt::format("k_nope is {} but k_nope_dim = {}: give both or neither", args.k_nope.empty() ? "empty" : "set",
-                            args.k_nope_dim));
+    throw Error(fmt::format("k_nope is {} but k_nope_dim = {}: give both or neither",
+                            args.k_nope.empty() ? "empty" : "set", args.k_nope_dim));
   }
   std::int64_t k_nope_extent = 0, v_extent = 0;
   if (!args.k_nope.empty()) {
@@ -582,7 +596,8 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
     }
     if (!args.v.empty()) add(false, [&] { return detail::byte_range(args.v, "v", cache.v_head_dim, v_extent); });
     add(true, [&] { return detail::cache_byte_range(cache, cache.k, cache.head_dim, "cache.k"); });
-    if (cache.v != nullptr) add(true, [&] { return detail::cache_byte_range(cache, cache.v, cache.v_head_dim, "cache.v"); });
+    if (cache.v != nullptr)
+      add(true, [&] { return detail::cache_byte_range(cache, cache.v, cache.v_head_dim, "cache.v"); });
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t j = i + 1; j < n; ++j) {
         if (((written >> i) | (written >> j)) & 1u) detail::require_disjoint(ranges[i], ranges[j]);
@@ -610,7 +625,8 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
   if ((!q_weight.empty() || !k_weight.empty()) && (!std::isfinite(norm.eps) || norm.eps <= 0.0f)) {
     throw Error(fmt::format("norm.eps = {}: must be finite and > 0", norm.eps));
   }
-  if (!std::isfinite(norm.weight_offset)) throw Error(fmt::format("norm.weight_offset = {}: must be finite", norm.weight_offset));
+  if (!std::isfinite(norm.weight_offset))
+    throw Error(fmt::format("norm.weight_offset = {}: must be finite", norm.weight_offset));
 
   const std::int64_t tokens = args.k.batch * args.k.seq;
   fill_slots(args.slots, cache, tokens, slots);
@@ -670,6 +686,5 @@ void detail::AppendAccess::run_once(const Rope& rope, const AppendArgs& args, co
   owner.r->run();
   spare = std::move(owner.r->slots);
 }
-
 
 }  // namespace ropekit

@@ -68,15 +68,19 @@ void validate_regimes(const PositionRegimes& regimes, std::string_view what) {
     check("group", se->group, 1, ">= 1");
     check("window", se->window, 1, ">= 1");
     if (se->window < se->group) {
-      throw Error(fmt::format("{}.window = {}: must be >= group = {} (the neighbour window holds at least one "
-                              "group)", what, se->window, se->group));
+      throw Error(
+          fmt::format("{}.window = {}: must be >= group = {} (the neighbour window holds at least one "
+                      "group)",
+                      what, se->window, se->group));
     }
   } else if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
     check("local_size", dc->local_size, 0, ">= 0");
     check("chunk_size", dc->chunk_size, 1, ">= 1");
     if (dc->chunk_size <= dc->local_size) {
-      throw Error(fmt::format("{}.chunk_size = {}: must be > local_size = {} (chunk_len = chunk_size - "
-                              "local_size must be positive)", what, dc->chunk_size, dc->local_size));
+      throw Error(
+          fmt::format("{}.chunk_size = {}: must be > local_size = {} (chunk_len = chunk_size - "
+                      "local_size must be positive)",
+                      what, dc->chunk_size, dc->local_size));
     }
   }
 }
@@ -121,14 +125,13 @@ std::string to_string(const PositionRegimes& regimes) {
 
 namespace detail {
 
-ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
-                                    const AttentionOptions& options, RopeLoads loads, KvMemory kv) {
+ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options,
+                                    RopeLoads loads, KvMemory kv) {
   ResolvedAttention r;
   int d = args.head_dim;
   if (rope != nullptr) {
     if (d != 0 && d != rope->spec().head_dim) {
-      throw Error(fmt::format("args.head_dim = {} differs from the rope's head_dim = {}", d,
-                              rope->spec().head_dim));
+      throw Error(fmt::format("args.head_dim = {} differs from the rope's head_dim = {}", d, rope->spec().head_dim));
     }
     d = rope->spec().head_dim;
   }
@@ -145,22 +148,26 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   if (args.q.empty()) throw Error("q is empty: attention needs at least one query");
   if (args.out.data == nullptr) throw Error("out.data is null");
   if (args.k.batch != args.q.batch || args.v.batch != args.q.batch || args.out.batch != args.q.batch) {
-    throw Error(fmt::format("batch sizes differ: q {}, k {}, v {}, out {}", args.q.batch, args.k.batch,
-                            args.v.batch, args.out.batch));
+    throw Error(fmt::format("batch sizes differ: q {}, k {}, v {}, out {}", args.q.batch, args.k.batch, args.v.batch,
+                            args.out.batch));
   }
   if (args.v.seq != args.k.seq) {
     throw Error(fmt::format("v.seq = {} differs from k.seq = {}: one value per key", args.v.seq, args.k.seq));
   }
   if (args.out.seq != args.q.seq || args.out.heads != args.q.heads) {
-    throw Error(fmt::format("out has seq {} x heads {}, q has seq {} x heads {}: one output row per "
-                            "query head", args.out.seq, args.out.heads, args.q.seq, args.q.heads));
+    throw Error(
+        fmt::format("out has seq {} x heads {}, q has seq {} x heads {}: one output row per "
+                    "query head",
+                    args.out.seq, args.out.heads, args.q.seq, args.q.heads));
   }
   if (args.k.heads <= 0 || args.v.heads != args.k.heads) {
     throw Error(fmt::format("k.heads = {}, v.heads = {}: must be equal and > 0", args.k.heads, args.v.heads));
   }
   if (args.q.heads % args.k.heads != 0) {
-    throw Error(fmt::format("q.heads = {} is not a multiple of k.heads = {} (GQA shares each kv head "
-                            "among q.heads / k.heads query heads)", args.q.heads, args.k.heads));
+    throw Error(
+        fmt::format("q.heads = {} is not a multiple of k.heads = {} (GQA shares each kv head "
+                    "among q.heads / k.heads query heads)",
+                    args.q.heads, args.k.heads));
   }
   require_no_self_overlap(args.out, "out", dv);
   const std::array<ByteRange, 4> ranges = {byte_range(args.out, "out", dv), byte_range(args.q, "q", d),
@@ -173,7 +180,8 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   }
 
   if (options.window < 0) throw Error(fmt::format("options.window = {}: must be >= 0 (0: no window)", options.window));
-  if (options.threads < 0) throw Error(fmt::format("options.threads = {}: must be >= 0 (0: the default)", options.threads));
+  if (options.threads < 0)
+    throw Error(fmt::format("options.threads = {}: must be >= 0 (0: the default)", options.threads));
   if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0.0)) {
     throw Error(fmt::format("options.softmax_scale = {}: must be finite and > 0", *options.softmax_scale));
   }
@@ -197,21 +205,23 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
     r.k_rotation = prepare_call(*rope, {.q = args.k, .positions = args.k_positions}, ViewUse::Read,
                                 {.q = "k", .positions = "k_positions"}, options.table);
   }
-  const bool positional_bias = std::holds_alternative<AlibiBias>(options.bias) ||
-                               std::holds_alternative<RelativeBucketBias>(options.bias);
+  const bool positional_bias =
+      std::holds_alternative<AlibiBias>(options.bias) || std::holds_alternative<RelativeBucketBias>(options.bias);
   // Log-n scaling reads the query positions (and so the mask path) too.
   if (options.causal || options.window > 0 || positional_bias || options.logn_length > 0) {
     // validated: the rope's positions were checked when the rotation was prepared (or come from a
     // cache, which holds only positions it checked).
-    const auto mask = [&](const Positions& explicit_mask, const Positions& rope_positions,
-                          const char* mask_name, const char* name, std::int64_t tokens, bool validated) {
+    const auto mask = [&](const Positions& explicit_mask, const Positions& rope_positions, const char* mask_name,
+                          const char* name, std::int64_t tokens, bool validated) {
       if (explicit_mask.data != nullptr || explicit_mask.count != 0) {
         check_positions(explicit_mask, mask_name, tokens, 1);
         return explicit_mask;
       }
       if (rope_positions.axes != 1) {
-        throw Error(fmt::format("{}: required when {} has {} streams (M-RoPE): the causal mask, window "
-                                "and biases need one position per token", mask_name, name, rope_positions.axes));
+        throw Error(
+            fmt::format("{}: required when {} has {} streams (M-RoPE): the causal mask, window "
+                        "and biases need one position per token",
+                        mask_name, name, rope_positions.axes));
       }
       if (!validated) check_positions(rope_positions, name, tokens, 1);
       return rope_positions;
@@ -225,8 +235,8 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
 
   if (const auto* alibi = std::get_if<AlibiBias>(&options.bias)) {
     if (std::int64_t(alibi->slopes.size()) != args.q.heads) {
-      throw Error(fmt::format("AlibiBias.slopes has {} values: must be one per query head ({})",
-                              alibi->slopes.size(), args.q.heads));
+      throw Error(fmt::format("AlibiBias.slopes has {} values: must be one per query head ({})", alibi->slopes.size(),
+                              args.q.heads));
     }
     for (std::size_t h = 0; h < alibi->slopes.size(); ++h) {
       if (!std::isfinite(alibi->slopes[h])) {
@@ -238,8 +248,10 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
     t5->buckets.validate();
     const std::int64_t want = std::int64_t{t5->buckets.num_buckets} * args.q.heads;
     if (std::int64_t(t5->table.size()) != want) {
-      throw Error(fmt::format("RelativeBucketBias.table has {} values: must be num_buckets x q.heads = "
-                              "{} x {} = {}", t5->table.size(), t5->buckets.num_buckets, args.q.heads, want));
+      throw Error(
+          fmt::format("RelativeBucketBias.table has {} values: must be num_buckets x q.heads = "
+                      "{} x {} = {}",
+                      t5->table.size(), t5->buckets.num_buckets, args.q.heads, want));
     }
     // Beyond ±max_distance every bucket is the last of its side, so a table over that range serves
     // any distance.
@@ -258,8 +270,8 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
       throw Error(fmt::format("DenseBias.heads = {}: must be 1 or q.heads ({})", dense->heads, args.q.heads));
     }
     if (dense->queries != args.q.seq || dense->keys != args.k.seq) {
-      throw Error(fmt::format("DenseBias is {} queries x {} keys: must be q.seq x k.seq = {} x {}",
-                              dense->queries, dense->keys, args.q.seq, args.k.seq));
+      throw Error(fmt::format("DenseBias is {} queries x {} keys: must be q.seq x k.seq = {} x {}", dense->queries,
+                              dense->keys, args.q.seq, args.k.seq));
     }
   }
   const double base_scale = options.softmax_scale.value_or(1.0 / std::sqrt(double(d)));
@@ -267,8 +279,10 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   r.exact_scale = base_scale * mult;
   r.scale = float(r.exact_scale);
   if (options.logn_length < 0 || options.logn_length == 1 || options.logn_length >= kPositionLimit) {
-    throw Error(fmt::format("options.logn_length = {}: must be 0 (off) or in [2, 2^47) (the trained length "
-                            "whose log divides)", options.logn_length));
+    throw Error(
+        fmt::format("options.logn_length = {}: must be 0 (off) or in [2, 2^47) (the trained length "
+                    "whose log divides)",
+                    options.logn_length));
   }
   if (options.regimes.index() != 0) resolve_regimes(rope, args, options, loads, r);
   return r;
@@ -284,8 +298,9 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
   if (options.bias.index() != 0) throw Error("options.regimes: cannot be combined with options.bias");
   if (args.q_positions.axes != 1 || (args.k.tokens() > 0 && args.k_positions.axes != 1) ||
       args.q_mask_positions.data != nullptr || args.k_mask_positions.data != nullptr) {
-    throw Error("options.regimes: needs one position stream per token (no M-RoPE) and no separate mask "
-                "positions: the regimes derive every rotation from the tokens' positions");
+    throw Error(
+        "options.regimes: needs one position stream per token (no M-RoPE) and no separate mask "
+        "positions: the regimes derive every rotation from the tokens' positions");
   }
   const PositionRegimes& regimes = options.regimes;
   const bool dual_chunk = std::holds_alternative<regimes::DualChunk>(regimes);
@@ -304,15 +319,17 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
   // Queries: DualChunk's regime 0 rotates to i mod chunk_len (r.q_rotation is then unused); the
   // other kinds' regime 0 is the plain rotation.
   for (int reg = dual_chunk ? 0 : 1; reg < r.regime_count; ++reg) {
-    r.q_regime[std::size_t(reg)] = prepare_call(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
-                                                ViewUse::Read, {.q = "q", .positions = "q_positions"}, options.table);
+    r.q_regime[std::size_t(reg)] =
+        prepare_call(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
+                     ViewUse::Read, {.q = "q", .positions = "q_positions"}, options.table);
   }
   if (dual_chunk) {
     // Every regime reads the keys at j mod chunk_len: one K tile (stored so by a cache).
     r.k_tile_of = {0, 0, 0};
     if (loads == RopeLoads::QueriesAndKeys && k_tokens > 0) {
-      r.k_regime[0] = prepare_call(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
-                                   ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
+      r.k_regime[0] =
+          prepare_call(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
+                       ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
     } else {
       r.k_as_stored = {true, true, true};
     }
@@ -406,8 +423,8 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
   p.transpose = std::min<std::int64_t>(p.q_seq, 16) * p.group >= kTransposeRows || p.head_dim < kTransposeHeadDim;
   // Threads only for work that pays for waking them: a decode step of a small model (a few heads, a few
   // hundred keys) runs faster on one thread than the parallel region costs. Results never depend on it.
-  const double work = double(p.batch) * double(p.q_seq) * double(p.q_heads) * double(p.k_seq) *
-                      double(p.head_dim + p.v_head_dim);
+  const double work =
+      double(p.batch) * double(p.q_seq) * double(p.q_heads) * double(p.k_seq) * double(p.head_dim + p.v_head_dim);
   const auto useful = std::int64_t(std::max(1.0, std::min(work / kWorkPerThread, 1e9)));
   cpu::run_attention(p, int(std::min({std::int64_t(max_threads), p.items(), useful})));
 }

@@ -9,9 +9,9 @@
 #include <span>
 #include <vector>
 
+#include "rope/views.hpp"
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
-#include "rope/views.hpp"
 
 namespace ropekit::detail {
 
@@ -23,9 +23,9 @@ enum class RopeLoads { QueriesAndKeys, Queries, None };
 
 struct ResolvedAttention {
   int head_dim = 0, v_head_dim = 0;
-  float scale = 1.0f;               // softmax scale × softmax_scale_mult
-  Positions q_mask, k_mask;         // data null when neither mask nor bias needs positions
-  std::vector<int> t5_lut;          // T5 bucket of relative position r at [r + t5_range]
+  float scale = 1.0f;        // softmax scale × softmax_scale_mult
+  Positions q_mask, k_mask;  // data null when neither mask nor bias needs positions
+  std::vector<int> t5_lut;   // T5 bucket of relative position r at [r + t5_range]
   std::int64_t t5_range = 0;
   std::optional<RotateCall> q_rotation, k_rotation;  // prepared (validated once) for the loads
   // Position regimes (options.regimes): regime r > 0 rotates Q (and K, when keys rotate on load) at
@@ -33,8 +33,8 @@ struct ResolvedAttention {
   // q_rotation / k_rotation unless its positions differ from the tokens' (DualChunk).
   int regime_count = 1;
   std::array<std::optional<RotateCall>, 3> q_regime, k_regime;  // [0] unused: q_rotation, k_rotation
-  std::array<int, 3> k_tile_of = {0, 1, 2};  // the K tile regime r reads (DualChunk: every regime 0's)
-  std::array<bool, 3> k_as_stored = {false, false, false};  // regime r reads keys as stored (no rotation)
+  std::array<int, 3> k_tile_of = {0, 1, 2};                   // the K tile regime r reads (DualChunk: every regime 0's)
+  std::array<bool, 3> k_as_stored = {false, false, false};    // regime r reads keys as stored (no rotation)
   std::array<std::vector<std::int64_t>, 6> regime_positions;  // storage: q of regime r at [r], k at [3 + r]
   double exact_scale = 1.0;  // softmax scale × softmax_scale_mult in double (log-n scaling starts here)
 };
@@ -51,9 +51,8 @@ inline ByteRange cache_byte_range(const PagedCache& c, const void* base, std::in
 // the cache's; the caller checks out against all of it).
 enum class KvMemory { Views, Cache };
 // Validates everything (ropekit::Error naming the field). rope: the rope of the call, or null.
-ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
-                                    const AttentionOptions& options, RopeLoads loads,
-                                    KvMemory kv = KvMemory::Views);
+ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options,
+                                    RopeLoads loads, KvMemory kv = KvMemory::Views);
 // The regimes' rotations (options.regimes set): part of resolve_attention.
 void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
                      ResolvedAttention& resolved);

@@ -20,8 +20,7 @@ void check_out_size(std::string_view what, std::size_t got, std::size_t want) {
 
 }  // namespace
 
-void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::span<float> out,
-                         double base) {
+void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::span<float> out, double base) {
   if (dim <= 0 || dim % 2 != 0) {
     throw Error(fmt::format("sinusoidal_encoding: dim = {}: must be even and > 0", dim));
   }
@@ -54,8 +53,10 @@ LearnedPositionTable::LearnedPositionTable(std::vector<float> weights, int dim)
     : weights_(std::move(weights)), dim_(dim), num_positions_(0) {
   if (dim <= 0) throw Error(fmt::format("LearnedPositionTable: dim = {}: must be > 0", dim));
   if (weights_.empty() || weights_.size() % std::size_t(dim) != 0) {
-    throw Error(fmt::format("LearnedPositionTable: weights hold {} floats: must be a non-zero "
-                            "multiple of dim = {}", weights_.size(), dim));
+    throw Error(
+        fmt::format("LearnedPositionTable: weights hold {} floats: must be a non-zero "
+                    "multiple of dim = {}",
+                    weights_.size(), dim));
   }
   num_positions_ = static_cast<std::int64_t>(weights_.size() / std::size_t(dim));
 }
@@ -65,9 +66,10 @@ void LearnedPositionTable::lookup(std::span<const std::int64_t> positions, std::
   for (std::size_t t = 0; t < positions.size(); ++t) {
     const std::int64_t p = positions[t];
     if (p < 0 || p >= num_positions_) {
-      throw Error(fmt::format("LearnedPositionTable::lookup: positions[{}] = {}: outside the learned "
-                              "table [0, {}) (a learned encoding has no value past its end)",
-                              t, p, num_positions_));
+      throw Error(
+          fmt::format("LearnedPositionTable::lookup: positions[{}] = {}: outside the learned "
+                      "table [0, {}) (a learned encoding has no value past its end)",
+                      t, p, num_positions_));
     }
     std::copy_n(weights_.data() + p * dim_, dim_, out.data() + t * dim_);
   }
@@ -97,8 +99,10 @@ void T5Buckets::validate() const {
   }
   const int exact = (bidirectional ? num_buckets / 2 : num_buckets) / 2;
   if (max_distance <= exact) {
-    throw Error(fmt::format("T5Buckets.max_distance = {}: must be greater than the exact range {} "
-                            "(num_buckets = {})", max_distance, exact, num_buckets));
+    throw Error(
+        fmt::format("T5Buckets.max_distance = {}: must be greater than the exact range {} "
+                    "(num_buckets = {})",
+                    max_distance, exact, num_buckets));
   }
 }
 

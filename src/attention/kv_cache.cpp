@@ -24,10 +24,15 @@ struct KvCache::State {
   State(const Rope& rope, const KvCacheShape& shape)
       : spec(rope.spec()),
         mode(rope.angle_mode()),
-        paged(rope, {.num_pages = 1, .page_size = shape.capacity, .kv_heads = shape.kv_heads,
-                     .head_dim = shape.head_dim, .v_head_dim = shape.v_head_dim,
-                     .dtype = static_cast<CacheDType>(shape.dtype), .layout = PageLayout::NHD,
-                     .max_sequences = 1, .regimes = shape.regimes}),
+        paged(rope, {.num_pages = 1,
+                     .page_size = shape.capacity,
+                     .kv_heads = shape.kv_heads,
+                     .head_dim = shape.head_dim,
+                     .v_head_dim = shape.v_head_dim,
+                     .dtype = static_cast<CacheDType>(shape.dtype),
+                     .layout = PageLayout::NHD,
+                     .max_sequences = 1,
+                     .regimes = shape.regimes}),
         empty_plan(rope.plan()) {}
   const Plan& plan() const { return paged.length(0) > 0 ? paged.plan(0) : empty_plan; }
   // Slot s is entry s of page 0, the only page: the keys and values are the page's memory.
@@ -45,8 +50,8 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
   if (shape_.kv_heads <= 0) throw Error(fmt::format("KvCacheShape.kv_heads = {}: must be > 0", shape_.kv_heads));
   if (shape_.head_dim == 0) shape_.head_dim = spec.head_dim;
   if (shape_.head_dim != spec.head_dim) {
-    throw Error(fmt::format("KvCacheShape.head_dim = {} differs from the rope's head_dim = {}",
-                            shape_.head_dim, spec.head_dim));
+    throw Error(fmt::format("KvCacheShape.head_dim = {} differs from the rope's head_dim = {}", shape_.head_dim,
+                            spec.head_dim));
   }
   if (shape_.v_head_dim < 0) throw Error(fmt::format("KvCacheShape.v_head_dim = {}: must be >= 0", shape_.v_head_dim));
   if (shape_.v_head_dim == 0) shape_.v_head_dim = shape_.head_dim;
@@ -54,19 +59,20 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
     throw Error(fmt::format("KvCacheShape.dtype = {}: not a DType", static_cast<int>(shape_.dtype)));
   }
   if (spec.mrope) {
-    throw Error("KvCache: M-RoPE specs are not supported (the cache keeps one position per token, "
-                "M-RoPE needs three)");
+    throw Error(
+        "KvCache: M-RoPE specs are not supported (the cache keeps one position per token, "
+        "M-RoPE needs three)");
   }
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
   const std::int64_t row = shape_.kv_heads * (shape_.head_dim + shape_.v_head_dim) * element_size(shape_.dtype);
   if (shape_.capacity > kMaxBytes / row) {
-    throw Error(fmt::format("KvCacheShape.capacity = {}: {} bytes per token would exceed 1 TiB",
-                            shape_.capacity, row));
+    throw Error(fmt::format("KvCacheShape.capacity = {}: {} bytes per token would exceed 1 TiB", shape_.capacity, row));
   }
   validate_regimes(shape_.regimes, "KvCacheShape.regimes");
-  if (const auto* dc = std::get_if<regimes::DualChunk>(&shape_.regimes); dc != nullptr && dc->chunk_size > shape_.capacity) {
-    throw Error(fmt::format("KvCacheShape.regimes.chunk_size = {}: larger than the cache (capacity {})",
-                            dc->chunk_size, shape_.capacity));
+  if (const auto* dc = std::get_if<regimes::DualChunk>(&shape_.regimes);
+      dc != nullptr && dc->chunk_size > shape_.capacity) {
+    throw Error(fmt::format("KvCacheShape.regimes.chunk_size = {}: larger than the cache (capacity {})", dc->chunk_size,
+                            shape_.capacity));
   }
   state_ = std::make_unique<State>(rope, shape_);
 }
@@ -84,9 +90,7 @@ std::int64_t KvCache::position(std::int64_t slot) const {
   return state_->paged.positions(0)[std::size_t(slot)];
 }
 
-Heads KvCache::keys() const {
-  return bshd(state_->keys(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.head_dim);
-}
+Heads KvCache::keys() const { return bshd(state_->keys(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.head_dim); }
 Heads KvCache::values() const {
   return bshd(state_->values(), shape_.dtype, 1, size_, shape_.kv_heads, shape_.v_head_dim);
 }
@@ -95,12 +99,13 @@ Positions KvCache::positions() const { return {state_->paged.positions(0).data()
 void KvCache::check_layout(const Rope& rope, std::string_view caller) const {
   const Spec& mine = state_->spec;
   const Spec& theirs = rope.spec();
-  if (theirs.head_dim != mine.head_dim || theirs.rotary_dim != mine.rotary_dim ||
-      theirs.pairing != mine.pairing || theirs.mrope.has_value()) {
-    throw Error(fmt::format("{}: the rope (head_dim {}, rotary_dim {}, pairing {}) does not match the "
-                            "cache's (head_dim {}, rotary_dim {}, pairing {})", caller, theirs.head_dim,
-                            theirs.rotary_dim, to_string(theirs.pairing), mine.head_dim, mine.rotary_dim,
-                            to_string(mine.pairing)));
+  if (theirs.head_dim != mine.head_dim || theirs.rotary_dim != mine.rotary_dim || theirs.pairing != mine.pairing ||
+      theirs.mrope.has_value()) {
+    throw Error(
+        fmt::format("{}: the rope (head_dim {}, rotary_dim {}, pairing {}) does not match the "
+                    "cache's (head_dim {}, rotary_dim {}, pairing {})",
+                    caller, theirs.head_dim, theirs.rotary_dim, to_string(theirs.pairing), mine.head_dim,
+                    mine.rotary_dim, to_string(mine.pairing)));
   }
   if (rope.angle_mode() != state_->mode) {
     throw Error(fmt::format("{}: the rope's angle mode {} differs from the cache's {}", caller,
@@ -118,9 +123,10 @@ void KvCache::require_compatible(const Rope& rope, std::string_view caller) cons
   check_layout(rope, caller);
   if (size_ > 0 && detail::storage_of(shape_.regimes) != detail::KeyStorage::Unrotated &&
       needs_rerotation(state_->plan(), rope.plan())) {
-    throw Error(fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
-                            "the rope's: {}): call KvCache::rerotate(rope) first", caller,
-                            length(state_->plan()), length(rope.plan())));
+    throw Error(
+        fmt::format("{}: the cached keys were rotated under another plan (current length {}; "
+                    "the rope's: {}): call KvCache::rerotate(rope) first",
+                    caller, length(state_->plan()), length(rope.plan())));
   }
 }
 
@@ -129,22 +135,24 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   require_compatible(rope, "KvCache::append");
   detail::check_view(v, "v", shape_.v_head_dim);
   if (k.batch != 1 || v.batch != 1) {
-    throw Error(fmt::format("KvCache::append: k.batch = {}, v.batch = {}: the cache holds one sequence "
-                            "(batch 1)", k.batch, v.batch));
+    throw Error(
+        fmt::format("KvCache::append: k.batch = {}, v.batch = {}: the cache holds one sequence "
+                    "(batch 1)",
+                    k.batch, v.batch));
   }
   if (k.heads != shape_.kv_heads || v.heads != shape_.kv_heads) {
-    throw Error(fmt::format("KvCache::append: k.heads = {}, v.heads = {}: the cache holds kv_heads = {}",
-                            k.heads, v.heads, shape_.kv_heads));
+    throw Error(fmt::format("KvCache::append: k.heads = {}, v.heads = {}: the cache holds kv_heads = {}", k.heads,
+                            v.heads, shape_.kv_heads));
   }
   if (v.seq != k.seq) throw Error(fmt::format("KvCache::append: v.seq = {} differs from k.seq = {}", v.seq, k.seq));
   if (k.dtype != shape_.dtype || v.dtype != shape_.dtype) {
-    throw Error(fmt::format("KvCache::append: k.dtype = {}, v.dtype = {}: the cache stores {}",
-                            to_string(k.dtype), to_string(v.dtype), to_string(shape_.dtype)));
+    throw Error(fmt::format("KvCache::append: k.dtype = {}, v.dtype = {}: the cache stores {}", to_string(k.dtype),
+                            to_string(v.dtype), to_string(shape_.dtype)));
   }
   const std::int64_t n = k.seq;
   if (n > shape_.capacity - size_) {
-    throw Error(fmt::format("KvCache::append: {} tokens at size {} overflow the capacity {}", n, size_,
-                            shape_.capacity));
+    throw Error(
+        fmt::format("KvCache::append: {} tokens at size {} overflow the capacity {}", n, size_, shape_.capacity));
   }
   if (n == 0) return;  // nothing to store (the fused append refuses an empty k)
   // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
@@ -155,8 +163,8 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
 
 void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
   if (first < 0 || last < first || last > size_) {
-    throw Error(fmt::format("KvCache::shift: span [{}, {}) is not inside the cached slots [0, {})", first,
-                            last, size_));
+    throw Error(
+        fmt::format("KvCache::shift: span [{}, {}) is not inside the cached slots [0, {})", first, last, size_));
   }
   if (delta == 0 || first == last) return;
   if (delta <= -kPositionLimit || delta >= kPositionLimit) {
@@ -166,9 +174,10 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
   for (std::int64_t slot = first; slot < last; ++slot) {
     const std::int64_t p = at[std::size_t(slot)] + delta;
     if (p < 0) {
-      throw Error(fmt::format("KvCache::shift: slot {} at position {} shifted by {} would be at {}: "
-                              "positions must stay >= 0 (shifting before position 0)", slot,
-                              at[std::size_t(slot)], delta, p));
+      throw Error(
+          fmt::format("KvCache::shift: slot {} at position {} shifted by {} would be at {}: "
+                      "positions must stay >= 0 (shifting before position 0)",
+                      slot, at[std::size_t(slot)], delta, p));
     }
     if (p >= kPositionLimit) {
       throw Error(fmt::format("KvCache::shift: slot {} at position {} shifted by {} would pass 2^47", slot,
@@ -180,8 +189,8 @@ void KvCache::shift(std::int64_t first, std::int64_t last, std::int64_t delta) {
 
 void KvCache::erase(std::int64_t first, std::int64_t last) {
   if (first < 0 || last < first || last > size_) {
-    throw Error(fmt::format("KvCache::erase: span [{}, {}) is not inside the cached slots [0, {})", first,
-                            last, size_));
+    throw Error(
+        fmt::format("KvCache::erase: span [{}, {}) is not inside the cached slots [0, {})", first, last, size_));
   }
   state_->remember_plan();
   state_->paged.erase_entries(0, first, last);
@@ -207,8 +216,8 @@ bool KvCache::rerotate(const Rope& old_rope, const Rope& rope) {
 
 const PagedKvCache& KvCache::paged() const { return state_->paged; }
 
-void attention(const Rope& rope, const Heads& q, Positions q_positions, const KvCache& cache,
-               const Heads& out, const AttentionOptions& options) {
+void attention(const Rope& rope, const Heads& q, Positions q_positions, const KvCache& cache, const Heads& out,
+               const AttentionOptions& options) {
   cache.require_compatible(rope, "attention");
   // Sequence 0 of the paged cache, read in place (one page).
   const std::vector<std::int32_t> seq_of(std::size_t(std::max<std::int64_t>(q.seq, 0)), 0);

@@ -10,9 +10,9 @@
 #include "cpu/rotate.hpp"
 #include "rope/call.hpp"
 #include "rope/reference.hpp"
-#include "ropekit/linear_attention.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/linear_attention.hpp"
 
 namespace ropekit {
 namespace {
@@ -60,8 +60,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   options.causal = false;  // causality here is token order, not a positional mask
   const detail::ResolvedAttention r = detail::resolve_attention(&rope, args, options, detail::RopeLoads::None);
   if (causal && args.q.seq != args.k.seq) {
-    throw Error(fmt::format("linear_attention: causal needs q.seq = k.seq (self-attention), got {} and {}",
-                            args.q.seq, args.k.seq));
+    throw Error(fmt::format("linear_attention: causal needs q.seq = k.seq (self-attention), got {} and {}", args.q.seq,
+                            args.k.seq));
   }
   const int d = r.head_dim, dv = r.v_head_dim;
   const std::int64_t q_seq = args.q.seq, k_seq = args.k.seq;
@@ -144,7 +144,8 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     }
   };
 
-  cpu::parallel_items(int(std::min<std::int64_t>(threads, items)), items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
+  cpu::parallel_items(
+      int(std::min<std::int64_t>(threads, items)), items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
 }
 
 }  // namespace ropekit

@@ -105,7 +105,8 @@ struct PagedKvCache::State {
     std::vector<std::int64_t> steps;
     turn_keys(s, entries, [&](const Heads& view, std::int64_t, std::int64_t n) {
       steps.assign(std::size_t(n), magnitude);
-      rope.apply({.k = view, .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
+      rope.apply({.k = view,
+                  .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
                   .direction = step < 0 ? Direction::Inverse : Direction::Forward});
     });
   }
@@ -120,8 +121,10 @@ struct PagedKvCache::State {
     for (const std::int64_t i : entries) {
       const std::int64_t p = s.positions[std::size_t(i)] + delta;
       if (p < 0 || p >= kPositionLimit) {
-        throw Error(fmt::format("{}: sequence {} entry {} at position {} moved by {} would be at {}: positions must "
-                                "stay in [0, 2^47)", caller, seq, i, s.positions[std::size_t(i)], delta, p));
+        throw Error(
+            fmt::format("{}: sequence {} entry {} at position {} moved by {} would be at {}: positions must "
+                        "stay in [0, 2^47)",
+                        caller, seq, i, s.positions[std::size_t(i)], delta, p));
       }
     }
     if (delta == 0 || entries.empty()) return;
@@ -241,8 +244,14 @@ struct PagedKvCache::State {
       const std::int64_t first = entries[i], count = std::int64_t(j - i);
       const std::int64_t slot0 = slot(s, first);
       if (!is_fp8(cache.dtype)) {
-        Heads view{.data = cache.key(slot0, 0), .dtype = dtype, .batch = 1, .seq = count, .heads = heads,
-                   .batch_stride = count * entry_stride, .seq_stride = entry_stride, .head_stride = head_stride};
+        Heads view{.data = cache.key(slot0, 0),
+                   .dtype = dtype,
+                   .batch = 1,
+                   .seq = count,
+                   .heads = heads,
+                   .batch_stride = count * entry_stride,
+                   .seq_stride = entry_stride,
+                   .head_stride = head_stride};
         rotate(view, first, count);
       } else {
         buffer.resize(std::size_t(count * heads * d));
@@ -281,8 +290,9 @@ PagedKvCache::PagedKvCache(const Rope& rope, PagedKvCacheShape shape) : shape_(s
     throw Error(fmt::format("PagedKvCacheShape.max_sequences = {}: must be > 0", shape_.max_sequences));
   }
   if (spec.mrope) {
-    throw Error("PagedKvCache: M-RoPE specs are not supported (the cache keeps one position per entry, M-RoPE "
-                "needs three)");
+    throw Error(
+        "PagedKvCache: M-RoPE specs are not supported (the cache keeps one position per entry, M-RoPE "
+        "needs three)");
   }
   if (shape_.num_pages > std::numeric_limits<std::int32_t>::max()) {
     throw Error(fmt::format("PagedKvCacheShape.num_pages = {}: page indices are int32", shape_.num_pages));
@@ -294,9 +304,15 @@ PagedKvCache::PagedKvCache(const Rope& rope, PagedKvCacheShape shape) : shape_(s
   state->regimes = shape_.regimes;
   state->storage = storage_of(shape_.regimes);
   PagedCache& c = state->cache;
-  c = PagedCache{.dtype = shape_.dtype, .layout = shape_.layout, .num_pages = shape_.num_pages,
-                 .page_size = shape_.page_size, .kv_heads = shape_.kv_heads, .head_dim = shape_.head_dim,
-                 .v_head_dim = shape_.v_head_dim, .k_scale = shape_.k_scale, .v_scale = shape_.v_scale};
+  c = PagedCache{.dtype = shape_.dtype,
+                 .layout = shape_.layout,
+                 .num_pages = shape_.num_pages,
+                 .page_size = shape_.page_size,
+                 .kv_heads = shape_.kv_heads,
+                 .head_dim = shape_.head_dim,
+                 .v_head_dim = shape_.v_head_dim,
+                 .k_scale = shape_.k_scale,
+                 .v_scale = shape_.v_scale};
   c.validate();  // named fields, before anything is allocated
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
   const std::int64_t per_page = c.page_size * c.kv_heads * (c.head_dim + c.v_head_dim) * element_size(c.dtype);
@@ -354,9 +370,10 @@ void PagedKvCache::require_layout(const Rope& rope, std::string_view caller) con
   const Spec& a = rope.spec();
   const Spec& b = state_->spec;
   if (a.head_dim != b.head_dim || a.rotary_dim != b.rotary_dim || a.pairing != b.pairing || a.mrope != b.mrope) {
-    throw Error(fmt::format("{}: the rope (head_dim {}, rotary_dim {}, {}) does not have the cache's layout "
-                            "(head_dim {}, rotary_dim {}, {})", caller, a.head_dim, a.rotary_dim, to_string(a.pairing),
-                            b.head_dim, b.rotary_dim, to_string(b.pairing)));
+    throw Error(fmt::format(
+        "{}: the rope (head_dim {}, rotary_dim {}, {}) does not have the cache's layout "
+        "(head_dim {}, rotary_dim {}, {})",
+        caller, a.head_dim, a.rotary_dim, to_string(a.pairing), b.head_dim, b.rotary_dim, to_string(b.pairing)));
   }
   if (rope.angle_mode() != state_->mode) {
     throw Error(fmt::format("{}: the rope's angle mode = {} differs from the cache's = {}", caller,
@@ -371,8 +388,10 @@ std::string plan_name(const Plan& p) {
 
 void require_plan(const std::optional<Plan>& cached, const Rope& rope, int seq, std::string_view caller) {
   if (cached && needs_rerotation(*cached, rope.plan())) {
-    throw Error(fmt::format("{}: sequence {}'s keys are rotated under another plan ({}) than the rope's ({}): "
-                            "rerotate it first", caller, seq, plan_name(*cached), plan_name(rope.plan())));
+    throw Error(
+        fmt::format("{}: sequence {}'s keys are rotated under another plan ({}) than the rope's ({}): "
+                    "rerotate it first",
+                    caller, seq, plan_name(*cached), plan_name(rope.plan())));
   }
 }
 }  // namespace
@@ -396,9 +415,10 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   if (st.storage != KeyStorage::AtPosition) {
     const auto refuse = [&](bool given, std::string_view what) {
       if (given) {
-        throw Error(fmt::format("PagedKvCache::append: args.{} is set, but a cache for position regimes ({}) takes "
-                                "keys and values only: attention rotates the queries per regime", what,
-                                to_string(st.regimes)));
+        throw Error(
+            fmt::format("PagedKvCache::append: args.{} is set, but a cache for position regimes ({}) takes "
+                        "keys and values only: attention rotates the queries per regime",
+                        what, to_string(st.regimes)));
       }
     };
     refuse(!args.q.empty(), "q");
@@ -423,7 +443,8 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
     needed += extra_pages[s];
   }
   if (needed > std::int64_t(st.free.size())) {
-    throw Error(fmt::format("PagedKvCache::append: the tokens need {} more pages, {} are free", needed, st.free.size()));
+    throw Error(
+        fmt::format("PagedKvCache::append: the tokens need {} more pages, {} are free", needed, st.free.size()));
   }
   std::vector<std::vector<std::int32_t>> new_pages(st.sequences.size());
   std::size_t taken = 0;
@@ -449,14 +470,14 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   if (st.storage == KeyStorage::ChunkRelative) {
     detail::prepare_call(rope, {.k = args.k, .positions = args.positions}, detail::ViewUse::Read, {});
     stored.resize(std::size_t(tokens));
-    for (std::int64_t t = 0; t < tokens; ++t) stored[std::size_t(t)] = regime_key_position(st.regimes, 0, args.positions.at(0, t));
+    for (std::int64_t t = 0; t < tokens; ++t)
+      stored[std::size_t(t)] = regime_key_position(st.regimes, 0, args.positions.at(0, t));
   }
   AppendArgs stored_args = args;
   if (!stored.empty()) stored_args.positions = ropekit::positions(std::span<const std::int64_t>(stored));
   detail::AppendAccess::run_once(  // validates everything else
       rope, stored_args, st.cache,
-      st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated,
-      std::move(table));
+      st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated, std::move(table));
   // Commit.
   st.free.resize(st.free.size() - taken);
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {
@@ -492,8 +513,8 @@ void PagedKvCache::seq_add(int seq, std::int64_t p0, std::int64_t p1, std::int64
 namespace {
 void check_entries(std::int64_t first, std::int64_t last, std::int64_t length, int seq, std::string_view caller) {
   if (first < 0 || last < first || last > length) {
-    throw Error(fmt::format("{}: entries [{}, {}) are not inside sequence {}'s [0, {})", caller, first, last, seq,
-                            length));
+    throw Error(
+        fmt::format("{}: entries [{}, {}) are not inside sequence {}'s [0, {})", caller, first, last, seq, length));
   }
 }
 }  // namespace
@@ -528,8 +549,10 @@ void PagedKvCache::seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1) {
   }
   if (entries.empty()) return;
   if (to.plan && needs_rerotation(*to.plan, *from.plan)) {
-    throw Error(fmt::format("PagedKvCache::seq_cp: sequence {}'s keys ({}) and sequence {}'s ({}) are rotated under "
-                            "different plans", src, plan_name(*from.plan), dst, plan_name(*to.plan)));
+    throw Error(
+        fmt::format("PagedKvCache::seq_cp: sequence {}'s keys ({}) and sequence {}'s ({}) are rotated under "
+                    "different plans",
+                    src, plan_name(*from.plan), dst, plan_name(*to.plan)));
   }
   const std::int64_t first = std::int64_t(to.positions.size());
   st.grow(to, first + std::int64_t(entries.size()), "PagedKvCache::seq_cp");
@@ -570,8 +593,8 @@ bool PagedKvCache::rerotate(int seq, const Rope& from, const Rope& to) {
   State::Sequence& s = state_->sequences[std::size_t(seq)];
   if (s.positions.empty()) return false;
   if (needs_rerotation(*s.plan, from.plan())) {
-    throw Error(fmt::format("PagedKvCache::rerotate: from's plan ({}) is not sequence {}'s ({})", plan_name(from.plan()),
-                            seq, plan_name(*s.plan)));
+    throw Error(fmt::format("PagedKvCache::rerotate: from's plan ({}) is not sequence {}'s ({})",
+                            plan_name(from.plan()), seq, plan_name(*s.plan)));
   }
   if (!needs_rerotation(*s.plan, to.plan()) || state_->storage == KeyStorage::Unrotated) {
     s.plan = to.plan();
@@ -601,8 +624,10 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
   cache.require_layout(rope, "attention");
   const PagedKvCacheShape& shape = cache.shape();
   if (options.regimes.index() != 0 && options.regimes != shape.regimes) {
-    throw Error(fmt::format("attention: options.regimes = {} differs from the cache's regimes = {} (they decide "
-                            "how its keys are stored)", to_string(options.regimes), to_string(shape.regimes)));
+    throw Error(
+        fmt::format("attention: options.regimes = {} differs from the cache's regimes = {} (they decide "
+                    "how its keys are stored)",
+                    to_string(options.regimes), to_string(shape.regimes)));
   }
   AttentionOptions with_regimes = options;
   with_regimes.regimes = shape.regimes;
@@ -610,8 +635,10 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
   const detail::RopeLoads loads = storage_of(shape.regimes) == KeyStorage::Unrotated ? detail::RopeLoads::QueriesAndKeys
                                                                                      : detail::RopeLoads::Queries;
   if (q.batch != 1 || out.batch != 1) {
-    throw Error(fmt::format("attention: q.batch = {}, out.batch = {}: a paged cache takes batch 1 (tokens on seq, "
-                            "each with its sequence in seq_of)", q.batch, out.batch));
+    throw Error(
+        fmt::format("attention: q.batch = {}, out.batch = {}: a paged cache takes batch 1 (tokens on seq, "
+                    "each with its sequence in seq_of)",
+                    q.batch, out.batch));
   }
   if (std::int64_t(seq_of.size()) != q.seq) {
     throw Error(fmt::format("attention: seq_of has {} values: one per query token, {}", seq_of.size(), q.seq));
@@ -653,15 +680,18 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       detail::check_view(out_run, "out", shape.v_head_dim);
       const std::vector<float> zeros(std::size_t(shape.v_head_dim), 0.0f);
       for (std::int64_t t = 0; t < b - a; ++t) {
-        for (std::int64_t h = 0; h < out_run.heads; ++h) detail::narrow(zeros.data(), shape.v_head_dim, out.dtype, out_run.row(0, t, h));
+        for (std::int64_t h = 0; h < out_run.heads; ++h)
+          detail::narrow(zeros.data(), shape.v_head_dim, out.dtype, out_run.row(0, t, h));
       }
       a = b;
       continue;
     }
     const Plan& plan = cache.plan(seq);
     if (loads == detail::RopeLoads::Queries && needs_rerotation(plan, rope.plan())) {  // unrotated keys have no plan
-      throw Error(fmt::format("attention: sequence {}'s keys are rotated under another plan than the rope's: rerotate "
-                              "it first", seq));
+      throw Error(
+          fmt::format("attention: sequence {}'s keys are rotated under another plan than the rope's: rerotate "
+                      "it first",
+                      seq));
     }
     const std::span<const std::int32_t> pages = cache.pages(seq);
     const std::int64_t used_pages = (n + c.page_size - 1) / c.page_size;
@@ -680,8 +710,14 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
       const std::int64_t slot0 = std::int64_t{pages[0]} * c.page_size;
       const auto view = [&](void* data, std::int64_t lanes) {
         const std::int64_t seq_stride = nhd ? heads * lanes : lanes, head_stride = nhd ? lanes : c.page_size * lanes;
-        return Heads{.data = data, .dtype = kv_dtype, .batch = 1, .seq = n, .heads = heads,
-                     .batch_stride = n * heads * lanes, .seq_stride = seq_stride, .head_stride = head_stride};
+        return Heads{.data = data,
+                     .dtype = kv_dtype,
+                     .batch = 1,
+                     .seq = n,
+                     .heads = heads,
+                     .batch_stride = n * heads * lanes,
+                     .seq_stride = seq_stride,
+                     .head_stride = head_stride};
       };
       args.k = view(c.key(slot0, 0), shape.head_dim);
       args.v = view(c.value(slot0, 0), shape.v_head_dim);
@@ -698,15 +734,21 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     if (loads == detail::RopeLoads::Queries && shape.regimes.index() == 0) {
       const auto view = [&](void* data, std::int64_t lanes) {
         const std::int64_t seq_stride = nhd ? heads * lanes : lanes, head_stride = nhd ? lanes : c.page_size * lanes;
-        return Heads{.data = data, .dtype = kv_dtype, .batch = 1, .seq = n, .heads = heads,
-                     .batch_stride = n * seq_stride, .seq_stride = seq_stride, .head_stride = head_stride};
+        return Heads{.data = data,
+                     .dtype = kv_dtype,
+                     .batch = 1,
+                     .seq = n,
+                     .heads = heads,
+                     .batch_stride = n * seq_stride,
+                     .seq_stride = seq_stride,
+                     .head_stride = head_stride};
       };
       args.k = view(c.k, shape.head_dim);
       args.v = view(c.v, shape.v_head_dim);
       const detail::ResolvedAttention r =
           detail::resolve_attention(&rope, args, with_regimes, loads, detail::KvMemory::Cache);
-      detail::KvPages kv_pages{.pages = pages, .page_size = c.page_size,
-                               .page_span = nhd ? c.page_size : heads * c.page_size};
+      detail::KvPages kv_pages{
+          .pages = pages, .page_size = c.page_size, .page_span = nhd ? c.page_size : heads * c.page_size};
       if (is_fp8(c.dtype)) kv_pages.k_e4m3_scale = c.k_scale, kv_pages.v_e4m3_scale = c.v_scale;
       detail::run_attention(args, with_regimes, r, &kv_pages);
       a = b;
@@ -716,7 +758,8 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     // [n, kv_heads, lanes] (one copy per page), HND pages as [kv_heads, n, lanes] (one copy per page and
     // head); fp8 widened × scale.
     const std::int64_t ke = kv_dtype == DType::F32 ? 4 : es;
-    const auto k_bytes = std::size_t(n * heads * shape.head_dim * ke), v_bytes = std::size_t(n * heads * shape.v_head_dim * ke);
+    const auto k_bytes = std::size_t(n * heads * shape.head_dim * ke),
+               v_bytes = std::size_t(n * heads * shape.v_head_dim * ke);
     if (keys.size() < k_bytes) keys.resize(k_bytes);
     if (values.size() < v_bytes) values.resize(v_bytes);
     // One page of keys or values into place (pages are independent: split over the threads).

@@ -150,7 +150,8 @@ RotateArgs rotate_args_of(const rk_rotate_args& a) {
     case RK_INVERSE: out.direction = Direction::Inverse; break;
     case RK_BACKWARD: out.direction = Direction::Backward; break;
     default:
-      throw Error(fmt::format("direction = {}: must be RK_FORWARD, RK_INVERSE or RK_BACKWARD", static_cast<int>(a.direction)));
+      throw Error(
+          fmt::format("direction = {}: must be RK_FORWARD, RK_INVERSE or RK_BACKWARD", static_cast<int>(a.direction)));
   }
   out.threads = a.threads;
   return out;
@@ -235,7 +236,8 @@ AttentionOptions options_of(int causal, std::int64_t window, double softmax_scal
 
 void check_range(std::int64_t first, std::int64_t last, std::int64_t rows) {
   if (first < 0 || first > last || last > rows) {
-    throw Error(fmt::format("rows [first, last) = [{}, {}): must lie in [0, {}] with first <= last", first, last, rows));
+    throw Error(
+        fmt::format("rows [first, last) = [{}, {}): must lie in [0, {}] with first <= last", first, last, rows));
   }
 }
 
@@ -353,7 +355,9 @@ rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing p
     if (pairing != RK_INTERLEAVED && pairing != RK_HALF) {
       throw Error(fmt::format("pairing = {}: must be RK_INTERLEAVED or RK_HALF", static_cast<int>(pairing)));
     }
-    Spec spec{.head_dim = head_dim, .rotary_dim = rotary_dim, .base = base,
+    Spec spec{.head_dim = head_dim,
+              .rotary_dim = rotary_dim,
+              .base = base,
               .pairing = pairing == RK_HALF ? Pairing::Half : Pairing::Interleaved};
     spec.validate();
     *out = new rk_spec{std::move(spec)};
@@ -418,8 +422,8 @@ rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, con
                             rk_append_call** out) {
   return guarded([&] {
     need_out(out, "out");
-    AppendCall call = prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")),
-                                     cache_of(need(cache, "cache")));
+    AppendCall call =
+        prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
     *out = new rk_append_call{std::move(call)};
   });
 }
@@ -446,9 +450,8 @@ rk_status rk_cos_sin_cache_export(const rk_rope* rope, int64_t num_positions, fl
     const Rope& r = *need(rope, "rope").rope;
     if (out == nullptr) throw Error("out is NULL");
     // The size export_cos_sin_cache checks against; its range check comes first (num_positions may be huge).
-    const std::int64_t want = num_positions >= 0 && num_positions < kPositionLimit
-                                  ? num_positions * r.spec().rotary_dim
-                                  : 0;
+    const std::int64_t want =
+        num_positions >= 0 && num_positions < kPositionLimit ? num_positions * r.spec().rotary_dim : 0;
     if (std::uint64_t(want) > capacity) {
       throw Error(fmt::format("capacity = {}: the cache needs num_positions x rotary_dim = {} x {} = {} floats",
                               capacity, num_positions, r.spec().rotary_dim, want));
@@ -476,8 +479,11 @@ rk_status rk_cos_sin_cache_check(const rk_rope* rope, const float* cache, size_t
     if (cache == nullptr && count > 0) throw Error("cache is NULL");
     const CosSinCacheReport r = check_cos_sin_cache(*need(rope, "rope").rope, std::span<const float>(cache, count),
                                                     num_positions, tolerance == 0.0 ? 1e-6 : tolerance);
-    *out = {.max_error = r.max_error, .worst_position = r.worst_position, .worst_pair = r.worst_pair,
-            .worst_is_sin = r.worst_is_sin ? 1 : 0, .first_position_over = r.first_position_over,
+    *out = {.max_error = r.max_error,
+            .worst_position = r.worst_position,
+            .worst_pair = r.worst_pair,
+            .worst_is_sin = r.worst_is_sin ? 1 : 0,
+            .first_position_over = r.first_position_over,
             .accurate_bound = r.accurate_bound};
   });
 }
@@ -502,9 +508,8 @@ rk_status rk_append_prepare_with_table(const rk_rope* rope, const rk_append_args
 }
 
 rk_status rk_append(const rk_rope* rope, const rk_append_args* args, const rk_paged_cache* cache) {
-  return guarded([&] {
-    append(*need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
-  });
+  return guarded(
+      [&] { append(*need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache"))); });
 }
 
 rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args) {
@@ -555,11 +560,16 @@ rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_
     // The cache's type, layout and scales read as for a caller's cache (zero scales: unset).
     const rk_paged_cache like{.dtype = s.dtype, .layout = s.layout, .k_scale = s.k_scale, .v_scale = s.v_scale};
     const PagedCache c = cache_of(like);
-    *out = new rk_paged_kv_cache{PagedKvCache(*need(rope, "rope").rope,
-                                              {.num_pages = s.num_pages, .page_size = s.page_size, .kv_heads = s.kv_heads,
-                                               .head_dim = s.head_dim, .v_head_dim = s.v_head_dim, .dtype = c.dtype,
-                                               .layout = c.layout, .k_scale = c.k_scale, .v_scale = c.v_scale,
-                                               .max_sequences = s.max_sequences})};
+    *out = new rk_paged_kv_cache{PagedKvCache(*need(rope, "rope").rope, {.num_pages = s.num_pages,
+                                                                         .page_size = s.page_size,
+                                                                         .kv_heads = s.kv_heads,
+                                                                         .head_dim = s.head_dim,
+                                                                         .v_head_dim = s.v_head_dim,
+                                                                         .dtype = c.dtype,
+                                                                         .layout = c.layout,
+                                                                         .k_scale = c.k_scale,
+                                                                         .v_scale = c.v_scale,
+                                                                         .max_sequences = s.max_sequences})};
   });
 }
 
@@ -635,8 +645,8 @@ rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* 
 namespace {
 
 void paged_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q, rk_positions q_positions,
-                     const int32_t* seq_of, rk_heads out, int causal, int64_t window, double softmax_scale,
-                     int threads, std::shared_ptr<const Table> table) {
+                     const int32_t* seq_of, rk_heads out, int causal, int64_t window, double softmax_scale, int threads,
+                     std::shared_ptr<const Table> table) {
   const Heads qh = heads_of(q, "q");
   AttentionOptions options = options_of(causal, window, softmax_scale, threads);
   options.table = std::move(table);

@@ -5,8 +5,7 @@ namespace ropekit::detail::gguf {
 namespace {
 
 bool is_rope_tensor(const std::string& name) {
-  return name == "rope_freqs.weight" || name == "rope_factors_long.weight" ||
-         name == "rope_factors_short.weight";
+  return name == "rope_freqs.weight" || name == "rope_factors_long.weight" || name == "rope_factors_short.weight";
 }
 
 }  // namespace
@@ -60,12 +59,14 @@ GgufFile parse(Cursor& c, const ParseOptions& options) {
   return file;
 }
 
-std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name,
-                                 const TensorInfo& t, std::uint64_t count, std::uint64_t element_bytes) {
+std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name, const TensorInfo& t,
+                                 std::uint64_t count, std::uint64_t element_bytes) {
   const std::uint64_t size = c.size();
   if (file.data_start > size || t.offset > size - file.data_start) {
-    throw Error(fmt::format("{}: tensor {}: data offset {} lies past the end of the file ({} bytes, data from "
-                            "byte {})", c.origin(), name, t.offset, size, file.data_start));
+    throw Error(
+        fmt::format("{}: tensor {}: data offset {} lies past the end of the file ({} bytes, data from "
+                    "byte {})",
+                    c.origin(), name, t.offset, size, file.data_start));
   }
   const std::uint64_t start = file.data_start + t.offset;
   if (count > (size - start) / element_bytes) {

@@ -5,11 +5,11 @@
 // being read and the byte offset, never a read past the end or a huge allocation.
 #pragma once
 
+#include <fmt/format.h>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <map>
 #include <span>
@@ -69,8 +69,19 @@ class FileSource final : public Source {
 };
 
 enum GgufType : std::uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // A metadata value. Long arrays (tokenizer vocabularies) are skipped, not stored, unless the parse
@@ -88,8 +99,8 @@ class Cursor {
   Cursor(Source& src, std::string origin) : src_(src), origin_(std::move(origin)) {}
 
   [[noreturn]] void truncated(std::string_view what, std::uint64_t need) const {
-    throw Error(fmt::format("{}: truncated GGUF: {} at byte {} needs {} bytes, {} remain", origin_,
-                            what, pos_, need, remaining()));
+    throw Error(fmt::format("{}: truncated GGUF: {} at byte {} needs {} bytes, {} remain", origin_, what, pos_, need,
+                            remaining()));
   }
   [[noreturn]] void bad(std::string_view what) const {
     throw Error(fmt::format("{}: invalid GGUF: {} (at byte {})", origin_, what, pos_));
@@ -147,7 +158,8 @@ class Cursor {
         const auto elem = scalar<std::uint32_t>(key);
         const auto count = scalar<std::uint64_t>(key);
         const std::uint64_t min_size = elem == kString ? 8 : element_size(elem, key);
-        if (count > remaining() / min_size) truncated(fmt::format("{} ({} array entries)", key, count), count * min_size);
+        if (count > remaining() / min_size)
+          truncated(fmt::format("{} ({} array entries)", key, count), count * min_size);
         if (count <= kMaxStoredArray || keep_long_arrays_) {
           std::vector<GgufValue> items;
           for (std::uint64_t i = 0; i < count; ++i) items.push_back(value(elem, key, depth + 1));
@@ -166,10 +178,17 @@ class Cursor {
 
   std::uint64_t element_size(std::uint32_t type, const std::string& key) const {
     switch (type) {
-      case kU8: case kI8: case kBool: return 1;
-      case kU16: case kI16: return 2;
-      case kU32: case kI32: case kF32: return 4;
-      case kU64: case kI64: case kF64: return 8;
+      case kU8:
+      case kI8:
+      case kBool: return 1;
+      case kU16:
+      case kI16: return 2;
+      case kU32:
+      case kI32:
+      case kF32: return 4;
+      case kU64:
+      case kI64:
+      case kF64: return 8;
       default: bad(fmt::format("{}: array of value type {} is not supported", key, type));
     }
   }
@@ -207,7 +226,7 @@ GgufFile parse(Cursor& c, const ParseOptions& options = {});
 
 // The bytes of tensor `t` of `count` elements of `element_bytes` each: checks that they lie inside
 // the file (offset arithmetic without overflow) and returns their absolute offset.
-std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name,
-                                 const TensorInfo& t, std::uint64_t count, std::uint64_t element_bytes);
+std::uint64_t tensor_data_offset(const GgufFile& file, const Cursor& c, const std::string& name, const TensorInfo& t,
+                                 std::uint64_t count, std::uint64_t element_bytes);
 
 }  // namespace ropekit::detail::gguf

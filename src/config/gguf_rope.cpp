@@ -1,6 +1,6 @@
-// GGUF metadata → ModelPositions (per layer where llama.cpp stores or hard-codes it): the llama.cpp keys ({arch} = general.architecture) and how they map, following
-// llama.cpp's loader (llama-model.cpp / llama-context.cpp); docs/config.md lists them. The container
-// itself is read by gguf_format.cpp.
+// GGUF metadata → ModelPositions (per layer where llama.cpp stores or hard-codes it): the llama.cpp keys ({arch} =
+// general.architecture) and how they map, following llama.cpp's loader (llama-model.cpp / llama-context.cpp);
+// docs/config.md lists them. The container itself is read by gguf_format.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,8 +21,7 @@ using namespace detail::gguf;
 
 class SpecBuilder {
  public:
-  SpecBuilder(GgufFile& f, Cursor& c, const ConfigOptions& options)
-      : f_(f), c_(c), options_(options) {}
+  SpecBuilder(GgufFile& f, Cursor& c, const ConfigOptions& options) : f_(f), c_(c), options_(options) {}
 
   ModelPositions build() {
     out_.source = c_.origin();
@@ -35,10 +34,11 @@ class SpecBuilder {
     } else if (info) {
       pairing_ = info->pairing;
     } else {
-      throw Error(fmt::format("{}: general.architecture = {}: not in ropekit's architecture table "
-                              "(docs/config.md), so the lane pairing is unknown: pass --pairing "
-                              "half|interleaved (ConfigOptions::pairing)",
-                              c_.origin(), arch));
+      throw Error(
+          fmt::format("{}: general.architecture = {}: not in ropekit's architecture table "
+                      "(docs/config.md), so the lane pairing is unknown: pass --pairing "
+                      "half|interleaved (ConfigOptions::pairing)",
+                      c_.origin(), arch));
     }
     static constexpr detail::GgufArchInfo kPlain{"", Pairing::Half, {}};
     const detail::GgufArchInfo& row = info ? *info : kPlain;
@@ -48,7 +48,8 @@ class SpecBuilder {
     int head_dim = 0;
     if (auto k = number(prefix_ + "attention.key_length")) head_dim = as_int(prefix_ + "attention.key_length", *k);
     if (deepseek) {
-      if (auto k = number(prefix_ + "attention.key_length_mla")) head_dim = as_int(prefix_ + "attention.key_length_mla", *k);
+      if (auto k = number(prefix_ + "attention.key_length_mla"))
+        head_dim = as_int(prefix_ + "attention.key_length_mla", *k);
     }
     if (head_dim == 0) {
       const double width = required(prefix_ + "embedding_length");
@@ -116,7 +117,8 @@ class SpecBuilder {
       if (slides && window) g.sliding_window = std::int64_t(*window);
       if (alibi) {
         g.encoding = PositionEncoding::Alibi;
-        const std::vector<float> s = alibi_slopes(as_int(prefix_ + "attention.head_count", required(prefix_ + "attention.head_count")));
+        const std::vector<float> s =
+            alibi_slopes(as_int(prefix_ + "attention.head_count", required(prefix_ + "attention.head_count")));
         g.alibi_slopes.assign(s.begin(), s.end());
       } else if (rope) {
         g.encoding = PositionEncoding::Rope;
@@ -163,7 +165,8 @@ class SpecBuilder {
         return out;
       }
       const double* d = std::get_if<double>(&it->second.value);
-      if (!d || *d < 0 || *d > detail::kMaxLayers || *d != std::floor(*d)) fail(key, "(value)", "expected a period or a bool per layer");
+      if (!d || *d < 0 || *d > detail::kMaxLayers || *d != std::floor(*d))
+        fail(key, "(value)", "expected a period or a bool per layer");
       period = int(*d);
     }
     for (int i = 0; i < n; ++i) out[std::size_t(i)] = period > 0 && i % period < period - 1;
@@ -258,9 +261,10 @@ class SpecBuilder {
     }
     const std::uint64_t size = c_.source().size();
     if (f_.data_start > size || t.offset > size - f_.data_start || n * 4 > size - f_.data_start - t.offset) {
-      throw Error(fmt::format("{}: truncated GGUF: tensor {} ({} bytes at data offset {}) lies past the "
-                              "end of the file",
-                              c_.origin(), name, n * 4, t.offset));
+      throw Error(
+          fmt::format("{}: truncated GGUF: tensor {} ({} bytes at data offset {}) lies past the "
+                      "end of the file",
+                      c_.origin(), name, n * 4, t.offset));
     }
     std::vector<float> raw(n);
     c_.source().read(f_.data_start + t.offset, raw.data(), n * 4);
@@ -287,8 +291,8 @@ class SpecBuilder {
 
     if (long_f || short_f || type == "longrope") {  // Phi-3: LongRoPE factor tensors
       if (!long_f || !short_f) {
-        throw Error(fmt::format("{}: LongRoPE needs both rope_factors_long and rope_factors_short tensors",
-                                c_.origin()));
+        throw Error(
+            fmt::format("{}: LongRoPE needs both rope_factors_long and rope_factors_short tensors", c_.origin()));
       }
       const std::int64_t l0 = original();
       scaling::LongRope lr{*short_f, *long_f, l0, 0.0, attn_factor};
@@ -300,8 +304,8 @@ class SpecBuilder {
       return scaling::FreqFactors{*freqs};
     }
     if (type == "none") return scaling::None{};
-    if (!factor) throw Error(fmt::format("{}: {}rope.scaling.factor is missing (scaling type {})",
-                                         c_.origin(), prefix_, type));
+    if (!factor)
+      throw Error(fmt::format("{}: {}rope.scaling.factor is missing (scaling type {})", c_.origin(), prefix_, type));
     if (type == "linear") return scaling::Linear{*factor};
     if (type == "yarn") {
       scaling::Yarn y{};

@@ -23,8 +23,8 @@ namespace ropekit {
 namespace {
 
 using detail::json;
-using detail::ModelInfo;
 using detail::LayerRule;
+using detail::ModelInfo;
 using detail::Reader;
 using detail::Value;
 
@@ -43,18 +43,18 @@ struct RopeParams {
 // immutable afterwards (read_config may run on several threads).
 const std::set<std::string_view>& known_keys(std::string_view rope_type) {
   static const std::map<std::string_view, std::set<std::string_view>> merged = [] {
-    const std::set<std::string_view> common{"rope_type", "type", "rope_theta", "partial_rotary_factor",
-                                            "mrope_section", "mrope_interleaved"};
+    const std::set<std::string_view> common{
+        "rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"};
     std::map<std::string_view, std::set<std::string_view>> by_type{
         {"default", {}},
         {"linear", {"factor"}},
         {"dynamic", {"factor"}},
         {"ntk", {"factor"}},
-        {"yarn", {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
-                  "beta_slow", "mscale", "mscale_all_dim", "truncate"}},
+        {"yarn",
+         {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+          "mscale_all_dim", "truncate"}},
         {"llama3", {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}},
-        {"longrope", {"short_factor", "long_factor", "factor", "attention_factor",
-                      "original_max_position_embeddings"}},
+        {"longrope", {"short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"}},
         {"proportional", {"factor"}},
     };
     for (auto& [type, keys] : by_type) keys.insert(common.begin(), common.end());
@@ -65,12 +65,12 @@ const std::set<std::string_view>& known_keys(std::string_view rope_type) {
 
 // What one layer is, before its plan is formed: the layer type's name and how it attends.
 struct LayerKind {
-  std::string type;           // the model's layer type ("" when it has one kind of layer)
-  bool attention = true;      // false: conv / Mamba / linear-attention mixer
-  bool rope = true;           // false: NoPE (or ALiBi / learned, by the family)
-  bool sliding = false;       // sliding_window applies
-  bool chunked = false;       // Llama 4 chunked attention
-  std::string params;         // which rope parameter set ("" = the model's; a layer type; "main"/"compress")
+  std::string type;       // the model's layer type ("" when it has one kind of layer)
+  bool attention = true;  // false: conv / Mamba / linear-attention mixer
+  bool rope = true;       // false: NoPE (or ALiBi / learned, by the family)
+  bool sliding = false;   // sliding_window applies
+  bool chunked = false;   // Llama 4 chunked attention
+  std::string params;     // which rope parameter set ("" = the model's; a layer type; "main"/"compress")
   bool operator==(const LayerKind&) const = default;
 };
 
@@ -110,8 +110,10 @@ class ModelReader {
     Value top;
     if (const json* t = Reader::member(root_, "model_type")) top = {t, "model_type"};
     Value text = r_.model_key("model_type");  // text_config.model_type when nested
-    if (top) out_.model_type = r_.string(top);
-    else if (text) out_.model_type = r_.string(text);
+    if (top)
+      out_.model_type = r_.string(top);
+    else if (text)
+      out_.model_type = r_.string(text);
     info_ = detail::find_model(out_.model_type);
     // Multimodal wrappers (llava, mistral3, voxtral, ...) describe their language model in text_config.
     if (!info_ && text && text.path != "model_type") info_ = detail::find_model(r_.string(text));
@@ -127,17 +129,18 @@ class ModelReader {
                   "(num_attention_heads, head_dim, rope_theta): pass --pairing half|interleaved to read it "
                   "as a Llama");
         }
-        throw Error(fmt::format("{}: model_type is missing and the config has no Llama-style keys "
-                                "(num_attention_heads, head_dim, rope_theta)",
-                                r_.origin()));
+        throw Error(
+            fmt::format("{}: model_type is missing and the config has no Llama-style keys "
+                        "(num_attention_heads, head_dim, rope_theta)",
+                        r_.origin()));
       }
       info_ = &detail::llama_fallback();
-      out_.warnings.push_back(fmt::format(
-          "{}: model_type {} is not in ropekit's model table (docs/config.md): read as Hugging Face reads "
-          "a Llama (RoPE on every layer, {} pairing{}, default RoPE over the whole head)",
-          r_.origin(), out_.model_type.empty() ? "(missing)" : out_.model_type,
-          options_.pairing ? to_string(*options_.pairing) : "rotate_half",
-          options_.pairing ? " from --pairing" : "; --pairing overrides it"));
+      out_.warnings.push_back(
+          fmt::format("{}: model_type {} is not in ropekit's model table (docs/config.md): read as Hugging Face reads "
+                      "a Llama (RoPE on every layer, {} pairing{}, default RoPE over the whole head)",
+                      r_.origin(), out_.model_type.empty() ? "(missing)" : out_.model_type,
+                      options_.pairing ? to_string(*options_.pairing) : "rotate_half",
+                      options_.pairing ? " from --pairing" : "; --pairing overrides it"));
     }
     out_.family = std::string(info_->family);
     pairing_ = options_.pairing ? *options_.pairing : info_->pairing;
@@ -206,19 +209,22 @@ class ModelReader {
     if (!v) {
       if (Value types = r_.model_key("layer_types"); types && types.node->is_array()) {
         num_layers_ = int(types.node->size());
-        if (num_layers_ > detail::kMaxLayers) r_.fail(types.path, *types.node, fmt::format("has more than {} entries", detail::kMaxLayers));
+        if (num_layers_ > detail::kMaxLayers)
+          r_.fail(types.path, *types.node, fmt::format("has more than {} entries", detail::kMaxLayers));
       }
       return;
     }
     const std::int64_t n = r_.integer(v);
-    if (n < 0 || n > detail::kMaxLayers) r_.fail(v.path, *v.node, fmt::format("must be in [0, {}]", detail::kMaxLayers));
+    if (n < 0 || n > detail::kMaxLayers)
+      r_.fail(v.path, *v.node, fmt::format("must be in [0, {}]", detail::kMaxLayers));
     num_layers_ = int(n);
   }
 
   std::vector<std::string> strings(const Value& v) const {
     if (!v.node->is_array()) r_.fail(v.path, *v.node, "expected an array of strings");
     std::vector<std::string> out;
-    for (std::size_t i = 0; i < v.node->size(); ++i) out.push_back(r_.string({&(*v.node)[i], fmt::format("{}[{}]", v.path, i)}));
+    for (std::size_t i = 0; i < v.node->size(); ++i)
+      out.push_back(r_.string({&(*v.node)[i], fmt::format("{}[{}]", v.path, i)}));
     return out;
   }
 
@@ -291,13 +297,9 @@ class ModelReader {
                        sliding ? "sliding_attention" : "full_attention"};
     };
     switch (rule()) {
-      case LayerRule::NoAttention:
-        kinds.assign(indexed ? n : 1, LayerKind{"", false, false});
-        return kinds;
+      case LayerRule::NoAttention: kinds.assign(indexed ? n : 1, LayerKind{"", false, false}); return kinds;
       case LayerRule::Learned:
-      case LayerRule::Alibi:
-        kinds.assign(indexed ? n : 1, LayerKind{"", true, false});
-        return kinds;
+      case LayerRule::Alibi: kinds.assign(indexed ? n : 1, LayerKind{"", true, false}); return kinds;
       case LayerRule::Mpt:
       case LayerRule::Falcon:
       case LayerRule::Baichuan:
@@ -309,7 +311,9 @@ class ModelReader {
         int period = 8, offset = 4;  // JambaConfig defaults
         if (Value v = r_.model_key("attn_layer_period")) period = positive_int(v);
         if (Value v = r_.model_key("attn_layer_offset")) offset = r_.small_int(v);
-        each([&](int i) { return i % period == offset ? LayerKind{"attention", true, false} : LayerKind{"mamba", false, false}; });
+        each([&](int i) {
+          return i % period == offset ? LayerKind{"attention", true, false} : LayerKind{"mamba", false, false};
+        });
         return kinds;
       }
       case LayerRule::NemotronH: {
@@ -322,7 +326,10 @@ class ModelReader {
         if (indexed) check_length(v, pattern.size());
         for (char c : pattern) {
           kinds.push_back(c == '*' ? LayerKind{"attention", true, false}
-                                   : LayerKind{c == 'M' ? "mamba" : c == 'E' ? "moe" : "mlp", false, false});
+                                   : LayerKind{c == 'M'   ? "mamba"
+                                               : c == 'E' ? "moe"
+                                                          : "mlp",
+                                               false, false});
         }
         num_layers_ = int(pattern.size());
         return kinds;
@@ -341,9 +348,12 @@ class ModelReader {
             const json* f = attn && attn->is_object() ? Reader::member(*attn, key) : nullptr;
             return f && r_.boolean({f, fmt::format("{}[{}].attention.{}", v.path, i, key)});
           };
-          if (flag_of("no_op")) kinds.push_back(LayerKind{"no_op", false, false});
-          else if (flag_of("replace_with_linear")) kinds.push_back(LayerKind{"linear", false, false});
-          else kinds.push_back(LayerKind{"attention"});
+          if (flag_of("no_op"))
+            kinds.push_back(LayerKind{"no_op", false, false});
+          else if (flag_of("replace_with_linear"))
+            kinds.push_back(LayerKind{"linear", false, false});
+          else
+            kinds.push_back(LayerKind{"attention"});
         }
         num_layers_ = int(v.node->size());
         return kinds;
@@ -354,7 +364,7 @@ class ModelReader {
         if (!indexed) return {LayerKind{"self_attention"}, LayerKind{"cross_attention", true, false}};
         each([&](int i) {
           return std::find(cross.begin(), cross.end(), i) != cross.end() ? LayerKind{"cross_attention", true, false}
-                                                                          : LayerKind{"self_attention"};
+                                                                         : LayerKind{"self_attention"};
         });
         return kinds;
       }
@@ -386,7 +396,8 @@ class ModelReader {
         if (listed) {
           each([&](int i) { return kind((*listed)[std::size_t(i)] == "sliding_attention"); });
         } else {
-          const std::vector<bool> sliding = windowed ? sliding_pattern(info_->pattern) : std::vector<bool>(std::size_t(n), false);
+          const std::vector<bool> sliding =
+              windowed ? sliding_pattern(info_->pattern) : std::vector<bool>(std::size_t(n), false);
           each([&](int i) { return kind(sliding[std::size_t(i)]); });
         }
         return kinds;
@@ -404,8 +415,11 @@ class ModelReader {
           check_length(v, ratios.size());
           for (std::size_t i = 0; i < ratios.size(); ++i) {
             const int m = ratios[i];
-            if (m != 0 && m != 4 && m != 128) r_.fail(fmt::format("{}[{}]", v.path, i), (*v.node)[i], "must be 0, 4 or 128");
-            kinds.push_back(kind(m == 0 ? "sliding_attention" : m == 4 ? "compressed_sparse_attention" : "heavily_compressed_attention"));
+            if (m != 0 && m != 4 && m != 128)
+              r_.fail(fmt::format("{}[{}]", v.path, i), (*v.node)[i], "must be 0, 4 or 128");
+            kinds.push_back(kind(m == 0   ? "sliding_attention"
+                                 : m == 4 ? "compressed_sparse_attention"
+                                          : "heavily_compressed_attention"));
           }
           return kinds;
         }
@@ -457,9 +471,9 @@ class ModelReader {
     auto attention_type = [](const std::string& t) {
       return t == "full_attention" || t == "attention" || t == "sliding_attention";
     };
-    const bool rope_named = !flag(detail::kRopeOnlyIfNamed) ||
-                            (r_.model_key("position_embedding_type") &&
-                             r_.string(r_.model_key("position_embedding_type")) == "rope");
+    const bool rope_named =
+        !flag(detail::kRopeOnlyIfNamed) ||
+        (r_.model_key("position_embedding_type") && r_.string(r_.model_key("position_embedding_type")) == "rope");
     auto kind = [&](const std::string& t) {
       if (!attention_type(t)) return LayerKind{t, false, false};
       return LayerKind{t, true, rope_named, t == "sliding_attention"};
@@ -544,7 +558,8 @@ class ModelReader {
     compress["rope_theta"] = compress_theta;
     const json* type = Reader::member(compress, "rope_type");
     if (!type) type = Reader::member(compress, "type");
-    if (!type) compress["rope_type"] = "default";
+    if (!type)
+      compress["rope_type"] = "default";
     else if (type->is_string() && type->get<std::string>() == "yarn" && !compress.contains("attention_factor")) {
       compress["attention_factor"] = 1.0;
     }
@@ -592,7 +607,10 @@ class ModelReader {
       g.encoding = PositionEncoding::Learned;
     } else if (uses_alibi()) {
       g.encoding = PositionEncoding::Alibi;
-      { const std::vector<float> s = alibi_slopes(num_heads()); g.alibi_slopes.assign(s.begin(), s.end()); }
+      {
+        const std::vector<float> s = alibi_slopes(num_heads());
+        g.alibi_slopes.assign(s.begin(), s.end());
+      }
     } else {
       g.encoding = PositionEncoding::None;
     }
@@ -600,8 +618,10 @@ class ModelReader {
     if (flag(detail::kSoftcap)) {
       const json* text = Reader::member(root_, "text_config");
       const json& where = text && text->is_object() && text->contains("attn_logit_softcapping") ? *text : root_;
-      if (!where.contains("attn_logit_softcapping")) g.logit_softcap = 50.0;  // Gemma2Config default
-      else if (Value v = r_.model_key("attn_logit_softcapping")) g.logit_softcap = r_.number(v);
+      if (!where.contains("attn_logit_softcapping"))
+        g.logit_softcap = 50.0;  // Gemma2Config default
+      else if (Value v = r_.model_key("attn_logit_softcapping"))
+        g.logit_softcap = r_.number(v);
     }
     g.query_scaling = query_scaling(k, g);
     return g;
@@ -655,7 +675,9 @@ class ModelReader {
         q.kind = QueryScaling::Kind::Beta;
         q.scale = r_.number(beta);
         const Value l = p.get("original_max_position_embeddings");
-        if (!l) r_.missing(fmt::format("{}.original_max_position_embeddings (llama_4_scaling_beta divides positions by it)", p.path));
+        if (!l)
+          r_.missing(fmt::format("{}.original_max_position_embeddings (llama_4_scaling_beta divides positions by it)",
+                                 p.path));
         q.length = r_.integer(l);
         if (q.length <= 0) r_.fail(l.path, *l.node, "must be > 0");
       }
@@ -673,8 +695,8 @@ class ModelReader {
 
   void read_rope(const LayerKind& k, LayerPositions& g) {
     RopeParams p = params_for(k);
-    const bool sliding_unscaled = (flag(detail::kLocalBase) || flag(detail::kSlidingUnscaled)) && !nested_ &&
-                                  k.type == "sliding_attention";
+    const bool sliding_unscaled =
+        (flag(detail::kLocalBase) || flag(detail::kSlidingUnscaled)) && !nested_ && k.type == "sliding_attention";
     Spec& spec = g.spec;
     spec.pairing = pairing_;
     int head_dim = head_dim_;
@@ -694,7 +716,8 @@ class ModelReader {
       if (Value v = r_.model_key("rope_ratio")) ratio = r_.number(v);
       spec.base = 10000.0 * ratio;  // modeling_chatglm.py: base = 10000 * rope_ratio
       spec.rotary_dim = head_dim / 2;
-      if (spec.rotary_dim % 2 != 0) r_.fail("kv_channels", head_dim, "must be a multiple of 4 (ChatGLM rotates kv_channels/2 lanes)");
+      if (spec.rotary_dim % 2 != 0)
+        r_.fail("kv_channels", head_dim, "must be a multiple of 4 (ChatGLM rotates kv_channels/2 lanes)");
       spec.scaling = scaling::None{};
       validate(spec, g.layer_type);
       return;
@@ -726,12 +749,17 @@ class ModelReader {
     spec.base = theta(p, k);
     if (rule() == LayerRule::DeepSeekV4) {
       double prf = 64.0 / 512.0;  // DeepseekV4Config: qk_rope_head_dim / head_dim
-      if (Value v = p.get("partial_rotary_factor")) prf = r_.number(v);
-      else if (Value v = r_.model_key("partial_rotary_factor")) prf = r_.number(v);
-      else if (Value v = r_.model_key("qk_rope_head_dim")) prf = double(positive_int(v)) / double(head_dim);
+      if (Value v = p.get("partial_rotary_factor"))
+        prf = r_.number(v);
+      else if (Value v = r_.model_key("partial_rotary_factor"))
+        prf = r_.number(v);
+      else if (Value v = r_.model_key("qk_rope_head_dim"))
+        prf = double(positive_int(v)) / double(head_dim);
       const int rope_dim = int(head_dim * prf);
       if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > head_dim) {
-        r_.fail("partial_rotary_factor", prf, fmt::format("gives {} rotary lanes of head_dim {}: must be even and in (0, head_dim]", rope_dim, head_dim));
+        r_.fail(
+            "partial_rotary_factor", prf,
+            fmt::format("gives {} rotary lanes of head_dim {}: must be even and in (0, head_dim]", rope_dim, head_dim));
       }
       g.rope_offset = head_dim - rope_dim;  // V4 rotates the trailing lanes
       spec.head_dim = rope_dim;
@@ -769,8 +797,8 @@ class ModelReader {
       alias_note = "mrope";
       return "default";
     }
-    static const std::set<std::string> known{"default", "linear", "dynamic", "ntk", "yarn",
-                                             "llama3", "longrope", "proportional"};
+    static const std::set<std::string> known{"default", "linear", "dynamic",  "ntk",
+                                             "yarn",    "llama3", "longrope", "proportional"};
     if (!known.contains(type)) {
       r_.fail(v.path, *v.node,
               fmt::format("unknown rope type (known: {}, and the aliases su, mrope)", fmt::join(known, ", ")));
@@ -864,9 +892,10 @@ class ModelReader {
   // HF's _validate_*_rope_parameters log a warning (and go on) for a factor below 1.
   void warn_factor_below_one(const RopeParams& p, std::string_view type, double factor) {
     if (factor < 1.0) {
-      out_.warnings.push_back(fmt::format("{}: {}.factor = {}: rope_type {} expects a factor >= 1 (Hugging "
-                                          "Face warns and goes on; so does ropekit)",
-                                          r_.origin(), p.path, factor, type));
+      out_.warnings.push_back(
+          fmt::format("{}: {}.factor = {}: rope_type {} expects a factor >= 1 (Hugging "
+                      "Face warns and goes on; so does ropekit)",
+                      r_.origin(), p.path, factor, type));
     }
   }
 
@@ -886,22 +915,21 @@ class ModelReader {
     if (type == "yarn") {
       const std::int64_t l0 = original_length(p, type);
       std::optional<double> factor = optional_number(p, "factor");
-      const double implicit = out_.max_position_embeddings > 0
-                                  ? double(out_.max_position_embeddings) / double(l0)
-                                  : 1.0;
+      const double implicit =
+          out_.max_position_embeddings > 0 ? double(out_.max_position_embeddings) / double(l0) : 1.0;
       if (!factor) {
         // An explicit null falls back to the ratio (with HF's warning); an absent key is an error.
         if (!(p.dict && p.dict->contains("factor"))) required_number(p, "factor", type);
-        out_.warnings.push_back(fmt::format(
-            "{}: {}.factor is null: using max_position_embeddings / original_max_position_embeddings "
-            "= {} (as Hugging Face)",
-            r_.origin(), p.path, implicit));
+        out_.warnings.push_back(
+            fmt::format("{}: {}.factor is null: using max_position_embeddings / original_max_position_embeddings "
+                        "= {} (as Hugging Face)",
+                        r_.origin(), p.path, implicit));
         factor = implicit;
       } else if (implicit != 1.0 && *factor != implicit) {
-        out_.warnings.push_back(fmt::format(
-            "{}: {}.factor = {} differs from max_position_embeddings / "
-            "original_max_position_embeddings = {}: using the explicit factor (as Hugging Face)",
-            r_.origin(), p.path, *factor, implicit));
+        out_.warnings.push_back(
+            fmt::format("{}: {}.factor = {} differs from max_position_embeddings / "
+                        "original_max_position_embeddings = {}: using the explicit factor (as Hugging Face)",
+                        r_.origin(), p.path, *factor, implicit));
       }
       warn_factor_below_one(p, type, *factor);
       scaling::Yarn y{};
@@ -920,10 +948,11 @@ class ModelReader {
                               required_number(p, "high_freq_factor", type), original_length(p, type)};
       warn_factor_below_one(p, type, l.factor);
       if (l.high_freq_factor <= l.low_freq_factor) {
-        out_.warnings.push_back(fmt::format("{}: {}.high_freq_factor = {} is not above low_freq_factor = {} "
-                                            "(Hugging Face warns; equal factors leave no smoothing band: a "
-                                            "hard step at original_max_position_embeddings / low_freq_factor)",
-                                            r_.origin(), p.path, l.high_freq_factor, l.low_freq_factor));
+        out_.warnings.push_back(
+            fmt::format("{}: {}.high_freq_factor = {} is not above low_freq_factor = {} "
+                        "(Hugging Face warns; equal factors leave no smoothing band: a "
+                        "hard step at original_max_position_embeddings / low_freq_factor)",
+                        r_.origin(), p.path, l.high_freq_factor, l.low_freq_factor));
       }
       return l;
     }

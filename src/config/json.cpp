@@ -38,9 +38,7 @@ void Reader::fail(std::string_view path, const json& value, std::string_view rul
   throw Error(fmt::format("{}: {} = {}: {}", origin_, path, show(value), rule));
 }
 
-void Reader::missing(std::string_view what) const {
-  throw Error(fmt::format("{}: {} is missing", origin_, what));
-}
+void Reader::missing(std::string_view what) const { throw Error(fmt::format("{}: {} is missing", origin_, what)); }
 
 const json* Reader::member(const json& obj, std::string_view key) {
   if (!obj.is_object()) return nullptr;

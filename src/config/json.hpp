@@ -47,9 +47,9 @@ class Reader {
   Value model_key_any(std::initializer_list<std::string_view> keys) const;
 
   // Typed reads of a present value (v.node != nullptr); each throws naming v.path.
-  double number(const Value& v) const;       // finite
+  double number(const Value& v) const;         // finite
   std::int64_t integer(const Value& v) const;  // integral, |x| ≤ 9e15 (exact in double)
-  int small_int(const Value& v) const;       // integral, |x| ≤ 2^30
+  int small_int(const Value& v) const;         // integral, |x| ≤ 2^30
   bool boolean(const Value& v) const;
   std::string string(const Value& v) const;
   std::vector<double> numbers(const Value& v) const;

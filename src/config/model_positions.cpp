@@ -65,8 +65,8 @@ const LayerPositions& ModelPositions::layer(std::string_view layer_type) const {
   for (const LayerPositions& g : groups) {
     if (g.layer_type == layer_type) return g;
   }
-  throw Error(fmt::format("{}: layer type = {}: not in this model (layer types: {})", source, layer_type,
-                          names_of(*this)));
+  throw Error(
+      fmt::format("{}: layer type = {}: not in this model (layer types: {})", source, layer_type, names_of(*this)));
 }
 
 const LayerPositions& ModelPositions::at_layer(int index) const {

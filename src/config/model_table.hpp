@@ -37,23 +37,24 @@ enum class LayerRule {
 };
 
 enum class SoftmaxRule {
-  HeadDim,            // qk_head_dim^-0.5
-  QueryPreAttnScalar, // query_pre_attn_scalar^-0.5 (Gemma 2, Gemma 3)
-  One,                // 1 (Gemma 3n, Gemma 4: q/k RMS-normed)
-  AttentionMultiplier,// attention_multiplier (Granite)
+  HeadDim,              // qk_head_dim^-0.5
+  QueryPreAttnScalar,   // query_pre_attn_scalar^-0.5 (Gemma 2, Gemma 3)
+  One,                  // 1 (Gemma 3n, Gemma 4: q/k RMS-normed)
+  AttentionMultiplier,  // attention_multiplier (Granite)
 };
 
 // Row flags.
-inline constexpr unsigned kLocalBase = 1u << 0;          // sliding layers: rope_local_base_freq, unscaled (Gemma 3)
-inline constexpr unsigned kQueryBeta = 1u << 1;          // rope_parameters.llama_4_scaling_beta scales queries
-inline constexpr unsigned kSlidingUnscaled = 1u << 2;    // sliding layers use default RoPE, same θ (OLMo 3)
-inline constexpr unsigned kLastLayerFull = 1u << 3;      // the last layer is always full attention (Gemma 4)
-inline constexpr unsigned kMropeInterleaved = 1u << 4;   // M-RoPE always interleaved (Qwen3-VL)
-inline constexpr unsigned kGlobalHeadDim = 1u << 5;      // full layers use global_head_dim (Gemma 4)
-inline constexpr unsigned kSoftcap = 1u << 6;            // attn_logit_softcapping (Gemma 2)
-inline constexpr unsigned kQwenWindow = 1u << 7;         // use_sliding_window + max_window_layers (Qwen 2/3)
-inline constexpr unsigned kRemoteCode = 1u << 9;         // the family ships its own modeling code
-inline constexpr unsigned kRopeOnlyIfNamed = 1u << 10;   // RoPE only when position_embedding_type is "rope" (Granite 4 hybrid)
+inline constexpr unsigned kLocalBase = 1u << 0;         // sliding layers: rope_local_base_freq, unscaled (Gemma 3)
+inline constexpr unsigned kQueryBeta = 1u << 1;         // rope_parameters.llama_4_scaling_beta scales queries
+inline constexpr unsigned kSlidingUnscaled = 1u << 2;   // sliding layers use default RoPE, same θ (OLMo 3)
+inline constexpr unsigned kLastLayerFull = 1u << 3;     // the last layer is always full attention (Gemma 4)
+inline constexpr unsigned kMropeInterleaved = 1u << 4;  // M-RoPE always interleaved (Qwen3-VL)
+inline constexpr unsigned kGlobalHeadDim = 1u << 5;     // full layers use global_head_dim (Gemma 4)
+inline constexpr unsigned kSoftcap = 1u << 6;           // attn_logit_softcapping (Gemma 2)
+inline constexpr unsigned kQwenWindow = 1u << 7;        // use_sliding_window + max_window_layers (Qwen 2/3)
+inline constexpr unsigned kRemoteCode = 1u << 9;        // the family ships its own modeling code
+inline constexpr unsigned kRopeOnlyIfNamed =
+    1u << 10;  // RoPE only when position_embedding_type is "rope" (Granite 4 hybrid)
 
 struct ModelInfo {
   std::string_view model_type;
@@ -81,9 +82,9 @@ struct GgufArchInfo {
   Pairing pairing;  // llama.cpp's LLAMA_ROPE_TYPE_NORM = Interleaved, NEOX/MROPE/IMROPE = Half
   std::optional<MRopeLayout> mrope;
   LayerRule rule = LayerRule::Plain;
-  int swa_pattern = 0;       // llama.cpp's hard-coded set_swa_pattern period; 0 none
-  int no_rope_every = 0;     // every n-th layer without RoPE (Llama 4, SmolLM3); 0 none
-  bool local_base = false;   // sliding layers use rope.freq_base_swa, unscaled (Gemma 3)
+  int swa_pattern = 0;      // llama.cpp's hard-coded set_swa_pattern period; 0 none
+  int no_rope_every = 0;    // every n-th layer without RoPE (Llama 4, SmolLM3); 0 none
+  bool local_base = false;  // sliding layers use rope.freq_base_swa, unscaled (Gemma 3)
 };
 
 const GgufArchInfo* find_gguf_arch(std::string_view arch);

@@ -48,9 +48,9 @@ struct RowTile {
   int rows = 1;                          // 1 … kMaxRows
   int head_dim = 0;
   int v_head_dim = 0;
-  int keys = 0;                          // valid keys in the tile (the rest are masked)
-  float scale = 1.0f;                    // softmax scale, applied to q·k before the bias
-  float* scores = nullptr;               // rows × kTileKeys floats of scratch
+  int keys = 0;             // valid keys in the tile (the rest are masked)
+  float scale = 1.0f;       // softmax scale, applied to q·k before the bias
+  float* scores = nullptr;  // rows × kTileKeys floats of scratch
 };
 
 // Online softmax state of one query row: running maximum, running sum, accumulator (v_head_dim).
@@ -77,7 +77,8 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
     int lane = 0;
     for (; lane + n <= t.head_dim; lane += n) {
       const V kv = hn::LoadU(d, k + lane);
-      for (int r = 0; r < nr; ++r) acc[r] = hn::MulAdd(hn::LoadU(d, t.q + size_t(r0 + r) * t.head_dim + lane), kv, acc[r]);
+      for (int r = 0; r < nr; ++r)
+        acc[r] = hn::MulAdd(hn::LoadU(d, t.q + size_t(r0 + r) * t.head_dim + lane), kv, acc[r]);
     }
     for (int r = 0; r < nr; ++r) {
       const float* q = t.q + size_t(r0 + r) * t.head_dim;
@@ -98,7 +99,8 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
   using V = hn::Vec<decltype(d)>;
   for (; lane + n <= t.v_head_dim; lane += n) {
     V a[4];  // the rows' chains interleaved, each value vector loaded once per key
-    for (int b = 0; b < nr; ++b) a[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane), hn::Set(d, correction[block[b]]));
+    for (int b = 0; b < nr; ++b)
+      a[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane), hn::Set(d, correction[block[b]]));
     for (int j = 0; j < t.keys; ++j) {
       const V v = hn::LoadU(d, t.v_rows[j] + lane);
       for (int b = 0; b < nr; ++b) a[b] = hn::MulAdd(hn::Set(d, t.scores[size_t(block[b]) * kTileKeys + j]), v, a[b]);
@@ -212,7 +214,6 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
   }
 }
 
-
 HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
   TileScores(t);
   AccumulateRows(t, states);
@@ -227,7 +228,7 @@ struct ItemBuffers {
   std::array<std::vector<float>, 3> keys;    // kTileKeys × head_dim (row layout, rotated or non-F32 keys)
   std::array<std::vector<const float*>, 3> k_rows;
   std::array<std::vector<float>, 3> regime_scores;  // kMaxRows × kTileKeys: one regime's scores, merged
-  std::vector<float> v;            // kTileKeys × v_head_dim (non-F32 values)
+  std::vector<float> v;                             // kTileKeys × v_head_dim (non-F32 values)
   std::vector<const float*> v_rows;
   std::vector<float> bias, scores;
   std::vector<float> max, sum, acc;  // per row; acc rows × v_head_dim
@@ -266,8 +267,7 @@ struct ItemBuffers {
 // `heads` consecutive heads of token (b, s) of `view` as float32 rows `d` apart in dst: rotated by
 // `job` (when set) in the storage type first — the bits RotateCall::run() writes — then widened.
 HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::int64_t seq, std::int64_t b,
-                         std::int64_t s, std::int64_t head, std::int64_t heads, int d, float* dst,
-                         ItemBuffers& buf) {
+                         std::int64_t s, std::int64_t head, std::int64_t heads, int d, float* dst, ItemBuffers& buf) {
   if (job == nullptr) {
     for (std::int64_t h = 0; h < heads; ++h) WidenRow(view.row(b, s, head + h), view.dtype, d, dst + h * d);
     return;
@@ -281,8 +281,8 @@ HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::i
   WidenRow(buf.rotated.data(), view.dtype, heads * d, dst);
 }
 
-HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64_t head, std::int64_t s,
-                           std::int64_t t, std::int64_t q_pos, std::int64_t k_pos) {
+HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64_t head, std::int64_t s, std::int64_t t,
+                           std::int64_t q_pos, std::int64_t k_pos) {
   switch (p.bias) {
     case BiasKind::Alibi: return alibi_bias(p.alibi_slopes[head], q_pos, k_pos);
     case BiasKind::RelativeBucket: {
@@ -349,8 +349,7 @@ HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, s
   }
 }
 
-void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first,
-             ItemBuffers& s) {
+void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first, ItemBuffers& s) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int d = p.head_dim, dv = p.v_head_dim;
   const std::int64_t tokens = std::min(p.block_tokens, p.q_seq - q_first);
@@ -460,8 +459,8 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
       // token (and without per-key tests when the whole tile is visible), then copied.
       const bool plain = p.bias == BiasKind::None;
       if (plain) {
-        const bool all_visible = !need_mask || ((!p.causal || tile_k_max <= qp) &&
-                                                (p.window <= 0 || qp - tile_k_min < p.window));
+        const bool all_visible =
+            !need_mask || ((!p.causal || tile_k_max <= qp) && (p.window <= 0 || qp - tile_k_min < p.window));
         float* bias = s.bias.data();
         for (int j = 0; j < kTileKeys; ++j) {
           bool masked = j >= keys;
@@ -525,9 +524,8 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
           for (int g = 0; g < rows_now; ++g) {
             float* merged = s.scores.data() + std::size_t(g) * kTileKeys;
             for (int j = 0; j < kTileKeys; ++j) {
-              merged[j] = j < keys && s.bias[j] != kNegInf
-                              ? s.regime_scores[sel[j]][std::size_t(g) * kTileKeys + j]
-                              : kNegInf;
+              merged[j] =
+                  j < keys && s.bias[j] != kNegInf ? s.regime_scores[sel[j]][std::size_t(g) * kTileKeys + j] : kNegInf;
             }
           }
           AccumulateRows(tile, s.states.data());
@@ -556,12 +554,12 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
 
 // The whole call on this target: every item, on up to `threads` threads.
 void RunAttention(const AttentionProblem& p, int threads) {
-  parallel_items(threads, p.items(), [&p] { return ItemBuffers(p); },
-                 [&p](std::int64_t i, ItemBuffers& s) {
-                   const std::int64_t block = i % p.blocks, kv_head = (i / p.blocks) % p.kv_heads,
-                                      b = i / (p.blocks * p.kv_heads);
-                   RunItem(p, b, kv_head, block * p.block_tokens, s);
-                 });
+  parallel_items(
+      threads, p.items(), [&p] { return ItemBuffers(p); },
+      [&p](std::int64_t i, ItemBuffers& s) {
+        const std::int64_t block = i % p.blocks, kv_head = (i / p.blocks) % p.kv_heads, b = i / (p.blocks * p.kv_heads);
+        RunItem(p, b, kv_head, block * p.block_tokens, s);
+      });
 }
 
 }  // namespace ropekit::cpu::HWY_NAMESPACE

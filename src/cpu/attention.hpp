@@ -71,7 +71,7 @@ struct AttentionProblem {
   const int* t5_lut = nullptr;          // bucket of relative position r at [r + t5_range]
   const float* t5_table = nullptr;      // num_buckets × q_heads
   std::int64_t t5_range = 0;
-  const float* dense = nullptr;         // [dense_batch, dense_heads, q_seq, k_seq]
+  const float* dense = nullptr;  // [dense_batch, dense_heads, q_seq, k_seq]
   std::int64_t dense_batch = 1, dense_heads = 1;
 
   // A paged cache read in place: key j is row kv_pages[j / page_size] · page_span + j % page_size of k

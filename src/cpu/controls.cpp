@@ -1,8 +1,8 @@
 // Thread-count and SIMD-target controls (ropekit/cpu.hpp).
-#include <algorithm>
-#include <atomic>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "cpu/dispatch.hpp"
@@ -51,8 +51,8 @@ void set_simd_target(std::string_view name) {
       return;
     }
   }
-  throw Error(fmt::format("simd target = \"{}\": not compiled in or not supported by this CPU (have: {})",
-                          name, fmt::join(simd_targets(), ", ")));
+  throw Error(fmt::format("simd target = \"{}\": not compiled in or not supported by this CPU (have: {})", name,
+                          fmt::join(simd_targets(), ", ")));
 }
 
 }  // namespace ropekit

@@ -51,7 +51,6 @@ using detail::RotateJob;
 #define ROPEKIT_SIMD_KERNELS 0
 #endif
 
-
 #if ROPEKIT_SIMD_KERNELS
 
 using DF = hn::ScalableTag<float>;
@@ -67,7 +66,10 @@ struct F32Codec {
   static VF Load(DF d, const T* p) { return hn::LoadU(d, p); }
   template <bool kStream>
   static void Store(VF v, DF d, T* p) {
-    if constexpr (kStream) hn::Stream(v, d, p); else hn::StoreU(v, d, p);
+    if constexpr (kStream)
+      hn::Stream(v, d, p);
+    else
+      hn::StoreU(v, d, p);
   }
 };
 
@@ -123,7 +125,10 @@ struct BF16CodecT {
   template <bool kStream, class V16>
   static void Put(V16 bits, T* p) {
     const hn::Rebind<std::uint16_t, DF> du16;
-    if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
+    if constexpr (kStream)
+      hn::Stream(bits, du16, p);
+    else
+      hn::StoreU(bits, du16, p);
   }
   template <bool kStream>
   static void Store(VF v, DF, T* p) {
@@ -165,7 +170,10 @@ struct F16Codec {
     const hn::Rebind<hwy::float16_t, DF> df16;
     const hn::Rebind<std::uint16_t, DF> du16;
     const auto bits = hn::BitCast(du16, hn::DemoteTo(df16, v));
-    if constexpr (kStream) hn::Stream(bits, du16, p); else hn::StoreU(bits, du16, p);
+    if constexpr (kStream)
+      hn::Stream(bits, du16, p);
+    else
+      hn::StoreU(bits, du16, p);
   }
 };
 
@@ -203,20 +211,21 @@ HWY_INLINE void PrefetchAhead(const void* in, const void* out, std::size_t bytes
 
 // Whether Codec narrows a step's two vectors together (StoreTwo), so they are stored together.
 template <class Codec>
-constexpr bool kStoresInPairs = requires(VF x, typename Codec::T* p) { Codec::template StoreTwo<false>(x, p, x, p); };
+constexpr bool kStoresInPairs = requires(VF x, typename Codec::T* p) {
+  Codec::template StoreTwo<false>(x, p, x, p);
+};
 
 // One vector step of each pairing. c and s are aligned coefficient pointers.
 template <class Codec, bool kStream>
-HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in,
-                         typename Codec::T* a_out, typename Codec::T* b_out, VF vc, VF vs) {
+HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in, typename Codec::T* a_out,
+                         typename Codec::T* b_out, VF vc, VF vs) {
   const VF a = Codec::Load(d, a_in);
   const VF b = Codec::Load(d, b_in);
   StoreTwo<Codec, kStream>(hn::MulSub(a, vc, hn::Mul(b, vs)), a_out, hn::MulAdd(b, vc, hn::Mul(a, vs)), b_out);
 }
 template <class Codec, bool kStream>
-HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in,
-                         typename Codec::T* a_out, typename Codec::T* b_out, const float* c,
-                         const float* s) {
+HWY_INLINE void HalfStep(DF d, const typename Codec::T* a_in, const typename Codec::T* b_in, typename Codec::T* a_out,
+                         typename Codec::T* b_out, const float* c, const float* s) {
   HalfStep<Codec, kStream>(d, a_in, b_in, a_out, b_out, hn::Load(d, c), hn::Load(d, s));
 }
 
@@ -226,16 +235,16 @@ HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Code
   Codec::template Store<kStream>(hn::MulAdd(x, vc, hn::Mul(hn::Reverse2(d, x), vs)), d, out);
 }
 template <class Codec, bool kStream>
-HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Codec::T* out,
-                                const float* c, const float* s) {
+HWY_INLINE void InterleavedStep(DF d, const typename Codec::T* in, typename Codec::T* out, const float* c,
+                                const float* s) {
   InterleavedStep<Codec, kStream>(d, in, out, hn::Load(d, c), hn::Load(d, s));
 }
 
 // The last rotary lanes of a row that do not fill a vector (see the file comment). Out of line, so
 // that the hot path below keeps a small frame.
 template <class Codec, Pairing kPairing>
-HWY_NOINLINE void RotateTail(const typename Codec::T* src, typename Codec::T* dst, const float* c,
-                             const float* s, std::size_t width, std::size_t i) {
+HWY_NOINLINE void RotateTail(const typename Codec::T* src, typename Codec::T* dst, const float* c, const float* s,
+                             std::size_t width, std::size_t i) {
   using T = typename Codec::T;
   const DF d;
   const std::size_t rest = width - i;
@@ -257,8 +266,8 @@ HWY_NOINLINE void RotateTail(const typename Codec::T* src, typename Codec::T* ds
 // Rotates the rotary lanes of one row. Half: c, s hold one value per pair (h = rotary_dim/2).
 // Interleaved: one value per lane, s[2j] = −s_j, s[2j+1] = s_j. Both are padded to whole vectors.
 template <class Codec, Pairing kPairing, bool kStream>
-HWY_INLINE void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float* c,
-                          const float* s, std::size_t rotary_dim) {
+HWY_INLINE void RotateRow(const typename Codec::T* src, typename Codec::T* dst, const float* c, const float* s,
+                          std::size_t rotary_dim) {
   const DF d;
   const std::size_t n = hn::Lanes(d);
   const std::size_t width = kPairing == Pairing::Half ? rotary_dim / 2 : rotary_dim;
@@ -326,8 +335,7 @@ HWY_INLINE void StorePair(int j, float cj, float sj, float* c, float* s) {
 // position stream with pair j reading frequency j: vectors of pairs, expanded to lanes for the
 // Interleaved pairing. Pure products, so vector and scalar lanes round alike.
 template <Pairing kPairing>
-void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, float m, float sign,
-                       float* c, float* s) {
+void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, float m, float sign, float* c, float* s) {
   int j = 0;
   if constexpr (kPairing == Pairing::Half) {
     const DF d;
@@ -349,8 +357,7 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
       const auto sj = hn::PromoteTo(
           du64, hn::BitCast(duh, hn::Mul(hn::Mul(hn::LoadU(dh, sin_row + j), hn::Set(dh, m)), hn::Set(dh, sign))));
       hn::Store(hn::BitCast(d, hn::Or(cj, hn::ShiftLeft<32>(cj))), d, c + 2 * j);
-      hn::Store(hn::BitCast(d, hn::Or(hn::Xor(sj, hn::Set(du64, 0x80000000ull)), hn::ShiftLeft<32>(sj))), d,
-                s + 2 * j);
+      hn::Store(hn::BitCast(d, hn::Or(hn::Xor(sj, hn::Set(du64, 0x80000000ull)), hn::ShiftLeft<32>(sj))), d, s + 2 * j);
     }
   }
   for (; j < pairs; ++j) StorePair<kPairing>(j, cos_row[j] * m, sin_row[j] * m * sign, c, s);
@@ -394,7 +401,10 @@ HWY_INLINE void AngleRow(const detail::AngleEvaluator& angles, std::int64_t posi
   const D dd;
   const hn::Rebind<T, D> dt;
   const auto store = [&](AngleOps::V v, T* out) {
-    if constexpr (std::is_same_v<T, float>) hn::StoreU(hn::DemoteTo(dt, v), dt, out); else hn::StoreU(v, dd, out);
+    if constexpr (std::is_same_v<T, float>)
+      hn::StoreU(hn::DemoteTo(dt, v), dt, out);
+    else
+      hn::StoreU(v, dd, out);
   };
   constexpr std::size_t kMax = HWY_MAX_BYTES / sizeof(double);
   const std::size_t lanes = hn::Lanes(dd), n = static_cast<std::size_t>(angles.num_pairs());
@@ -513,8 +523,8 @@ struct Bf16EvenOdd {
 
   // Value order from vcvtne2ps2bf16's [16 evens | 16 odds]: output word 2k ← word k, 2k + 1 ← 16 + k.
   static __m512i Interleave() {
-    alignas(64) static constexpr std::uint16_t kIndex[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                             21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26,
+    alignas(64) static constexpr std::uint16_t kIndex[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                             21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                              11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     return _mm512_load_si512(kIndex);
   }
@@ -575,8 +585,8 @@ struct Bf16EvenOdd {
       if (prefetch) PrefetchAhead(in, out, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(std::uint16_t));
       if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
       if constexpr (kPairing == Pairing::Half) {
-        (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J],
-                  co[J], so[J], order),
+        (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J], co[J],
+                  so[J], order),
          ...);
       } else {
         (InterleavedStep(in + 2 * J * n, out + 2 * J * n, ce[J], so[J], order), ...);
@@ -608,8 +618,7 @@ struct Bf16EvenOdd {
     const __m512i magnitude = _mm512_set1_epi16(0x7fff);
     const bool no_zero = _kortestz_mask32_u8(_mm512_testn_epi16_mask(a_packed, magnitude),
                                              _mm512_testn_epi16_mask(b_packed, magnitude)) != 0;
-    if (HWY_LIKELY(no_zero) ||
-        (BF16CodecT<true>::NoSubnormal(ae2, ao2) && BF16CodecT<true>::NoSubnormal(be2, bo2))) {
+    if (HWY_LIKELY(no_zero) || (BF16CodecT<true>::NoSubnormal(ae2, ao2) && BF16CodecT<true>::NoSubnormal(be2, bo2))) {
       _mm512_storeu_si512(a_out, _mm512_permutexvar_epi16(order, a_packed));
       _mm512_storeu_si512(b_out, _mm512_permutexvar_epi16(order, b_packed));
     } else {
@@ -677,27 +686,26 @@ constexpr std::size_t kMaxStepsInRegisters = 8;
 // non-temporal store is wanted, else row by row.
 template <class Codec, Pairing kPairing>
 HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
-                            typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
-                            const Scratch& scratch, bool stream, bool& streamed, bool prefetch = false) {
+                            typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads, const Scratch& scratch,
+                            bool stream, bool& streamed, bool prefetch = false) {
   const std::size_t n = hn::Lanes(DF());
   const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
   if ((!stream || dst == src) && width % n == 0) {
     switch (width / n) {
       case 1:
-        return RotateHeadsInRegisters<Codec, kPairing, 1>(map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
-                                                          std::make_index_sequence<1>());
+        return RotateHeadsInRegisters<Codec, kPairing, 1>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          prefetch, std::make_index_sequence<1>());
       case 2:
-        return RotateHeadsInRegisters<Codec, kPairing, 2>(map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
-                                                          std::make_index_sequence<2>());
+        return RotateHeadsInRegisters<Codec, kPairing, 2>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          prefetch, std::make_index_sequence<2>());
       case 4:
-        return RotateHeadsInRegisters<Codec, kPairing, 4>(map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
-                                                          std::make_index_sequence<4>());
+        return RotateHeadsInRegisters<Codec, kPairing, 4>(map, src, src_stride, dst, dst_stride, heads, scratch,
+                                                          prefetch, std::make_index_sequence<4>());
       case kMaxStepsInRegisters:
         return RotateHeadsInRegisters<Codec, kPairing, kMaxStepsInRegisters>(
             map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
             std::make_index_sequence<kMaxStepsInRegisters>());
-      default:
-        break;
+      default: break;
     }
   }
   for (std::int64_t h = 0; h < heads; ++h) {
@@ -727,9 +735,10 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
       run = std::min(job.q_heads - h, last - row);
       T* src = static_cast<T*>(args.q.row(b, s, h));
       const bool out = args.q_out.data != nullptr;
-      RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride, out ? static_cast<T*>(args.q_out.row(b, s, h)) : src,
-                                    out ? args.q_out.head_stride : args.q.head_stride, run, scratch,
-                                    job.stream_stores, streamed, job.prefetch_rows);
+      RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride,
+                                    out ? static_cast<T*>(args.q_out.row(b, s, h)) : src,
+                                    out ? args.q_out.head_stride : args.q.head_stride, run, scratch, job.stream_stores,
+                                    streamed, job.prefetch_rows);
     } else {
       using T = typename KCodec::T;
       const std::int64_t head = h - job.q_heads;
@@ -738,8 +747,8 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
       const bool out = args.k_out.data != nullptr;
       RotateHeads<KCodec, kPairing>(*job.map, src, args.k.head_stride,
                                     out ? static_cast<T*>(args.k_out.row(b, s, head)) : src,
-                                    out ? args.k_out.head_stride : args.k.head_stride, run, scratch,
-                                    job.stream_stores, streamed, job.prefetch_rows);
+                                    out ? args.k_out.head_stride : args.k.head_stride, run, scratch, job.stream_stores,
+                                    streamed, job.prefetch_rows);
     }
     row += run;
     h += run;
@@ -802,7 +811,8 @@ HWY_INLINE void RotateTokenRowsAs(const RotateJob& job, std::int64_t token, cons
   const T* in = static_cast<const T*>(src);
   T* out = static_cast<T*>(dst);
   if (interleaved) {
-    RotateHeads<Codec, Pairing::Interleaved>(*job.map, in, src_stride, out, dst_stride, heads, scratch, false, streamed);
+    RotateHeads<Codec, Pairing::Interleaved>(*job.map, in, src_stride, out, dst_stride, heads, scratch, false,
+                                             streamed);
   } else {
     RotateHeads<Codec, Pairing::Half>(*job.map, in, src_stride, out, dst_stride, heads, scratch, false, streamed);
   }
@@ -811,13 +821,14 @@ HWY_INLINE void RotateTokenRowsAs(const RotateJob& job, std::int64_t token, cons
 // Heads [head_first, head_first + heads) of token `token` of `in` (the job's q or k), rotated into
 // dst (in's storage type, rows dst_stride elements apart): for per-target consumers that inline the
 // rotation into their loads (the fused attention driver).
-HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
-                                 std::int64_t head_first, std::int64_t heads, void* dst,
-                                 std::int64_t dst_stride, Scratch& scratch) {
+HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token, std::int64_t head_first,
+                                 std::int64_t heads, void* dst, std::int64_t dst_stride, Scratch& scratch) {
   const void* src = in.row(token / job.seq, token % job.seq, head_first);
   switch (in.dtype) {
-    case DType::BF16: return RotateTokenRowsAs<BF16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
-    case DType::F16: return RotateTokenRowsAs<F16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
+    case DType::BF16:
+      return RotateTokenRowsAs<BF16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
+    case DType::F16:
+      return RotateTokenRowsAs<F16Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
     default: return RotateTokenRowsAs<F32Codec>(job, token, src, in.head_stride, dst, dst_stride, heads, scratch);
   }
 }
@@ -884,8 +895,8 @@ HWY_INLINE auto EncodeE4m3(VF v) {
   const auto bits = hn::BitCast(du32, v);
   const auto a = hn::And(bits, hn::Set(du32, 0x7fffffffu));
   const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du32, 1u));
-  const auto normal = hn::Min(hn::ShiftRight<20>(hn::Add(a, hn::Add(lsb, hn::Set(du32, kE4m3NormalBias)))),
-                              hn::Set(du32, 0x7eu));
+  const auto normal =
+      hn::Min(hn::ShiftRight<20>(hn::Add(a, hn::Add(lsb, hn::Set(du32, kE4m3NormalBias)))), hn::Set(du32, 0x7eu));
   const auto sum = hn::Add(hn::BitCast(d, a), hn::Set(d, 0x1p14f));
   const auto subnormal = hn::Sub(hn::BitCast(du32, sum), hn::Set(du32, 0x46800000u));
   const auto ai = hn::BitCast(di32, a);
@@ -909,7 +920,8 @@ HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_
   std::int64_t i = 0;
   switch (to) {
     case CacheDType::F32:
-      for (; i + lanes <= n; i += lanes) F32Codec::Store<false>(From::Load(d, src + i), d, static_cast<float*>(dst) + i);
+      for (; i + lanes <= n; i += lanes)
+        F32Codec::Store<false>(From::Load(d, src + i), d, static_cast<float*>(dst) + i);
       break;
     case CacheDType::BF16:
       for (; i + lanes <= n; i += lanes) {
@@ -956,7 +968,8 @@ void ConvertToCache(const void* src, DType from, std::int64_t n, void* dst, Cach
   }
   switch (from) {
     case DType::BF16: return ConvertFrom<Bf16, Bf16>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
-    case DType::F16: return ConvertFrom<F16Codec, Bf16>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
+    case DType::F16:
+      return ConvertFrom<F16Codec, Bf16>(static_cast<const std::uint16_t*>(src), from, n, dst, to, scale);
     default: return ConvertFrom<F32Codec, Bf16>(static_cast<const float*>(src), from, n, dst, to, scale);
   }
 }
@@ -1061,9 +1074,8 @@ inline detail::TokenKernel TokenKernelFor(DType dtype, bool) {
   }
 }
 
-HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token,
-                                 std::int64_t head_first, std::int64_t heads, void* dst,
-                                 std::int64_t dst_stride, Scratch&) {
+HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int64_t token, std::int64_t head_first,
+                                 std::int64_t heads, void* dst, std::int64_t dst_stride, Scratch&) {
   const void* src = in.row(token / job.seq, token % job.seq, head_first);
   detail::rotate_token_rows_reference(job, token, src, in.head_stride, dst, dst_stride, heads, in.dtype);
 }
@@ -1086,8 +1098,8 @@ inline void FloatAngleRows(const detail::AngleEvaluator& angles, std::int64_t fi
                            float* sin) {
   AngleRows<float>(angles, first, count, cos, sin);
 }
-inline void ExactAngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count,
-                               double* cos, double* sin) {
+inline void ExactAngleRows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
+                           double* sin) {
   AngleRows<double>(angles, first, count, cos, sin);
 }
 

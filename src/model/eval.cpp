@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <map>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -14,8 +14,8 @@
 namespace ropekit {
 namespace {
 
-constexpr std::string_view kBuiltins[] = {"orig",    "pi",            "ntk",    "yarn", "yarn_notemp",
-                                          "dyn_ntk", "dyn_ntk_stale", "llama3", "swa",  "restart"};
+constexpr std::string_view kBuiltins[] = {"orig",          "pi",     "ntk", "yarn",   "yarn_notemp", "dyn_ntk",
+                                          "dyn_ntk_stale", "llama3", "swa", "restart"};
 // Methods that change attention rather than the frequencies; they take parameters after a colon
 // (NAME:key=value,key=value) and are not in the default list.
 constexpr std::string_view kRegimeMethods[] = {"rerope", "rerope_logn", "self_extend", "dca", "logn"};
@@ -70,8 +70,8 @@ std::map<std::string, std::int64_t> method_parameters(std::string_view name,
     if (!allowed.contains(key)) {
       std::vector<std::string> keys;
       for (const auto& [k, v] : allowed) keys.push_back(k);
-      throw Error(fmt::format("method {}: unknown parameter {} (this method takes {})", name, key,
-                              fmt::join(keys, ", ")));
+      throw Error(
+          fmt::format("method {}: unknown parameter {} (this method takes {})", name, key, fmt::join(keys, ", ")));
     }
     if (!given.insert(key).second) throw Error(fmt::format("method {}: parameter {} is given twice", name, key));
     const std::string text(item.substr(eq + 1));
@@ -141,8 +141,8 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
     run.spec.scaling = scaling::DynamicNtk{.factor = s, .max_position_embeddings = l0};
     run.kind = n == "dyn_ntk" ? MethodRun::Kind::Dynamic : MethodRun::Kind::DynamicStale;
   } else if (n == "llama3") {
-    run.spec.scaling = scaling::Llama3{.factor = s, .low_freq_factor = 1, .high_freq_factor = 4,
-                                       .original_max_position_embeddings = l0};
+    run.spec.scaling = scaling::Llama3{
+        .factor = s, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position_embeddings = l0};
   } else if (n == "swa") {
     run.window = l0;
   } else if (n == "restart") {
@@ -162,7 +162,8 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
     run.logn_length = p.at("logn") != 0 ? l0 : 0;
   } else if (base == "dca") {
     const auto p = method_parameters(n, parameters_of(base, l0));
-    const std::int64_t chunk = p.at("chunk"), local = p.at("local") < 0 && n.find("local=") == std::string::npos ? chunk / 32 : p.at("local");
+    const std::int64_t chunk = p.at("chunk"),
+                       local = p.at("local") < 0 && n.find("local=") == std::string::npos ? chunk / 32 : p.at("local");
     if (chunk < 1) throw Error(fmt::format("method {}: chunk = {}: must be >= 1", n, chunk));
     if (local < 0 || local >= chunk) {
       throw Error(fmt::format("method {}: local = {}: must lie in [0, chunk = {})", n, local, chunk));

@@ -67,9 +67,10 @@ class GgufModelReader {
     std::uint64_t count = 1;
     for (std::uint64_t d : dims) count = detail::checked_mul(count, d, c_.origin(), name);
     if (t.type != kTypeF32 && t.type != kTypeF16 && t.type != kTypeBF16) {
-      throw Error(fmt::format("{}: tensor {} has ggml type {}: only F32, F16 and BF16 weights are supported "
-                              "(dequantize the model first)",
-                              c_.origin(), name, ggml_type_name(t.type)));
+      throw Error(
+          fmt::format("{}: tensor {} has ggml type {}: only F32, F16 and BF16 weights are supported "
+                      "(dequantize the model first)",
+                      c_.origin(), name, ggml_type_name(t.type)));
     }
     const std::uint64_t element = t.type == kTypeF32 ? 4 : 2;
     const std::uint64_t start = tensor_data_offset(f_, c_, name, t, count, element);
@@ -108,8 +109,8 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
   const std::string* arch_name = arch == file.kv.end() ? nullptr : std::get_if<std::string>(&arch->second.value);
   if (!arch_name) throw Error(fmt::format("{}: the GGUF key general.architecture is missing", origin));
   if (*arch_name != "llama") {
-    throw Error(fmt::format("{}: general.architecture = {}: the runner runs the llama architecture only", origin,
-                            *arch_name));
+    throw Error(
+        fmt::format("{}: general.architecture = {}: the runner runs the llama architecture only", origin, *arch_name));
   }
   LlamaModel model;
   model.source = fmt::format("gguf {}", origin);
@@ -131,17 +132,18 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
     throw Error(fmt::format("{}: tensor token_embd.weight must have dims [embedding_length, vocab ≤ 2^24]", origin));
   }
   c.vocab_size = int(embd->second.dims[1]);
-  detail::validate_config(c, origin, {"llama.embedding_length", "llama.feed_forward_length", "llama.block_count",
-                                      "llama.attention.head_count", "llama.attention.head_count_kv",
-                                      "token_embd.weight's vocab", "llama.context_length"});
+  detail::validate_config(
+      c, origin,
+      {"llama.embedding_length", "llama.feed_forward_length", "llama.block_count", "llama.attention.head_count",
+       "llama.attention.head_count_kv", "token_embd.weight's vocab", "llama.context_length"});
   if (auto key_length = r.integer("llama.attention.key_length", c.head_dim()); key_length != c.head_dim()) {
     throw Error(fmt::format("{}: llama.attention.key_length = {}: the runner needs embedding_length / head_count = {}",
                             origin, key_length, c.head_dim()));
   }
   const std::uint64_t total = detail::weight_count(c, origin);
   if (total > bytes.size() / 2) {
-    throw Error(fmt::format("{}: the hyper-parameters need {} weights; the file has {} bytes", origin, total,
-                            bytes.size()));
+    throw Error(
+        fmt::format("{}: the hyper-parameters need {} weights; the file has {} bytes", origin, total, bytes.size()));
   }
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);

@@ -14,8 +14,8 @@ namespace ropekit {
 namespace detail {
 
 void ByteReader::truncated(std::string_view what, std::uint64_t need) const {
-  throw Error(fmt::format("{}: truncated: {} at byte {} needs {} bytes, {} remain", origin_, what, pos_, need,
-                          remaining()));
+  throw Error(
+      fmt::format("{}: truncated: {} at byte {} needs {} bytes, {} remain", origin_, what, pos_, need, remaining()));
 }
 
 void ByteReader::bad(std::string_view what) const {
@@ -80,10 +80,10 @@ void validate_config(const LlamaConfig& c, std::string_view origin, const Config
 std::uint64_t weight_count(const LlamaConfig& c, std::string_view origin) {
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), layers = std::uint64_t(c.n_layers);
-  std::uint64_t per_layer = 2 * dim;                                          // the two norms
-  per_layer += 2 * checked_mul(dim, dim, origin, "wq + wo");                  // wq, wo
-  per_layer += 2 * checked_mul(kv, dim, origin, "wk + wv");                   // wk, wv
-  per_layer += 3 * checked_mul(hidden, dim, origin, "w1 + w2 + w3");          // w1, w2, w3
+  std::uint64_t per_layer = 2 * dim;                                  // the two norms
+  per_layer += 2 * checked_mul(dim, dim, origin, "wq + wo");          // wq, wo
+  per_layer += 2 * checked_mul(kv, dim, origin, "wk + wv");           // wk, wv
+  per_layer += 3 * checked_mul(hidden, dim, origin, "w1 + w2 + w3");  // w1, w2, w3
   std::uint64_t total = checked_mul(per_layer, layers, origin, "the layers' weights");
   total += checked_mul(std::uint64_t(c.vocab_size), dim, origin, "the token embedding") + dim;
   return total;
@@ -145,12 +145,13 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
     r.skip(4, "the magic");
     const auto version = r.scalar<std::int32_t>("the version");
     if (version != 1) {
-      throw Error(fmt::format("{}: llama2.c version = {} (at byte 4): only the legacy export and the fp32 "
-                              "version 1 are supported (version 2 is int8-quantized)",
-                              origin, version));
+      throw Error(
+          fmt::format("{}: llama2.c version = {} (at byte 4): only the legacy export and the fp32 "
+                      "version 1 are supported (version 2 is int8-quantized)",
+                      origin, version));
     }
   }
-  static constexpr std::string_view kFields[7] = {"dim", "hidden_dim", "n_layers", "n_heads",
+  static constexpr std::string_view kFields[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                                                   "n_kv_heads", "vocab_size", "seq_len"};
   for (int i = 0; i < 7; ++i) header[i] = r.scalar<std::int32_t>(kFields[i]);
   c.dim = header[0];
@@ -170,14 +171,16 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
     c.shared_classifier = header[5] > 0;
     c.vocab_size = header[5] == std::numeric_limits<std::int32_t>::min() ? 0 : std::abs(header[5]);
   }
-  detail::validate_config(c, origin, {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"});
+  detail::validate_config(c, origin,
+                          {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"});
   const std::uint64_t floats = detail::weight_count(c, origin);
   if (floats > r.remaining() / 4) {
-    throw Error(fmt::format("{}: truncated or not a llama2.c checkpoint: the header (dim {}, hidden_dim {}, n_layers "
-                            "{}, n_heads {}, n_kv_heads {}, vocab_size {}) needs {} float32 weights after byte {}, {} "
-                            "bytes remain",
-                            origin, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, floats,
-                            r.pos(), r.remaining()));
+    throw Error(
+        fmt::format("{}: truncated or not a llama2.c checkpoint: the header (dim {}, hidden_dim {}, n_layers "
+                    "{}, n_heads {}, n_kv_heads {}, vocab_size {}) needs {} float32 weights after byte {}, {} "
+                    "bytes remain",
+                    origin, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, floats, r.pos(),
+                    r.remaining()));
   }
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), L = std::uint64_t(c.n_layers);
@@ -206,16 +209,17 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
   if (!version1) {
     model.rms_final = r.floats(dim, "rms_final");
     // Two legacy RoPE tables (cos and sin at base 10000), unused: ropekit forms the angles itself.
-    const std::uint64_t table = detail::checked_mul(std::uint64_t(c.seq_len), std::uint64_t(c.head_dim() / 2), origin,
-                                                    "freq_cis_real");
+    const std::uint64_t table =
+        detail::checked_mul(std::uint64_t(c.seq_len), std::uint64_t(c.head_dim() / 2), origin, "freq_cis_real");
     if (table > r.remaining() / 8) r.truncated("the legacy freq_cis_real/imag tables", 2 * 4 * table);
     r.skip(8 * table, "the legacy freq_cis_real/imag tables");
   }
   if (!c.shared_classifier) model.classifier = r.floats(vocab * dim, "classifier");
   if (r.remaining() != 0) {
-    throw Error(fmt::format("{}: {} bytes follow the last tensor (at byte {}): not a llama2.c checkpoint of these "
-                            "dimensions",
-                            origin, r.remaining(), r.pos()));
+    throw Error(
+        fmt::format("{}: {} bytes follow the last tensor (at byte {}): not a llama2.c checkpoint of these "
+                    "dimensions",
+                    origin, r.remaining(), r.pos()));
   }
   model.rope = detail::llama2c_rope(c, model.source);
   return model;

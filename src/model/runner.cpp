@@ -74,7 +74,7 @@ struct LlamaRunner::State {
   const LlamaModel* model;
   RunnerOptions options;
   int threads = 1;
-  int blas_threads = 0;  // what OpenBLAS was last told
+  int blas_threads = 0;         // what OpenBLAS was last told
   std::vector<KvCache> caches;  // one per layer, created on the first forward
   // stale_keys: keys as rotated at append, values, positions (the caller's rotation bookkeeping).
   std::vector<std::vector<float>> stale_keys, stale_values;
@@ -130,7 +130,8 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   }
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab) {
-      throw Error(fmt::format("LlamaRunner::forward: tokens[{}] = {}: outside the vocabulary [0, {})", i, tokens[i], vocab));
+      throw Error(
+          fmt::format("LlamaRunner::forward: tokens[{}] = {}: outside the vocabulary [0, {})", i, tokens[i], vocab));
     }
   }
   if (std::int64_t(n) > s.options.capacity - s.size) {
@@ -143,13 +144,15 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
                             logits.size(), std::size_t(n) * std::size_t(vocab), vocab));
   }
   if (rope.spec().head_dim != hd) {
-    throw Error(fmt::format("LlamaRunner::forward: rope head_dim = {}: the model's head size is {}", rope.spec().head_dim, hd));
+    throw Error(
+        fmt::format("LlamaRunner::forward: rope head_dim = {}: the model's head size is {}", rope.spec().head_dim, hd));
   }
   if (s.size > 0 && options.stale_keys != s.stale) {
     throw Error("LlamaRunner::forward: stale_keys must not change while tokens are cached (clear() first)");
   }
   if (options.stale_keys && options.regimes.index() != 0) {
-    throw Error("LlamaRunner::forward: stale_keys and position regimes do not combine (regimes need the runner's caches)");
+    throw Error(
+        "LlamaRunner::forward: stale_keys and position regimes do not combine (regimes need the runner's caches)");
   }
   if (!s.caches.empty() && s.caches.front().shape().regimes != options.regimes) {
     if (s.size > 0) {
@@ -161,8 +164,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   s.stale = options.stale_keys;
   if (s.caches.empty() && !s.stale) {
     for (int l = 0; l < c.n_layers; ++l) {
-      s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity, .kv_heads = c.n_kv_heads,
-                                               .dtype = s.options.kv_dtype, .regimes = options.regimes});
+      s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity,
+                                               .kv_heads = c.n_kv_heads,
+                                               .dtype = s.options.kv_dtype,
+                                               .regimes = options.regimes});
     }
   }
   if (s.stale && s.stale_keys.empty()) {

@@ -98,7 +98,8 @@ Tokenizer Tokenizer::from_gguf(std::span<const std::byte> bytes, std::string_vie
   }
   const auto* tokens = std::get_if<std::vector<GgufValue>>(&get("tokenizer.ggml.tokens").value);
   const auto* scores = std::get_if<std::vector<GgufValue>>(&get("tokenizer.ggml.scores").value);
-  if (!tokens || tokens->empty()) throw Error(fmt::format("{}: tokenizer.ggml.tokens must be a non-empty array", origin));
+  if (!tokens || tokens->empty())
+    throw Error(fmt::format("{}: tokenizer.ggml.tokens must be a non-empty array", origin));
   if (!scores || scores->size() != tokens->size()) {
     throw Error(fmt::format("{}: tokenizer.ggml.scores must be an array of {} numbers (one per token)", origin,
                             tokens->size()));
@@ -243,7 +244,9 @@ std::string Tokenizer::decode(int prev_token, int token) const {
 std::vector<int> encode_stories(const Tokenizer& tokenizer, std::string_view text) {
   constexpr std::string_view kSeparator = "<|endoftext|>";
   std::vector<int> out;
-  auto is_space = [](char ch) { return ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v'; };
+  auto is_space = [](char ch) {
+    return ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '\f' || ch == '\v';
+  };
   std::size_t start = 0;
   while (start <= text.size()) {
     std::size_t end = text.find(kSeparator, start);

@@ -56,7 +56,6 @@ class AngleEvaluator {
   void exact_row(std::int64_t position, double* cos_out, double* sin_out) const;
 
  private:
-
   AngleMode mode_;
   // Accurate: inv_freq/2π as an unevaluated sum hi + lo (about 106 significant bits).
   std::vector<double> turns_hi_;

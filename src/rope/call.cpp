@@ -13,19 +13,19 @@ namespace ropekit::detail {
 namespace {
 
 // Returns the output view's extent.
-std::int64_t check_output(const Heads& in, const Heads& out, std::string_view in_name,
-                          std::string_view out_name, int head_dim) {
+std::int64_t check_output(const Heads& in, const Heads& out, std::string_view in_name, std::string_view out_name,
+                          int head_dim) {
   const std::int64_t extent = check_view(out, out_name, head_dim);
   if (in.empty()) {
     throw Error(fmt::format("{}.data is set but {} is empty: nothing to write", out_name, in_name));
   }
   if (out.batch != in.batch || out.seq != in.seq || out.heads != in.heads) {
-    throw Error(fmt::format("{} shape [{}, {}, {}] differs from {} shape [{}, {}, {}]", out_name,
-                            out.batch, out.seq, out.heads, in_name, in.batch, in.seq, in.heads));
+    throw Error(fmt::format("{} shape [{}, {}, {}] differs from {} shape [{}, {}, {}]", out_name, out.batch, out.seq,
+                            out.heads, in_name, in.batch, in.seq, in.heads));
   }
   if (out.dtype != in.dtype) {
-    throw Error(fmt::format("{}.dtype = {} differs from {}.dtype = {}", out_name,
-                            to_string(out.dtype), in_name, to_string(in.dtype)));
+    throw Error(fmt::format("{}.dtype = {} differs from {}.dtype = {}", out_name, to_string(out.dtype), in_name,
+                            to_string(in.dtype)));
   }
   return extent;
 }
@@ -45,16 +45,18 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use,
   const bool k_out = args.k_out.data != nullptr;
   const std::int64_t q_out_extent = q_out ? check_output(args.q, args.q_out, names.q, names.q_out, d) : 0;
   const std::int64_t k_out_extent = k_out ? check_output(args.k, args.k_out, names.k, names.k_out, d) : 0;
-  if (!args.q.empty() && !args.k.empty() &&
-      (args.q.batch != args.k.batch || args.q.seq != args.k.seq)) {
-    throw Error(fmt::format("{} has batch {} x seq {} but {} has batch {} x seq {}: they must hold "
-                            "the same tokens",
-                            names.k, args.k.batch, args.k.seq, names.q, args.q.batch, args.q.seq));
+  if (!args.q.empty() && !args.k.empty() && (args.q.batch != args.k.batch || args.q.seq != args.k.seq)) {
+    throw Error(
+        fmt::format("{} has batch {} x seq {} but {} has batch {} x seq {}: they must hold "
+                    "the same tokens",
+                    names.k, args.k.batch, args.k.seq, names.q, args.q.batch, args.q.seq));
   }
 
   if (use == ViewUse::Read && (q_out || k_out)) {
-    throw Error(fmt::format("{}/{} are set but this call only reads {} and {} (the consumer writes the "
-                            "rotated rows)", names.q_out, names.k_out, names.q, names.k));
+    throw Error(
+        fmt::format("{}/{} are set but this call only reads {} and {} (the consumer writes the "
+                    "rotated rows)",
+                    names.q_out, names.k_out, names.q, names.k));
   }
   if (use == ViewUse::Write) {
     // Every view that is written must not overlap itself, and no two views may share memory (an

@@ -17,7 +17,7 @@ class Rope;
 namespace ropekit::detail {
 
 struct CallShape {
-  std::int64_t tokens = 0;        // 0: nothing to rotate
+  std::int64_t tokens = 0;         // 0: nothing to rotate
   std::int64_t max_position = -1;  // over all streams
   std::int64_t bytes_written = 0;  // by out-of-place views
 };

@@ -62,8 +62,8 @@ std::shared_ptr<const Table> import_cos_sin_cache(const Rope& rope, std::span<co
     std::copy_n(row, pairs, cos.data() + p * pairs);
     std::copy_n(row + pairs, pairs, sin.data() + p * pairs);
   }
-  return std::make_shared<const Table>(Table::external(rope.plan().inv_freq, std::move(cos), std::move(sin),
-                                                       num_positions, rope.plan().cos_sin_scale));
+  return std::make_shared<const Table>(
+      Table::external(rope.plan().inv_freq, std::move(cos), std::move(sin), num_positions, rope.plan().cos_sin_scale));
 }
 
 CosSinCacheReport check_cos_sin_cache(const Rope& rope, std::span<const float> cache, std::int64_t num_positions,

@@ -3,9 +3,9 @@
 // correction ranges, magnitudes) are double, as in HF's Python; per-pair values follow HF's float32
 // tensor operations one rounding at a time. docs/numerics.md says why and where vLLM and llama.cpp
 // differ.
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <numbers>
 
 #include "ropekit/error.hpp"
@@ -13,7 +13,6 @@
 
 namespace ropekit {
 namespace {
-
 
 // Per-pair quantities are float32 tensors in the reference; f32() marks each point where it
 // rounds. Between those points every operation is a single IEEE operation (correctly rounded in
@@ -50,9 +49,7 @@ struct Planner {
   int d() const { return spec.rotary_dim; }
   int pairs() const { return spec.num_pairs(); }
 
-  void operator()(const scaling::None&) const {
-    plan.inv_freq = default_inv_freq(spec.base, d(), pairs());
-  }
+  void operator()(const scaling::None&) const { plan.inv_freq = default_inv_freq(spec.base, d(), pairs()); }
 
   // HF: inv_freq /= factor.
   void operator()(const scaling::Linear& s) const {
@@ -117,12 +114,10 @@ struct Planner {
       const float pos_freq = base_power(spec.base, i, d());
       const float inv_extrapolation = f32(1.0 / double(pos_freq));
       const float inv_interpolation = f32(1.0 / double(f32(double(f32(f)) * pos_freq)));
-      const float ramp = std::clamp(f32(double(f32(double(f32(i)) - double(f32(low)))) /
-                                        double(f32(high - low))),
-                                    0.0f, 1.0f);
+      const float ramp =
+          std::clamp(f32(double(f32(double(f32(i)) - double(f32(low)))) / double(f32(high - low))), 0.0f, 1.0f);
       const float extrapolation_weight = f32(1.0 - double(ramp));  // 1 = keep (high frequency)
-      const float interpolated_part =
-          f32(double(inv_interpolation) * double(f32(1.0 - double(extrapolation_weight))));
+      const float interpolated_part = f32(double(inv_interpolation) * double(f32(1.0 - double(extrapolation_weight))));
       const float extrapolated_part = f32(double(inv_extrapolation) * double(extrapolation_weight));
       plan.inv_freq[i] = f32(double(interpolated_part) + double(extrapolated_part));
     }
@@ -160,9 +155,8 @@ struct Planner {
         inv = inv_llama;  // high frequency kept, low frequency interpolated
         continue;
       }
-      const float smooth =
-          f32(double(f32(double(scalar_over(l0, wavelen)) - double(f32(s.low_freq_factor)))) /
-              double(f32(s.high_freq_factor - s.low_freq_factor)));
+      const float smooth = f32(double(f32(double(scalar_over(l0, wavelen)) - double(f32(s.low_freq_factor)))) /
+                               double(f32(s.high_freq_factor - s.low_freq_factor)));
       const float interpolated = f32(double(f32(double(f32(1.0 - double(smooth))) * inv_llama)) / factor);
       inv = f32(double(interpolated) + double(f32(double(smooth) * inv_llama)));
     }
@@ -183,8 +177,7 @@ struct Planner {
     } else if (s.factor <= 1.0) {
       plan.cos_sin_scale = 1.0;
     } else {
-      plan.cos_sin_scale =
-          std::sqrt(1.0 + std::log(s.factor) / std::log(double(s.original_max_position_embeddings)));
+      plan.cos_sin_scale = std::sqrt(1.0 + std::log(s.factor) / std::log(double(s.original_max_position_embeddings)));
     }
   }
 

@@ -17,8 +17,11 @@ namespace {
 class Coefficients {
  public:
   explicit Coefficients(const RotateJob& job)
-      : job_(job), pairs_(job.map->num_pairs()),
-        angles_(job.table ? 0 : std::size_t(2 * job.map->num_axes * pairs_)), c_(pairs_), s_(pairs_) {}
+      : job_(job),
+        pairs_(job.map->num_pairs()),
+        angles_(job.table ? 0 : std::size_t(2 * job.map->num_axes * pairs_)),
+        c_(pairs_),
+        s_(pairs_) {}
 
   void set_token(std::int64_t token) {
     const PairMap& map = *job_.map;
@@ -81,10 +84,12 @@ void widen(const void* src, DType dtype, std::int64_t n, float* dst) {
   switch (dtype) {
     case DType::F32: std::memcpy(dst, src, std::size_t(n) * 4); return;
     case DType::BF16:
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = ScalarCodec<DType::BF16>::load(static_cast<const std::uint16_t*>(src)[i]);
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] = ScalarCodec<DType::BF16>::load(static_cast<const std::uint16_t*>(src)[i]);
       return;
     case DType::F16:
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = ScalarCodec<DType::F16>::load(static_cast<const std::uint16_t*>(src)[i]);
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] = ScalarCodec<DType::F16>::load(static_cast<const std::uint16_t*>(src)[i]);
       return;
   }
 }
@@ -93,7 +98,8 @@ void narrow(const float* src, std::int64_t n, DType dtype, void* dst) {
   switch (dtype) {
     case DType::F32: std::memcpy(dst, src, std::size_t(n) * 4); return;
     case DType::BF16:
-      for (std::int64_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(dst)[i] = ScalarCodec<DType::BF16>::store(src[i]);
+      for (std::int64_t i = 0; i < n; ++i)
+        static_cast<std::uint16_t*>(dst)[i] = ScalarCodec<DType::BF16>::store(src[i]);
       return;
     case DType::F16:
       for (std::int64_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(dst)[i] = ScalarCodec<DType::F16>::store(src[i]);
@@ -122,9 +128,8 @@ void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_
   }
 }
 
-void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src,
-                                 std::int64_t src_stride, void* dst, std::int64_t dst_stride,
-                                 std::int64_t heads, DType dtype) {
+void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
+                                 void* dst, std::int64_t dst_stride, std::int64_t heads, DType dtype) {
   Coefficients coef(job);
   coef.set_token(token);
   const std::int64_t es = element_size(dtype);

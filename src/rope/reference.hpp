@@ -16,18 +16,22 @@ namespace ropekit::detail {
 
 // Storage ↔ float32, element by element: the conversions of ropekit/dtype.hpp (exact widening;
 // narrowing rounds to nearest even once, keeps infinities, quiets NaNs).
-template <DType> struct ScalarCodec;
-template <> struct ScalarCodec<DType::F32> {
+template <DType>
+struct ScalarCodec;
+template <>
+struct ScalarCodec<DType::F32> {
   using T = float;
   static float load(T v) { return v; }
   static T store(float v) { return v; }
 };
-template <> struct ScalarCodec<DType::BF16> {
+template <>
+struct ScalarCodec<DType::BF16> {
   using T = std::uint16_t;
   static float load(T v) { return bf16_to_float(v); }
   static T store(float v) { return float_to_bf16(v); }
 };
-template <> struct ScalarCodec<DType::F16> {
+template <>
+struct ScalarCodec<DType::F16> {
   using T = std::uint16_t;
   static float load(T v) { return f16_to_float(v); }
   static T store(float v) { return float_to_f16(v); }
@@ -42,8 +46,7 @@ void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_
 
 // A TokenKernel's work (ropekit/call.hpp) in storage type `dtype`: on targets without SIMD kernels,
 // consumers that rotate rows into their own buffers (fused attention, linear attention) use this.
-void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src,
-                                 std::int64_t src_stride, void* dst, std::int64_t dst_stride,
-                                 std::int64_t heads, DType dtype);
+void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
+                                 void* dst, std::int64_t dst_stride, std::int64_t heads, DType dtype);
 
 }  // namespace ropekit::detail

@@ -26,8 +26,7 @@ struct Rope::State {
   AngleMode mode;
   detail::AngleEvaluator angles;  // on-the-fly angles of this plan
 
-  State(Plan p, PairMap m, AngleMode a)
-      : plan(std::move(p)), map(std::move(m)), mode(a), angles(plan.inv_freq, a) {}
+  State(Plan p, PairMap m, AngleMode a) : plan(std::move(p)), map(std::move(m)), mode(a), angles(plan.inv_freq, a) {}
 };
 
 // The growing table: readers copy the shared_ptr under the lock and then read an immutable
@@ -59,8 +58,8 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
 
 void check_plan_fits(const Spec& spec, const Plan& plan) {
   if (static_cast<int>(plan.inv_freq.size()) != spec.num_pairs()) {
-    throw Error(fmt::format("plan.inv_freq has {} entries: the spec has rotary_dim/2 = {} pairs",
-                            plan.inv_freq.size(), spec.num_pairs()));
+    throw Error(fmt::format("plan.inv_freq has {} entries: the spec has rotary_dim/2 = {} pairs", plan.inv_freq.size(),
+                            spec.num_pairs()));
   }
   for (std::size_t i = 0; i < plan.inv_freq.size(); ++i) {
     if (!std::isfinite(plan.inv_freq[i]) || plan.inv_freq[i] < 0.0) {
@@ -77,8 +76,7 @@ void check_plan_fits(const Spec& spec, const Plan& plan) {
 Rope::Rope(Spec spec, AngleMode mode, std::optional<std::int64_t> current_length)
     : Rope(spec, make_plan(spec, current_length), mode) {}
 
-Rope::Rope(Spec spec, Plan plan, AngleMode mode)
-    : spec_(std::move(spec)), cache_(std::make_shared<TableCache>()) {
+Rope::Rope(Spec spec, Plan plan, AngleMode mode) : spec_(std::move(spec)), cache_(std::make_shared<TableCache>()) {
   if (mode != AngleMode::Accurate && mode != AngleMode::HfCompat) {
     throw Error(fmt::format("angle mode = {}: not an AngleMode", static_cast<int>(mode)));
   }
@@ -142,10 +140,10 @@ std::shared_ptr<const Table> Rope::table_for(const State& state, TableCache& cac
 }
 
 RotateCall Rope::resolve(const RotateArgs& args, Angles angles, const Table* given,
-                         std::shared_ptr<const Table> given_pin, detail::ViewUse use,
-                         const detail::CallNames& names, bool keep_plan) const {
-  return resolve_shape(args, detail::validate_call(args, state_->map, use, names), angles, given,
-                       std::move(given_pin), use, keep_plan);
+                         std::shared_ptr<const Table> given_pin, detail::ViewUse use, const detail::CallNames& names,
+                         bool keep_plan) const {
+  return resolve_shape(args, detail::validate_call(args, state_->map, use, names), angles, given, std::move(given_pin),
+                       use, keep_plan);
 }
 
 RotateCall Rope::resolve_shape(const RotateArgs& args, const detail::CallShape& shape, Angles angles,
@@ -160,8 +158,7 @@ RotateCall Rope::resolve_shape(const RotateArgs& args, const detail::CallShape& 
         pin = table_for(shape.max_position, shape.tokens * state.map.num_axes);
         table = pin.get();
         break;
-      case Angles::OnTheFly:
-        break;
+      case Angles::OnTheFly: break;
       case Angles::Given:
         if (!same_bits(given->inv_freq(), state.plan.inv_freq)) {
           throw Error("table was built for other frequencies than this Rope's plan");
@@ -171,8 +168,8 @@ RotateCall Rope::resolve_shape(const RotateArgs& args, const detail::CallShape& 
                                   to_string(given->mode()), to_string(state.mode)));
         }
         if (shape.max_position >= given->num_positions()) {
-          throw Error(fmt::format("position {} is outside the table, which covers [0, {})",
-                                  shape.max_position, given->num_positions()));
+          throw Error(fmt::format("position {} is outside the table, which covers [0, {})", shape.max_position,
+                                  given->num_positions()));
         }
         table = given;
         pin = std::move(given_pin);
@@ -187,8 +184,8 @@ RotateCall Rope::resolve_shape(const RotateArgs& args, const detail::CallShape& 
     const double m = table->included_magnitude();
     call.job_.magnitude = args.direction == Direction::Inverse ? static_cast<float>(1.0 / (m * m)) : 1.0f;
   }
-  call.kernel_ = use == detail::ViewUse::Read ? cpu::no_rows_kernel()
-                                               : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
+  call.kernel_ =
+      use == detail::ViewUse::Read ? cpu::no_rows_kernel() : cpu::select_rotate_kernel(call.job_, shape.bytes_written);
   if (keep_plan) {
     call.plan_pin_ = state_;
     if (angles == Angles::Auto) call.tables_ = cache_;
@@ -205,8 +202,8 @@ void Rope::cos_sin(Positions positions, std::span<float> cos, std::span<float> s
   const std::int64_t max_position = detail::check_positions(positions, "positions", positions.count, map.num_axes);
   const std::int64_t needed = positions.count * pairs;
   if (static_cast<std::int64_t>(cos.size()) < needed || static_cast<std::int64_t>(sin.size()) < needed) {
-    throw Error(fmt::format("cos_sin: output spans hold {} and {} values, {} positions x {} pairs need {}",
-                            cos.size(), sin.size(), positions.count, pairs, needed));
+    throw Error(fmt::format("cos_sin: output spans hold {} and {} values, {} positions x {} pairs need {}", cos.size(),
+                            sin.size(), positions.count, pairs, needed));
   }
   if (positions.count == 0) return;
   // The same source and arithmetic as the scalar reference's coefficients (src/rope/reference.cpp).
@@ -251,8 +248,9 @@ RotateCall Rope::prepare(const RotateArgs& args, std::shared_ptr<const Table> ta
   return detail::prepare_call(*this, args, detail::ViewUse::Write, {}, std::move(table));
 }
 
-// The apply() calls run at once, so they keep neither the plan (the Rope outlives the call) nor, for a table the caller passes, that table alive; an automatic table snapshot stays
-// pinned (another thread's call may grow the table meanwhile).
+// The apply() calls run at once, so they keep neither the plan (the Rope outlives the call) nor, for a table the caller
+// passes, that table alive; an automatic table snapshot stays pinned (another thread's call may grow the table
+// meanwhile).
 void Rope::apply(const RotateArgs& args) const {
   resolve(args, Angles::Auto, nullptr, nullptr, detail::ViewUse::Write, {}, false).run();
 }
@@ -275,8 +273,7 @@ void RotateCall::set_positions(Positions positions) {
     return;
   }
   // Every check before the first change: a bad call leaves the job as it was.
-  const std::int64_t max_position =
-      detail::check_positions(positions, "positions", job_.tokens, job_.map->num_axes);
+  const std::int64_t max_position = detail::check_positions(positions, "positions", job_.tokens, job_.map->num_axes);
   const auto* state = static_cast<const Rope::State*>(plan_pin_.get());  // null: the call has no plan pinned
   std::shared_ptr<const Table> table = table_pin_;
   if (table_given_) {

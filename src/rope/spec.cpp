@@ -1,8 +1,8 @@
 // Spec validation: every rejected value is named with its field, so a bad config.json line is easy
 // to find. Bounds are what the formulas need to stay finite and meaningful, nothing stricter.
-#include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <cmath>
 
 #include "ropekit/error.hpp"
 #include "ropekit/spec.hpp"
@@ -36,8 +36,7 @@ void require_optional_nonnegative(std::string_view field, const std::optional<do
 
 void require_factor_list(std::string_view field, const std::vector<double>& list, int num_pairs) {
   if (static_cast<int>(list.size()) != num_pairs) {
-    throw Error(fmt::format("{} has {} entries: must have rotary_dim/2 = {}", field, list.size(),
-                            num_pairs));
+    throw Error(fmt::format("{} has {} entries: must have rotary_dim/2 = {}", field, list.size(), num_pairs));
   }
   for (std::size_t i = 0; i < list.size(); ++i) {
     if (!std::isfinite(list[i]) || list[i] <= 0.0) {
@@ -52,9 +51,10 @@ struct ScalingValidator {
   // The NTK exponent d/(d−2) is undefined for a single pair.
   void require_ntk_exponent(std::string_view variant) const {
     if (spec.rotary_dim < 4) {
-      throw Error(fmt::format("spec.rotary_dim = {}: {} scaling needs rotary_dim >= 4 (its exponent is "
-                              "d/(d-2))",
-                              spec.rotary_dim, variant));
+      throw Error(
+          fmt::format("spec.rotary_dim = {}: {} scaling needs rotary_dim >= 4 (its exponent is "
+                      "d/(d-2))",
+                      spec.rotary_dim, variant));
     }
   }
 
@@ -75,14 +75,14 @@ struct ScalingValidator {
   }
   void operator()(const scaling::Yarn& s) const {
     require_positive_finite("yarn.factor", s.factor);
-    require_positive_length("yarn.original_max_position_embeddings",
-                            s.original_max_position_embeddings);
+    require_positive_length("yarn.original_max_position_embeddings", s.original_max_position_embeddings);
     require_positive_finite("yarn.beta_fast", s.beta_fast);
     require_positive_finite("yarn.beta_slow", s.beta_slow);
     if (s.beta_fast < s.beta_slow) {
-      throw Error(fmt::format("yarn.beta_fast = {} is below yarn.beta_slow = {}: beta_fast must be "
-                              ">= beta_slow",
-                              s.beta_fast, s.beta_slow));
+      throw Error(
+          fmt::format("yarn.beta_fast = {} is below yarn.beta_slow = {}: beta_fast must be "
+                      ">= beta_slow",
+                      s.beta_fast, s.beta_slow));
     }
     require_optional_positive("yarn.attention_factor", s.attention_factor);
     // 0 is meaningful for both (HF treats it as "unset"), negatives and non-finite values are not.
@@ -93,21 +93,20 @@ struct ScalingValidator {
     require_positive_finite("llama3.factor", s.factor);
     require_positive_finite("llama3.low_freq_factor", s.low_freq_factor);
     require_positive_finite("llama3.high_freq_factor", s.high_freq_factor);
-    require_positive_length("llama3.original_max_position_embeddings",
-                            s.original_max_position_embeddings);
+    require_positive_length("llama3.original_max_position_embeddings", s.original_max_position_embeddings);
     // Equal factors are a hard step at L0/low_freq_factor with no smoothing band (Llama 4 ships
     // 1 and 1); below it the band would be inverted.
     if (s.high_freq_factor < s.low_freq_factor) {
-      throw Error(fmt::format("llama3.high_freq_factor = {} is below llama3.low_freq_factor = {}: "
-                              "the smoothing band would be inverted",
-                              s.high_freq_factor, s.low_freq_factor));
+      throw Error(
+          fmt::format("llama3.high_freq_factor = {} is below llama3.low_freq_factor = {}: "
+                      "the smoothing band would be inverted",
+                      s.high_freq_factor, s.low_freq_factor));
     }
   }
   void operator()(const scaling::LongRope& s) const {
     require_factor_list("longrope.short_factor", s.short_factor, spec.num_pairs());
     require_factor_list("longrope.long_factor", s.long_factor, spec.num_pairs());
-    require_positive_length("longrope.original_max_position_embeddings",
-                            s.original_max_position_embeddings);
+    require_positive_length("longrope.original_max_position_embeddings", s.original_max_position_embeddings);
     require_positive_finite("longrope.factor", s.factor);
     require_optional_positive("longrope.attention_factor", s.attention_factor);
   }
@@ -115,15 +114,15 @@ struct ScalingValidator {
     require_factor_list("freq_factors.divisors", s.divisors, spec.num_pairs());
   }
   void operator()(const scaling::Proportional& s) const {
-    if (!std::isfinite(s.partial_rotary_factor) || s.partial_rotary_factor <= 0.0 ||
-        s.partial_rotary_factor > 1.0) {
+    if (!std::isfinite(s.partial_rotary_factor) || s.partial_rotary_factor <= 0.0 || s.partial_rotary_factor > 1.0) {
       fail("proportional.partial_rotary_factor", s.partial_rotary_factor, "must be in (0, 1]");
     }
     require_positive_finite("proportional.factor", s.factor);
     if (spec.rotary_dim != spec.head_dim) {
-      throw Error(fmt::format("spec.rotary_dim = {} differs from spec.head_dim = {}: proportional RoPE "
-                              "spans the whole head (unrotated pairs get angle 0)",
-                              spec.rotary_dim, spec.head_dim));
+      throw Error(
+          fmt::format("spec.rotary_dim = {} differs from spec.head_dim = {}: proportional RoPE "
+                      "spans the whole head (unrotated pairs get angle 0)",
+                      spec.rotary_dim, spec.head_dim));
     }
   }
 };
@@ -165,15 +164,13 @@ void Spec::validate() const {
   if (rotary_dim <= 0) fail("spec.rotary_dim", rotary_dim, "must be > 0");
   if (rotary_dim % 2 != 0) fail("spec.rotary_dim", rotary_dim, "must be even (lanes rotate in pairs)");
   if (rotary_dim > head_dim) {
-    throw Error(fmt::format("spec.rotary_dim = {}: must not exceed spec.head_dim = {}", rotary_dim,
-                            head_dim));
+    throw Error(fmt::format("spec.rotary_dim = {}: must not exceed spec.head_dim = {}", rotary_dim, head_dim));
   }
   if (!std::isfinite(base) || base <= 1.0) fail("spec.base", base, "must be a finite number > 1");
   std::visit(ScalingValidator{*this}, scaling);
   if (mrope) {
     if (mrope->sections.size() != 3) {
-      throw Error(fmt::format("spec.mrope.sections has {} entries: must have 3 (t, h, w)",
-                              mrope->sections.size()));
+      throw Error(fmt::format("spec.mrope.sections has {} entries: must have 3 (t, h, w)", mrope->sections.size()));
     }
     long sum = 0;
     for (std::size_t i = 0; i < mrope->sections.size(); ++i) {

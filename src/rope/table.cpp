@@ -9,9 +9,7 @@
 
 namespace ropekit {
 
-std::string_view to_string(AngleMode mode) {
-  return mode == AngleMode::Accurate ? "accurate" : "hf_compat";
-}
+std::string_view to_string(AngleMode mode) { return mode == AngleMode::Accurate ? "accurate" : "hf_compat"; }
 
 namespace {
 
@@ -21,16 +19,16 @@ void check_size(std::int64_t num_positions, std::size_t num_pairs) {
   }
   const std::int64_t row_bytes = static_cast<std::int64_t>(num_pairs) * 2 * sizeof(float);
   if (row_bytes > 0 && num_positions > kMaxTableBytes / row_bytes) {
-    throw Error(fmt::format("table num_positions = {}: {} pairs would need more than {} bytes; "
-                            "use on-the-fly angles (Rope::apply chooses them by itself)",
-                            num_positions, num_pairs, kMaxTableBytes));
+    throw Error(
+        fmt::format("table num_positions = {}: {} pairs would need more than {} bytes; "
+                    "use on-the-fly angles (Rope::apply chooses them by itself)",
+                    num_positions, num_pairs, kMaxTableBytes));
   }
 }
 
 }  // namespace
 
-Table::Table(const Plan& plan, AngleMode mode, std::int64_t num_positions)
-    : inv_freq_(plan.inv_freq), mode_(mode) {
+Table::Table(const Plan& plan, AngleMode mode, std::int64_t num_positions) : inv_freq_(plan.inv_freq), mode_(mode) {
   check_size(num_positions, inv_freq_.size());
   num_positions_ = num_positions;
   cos_.resize(static_cast<std::size_t>(num_positions) * inv_freq_.size());
@@ -38,14 +36,14 @@ Table::Table(const Plan& plan, AngleMode mode, std::int64_t num_positions)
   fill(0, num_positions);
 }
 
-Table::Table(const Table& previous, std::int64_t num_positions)
-    : inv_freq_(previous.inv_freq_), mode_(previous.mode_) {
+Table::Table(const Table& previous, std::int64_t num_positions) : inv_freq_(previous.inv_freq_), mode_(previous.mode_) {
   if (previous.external_) throw Error("an external table (an imported cos/sin cache) cannot be grown");
   check_size(num_positions, inv_freq_.size());
   if (num_positions < previous.num_positions_) {
-    throw Error(fmt::format("table num_positions = {}: a grown table cannot be smaller than the "
-                            "previous one ({})",
-                            num_positions, previous.num_positions_));
+    throw Error(
+        fmt::format("table num_positions = {}: a grown table cannot be smaller than the "
+                    "previous one ({})",
+                    num_positions, previous.num_positions_));
   }
   num_positions_ = num_positions;
   cos_.resize(static_cast<std::size_t>(num_positions) * inv_freq_.size());
@@ -69,8 +67,8 @@ Table Table::external(std::vector<double> inv_freq, std::vector<float> cos, std:
   }
   for (std::size_t i = 0; i < expected; ++i) {
     if (!std::isfinite(cos[i]) || !std::isfinite(sin[i])) {
-      throw Error(fmt::format("external table: position {} pair {}: cos = {}, sin = {}: must be finite",
-                              i / pairs, i % pairs, cos[i], sin[i]));
+      throw Error(fmt::format("external table: position {} pair {}: cos = {}, sin = {}: must be finite", i / pairs,
+                              i % pairs, cos[i], sin[i]));
     }
   }
   Table t;

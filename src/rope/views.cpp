@@ -22,13 +22,11 @@ std::string_view to_string(DType dtype) {
   return "unknown";
 }
 
-Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-           std::int64_t head_dim) {
+Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
   return {data, dtype, batch, seq, heads, seq * heads * head_dim, heads * head_dim, head_dim};
 }
 
-Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads,
-           std::int64_t head_dim) {
+Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
   return {data, dtype, batch, seq, heads, heads * seq * head_dim, head_dim, seq * head_dim};
 }
 
@@ -37,21 +35,18 @@ namespace {
 template <class T>
 Positions make_mrope_positions(std::span<const T> p, IndexType type) {
   if (p.size() % 3 != 0) {
-    throw Error(fmt::format("M-RoPE positions hold {} values: must be 3 streams (t, h, w) of equal "
-                            "length",
-                            p.size()));
+    throw Error(
+        fmt::format("M-RoPE positions hold {} values: must be 3 streams (t, h, w) of equal "
+                    "length",
+                    p.size()));
   }
   return {p.data(), type, static_cast<std::int64_t>(p.size() / 3), 3};
 }
 
 }  // namespace
 
-Positions mrope_positions(std::span<const std::int64_t> p) {
-  return make_mrope_positions(p, IndexType::I64);
-}
-Positions mrope_positions(std::span<const std::int32_t> p) {
-  return make_mrope_positions(p, IndexType::I32);
-}
+Positions mrope_positions(std::span<const std::int64_t> p) { return make_mrope_positions(p, IndexType::I64); }
+Positions mrope_positions(std::span<const std::int32_t> p) { return make_mrope_positions(p, IndexType::I32); }
 
 }  // namespace ropekit
 
@@ -77,8 +72,8 @@ constexpr std::int64_t kExtentLimit = std::numeric_limits<std::int64_t>::max() /
       throw Error(fmt::format("{}.{} = {}: must be >= 0", name, stride_names[i], stride));
     }
     if (size > 1 && stride > 0 && (size - 1) > (kExtentLimit - extent) / stride) {
-      throw Error(fmt::format("{}.{} = {} with {}.{} = {}: the view's extent overflows", name,
-                              size_names[i], size, name, stride_names[i], stride));
+      throw Error(fmt::format("{}.{} = {} with {}.{} = {}: the view's extent overflows", name, size_names[i], size,
+                              name, stride_names[i], stride));
     }
     if (size > 1) extent += (size - 1) * stride;
   }
@@ -100,9 +95,10 @@ std::int64_t view_extent(const Heads& v, std::string_view name, int head_dim) {
   const bool negative =
       (v.batch | v.seq | v.heads | v.batch_stride | v.seq_stride | v.head_stride | std::int64_t{head_dim}) < 0;
   // Each product is below 2^126 when nothing is negative: three of them and head_dim fit in 128 bits.
-  const U extent = U(static_cast<std::uint64_t>(head_dim)) + span(v.batch, v.batch_stride) +
-                   span(v.seq, v.seq_stride) + span(v.heads, v.head_stride);
-  if (negative || extent > U(kExtentLimit)) [[unlikely]] return checked_extent(v, name, head_dim);
+  const U extent = U(static_cast<std::uint64_t>(head_dim)) + span(v.batch, v.batch_stride) + span(v.seq, v.seq_stride) +
+                   span(v.heads, v.head_stride);
+  if (negative || extent > U(kExtentLimit)) [[unlikely]]
+    return checked_extent(v, name, head_dim);
   return static_cast<std::int64_t>(extent);
 }
 
@@ -119,9 +115,10 @@ void require_no_self_overlap(const Heads& v, std::string_view name, int head_dim
   for (const auto& [stride, size] : dims) {
     if (size <= 1) continue;
     if (stride < inner) {
-      throw Error(fmt::format("{} has stride {} over {} rows that span {} elements each: rows "
-                              "overlap (head_dim = {})",
-                              name, stride, size, inner, head_dim));
+      throw Error(
+          fmt::format("{} has stride {} over {} rows that span {} elements each: rows "
+                      "overlap (head_dim = {})",
+                      name, stride, size, inner, head_dim));
     }
     inner = stride * (size - 1) + inner;
   }
@@ -133,8 +130,7 @@ std::int64_t check_view(const Heads& v, std::string_view name, int head_dim) {
   }
   const std::int64_t extent = view_extent(v, name, head_dim);
   if (!v.empty() && v.data == nullptr) {
-    throw Error(fmt::format("{}.data is null but the view has {}x{}x{} heads", name, v.batch, v.seq,
-                            v.heads));
+    throw Error(fmt::format("{}.data is null but the view has {}x{}x{} heads", name, v.batch, v.seq, v.heads));
   }
   return extent;
 }
@@ -172,9 +168,10 @@ bool may_overlap_strided(const ByteRange& a, const ByteRange& b) {
 }
 
 void throw_shared_memory(const ByteRange& a, const ByteRange& b) {
-  throw Error(fmt::format("{} and {} share memory: inputs and outputs must be separate buffers (to rotate in "
-                          "place, leave the output view empty)",
-                          a.name, b.name));
+  throw Error(
+      fmt::format("{} and {} share memory: inputs and outputs must be separate buffers (to rotate in "
+                  "place, leave the output view empty)",
+                  a.name, b.name));
 }
 
 void require_disjoint(std::span<const ByteRange> ranges) {
@@ -188,13 +185,13 @@ std::int64_t check_positions(const Positions& pos, std::string_view name, std::i
     throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
   }
   if (pos.axes != axes) {
-    throw Error(fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
-                            axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w"
-                                      : "one position per token"));
+    throw Error(
+        fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
+                    axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w" : "one position per token"));
   }
   if (pos.count != tokens) {
-    throw Error(fmt::format("{}.count = {}: must equal the number of tokens, batch x seq = {}", name,
-                            pos.count, tokens));
+    throw Error(
+        fmt::format("{}.count = {}: must equal the number of tokens, batch x seq = {}", name, pos.count, tokens));
   }
   if (pos.data == nullptr) throw Error(fmt::format("{}.data is null", name));
   std::int64_t max_position = -1;

@@ -30,7 +30,7 @@ struct ByteRange {
   std::string_view name;
   std::int64_t token_stride;  // bytes; 0: the tokens do not lie at one stride (extent only)
   std::int64_t tokens;
-  std::int64_t footprint;     // bytes from a token's first element to one past its last
+  std::int64_t footprint;  // bytes from a token's first element to one past its last
 };
 ByteRange byte_range(const Heads& view, std::string_view name, int head_dim);
 // The same with the view's extent known (check_view's result).
@@ -46,10 +46,10 @@ void require_disjoint(std::span<const ByteRange> ranges);
 // Throws if the two may share memory (require_disjoint's message).
 [[noreturn]] void throw_shared_memory(const ByteRange& a, const ByteRange& b);
 inline void require_disjoint(const ByteRange& a, const ByteRange& b) {
-  if (may_overlap(a, b)) [[unlikely]] throw_shared_memory(a, b);
+  if (may_overlap(a, b)) [[unlikely]]
+    throw_shared_memory(a, b);
 }
 // Checks type, axes, count and every position in [0, 2^47); returns the largest position.
-std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens,
-                             int axes);
+std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens, int axes);
 
 }  // namespace ropekit::detail

@@ -1,7 +1,7 @@
 // libFuzzer target: caller-provided cache geometry, slot mappings and page tables → prepare_append
 // (and a run when they are accepted); with mode's high bit, also a caller's cos/sin cache (its claimed
-// rows, its values, positions that may fall outside it) imported and driving the append. Any input may be rejected with ropekit::Error; an accepted one
-// must write only inside the cache (ASan sees the buffers' bounds exactly).
+// rows, its values, positions that may fall outside it) imported and driving the append. Any input may be rejected with
+// ropekit::Error; an accepted one must write only inside the cache (ASan sees the buffers' bounds exactly).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto mode = in.take<std::uint8_t>();
   // Geometry: small enough to allocate exactly, signed so that negative values are tried.
   const std::int64_t num_pages = in.take<std::int8_t>(), page_size = in.take<std::int8_t>(),
-                     kv_heads = in.take<std::int8_t>() % 4, tokens = std::clamp<int>(in.take<std::uint8_t>() % 16, 1, 15);
+                     kv_heads = in.take<std::int8_t>() % 4,
+                     tokens = std::clamp<int>(in.take<std::uint8_t>() % 16, 1, 15);
   const int head_dim = in.take<std::int8_t>();
   const float raw_scale = in.take<float>();
   const float k_scale = in.take<std::uint8_t>() % 2 ? raw_scale : 1.0f;
@@ -61,13 +62,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool sane = num_pages > 0 && page_size > 0 && kv_heads > 0 && head_dim > 0 && dtype >= CacheDType::F32 &&
                     dtype <= CacheDType::F8E4M3;
   const std::int64_t slots = sane ? num_pages * page_size * kv_heads : 0;
-  std::vector<std::byte> kc(std::size_t(std::max<std::int64_t>(slots * head_dim * (sane ? element_size(dtype) : 1), 1))),
+  std::vector<std::byte> kc(
+      std::size_t(std::max<std::int64_t>(slots * head_dim * (sane ? element_size(dtype) : 1), 1))),
       vc(std::size_t(std::max<std::int64_t>(slots * 8 * (sane ? element_size(dtype) : 1), 1)));
-  const PagedCache cache{.k = kc.data(), .v = vc.data(), .dtype = dtype, .layout = layout, .num_pages = num_pages,
-                         .page_size = page_size, .kv_heads = kv_heads, .head_dim = head_dim,
-                         .v_head_dim = 8, .k_scale = k_scale, .v_scale = 1.0f};
-  AppendArgs args{.k = bshd(k.data(), DType::F32, 1, tokens, heads, 8), .v = bshd(v.data(), DType::F32, 1, tokens, heads, 8),
-                  .positions = positions(std::span<const std::int64_t>(pos)), .k_offset = k_offset};
+  const PagedCache cache{.k = kc.data(),
+                         .v = vc.data(),
+                         .dtype = dtype,
+                         .layout = layout,
+                         .num_pages = num_pages,
+                         .page_size = page_size,
+                         .kv_heads = kv_heads,
+                         .head_dim = head_dim,
+                         .v_head_dim = 8,
+                         .k_scale = k_scale,
+                         .v_scale = 1.0f};
+  AppendArgs args{.k = bshd(k.data(), DType::F32, 1, tokens, heads, 8),
+                  .v = bshd(v.data(), DType::F32, 1, tokens, heads, 8),
+                  .positions = positions(std::span<const std::int64_t>(pos)),
+                  .k_offset = k_offset};
   // The rest: int32 arrays.
   std::vector<std::int32_t> rest(in.size / 4);
   if (!rest.empty()) std::memcpy(rest.data(), in.data, rest.size() * 4);
@@ -84,7 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::size_t batch = mode / 2 % 5;
     const std::span<const std::int32_t> indptr = piece(at, batch + 1), last = piece(at, batch),
                                         batch_indices = piece(at, std::size_t(tokens)),
-                                        seq_positions = piece(at, std::size_t(tokens)), indices = piece(at, rest.size());
+                                        seq_positions = piece(at, std::size_t(tokens)),
+                                        indices = piece(at, rest.size());
     args.slots = PageTable{indices, indptr, last, batch_indices, seq_positions};
   }
   try {

@@ -10,8 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const ropekit::ModelPositions model =
-        ropekit::read_gguf(std::as_bytes(std::span(data, size)), {}, "fuzz.gguf");
+    const ropekit::ModelPositions model = ropekit::read_gguf(std::as_bytes(std::span(data, size)), {}, "fuzz.gguf");
     for (const ropekit::LayerPositions& layer : model.groups) (void)ropekit::make_plan(layer.spec, 1 << 20);
   } catch (const ropekit::Error&) {
   }

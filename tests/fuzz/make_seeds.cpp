@@ -11,8 +11,8 @@
 namespace {
 
 void save(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                               static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace
@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
     };
     seed("slots", 0, 1, {5, 0, 15});
     seed("slots_fp8", 0, 4, {1, 2, -1});
-    // mode 3: batch 1; indptr {0, 2}, last_page_len {3}, batch_indices {0, 0, 0}, seq_positions {4, 5, 6}, indices {2, 1}
+    // mode 3: batch 1; indptr {0, 2}, last_page_len {3}, batch_indices {0, 0, 0}, seq_positions {4, 5, 6}, indices {2,
+    // 1}
     seed("pages", 3, 2, {0, 2, 3, 0, 0, 0, 4, 5, 6, 2, 1});
     // An imported cos/sin cache of 10 rows (values: these words as floats), positions 2, 3, 4.
     seed("slots_cos_sin_cache", 0x80, 2, {5, 0, 15, 0x3f000000, 0x3e800000}, {10, 10, 2});
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
     const ropekit::Tokenizer tokenizer = ropekit::Tokenizer::from_llama2c(model_files::tokenizer_bytes(pieces, scores));
     ropekit::LlamaModel tiny = model_files::tiny_model(false);
     for (std::uint32_t type : {0u, 1u, 30u}) {
-      save(dir / "gguf_model" / ("tiny_" + std::to_string(type) + ".gguf"), model_files::gguf_bytes(tiny, type, &tokenizer));
+      save(dir / "gguf_model" / ("tiny_" + std::to_string(type) + ".gguf"),
+           model_files::gguf_bytes(tiny, type, &tokenizer));
     }
   }
 
@@ -110,7 +112,8 @@ int main(int argc, char** argv) {
 
   using ropekit::cli::NpyArray;
   using ropekit::cli::NpyType;
-  save(dir / "npy" / "f32.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::F32, {1, 2, 3, 4}, std::vector<std::byte>(96)}));
+  save(dir / "npy" / "f32.npy",
+       ropekit::cli::serialize_npy(NpyArray{NpyType::F32, {1, 2, 3, 4}, std::vector<std::byte>(96)}));
   save(dir / "npy" / "i64.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::I64, {3}, std::vector<std::byte>(24)}));
   save(dir / "npy" / "u16.npy", ropekit::cli::serialize_npy(NpyArray{NpyType::U16, {}, std::vector<std::byte>(2)}));
   return 0;

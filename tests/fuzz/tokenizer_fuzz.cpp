@@ -11,7 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const ropekit::Tokenizer tokenizer = ropekit::Tokenizer::from_llama2c(std::as_bytes(std::span(data, size)), "fuzz.bin");
+    const ropekit::Tokenizer tokenizer =
+        ropekit::Tokenizer::from_llama2c(std::as_bytes(std::span(data, size)), "fuzz.bin");
     const std::string_view text(reinterpret_cast<const char*>(data), std::min<std::size_t>(size, 256));
     int previous = tokenizer.bos_id();
     for (int id : tokenizer.encode(text, true)) {

@@ -21,7 +21,8 @@ int main() {
     return s;
   };
   const double a = logit(1007, 7), b = logit(1000007, 1000007 - 1000);
-  std::printf("ropekit %s: logit(1007, 7) = %.6f, logit(1000007, 999007) = %.6f\n", ropekit::simd_target().c_str(), a, b);
+  std::printf("ropekit %s: logit(1007, 7) = %.6f, logit(1000007, 999007) = %.6f\n", ropekit::simd_target().c_str(), a,
+              b);
   if (std::fabs(a - b) > 1e-4 * std::fabs(a)) return 1;
   std::printf("ok\n");
   return 0;

@@ -1,9 +1,9 @@
 // `ropekit apply`: rotate q and k stored as NumPy arrays, exactly as the library call does (the
 // tests check that the two agree bit for bit).
-#include <algorithm>
-#include <cstring>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <algorithm>
+#include <cstring>
 
 #include "cli.hpp"
 #include "npy.hpp"
@@ -31,19 +31,18 @@ std::string default_output(const std::string& input) {
 DType dtype_of(const NpyArray& a, const std::string& path, bool bf16) {
   if (bf16) {
     if (a.type != NpyType::U16) {
-      throw Error(fmt::format("{}: dtype {}: --bf16 expects uint16 arrays holding bfloat16 bits", path,
-                              npy_type_name(a.type)));
+      throw Error(
+          fmt::format("{}: dtype {}: --bf16 expects uint16 arrays holding bfloat16 bits", path, npy_type_name(a.type)));
     }
     return DType::BF16;
   }
   switch (a.type) {
     case NpyType::F32: return DType::F32;
     case NpyType::F16: return DType::F16;
-    case NpyType::U16:
-      throw Error(fmt::format("{}: dtype uint16: pass --bf16 to read it as bfloat16 bits", path));
+    case NpyType::U16: throw Error(fmt::format("{}: dtype uint16: pass --bf16 to read it as bfloat16 bits", path));
     default:
-      throw Error(fmt::format("{}: dtype {}: expected float32, float16 or (with --bf16) uint16", path,
-                              npy_type_name(a.type)));
+      throw Error(
+          fmt::format("{}: dtype {}: expected float32, float16 or (with --bf16) uint16", path, npy_type_name(a.type)));
   }
 }
 
@@ -74,9 +73,9 @@ std::vector<std::int64_t> read_positions(const std::string& path, const Dims& d,
   }
   const bool shared = p.shape == expect_shared;
   if (!shared && p.shape != expect_full) {
-    throw Error(fmt::format("{}: shape {}: expected ({}) or ({}) for {} tokens of batch {}{}", path,
-                            p.shape_string(), fmt::join(expect_shared, ", "), fmt::join(expect_full, ", "),
-                            d.seq, d.batch, axes == 3 ? " (M-RoPE: t, h, w streams first)" : ""));
+    throw Error(fmt::format("{}: shape {}: expected ({}) or ({}) for {} tokens of batch {}{}", path, p.shape_string(),
+                            fmt::join(expect_shared, ", "), fmt::join(expect_full, ", "), d.seq, d.batch,
+                            axes == 3 ? " (M-RoPE: t, h, w streams first)" : ""));
   }
   auto at = [&](std::int64_t i) -> std::int64_t {
     if (p.type == NpyType::I32) {
@@ -125,8 +124,8 @@ void run(const ApplyOptions& o, Streams io) {
   const Dims kd = dims_of(k, o.k_path, o.layout);
   for (const auto& [d, path] : {std::pair{qd, o.q_path}, std::pair{kd, o.k_path}}) {
     if (d.head_dim != layer.qk_head_dim) {
-      throw Error(fmt::format("{}: head_dim = {}: the model's q/k heads have {} lanes", path, d.head_dim,
-                              layer.qk_head_dim));
+      throw Error(
+          fmt::format("{}: head_dim = {}: the model's q/k heads have {} lanes", path, d.head_dim, layer.qk_head_dim));
     }
   }
   if (kd.batch != qd.batch || kd.seq != qd.seq) {

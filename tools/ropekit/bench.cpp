@@ -47,10 +47,9 @@ void add_bench(CLI::App& app, Streams io) {
     const int rounds = options->quick ? 3 : 7;
     const double batch_seconds = options->quick ? 0.01 : 0.02;
     if (!options->json) {
-      fmt::print(io.out, "SIMD target {}; ceilings measured in this run, interleaved with each case\n",
-                 simd_target());
-      fmt::print(io.out, "{:<72} {:>8} {:>9} {:>8} {:>7}  {}\n", "case", "GB/s", "ceiling", "fraction",
-                 "target", "ceiling kind");
+      fmt::print(io.out, "SIMD target {}; ceilings measured in this run, interleaved with each case\n", simd_target());
+      fmt::print(io.out, "{:<72} {:>8} {:>9} {:>8} {:>7}  {}\n", "case", "GB/s", "ceiling", "fraction", "target",
+                 "ceiling kind");
     }
     int missed = 0;
     for (const cases::Case& c : selected) {

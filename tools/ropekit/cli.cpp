@@ -16,8 +16,11 @@ void ModelOptions::add_to(CLI::App& app, bool with_gguf, std::string_view seq_le
   group->require_option(1);
   app.add_option("--pairing", pairing, "override the lane pairing: half (rotate_half) or interleaved (GPT-J)")
       ->check(CLI::IsMember({"half", "interleaved"}));
-  auto* type_opt = app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
-  app.add_option("--layer", layer, "one layer's plan, by index (0-based)")->check(CLI::Range(0, 1 << 20))->excludes(type_opt);
+  auto* type_opt =
+      app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
+  app.add_option("--layer", layer, "one layer's plan, by index (0-based)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->excludes(type_opt);
   app.add_option("--seq-len", seq_len,
                  fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", seq_len_default))
       ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
@@ -47,11 +50,11 @@ std::vector<const LayerPositions*> ModelOptions::selected_rope_layers(const Mode
   }
   if (rope.empty()) {
     const LayerPositions& first = *selected_layers(model).front();
-    const std::string what = layer ? fmt::format("layer = {}", *layer)
+    const std::string what = layer                 ? fmt::format("layer = {}", *layer)
                              : !layer_type.empty() ? fmt::format("layer type = {}", layer_type)
                                                    : std::string("the model");
-    throw Error(fmt::format("{}: {}: has no RoPE (encoding {}{})", model.source, what,
-                            encoding_name(first.encoding), first.attention ? "" : ", no attention"));
+    throw Error(fmt::format("{}: {}: has no RoPE (encoding {}{})", model.source, what, encoding_name(first.encoding),
+                            first.attention ? "" : ", no attention"));
   }
   return rope;
 }
@@ -70,7 +73,8 @@ std::string layer_ranges(const std::vector<int>& layers) {
 }
 
 std::string describe_group(const ModelPositions& model, const LayerPositions& g) {
-  std::string s = fmt::format("layers {:<14} {:<28} ", layer_ranges(g.layers), g.layer_type.empty() ? "(all)" : g.layer_type);
+  std::string s =
+      fmt::format("layers {:<14} {:<28} ", layer_ranges(g.layers), g.layer_type.empty() ? "(all)" : g.layer_type);
   if (!g.attention) return s + "no attention";
   switch (g.encoding) {
     case PositionEncoding::Rope:
@@ -97,9 +101,10 @@ void print_warnings(const ModelPositions& model, std::ostream& err) {
 }
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"ropekit: rotary position embeddings exactly as the model's reference implementation "
-               "computes them",
-               "ropekit"};
+  CLI::App app{
+      "ropekit: rotary position embeddings exactly as the model's reference implementation "
+      "computes them",
+      "ropekit"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every sub-command");
   Streams io{out, err};
@@ -116,8 +121,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-  if (!args.empty() && !args[0].starts_with("-") &&
-      std::find(names.begin(), names.end(), args[0]) == names.end()) {
+  if (!args.empty() && !args[0].starts_with("-") && std::find(names.begin(), names.end(), args[0]) == names.end()) {
     fmt::print(err, "ropekit: unknown sub-command {} (known: {})\n", args[0], fmt::join(names, ", "));
     return 2;
   }

@@ -1,6 +1,7 @@
 // The `ropekit` command line: one file per sub-command (inspect.cpp, freqs.cpp, apply.cpp,
-// presets.cpp, bench.cpp, decay.cpp, verify.cpp; the model's: tokenize.cpp, generate.cpp, eval.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its
-// streams passed in, so tests run it in-process; main.cpp only forwards argv.
+// presets.cpp, bench.cpp, decay.cpp, verify.cpp; the model's: tokenize.cpp, generate.cpp, eval.cpp), each registering
+// itself on the CLI11 app. run_cli() is the whole program with its streams passed in, so tests run it in-process;
+// main.cpp only forwards argv.
 //
 // Exit codes: 0 success, 2 bad usage or bad input (one line on stderr naming the problem),
 // 1 a check that failed (verify) or anything unexpected.
@@ -24,8 +25,8 @@ struct ModelOptions {
   std::string config;
   std::string preset;
   std::string gguf;
-  std::string pairing;     // "", "half" or "interleaved"
-  std::string layer_type;  // "" = the only one
+  std::string pairing;       // "", "half" or "interleaved"
+  std::string layer_type;    // "" = the only one
   std::optional<int> layer;  // --layer N: the group of layer N
   std::optional<std::int64_t> seq_len;
 

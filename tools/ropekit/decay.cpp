@@ -57,8 +57,9 @@ void add_decay(CLI::App& app, Streams io) {
   cmd->add_option("--preset", o->presets, "a built-in preset (repeatable; ropekit presets lists them)");
   cmd->add_option("--max-distance", o->max_distance, "largest relative distance (default 8192)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  cmd->add_option("--seq-len", o->seq_len,
-                  fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", ModelOptions::kInitialPlan))
+  cmd->add_option(
+         "--seq-len", o->seq_len,
+         fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", ModelOptions::kInitialPlan))
       ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
   cmd->add_option("--csv", o->csv, "write distance and one column per curve");
   cmd->add_option("--svg", o->svg, "draw the curves (log distance axis) with PLplot");
@@ -99,7 +100,8 @@ void add_decay(CLI::App& app, Streams io) {
       write_svg(chart, o->svg);
     }
     fmt::print(io.out, "decay: {} curve(s) up to distance {}{}{}\n", curves.size(), o->max_distance,
-               o->csv.empty() ? "" : fmt::format(", csv {}", o->csv), o->svg.empty() ? "" : fmt::format(", svg {}", o->svg));
+               o->csv.empty() ? "" : fmt::format(", csv {}", o->csv),
+               o->svg.empty() ? "" : fmt::format(", svg {}", o->svg));
   });
 }
 

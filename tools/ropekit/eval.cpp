@@ -151,8 +151,14 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     for (const EvalMethod& m : options.methods) j["methods"].push_back({{"name", m.name}, {"fragment", m.fragment}});
     j["rows"] = nlohmann::json::array();
     for (const EvalRow& r : result.rows) {
-      j["rows"].push_back({{"method", r.method}, {"N", r.n}, {"scale", r.scale}, {"bucket_lo", r.bucket_lo},
-                           {"bucket_hi", r.bucket_hi}, {"tokens", r.tokens}, {"mean_nll", r.mean_nll}, {"ppl", r.ppl}});
+      j["rows"].push_back({{"method", r.method},
+                           {"N", r.n},
+                           {"scale", r.scale},
+                           {"bucket_lo", r.bucket_lo},
+                           {"bucket_hi", r.bucket_hi},
+                           {"tokens", r.tokens},
+                           {"mean_nll", r.mean_nll},
+                           {"ppl", r.ppl}});
     }
     std::ofstream json(o.json);
     if (!json) throw Error(fmt::format("--json {}: cannot write this file", o.json));
@@ -161,7 +167,11 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   if (!o.svg.empty()) {
     const std::int64_t n = *std::max_element(options.lengths.begin(), options.lengths.end());
     Chart chart{fmt::format("PPL by target position, N = {} (trained at {})", n, result.trained_length),
-                "target position (bucket middle)", "perplexity", true, true, {}};
+                "target position (bucket middle)",
+                "perplexity",
+                true,
+                true,
+                {}};
     for (const EvalMethod& m : options.methods) {
       Series series{m.name, {}, {}};
       for (const EvalRow& r : result.rows) {

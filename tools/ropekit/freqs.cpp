@@ -45,8 +45,9 @@ void add_freqs(CLI::App& app, Streams io) {
   auto opts = std::make_shared<ModelOptions>();
   auto as_json = std::make_shared<bool>(false);
   opts->add_to(*cmd);
-  cmd->add_flag("--json", *as_json, "JSON: one object per layer group (layers, encoding, attention facts and, "
-                                    "for RoPE, the plan); an array with layer_type when the model has several");
+  cmd->add_flag("--json", *as_json,
+                "JSON: one object per layer group (layers, encoding, attention facts and, "
+                "for RoPE, the plan); an array with layer_type when the model has several");
   cmd->callback([io, opts, as_json] {
     const ModelPositions model = opts->load();
     print_warnings(model, io.err);
@@ -62,8 +63,10 @@ void add_freqs(CLI::App& app, Streams io) {
         continue;
       }
       if (several) fmt::print(io.out, "# layer type {} (layers {})\n", layer->layer_type, layer_ranges(layer->layers));
-      if (!plan) fmt::print(io.out, "# no RoPE: {}\n", layer->attention ? encoding_name(layer->encoding) : "no attention");
-      if (plan) for (double v : plan->inv_freq) fmt::print(io.out, "{:.17g}\n", v);
+      if (!plan)
+        fmt::print(io.out, "# no RoPE: {}\n", layer->attention ? encoding_name(layer->encoding) : "no attention");
+      if (plan)
+        for (double v : plan->inv_freq) fmt::print(io.out, "{:.17g}\n", v);
     }
     if (*as_json) io.out << (several ? all : all[0]).dump(2) << "\n";
   });

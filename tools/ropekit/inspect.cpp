@@ -1,8 +1,8 @@
 // `ropekit inspect`: the effective plan of a model, pair by pair — what a user needs to see to know
 // whether a scaling setting took effect (the project's pitfalls notes, #27).
-#include <cmath>
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <cmath>
 
 #include "cli.hpp"
 #include "ropekit/analysis.hpp"
@@ -22,18 +22,19 @@ std::string describe_scaling(const Spec& spec, const Plan& plan) {
       return fmt::format("factor {}, max_position_embeddings {}", s.factor, s.max_position_embeddings);
     }
     std::string operator()(const scaling::Yarn& s) const {
-      return fmt::format("factor {}, original {}, beta_fast {}, beta_slow {}, truncate {}, ramp over pairs "
-                         "[{}, {}]",
-                         s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow, s.truncate,
-                         plan.yarn_low, plan.yarn_high);
+      return fmt::format(
+          "factor {}, original {}, beta_fast {}, beta_slow {}, truncate {}, ramp over pairs "
+          "[{}, {}]",
+          s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow, s.truncate, plan.yarn_low,
+          plan.yarn_high);
     }
     std::string operator()(const scaling::Llama3& s) const {
-      return fmt::format("factor {}, low_freq_factor {}, high_freq_factor {}, original {}", s.factor,
-                         s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings);
+      return fmt::format("factor {}, low_freq_factor {}, high_freq_factor {}, original {}", s.factor, s.low_freq_factor,
+                         s.high_freq_factor, s.original_max_position_embeddings);
     }
     std::string operator()(const scaling::LongRope& s) const {
-      return fmt::format("factor {}, original {}, using the {} factors", s.factor,
-                         s.original_max_position_embeddings, plan.uses_long_factors ? "long" : "short");
+      return fmt::format("factor {}, original {}, using the {} factors", s.factor, s.original_max_position_embeddings,
+                         plan.uses_long_factors ? "long" : "short");
     }
     std::string operator()(const scaling::Proportional& s) const {
       return fmt::format("partial_rotary_factor {}, factor {}", s.partial_rotary_factor, s.factor);
@@ -53,29 +54,30 @@ void print_layer(std::ostream& out, const ModelPositions& model, const LayerPosi
   const std::int64_t context = original_context(spec, model.max_position_embeddings);
   const PairMap map = make_pair_map(spec);
 
-  if (!layer.layer_type.empty()) fmt::print(out, "layer type    {} (layers {})\n", layer.layer_type, layer_ranges(layer.layers));
+  if (!layer.layer_type.empty())
+    fmt::print(out, "layer type    {} (layers {})\n", layer.layer_type, layer_ranges(layer.layers));
   fmt::print(out, "rope_type     {}: {}\n", rope_type_name(spec.scaling), describe_scaling(spec, plan));
-  fmt::print(out, "pairing       {}   head_dim {}   rotary_dim {}   base {}\n", to_string(spec.pairing),
-             spec.head_dim, spec.rotary_dim, spec.base);
+  fmt::print(out, "pairing       {}   head_dim {}   rotary_dim {}   base {}\n", to_string(spec.pairing), spec.head_dim,
+             spec.rotary_dim, spec.base);
   if (layer.rope_offset > 0 || layer.qk_head_dim != spec.head_dim) {
     fmt::print(out, "rope slice    lanes [{}, {}) of each {}-lane q/k head\n", layer.rope_offset,
                layer.rope_offset + spec.head_dim, layer.qk_head_dim);
   }
   if (spec.mrope) {
     fmt::print(out, "m-rope        {} sections t/h/w = {}/{}/{} pairs\n",
-               spec.mrope->layout == MRopeLayout::Interleaved ? "interleaved" : "sectioned",
-               spec.mrope->sections[0], spec.mrope->sections[1], spec.mrope->sections[2]);
+               spec.mrope->layout == MRopeLayout::Interleaved ? "interleaved" : "sectioned", spec.mrope->sections[0],
+               spec.mrope->sections[1], spec.mrope->sections[2]);
   }
   fmt::print(out, "cos_sin_scale {:.9g}   softmax_scale_mult {:.9g}   current length {}\n", plan.cos_sin_scale,
              plan.softmax_scale_mult, seq_len ? fmt::format("{}", *seq_len) : "(initial plan)");
   fmt::print(out, "turns are counted over {}\n\n",
              context > 0 ? fmt::format("the original context of {} tokens", context) : "(no context length given)");
-  fmt::print(out, "{:>5}  {:>11}  {:>14}  {:>14}  {:>12}  {:>9}  {}\n", "pair", "lanes", "inv_freq",
-             "wavelength", "turns", "divisor", "band");
+  fmt::print(out, "{:>5}  {:>11}  {:>14}  {:>14}  {:>12}  {:>9}  {}\n", "pair", "lanes", "inv_freq", "wavelength",
+             "turns", "divisor", "band");
   const char* axis_names[] = {"t", "h", "w"};
   for (const PairBand& b : pair_bands(spec, plan, context)) {
-    std::string lanes = fmt::format("{},{}", map.lane_a[b.pair] + layer.rope_offset,
-                                    map.lane_b[b.pair] + layer.rope_offset);
+    std::string lanes =
+        fmt::format("{},{}", map.lane_a[b.pair] + layer.rope_offset, map.lane_b[b.pair] + layer.rope_offset);
     if (spec.mrope) lanes += fmt::format(" {}", axis_names[map.axis[b.pair]]);
     fmt::print(out, "{:>5}  {:>11}  {:>14.7e}  {:>14.6g}  {:>12.6g}  {:>9.5g}  {}\n", b.pair, lanes, b.inv_freq,
                b.wavelength, b.turns, b.divisor, to_string(b.band));

@@ -46,8 +46,8 @@ Tokenizer load_tokenizer_for(const LlamaModel& model, const std::string& model_p
   std::string from = path;
   if (from.empty()) {
     if (!model.source.starts_with("gguf")) {
-      throw Error(fmt::format("--tokenizer is required for the llama2.c checkpoint {} (e.g. models/tok512.bin)",
-                              model_path));
+      throw Error(
+          fmt::format("--tokenizer is required for the llama2.c checkpoint {} (e.g. models/tok512.bin)", model_path));
     }
     from = model_path;
   }

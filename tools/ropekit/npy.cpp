@@ -3,10 +3,10 @@
 // subset numpy.save writes (string, bool and int-tuple values) and rejects anything else by name.
 #include "npy.hpp"
 
-#include <cctype>
-#include <cstring>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -21,8 +21,8 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 
 struct HeaderValue {
-  std::string text;                  // a string value, or "True"/"False"
-  std::vector<std::int64_t> tuple;   // a shape
+  std::string text;                 // a string value, or "True"/"False"
+  std::vector<std::int64_t> tuple;  // a shape
   bool is_tuple = false;
 };
 
@@ -93,8 +93,10 @@ class HeaderParser {
         }
         v.tuple.push_back(n);
         skip_space();
-        if (peek() == ',') ++i_;
-        else if (peek() != ')') fail("expected ',' or ')' in the shape");
+        if (peek() == ',')
+          ++i_;
+        else if (peek() != ')')
+          fail("expected ',' or ')' in the shape");
       }
       ++i_;
     } else if (s_.substr(i_, 4) == "True") {
@@ -158,8 +160,10 @@ std::string_view npy_type_name(NpyType type) {
 
 std::size_t npy_item_size(NpyType type) {
   switch (type) {
-    case NpyType::F32: case NpyType::I32: return 4;
-    case NpyType::F16: case NpyType::U16: return 2;
+    case NpyType::F32:
+    case NpyType::I32: return 4;
+    case NpyType::F16:
+    case NpyType::U16: return 2;
     case NpyType::I64: return 8;
   }
   return 0;
@@ -167,8 +171,8 @@ std::size_t npy_item_size(NpyType type) {
 
 NpyArray parse_npy(std::span<const std::byte> bytes, std::string_view origin) {
   auto truncated = [&](std::string_view what, std::size_t need) {
-    return Error(fmt::format("{}: truncated .npy file: {} needs {} bytes, the file has {}", origin, what,
-                             need, bytes.size()));
+    return Error(
+        fmt::format("{}: truncated .npy file: {} needs {} bytes, the file has {}", origin, what, need, bytes.size()));
   };
   if (bytes.size() < 10) throw truncated("the preamble", 10);
   if (std::memcmp(bytes.data(), kMagic, 6) != 0) {
@@ -204,9 +208,10 @@ NpyArray parse_npy(std::span<const std::byte> bytes, std::string_view origin) {
   NpyArray out;
   const std::optional<NpyType> type = type_of(descr.text);
   if (descr.is_tuple || !type) {
-    throw Error(fmt::format("{}: dtype = '{}': supported are <f4 (float32), <f2 (float16), <u2 "
-                            "(bfloat16 bits), <i4 and <i8 (positions)",
-                            origin, descr.text));
+    throw Error(
+        fmt::format("{}: dtype = '{}': supported are <f4 (float32), <f2 (float16), <u2 "
+                    "(bfloat16 bits), <i4 and <i8 (positions)",
+                    origin, descr.text));
   }
   out.type = *type;
   if (order.text != "False") {
@@ -225,12 +230,12 @@ NpyArray parse_npy(std::span<const std::byte> bytes, std::string_view origin) {
   const std::size_t need = static_cast<std::size_t>(count) * npy_item_size(out.type);
   const std::size_t have = bytes.size() - data_start;
   if (have < need) {
-    throw Error(fmt::format("{}: truncated .npy file: shape {} of {} needs {} data bytes, {} present",
-                            origin, out.shape_string(), npy_type_name(out.type), need, have));
+    throw Error(fmt::format("{}: truncated .npy file: shape {} of {} needs {} data bytes, {} present", origin,
+                            out.shape_string(), npy_type_name(out.type), need, have));
   }
   if (have > need) {
-    throw Error(fmt::format("{}: .npy file has {} bytes after the data of shape {}", origin, have - need,
-                            out.shape_string()));
+    throw Error(
+        fmt::format("{}: .npy file has {} bytes after the data of shape {}", origin, have - need, out.shape_string()));
   }
   out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(data_start), bytes.end());
   return out;
@@ -244,8 +249,8 @@ NpyArray read_npy_file(const std::filesystem::path& path) {
 }
 
 std::vector<std::byte> serialize_npy(const NpyArray& array) {
-  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-                                   npy_descr(array.type), array.shape_string());
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(array.type),
+                                   array.shape_string());
   // Pad with spaces so that the data starts on a 64-byte boundary, then '\n' (as numpy does).
   const std::size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');

@@ -71,9 +71,8 @@ void write_svg(const Chart& chart, const std::string& path) {
   const std::vector<PLINT> text_colours(labels.size(), 15);
   pllegend(&legend_width, &legend_height, PL_LEGEND_BACKGROUND | PL_LEGEND_BOUNDING_BOX,
            PL_POSITION_TOP | PL_POSITION_RIGHT | PL_POSITION_INSIDE, 0.02, 0.02, 0.08, 0, 15, 1, 0, 0,
-           PLINT(labels.size()), opts.data(), 1.0, 0.8, 2.0, 0.0, text_colours.data(), labels.data(), nullptr,
-           nullptr, nullptr, nullptr, colours.data(), styles.data(), widths.data(), nullptr, nullptr, nullptr,
-           nullptr);
+           PLINT(labels.size()), opts.data(), 1.0, 0.8, 2.0, 0.0, text_colours.data(), labels.data(), nullptr, nullptr,
+           nullptr, nullptr, colours.data(), styles.data(), widths.data(), nullptr, nullptr, nullptr, nullptr);
   plend();
 }
 

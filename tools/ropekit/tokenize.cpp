@@ -35,7 +35,8 @@ void add_tokenize(CLI::App& app, Streams io) {
     write_tokens(o->out, ids);
     std::int64_t stories = 0;
     for (int id : ids) stories += id == tokenizer.bos_id();
-    fmt::print(io.out, "{} tokens ({} starting with BOS) from {} bytes → {}\n", ids.size(), stories, text.size(), o->out);
+    fmt::print(io.out, "{} tokens ({} starting with BOS) from {} bytes → {}\n", ids.size(), stories, text.size(),
+               o->out);
   });
 }
 

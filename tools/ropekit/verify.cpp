@@ -26,14 +26,16 @@ void add_verify(CLI::App& app, Streams io) {
       for (const Check& c : verify(layer->spec, opts->seq_len)) {
         failed |= !c.passed && !c.skipped;
         if (*as_json) {
-          nlohmann::json j = {{"name", c.name},     {"what", c.what},     {"figure", c.figure},
-                              {"bound", c.bound},   {"passed", c.passed}, {"skipped", c.skipped},
-                              {"detail", c.detail}};
+          nlohmann::json j = {{"name", c.name},     {"what", c.what},       {"figure", c.figure}, {"bound", c.bound},
+                              {"passed", c.passed}, {"skipped", c.skipped}, {"detail", c.detail}};
           if (layers.size() > 1) j["layer_type"] = layer->layer_type;
           all.push_back(j);
           continue;
         }
-        fmt::print(io.out, "{:4}  {:24} {:10.3g} <= {:<10.3g} {}{}\n", c.skipped ? "SKIP" : c.passed ? "PASS" : "FAIL",
+        fmt::print(io.out, "{:4}  {:24} {:10.3g} <= {:<10.3g} {}{}\n",
+                   c.skipped  ? "SKIP"
+                   : c.passed ? "PASS"
+                              : "FAIL",
                    c.name, c.figure, c.bound, c.what, c.detail.empty() ? "" : fmt::format(" [{}]", c.detail));
       }
     }
