@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/rotate.hpp"
 #include "lib/ceilings.hpp"
 #include "ropekit/ropekit.hpp"
 
@@ -131,7 +130,6 @@ void run(const Shape& s, int rounds, double min_seconds) {
     fused_call.run();
   };
   RotateCall rotate_call = rope.prepare({.q = qv, .k = kvw, .positions = positions(step_pos[0]), .threads = 1});
-  const cpu::CacheConvertKernel quantize = cpu::select_cache_convert_kernel();
   const auto copy_entries = [&](const std::vector<std::int64_t>& slots) {
     for (std::int64_t t = 0; t < s.tokens; ++t) {
       for (std::int64_t h = 0; h < kv; ++h) {
@@ -142,8 +140,8 @@ void run(const Shape& s, int rounds, double min_seconds) {
           std::memcpy(cache.value(slots[t], h), vs, std::size_t(d * 2));
         } else {
           // The same SIMD quantizer the fused path uses: the pair differs only in the fusion.
-          quantize(ks, DType::BF16, d, cache.key(slots[t], h), CacheDType::F8E4M3, cache.k_scale);
-          quantize(vs, DType::BF16, d, cache.value(slots[t], h), CacheDType::F8E4M3, cache.v_scale);
+          convert_to_cache(ks, DType::BF16, d, cache.key(slots[t], h), CacheDType::F8E4M3, cache.k_scale);
+          convert_to_cache(vs, DType::BF16, d, cache.value(slots[t], h), CacheDType::F8E4M3, cache.v_scale);
         }
       }
     }

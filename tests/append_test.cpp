@@ -14,9 +14,10 @@
 #include <random>
 
 #include "attention_oracle.hpp"
-#include "cpu/rotate.hpp"
 #include "expect_error.hpp"
 #include "oracle.hpp"
+#include "rope/backend.hpp"
+#include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 #include "targets.hpp"
 
@@ -336,7 +337,7 @@ TEST_P(AppendTest, CacheConverterEqualsTheScalarCodecs) {
           std::vector<std::byte> got(std::size_t(n * es)), want(got.size());
           const void* in = static_cast<const std::byte*>(src) + offset * element_size(from);
           convert(in, from, n, got.data(), to, scale);
-          cpu::convert_to_cache_reference(in, from, n, want.data(), to, scale);
+          detail::convert_to_cache_reference(in, from, n, want.data(), to, scale);
           for (std::int64_t i = 0; i < n; ++i) {
             ++compared;
             if (std::memcmp(got.data() + i * es, want.data() + i * es, std::size_t(es)) == 0) continue;
@@ -381,7 +382,7 @@ TEST_P(AppendTest, E4m3WideningEqualsTheScalarDecoder) {
         const std::int64_t n = std::int64_t(bytes->size() - offset);
         std::vector<float> got(static_cast<std::size_t>(n)), want(got.size());
         widen(bytes->data() + offset, n, scale, got.data());
-        cpu::e4m3_widen_reference(bytes->data() + offset, n, scale, want.data());
+        detail::e4m3_widen_reference(bytes->data() + offset, n, scale, want.data());
         for (std::int64_t i = 0; i < n; ++i, ++compared) {
           ASSERT_EQ(std::bit_cast<std::uint32_t>(got[std::size_t(i)]),
                     std::bit_cast<std::uint32_t>(want[std::size_t(i)]))

@@ -11,6 +11,7 @@
 
 #include "expect_error.hpp"
 #include "oracle.hpp"
+#include "rope/call_shape.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {

@@ -28,9 +28,10 @@
 #include <sstream>
 
 #include "attention_oracle.hpp"
-#include "cpu/rotate.hpp"
 #include "lib/cases.hpp"
 #include "rope/angles.hpp"
+#include "rope/backend.hpp"
+#include "rope/call_shape.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 #include "targets.hpp"

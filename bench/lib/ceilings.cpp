@@ -36,7 +36,6 @@ HWY_AFTER_NAMESPACE();
 #include <chrono>
 #include <cstring>
 
-#include "cpu/parallel.hpp"  // the library's own row split, so the ceiling splits work alike
 #include "lib/ceilings.hpp"
 
 namespace ropekit::bench {
@@ -61,6 +60,18 @@ std::int64_t calls_per_batch(const std::function<void()>& f, double batch_second
   f();  // warm: first-touch pages, caches, OpenMP threads
   const double once = seconds_per_call(f, 1);
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(batch_seconds / std::max(once, 1e-9)));
+}
+
+// f(first, last) over [0, n) in `threads` contiguous ranges whose sizes differ by at most one, one per
+// thread: the split the library gives a call's rows, so the ceiling's threads stream alike.
+template <class F>
+void split_lines(int threads, std::int64_t n, F f) {
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+  for (int t = 0; t < threads; ++t) {
+    const std::int64_t per = n / threads, extra = n % threads;
+    const std::int64_t first = t * per + std::min<std::int64_t>(t, extra);
+    f(first, first + per + (t < extra ? 1 : 0));
+  }
 }
 
 double median(std::vector<double> v) {
@@ -93,12 +104,12 @@ void run_ceiling(cases::Workload& w) {
     const std::int64_t lines = c.batch * c.seq * in->view.heads * w.head_dim() * element_size(c.dtype) / 64;
     if (ceiling_of(c) == Ceiling::InPlaceStream) {
       auto* words = reinterpret_cast<std::uint32_t*>(first_byte);
-      cpu::parallel_ranges(threads, lines, [&](std::int64_t first, std::int64_t last) {
+      split_lines(threads, lines, [&](std::int64_t first, std::int64_t last) {
         kernel(words + first * 16, static_cast<std::size_t>((last - first) * 16), mask);
       });
     } else {
       auto* target = static_cast<std::byte*>(out->view.data);
-      cpu::parallel_ranges(threads, lines, [&](std::int64_t first, std::int64_t last) {
+      split_lines(threads, lines, [&](std::int64_t first, std::int64_t last) {
         std::memcpy(target + first * 64, first_byte + first * 64, static_cast<std::size_t>((last - first) * 64));
       });
     }

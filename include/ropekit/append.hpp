@@ -54,17 +54,6 @@ namespace detail {
 struct AppendAccess;  // src/attention: the caches' own appends (keys stored unrotated for ReRoPE / SelfExtend)
 }  // namespace detail
 
-// The storage type of a KV cache: the q/k storage types plus fp8 e4m3 (dtype.hpp's codec) with a
-// per-tensor scale (stored = e4m3(x / scale), read back as e4m3 · scale).
-enum class CacheDType : std::uint8_t { F32 = 1, BF16 = 2, F16 = 3, F8E4M3 = 4 };
-std::string_view to_string(CacheDType dtype);
-constexpr std::int64_t element_size(CacheDType dtype) {
-  return dtype == CacheDType::F32 ? 4 : dtype == CacheDType::F8E4M3 ? 1 : 2;
-}
-
-enum class PageLayout : std::uint8_t { NHD = 1, HND = 2 };
-std::string_view to_string(PageLayout layout);
-
 // One layer's paged KV cache in the caller's memory (layouts in the file comment). A cache of
 // contiguous token slots, as vLLM's slot mapping addresses it, is page_size = the block size.
 struct PagedCache {

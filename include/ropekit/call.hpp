@@ -24,8 +24,10 @@
 //                view (checked by prepare, which throws ropekit::Error naming the view and field).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 
 #include "ropekit/pair_map.hpp"
 #include "ropekit/tensor.hpp"
@@ -47,52 +49,9 @@ struct RotateArgs {
 };
 
 namespace detail {
-
-class AngleEvaluator;
-
-// The call shape: a validated call, resolved and flattened — what every kernel reads (the scalar
-// reference, each SIMD target, a GPU backend). Plain data, built only by Rope::prepare; not a stable
-// interface. Rows are (token, head), token-major; in each token q's heads come first, then k's.
-struct RotateJob {
-  RotateArgs args;                         // the views and positions as validated
-  const PairMap* map = nullptr;            // which lanes pair, and each pair's position stream
-  float magnitude = 1.0f;                  // cos_sin_scale (Inverse: its reciprocal), as float32 like the reference
-  float sin_sign = 1.0f;                   // −1 for Inverse and Backward
-  const Table* table = nullptr;            // angles from this table (covers every position of the call)...
-  const AngleEvaluator* angles = nullptr;  // ...or computed per token
-  std::int64_t tokens = 0;                 // batch × seq
-  std::int64_t seq = 1;                    // token t is (t / seq, t % seq)
-  std::int64_t q_heads = 0;                // 0 when q is absent
-  std::int64_t k_heads = 0;
-  std::int64_t bytes_moved = 0;  // read + written by the call (the thread policy reads it)
-  bool stream_stores = false;    // non-temporal stores for out-of-place rows (set by the backend)
-  bool prefetch_rows = false;    // software prefetch ahead of each row: large calls (set by the backend)
-
-  std::int64_t rows() const { return tokens * (q_heads + k_heads); }
-};
-
-// A kernel: rotates rows [first, last) of a job. Never throws, takes no lock, allocates nothing.
+struct RotateJob;  // the call shape every backend reads (src/rope/call_shape.hpp): internal
 using RowsKernel = void (*)(const RotateJob& job, std::int64_t first, std::int64_t last);
-// A token kernel: rotates `heads` rows of token `token` — read from src (rows src_stride elements
-// apart) with the job's positions and coefficients for that token, written to dst (dst_stride apart)
-// in the same storage type, pass-through lanes copied: the bits the call's kernel writes for those
-// rows. For consumers that rotate into buffers of their own (linear attention's features).
-using TokenKernel = void (*)(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
-                             void* dst, std::int64_t dst_stride, std::int64_t heads);
-// Head rows of one token in one storage type: `heads` rows read from src, written to dst (rows
-// *_stride elements apart; dst == src rotates in place). heads = 0: none.
-struct HeadRows {
-  const void* src = nullptr;
-  std::int64_t src_stride = 0;
-  void* dst = nullptr;
-  std::int64_t dst_stride = 0;
-  std::int64_t heads = 0;
-  DType dtype = DType::F32;
-};
-// Two sets of head rows of token `token` (the fused append's q and k) rotated with one set of
-// coefficients, formed once: the bits a TokenKernel writes for each.
-using TokenPairKernel = void (*)(const RotateJob& job, std::int64_t token, const HeadRows& a, const HeadRows& b);
-
+struct PrepareAccess;  // the prepare path (src/call/prepare.hpp), the one place that builds a call
 }  // namespace detail
 
 // One rotation call, validated and resolved once by Rope::prepare: views and positions checked, the
@@ -109,14 +68,14 @@ using TokenPairKernel = void (*)(const RotateJob& job, std::int64_t token, const
 // Numerics: as the file comment says, identical for any split of the rows.
 class RotateCall {
  public:
-  RotateCall() = default;  // an empty call: rows() == 0
+  RotateCall() noexcept;  // an empty call: rows() == 0
 
   // (token, head) rows of the call: tokens × (q heads + k heads).
-  std::int64_t rows() const { return job_.rows(); }
+  std::int64_t rows() const { return rows_; }
   // Rotates rows [first, last); requires 0 ≤ first ≤ last ≤ rows() (not checked). Disjoint ranges may
   // run concurrently from any threads.
   void run(std::int64_t first, std::int64_t last) const noexcept {
-    if (first < last) kernel_(job_, first, last);
+    if (first < last) kernel_(job(), first, last);
   }
   // Every row, on the library's threads: RotateArgs::threads (0: ropekit::default_threads()), fewer for
   // small calls (ropekit::threads_for_bytes).
@@ -135,13 +94,22 @@ class RotateCall {
   //   for each decode step: step.set_positions(ropekit::positions(pos)); step.run();
   void set_positions(Positions positions);
 
-  const detail::RotateJob& job() const { return job_; }
+  // The resolved call as the backends read it (src/rope/call_shape.hpp; internal, for ropekit's own
+  // consumers and tests).
+  const detail::RotateJob& job() const noexcept {
+    return *std::launder(reinterpret_cast<const detail::RotateJob*>(job_storage_));
+  }
 
  private:
-  friend class Rope;
+  friend struct detail::PrepareAccess;
   // The job starts from the arguments (aggregate initialisation: no zeroing of the rest first).
-  explicit RotateCall(const RotateArgs& args) : job_{args} {}
-  detail::RotateJob job_;
+  explicit RotateCall(const RotateArgs& args) noexcept;
+  // The job lives in the call itself, not behind a pointer: a decode step's prepare is a few hundred
+  // nanoseconds, and an allocation would be a tenth of it. Its type is internal, so the public header
+  // holds only its bytes; src/call/rope.cpp checks that it fits and is trivially copyable.
+  static constexpr std::size_t kJobBytes = 448;
+  alignas(8) std::byte job_storage_[kJobBytes];
+  std::int64_t rows_ = 0;
   detail::RowsKernel kernel_ = nullptr;
   std::shared_ptr<const void> plan_pin_;    // the Rope state the job points into (map, angles)
   std::shared_ptr<const Table> table_pin_;  // the table snapshot, when the call reads one

@@ -1,4 +1,4 @@
-// ropekit/dtype.hpp — storage types of q/k and their scalar conversions.
+// ropekit/dtype.hpp — storage types of q/k and of KV caches, and their scalar conversions.
 //
 // Arithmetic is always float32; bf16 and fp16 are storage only.
 //   Precision: conversions to float32 are exact; conversions to bf16/fp16 round to nearest, ties to
@@ -23,6 +23,17 @@ enum class DType : std::uint8_t { F32 = 1, BF16 = 2, F16 = 3 };
 
 std::string_view to_string(DType dtype);
 constexpr std::int64_t element_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+// The storage type of a KV cache: the q/k storage types plus fp8 e4m3 (the codec below) with a
+// per-tensor scale (stored = e4m3(x / scale), read back as e4m3 · scale).
+enum class CacheDType : std::uint8_t { F32 = 1, BF16 = 2, F16 = 3, F8E4M3 = 4 };
+std::string_view to_string(CacheDType dtype);
+constexpr std::int64_t element_size(CacheDType dtype) {
+  return dtype == CacheDType::F32 ? 4 : dtype == CacheDType::F8E4M3 ? 1 : 2;
+}
+
+enum class PageLayout : std::uint8_t { NHD = 1, HND = 2 };
+std::string_view to_string(PageLayout layout);
 
 inline float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
@@ -97,5 +108,14 @@ inline std::uint8_t float_to_e4m3(float value) {
   out = a > 0x7f800000u ? 0x7fu : out;  // NaN
   return static_cast<std::uint8_t>(out);
 }
+
+// n elements of storage type `from` at src into n cache elements of type `to` at dst (neither may overlap
+// the other): the conversion the fused append (ropekit/append.hpp) writes the cache with, on the SIMD
+// target calls run on now — for an engine that writes entries of its own beside it (values, or keys it
+// rotated itself). Precision: exact widening, or one rounding to nearest even; fp8: float_to_e4m3(x / scale)
+// (the division in float32, then the e4m3 rounding above); the same type is copied bit for bit. Every
+// SIMD target gives the same bits (tests/append_test.cpp). Valid range: n >= 0, dtypes of their enums,
+// scale finite and > 0 (read for F8E4M3 only); otherwise ropekit::Error naming the argument.
+void convert_to_cache(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
 
 }  // namespace ropekit

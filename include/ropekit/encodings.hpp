@@ -56,12 +56,9 @@ std::vector<float> alibi_slopes(int num_heads, double max_bias = 8.0);
 
 // The ALiBi bias added to the logit of query position q and key position k:
 //   −slope · |q − k|   (causal models only see k ≤ q, where it is the paper's −slope·(q − k))
-// Computed in float32 as slope · float(|q − k|); exact for |q − k| < 2^24.
-// Inline: the attention kernels evaluate it per logit.
-inline float alibi_bias(float slope, std::int64_t query_position, std::int64_t key_position) {
-  const std::int64_t distance = query_position - key_position;
-  return -slope * float(distance < 0 ? -distance : distance);
-}
+// Computed in float32 as slope · float(|q − k|); exact for |q − k| < 2^24 (the attention kernels evaluate
+// the same expression per logit).
+float alibi_bias(float slope, std::int64_t query_position, std::int64_t key_position);
 
 // T5 relative-position buckets (Raffel et al. 2020; Hugging Face T5Attention._relative_position_bucket).
 // relative_position = key_position − query_position. Bidirectional: half the buckets for keys

@@ -32,15 +32,8 @@
 
 namespace ropekit {
 
-class Rope;
 namespace detail {
-enum class ViewUse;
-struct CallNames;
-struct CallShape;
-RotateCall prepare_call(const Rope& rope, const RotateArgs& args, ViewUse use, const CallNames& names,
-                        std::shared_ptr<const Table> table);
-RotateCall prepare_checked_call(const Rope& rope, const RotateArgs& args, const CallShape& shape,
-                                std::shared_ptr<const Table> table, bool keep_plan);
+struct PrepareAccess;  // the prepare path (src/call/prepare.hpp)
 }  // namespace detail
 
 class Rope {
@@ -93,19 +86,9 @@ class Rope {
   std::shared_ptr<const Table> table(std::int64_t num_positions) const;
 
  private:
-  friend RotateCall detail::prepare_call(const Rope&, const RotateArgs&, detail::ViewUse, const detail::CallNames&,
-                                         std::shared_ptr<const Table>);
-  friend RotateCall detail::prepare_checked_call(const Rope&, const RotateArgs&, const detail::CallShape&,
-                                                 std::shared_ptr<const Table>, bool);
-  friend class RotateCall;  // set_positions reads the table as the call's Rope would
-  struct State;             // plan, pair map, angle function: immutable, shared with the calls made from it
-  struct TableCache;        // the growing table: shared with the calls that read it (set_positions may grow it)
-  enum class Angles { Auto, OnTheFly, Given };
-  RotateCall resolve(const RotateArgs& args, Angles angles, const Table* given, std::shared_ptr<const Table> given_pin,
-                     detail::ViewUse use, const detail::CallNames& names, bool keep_plan = true) const;
-  // resolve after validate_call: `shape` is what validate_call returns for args.
-  RotateCall resolve_shape(const RotateArgs& args, const detail::CallShape& shape, Angles angles, const Table* given,
-                           std::shared_ptr<const Table> given_pin, detail::ViewUse use, bool keep_plan) const;
+  friend struct detail::PrepareAccess;  // every call is prepared there
+  struct State;                         // plan, pair map, angle function: immutable, shared with the calls made from it
+  struct TableCache;  // the growing table: shared with the calls that read it (set_positions may grow it)
   // The table a call reaching max_position over `rows` position rows reads (grown if that is worth
   // it), or null when its angles are better computed on the fly.
   std::shared_ptr<const Table> table_for(std::int64_t max_position, std::int64_t rows) const;

@@ -16,33 +16,16 @@
 #include <numeric>
 
 #include "attention/attention_internal.hpp"
-#include "cpu/parallel.hpp"
-#include "cpu/rotate.hpp"
-#include "rope/call.hpp"
+#include "call/prepare.hpp"
+#include "rope/backend.hpp"
+#include "rope/call_shape.hpp"
+#include "rope/parallel.hpp"
 #include "rope/reference.hpp"
 #include "rope/views.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {
-
-std::string_view to_string(CacheDType dtype) {
-  switch (dtype) {
-    case CacheDType::F32: return "f32";
-    case CacheDType::BF16: return "bf16";
-    case CacheDType::F16: return "f16";
-    case CacheDType::F8E4M3: return "f8e4m3";
-  }
-  return "(invalid CacheDType)";
-}
-
-std::string_view to_string(PageLayout layout) {
-  switch (layout) {
-    case PageLayout::NHD: return "NHD";
-    case PageLayout::HND: return "HND";
-  }
-  return "(invalid PageLayout)";
-}
 
 namespace {
 
@@ -440,7 +423,7 @@ void AppendCall::Resolved::run(std::int64_t first, std::int64_t last) const noex
 void AppendCall::Resolved::run() const {
   const auto tokens = std::int64_t(slots.size());
   const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(threads, bytes_moved), tokens));
-  cpu::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
+  detail::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
 }
 
 void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
@@ -507,8 +490,12 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
 
   // The views: k is required; each view's lanes and heads against the rope and the cache.
   if (args.k.empty()) throw Error("k is empty: an append needs the new keys");
-  // Each view's extent (check_view's result) goes on to its byte range below.
-  const std::int64_t k_extent = detail::check_view(args.k, "k", d);
+  // The rotation's part — q and k (only read by the rotation: it writes into the append's own rows),
+  // their tokens and the positions — checked by the rotation's own validator, whose result the prepare
+  // path takes as it is; each view's extent goes on to its byte range below.
+  const RotateArgs rotation_args{.q = args.q, .k = args.k, .positions = args.positions};
+  const detail::CheckedCall rotation = detail::validate_call(rotation_args, rope.pair_map(), detail::ViewUse::Read);
+  const std::int64_t k_extent = rotation.k_extent();
   if (args.k.heads != cache.kv_heads) {
     throw Error(fmt::format("k.heads = {} differs from cache.kv_heads = {}", args.k.heads, cache.kv_heads));
   }
@@ -516,11 +503,7 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
     throw Error(fmt::format("k_offset = {}: k's {} lanes must fit the cache's {}-lane key entry", args.k_offset, d,
                             cache.head_dim));
   }
-  std::int64_t q_extent = 0;
-  if (!args.q.empty()) {
-    q_extent = detail::check_view(args.q, "q", d);
-    require_shape(args.q, "q", args.k, "k");
-  }
+  const std::int64_t q_extent = rotation.q_extent();
   const auto check_output = [&](const Heads& out, std::string_view name, const Heads& in,
                                 std::string_view in_name) -> std::int64_t {
     if (out.empty()) {
@@ -630,18 +613,9 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
 
   const std::int64_t tokens = args.k.batch * args.k.seq;
   fill_slots(args.slots, cache, tokens, slots);
-  // The rotation's shape: its views (q and k, only read) were checked above as validate_call checks them;
-  // the positions as Rope::apply checks them.
-  detail::CallShape shape;
-  shape.tokens = tokens;
-  shape.max_position = detail::check_positions(args.positions, "positions", tokens, rope.pair_map().num_axes);
 
   AppendCall::Resolved& r = emplace(
-      args, cache,
-      [&] {
-        return detail::prepare_checked_call(rope, {.q = args.q, .k = args.k, .positions = args.positions}, shape,
-                                            std::move(table), keep_plan);
-      },
+      args, cache, [&] { return detail::prepare(rope, rotation, {.table = std::move(table), .keep_plan = keep_plan}); },
       std::move(slots), cpu::select_token_pair_kernel(spec.pairing),
       q_weight.empty() && k_weight.empty() ? nullptr : cpu::select_token_kernel(DType::F32),
       cpu::select_cache_convert_kernel(), std::move(q_weight), std::move(k_weight), d,

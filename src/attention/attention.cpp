@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "cpu/attention.hpp"
-#include "rope/call.hpp"
+#include "call/prepare.hpp"
+#include "rope/attention_job.hpp"
+#include "rope/backend.hpp"
+#include "rope/call_shape.hpp"
 #include "rope/views.hpp"
 #include "ropekit/attention.hpp"
 #include "ropekit/cpu.hpp"
@@ -42,14 +44,14 @@ namespace {
 std::int64_t chunk_len(const regimes::DualChunk& dc) { return dc.chunk_size - dc.local_size; }
 
 // The regime rule the per-target driver inlines; regime_of and regime_count read the same one.
-cpu::RegimeRule rule_of(const PositionRegimes& regimes) {
-  cpu::RegimeRule rule;
+detail::RegimeRule rule_of(const PositionRegimes& regimes) {
+  detail::RegimeRule rule;
   if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) {
-    rule = {.kind = cpu::RegimeRule::Kind::Window, .window = r->window, .count = 2};
+    rule = {.kind = detail::RegimeRule::Kind::Window, .window = r->window, .count = 2};
   } else if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
-    rule = {.kind = cpu::RegimeRule::Kind::Window, .window = se->window, .count = 2};
+    rule = {.kind = detail::RegimeRule::Kind::Window, .window = se->window, .count = 2};
   } else if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
-    rule = {.kind = cpu::RegimeRule::Kind::DualChunk, .chunk_len = chunk_len(*dc), .count = 3};
+    rule = {.kind = detail::RegimeRule::Kind::DualChunk, .chunk_len = chunk_len(*dc), .count = 3};
   }
   return rule;
 }
@@ -198,12 +200,14 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   const bool rotate_q = rope != nullptr && loads != RopeLoads::None;
   const bool rotate_k = rope != nullptr && loads == RopeLoads::QueriesAndKeys && k_tokens > 0;
   if (rotate_q) {
-    r.q_rotation = prepare_call(*rope, {.q = args.q, .positions = args.q_positions}, ViewUse::Read,
-                                {.q = "q", .positions = "q_positions"}, options.table);
+    r.q_rotation =
+        prepare(*rope, {.q = args.q, .positions = args.q_positions},
+                {.use = ViewUse::Read, .names = {.q = "q", .positions = "q_positions"}, .table = options.table});
   }
   if (rotate_k) {
-    r.k_rotation = prepare_call(*rope, {.q = args.k, .positions = args.k_positions}, ViewUse::Read,
-                                {.q = "k", .positions = "k_positions"}, options.table);
+    r.k_rotation =
+        prepare(*rope, {.q = args.k, .positions = args.k_positions},
+                {.use = ViewUse::Read, .names = {.q = "k", .positions = "k_positions"}, .table = options.table});
   }
   const bool positional_bias =
       std::holds_alternative<AlibiBias>(options.bias) || std::holds_alternative<RelativeBucketBias>(options.bias);
@@ -320,16 +324,16 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
   // other kinds' regime 0 is the plain rotation.
   for (int reg = dual_chunk ? 0 : 1; reg < r.regime_count; ++reg) {
     r.q_regime[std::size_t(reg)] =
-        prepare_call(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
-                     ViewUse::Read, {.q = "q", .positions = "q_positions"}, options.table);
+        prepare(*rope, {.q = args.q, .positions = materialize(reg, args.q_positions, q_tokens, true, reg)},
+                {.use = ViewUse::Read, .names = {.q = "q", .positions = "q_positions"}, .table = options.table});
   }
   if (dual_chunk) {
     // Every regime reads the keys at j mod chunk_len: one K tile (stored so by a cache).
     r.k_tile_of = {0, 0, 0};
     if (loads == RopeLoads::QueriesAndKeys && k_tokens > 0) {
       r.k_regime[0] =
-          prepare_call(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
-                       ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
+          prepare(*rope, {.q = args.k, .positions = materialize(3, args.k_positions, k_tokens, false, 0)},
+                  {.use = ViewUse::Read, .names = {.q = "k", .positions = "k_positions"}, .table = options.table});
     } else {
       r.k_as_stored = {true, true, true};
     }
@@ -346,13 +350,14 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
     r.k_as_stored[1] = true;
     return;
   }
-  r.k_regime[1] = prepare_call(*rope, {.q = args.k, .positions = materialize(4, args.k_positions, k_tokens, false, 1)},
-                               ViewUse::Read, {.q = "k", .positions = "k_positions"}, options.table);
+  r.k_regime[1] =
+      prepare(*rope, {.q = args.k, .positions = materialize(4, args.k_positions, k_tokens, false, 1)},
+              {.use = ViewUse::Read, .names = {.q = "k", .positions = "k_positions"}, .table = options.table});
 }
 
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& r,
                    const KvPages* pages) {
-  cpu::AttentionProblem p;
+  detail::AttentionJob p;
   p.q = args.q;
   p.k = args.k;
   p.v = args.v;
@@ -371,15 +376,15 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
   p.q_mask = r.q_mask;
   p.k_mask = r.k_mask;
   if (const auto* alibi = std::get_if<AlibiBias>(&options.bias)) {
-    p.bias = cpu::BiasKind::Alibi;
+    p.bias = detail::BiasKind::Alibi;
     p.alibi_slopes = alibi->slopes.data();
   } else if (const auto* t5 = std::get_if<RelativeBucketBias>(&options.bias)) {
-    p.bias = cpu::BiasKind::RelativeBucket;
+    p.bias = detail::BiasKind::RelativeBucket;
     p.t5_table = t5->table.data();
     p.t5_lut = r.t5_lut.data();
     p.t5_range = r.t5_range;
   } else if (const auto* dense = std::get_if<DenseBias>(&options.bias)) {
-    p.bias = cpu::BiasKind::Dense;
+    p.bias = detail::BiasKind::Dense;
     p.dense = dense->data;
     p.dense_batch = dense->batch;
     p.dense_heads = dense->heads;

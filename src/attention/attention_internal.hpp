@@ -58,12 +58,12 @@ void resolve_regimes(const Rope* rope, const AttentionArgs& args, const Attentio
                      ResolvedAttention& resolved);
 // A paged cache's keys and values read in place by run_attention: args.k and args.v view the cache from
 // page 0 with the sequence's length, and key j lies in row pages[j / page_size] · page_span + j % page_size
-// (cpu::AttentionProblem::kv_pages). Only for keys read as stored (no rotation on load).
+// (detail::AttentionJob::kv_pages). Only for keys read as stored (no rotation on load).
 struct KvPages {
   std::span<const std::int32_t> pages;
   std::int64_t page_size = 1, page_span = 1;
   // An fp8 cache (non-zero): its e4m3 entries are widened × these as they load; args.k and args.v then
-  // count bytes (cpu::AttentionProblem::k_e4m3_scale).
+  // count bytes (detail::AttentionJob::k_e4m3_scale).
   float k_e4m3_scale = 0.0f, v_e4m3_scale = 0.0f;
 };
 void run_attention(const AttentionArgs& args, const AttentionOptions& options, const ResolvedAttention& resolved,

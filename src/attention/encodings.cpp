@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "rope/angles.hpp"
+#include "rope/attention_job.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {
@@ -19,6 +20,10 @@ void check_out_size(std::string_view what, std::size_t got, std::size_t want) {
 }
 
 }  // namespace
+
+float alibi_bias(float slope, std::int64_t query_position, std::int64_t key_position) {
+  return detail::alibi_logit_bias(slope, query_position, key_position);
+}
 
 void sinusoidal_encoding(std::span<const std::int64_t> positions, int dim, std::span<float> out, double base) {
   if (dim <= 0 || dim % 2 != 0) {

@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "cpu/parallel.hpp"
-#include "cpu/rotate.hpp"
-#include "rope/call.hpp"
+#include "call/prepare.hpp"
+#include "rope/backend.hpp"
+#include "rope/call_shape.hpp"
+#include "rope/parallel.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
@@ -69,10 +70,12 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
   const std::int64_t items = args.q.batch * args.k.heads;
   // The rotations, validated once (views, positions; the table pinned): each item rotates its
   // features with their coefficients through the token kernel, chosen once.
-  const RotateCall q_rotation = detail::prepare_call(rope, {.q = args.q, .positions = args.q_positions},
-                                                     detail::ViewUse::Read, {.q = "q", .positions = "q_positions"});
-  const RotateCall k_rotation = detail::prepare_call(rope, {.q = args.k, .positions = args.k_positions},
-                                                     detail::ViewUse::Read, {.q = "k", .positions = "k_positions"});
+  const RotateCall q_rotation =
+      detail::prepare(rope, {.q = args.q, .positions = args.q_positions},
+                      {.use = detail::ViewUse::Read, .names = {.q = "q", .positions = "q_positions"}});
+  const RotateCall k_rotation =
+      detail::prepare(rope, {.q = args.k, .positions = args.k_positions},
+                      {.use = detail::ViewUse::Read, .names = {.q = "k", .positions = "k_positions"}});
   const detail::TokenKernel rotate_token = cpu::select_token_kernel(DType::F32);
   const int threads = default_threads();
 
@@ -144,7 +147,7 @@ void linear_attention(const Rope& rope, const AttentionArgs& args, bool causal, 
     }
   };
 
-  cpu::parallel_items(
+  detail::parallel_items(
       int(std::min<std::int64_t>(threads, items)), items, [] { return 0; }, [&item](std::int64_t i, int&) { item(i); });
 }
 

@@ -14,8 +14,9 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "cpu/parallel.hpp"
-#include "cpu/rotate.hpp"
+#include "call/prepare.hpp"
+#include "rope/backend.hpp"
+#include "rope/parallel.hpp"
 #include "rope/reference.hpp"
 #include "rope/views.hpp"
 #include "ropekit/cpu.hpp"
@@ -105,9 +106,12 @@ struct PagedKvCache::State {
     std::vector<std::int64_t> steps;
     turn_keys(s, entries, [&](const Heads& view, std::int64_t, std::int64_t n) {
       steps.assign(std::size_t(n), magnitude);
-      rope.apply({.k = view,
-                  .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
-                  .direction = step < 0 ? Direction::Inverse : Direction::Forward});
+      detail::prepare(rope,
+                      {.k = view,
+                       .positions = ropekit::positions(std::span<const std::int64_t>(steps)),
+                       .direction = step < 0 ? Direction::Inverse : Direction::Forward},
+                      {.keep_plan = false})
+          .run();
     });
   }
 
@@ -174,8 +178,9 @@ struct PagedKvCache::State {
         }
         work = bshd(buffer.data(), DType::F32, 1, n, heads, d);
       }
-      old_rope.apply({.k = work, .positions = at, .direction = Direction::Inverse});
-      rope.apply({.k = work, .positions = at, .direction = Direction::Forward});
+      detail::prepare(old_rope, {.k = work, .positions = at, .direction = Direction::Inverse}, {.keep_plan = false})
+          .run();
+      detail::prepare(rope, {.k = work, .positions = at, .direction = Direction::Forward}, {.keep_plan = false}).run();
       if (view.dtype != DType::F32) {
         for (std::int64_t e = 0; e < n; ++e) {
           for (std::int64_t h = 0; h < heads; ++h) {
@@ -468,7 +473,7 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   // validated first as the call would), or unrotated.
   std::vector<std::int64_t> stored;
   if (st.storage == KeyStorage::ChunkRelative) {
-    detail::prepare_call(rope, {.k = args.k, .positions = args.positions}, detail::ViewUse::Read, {});
+    detail::prepare(rope, {.k = args.k, .positions = args.positions}, {.use = detail::ViewUse::Read});
     stored.resize(std::size_t(tokens));
     for (std::int64_t t = 0; t < tokens; ++t)
       stored[std::size_t(t)] = regime_key_position(st.regimes, 0, args.positions.at(0, t));
@@ -785,7 +790,7 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     const int threads = static_cast<int>(std::min<std::int64_t>(
         threads_for_bytes(options.threads > 0 ? options.threads : default_threads(), std::int64_t(k_bytes + v_bytes)),
         used_pages));
-    cpu::parallel_ranges(std::max(threads, 1), used_pages, [&](std::int64_t first, std::int64_t last) {
+    detail::parallel_ranges(std::max(threads, 1), used_pages, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t p = first; p < last; ++p) {
         gather_page(k_dst, true, p);
         gather_page(v_dst, false, p);

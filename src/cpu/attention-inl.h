@@ -1,4 +1,4 @@
-// src/cpu/attention-inl.h — the per-target softmax-attention driver (see attention.hpp): online
+// src/cpu/attention-inl.h — the per-target softmax-attention driver (rope/attention_job.hpp): online
 // softmax over key tiles with the RoPE rotation of each Q block and K tile inlined into its load.
 // Included once per Highway target by src/cpu/attention.cpp.
 //
@@ -24,15 +24,22 @@
 #include <memory>
 #include <vector>
 
-#include "cpu/attention.hpp"
-#include "cpu/parallel.hpp"
 #include "cpu/rotate-inl.h"
+#include "rope/attention_job.hpp"
+#include "rope/backend.hpp"
+#include "rope/parallel.hpp"
 #include "rope/reference.hpp"
-#include "ropekit/encodings.hpp"  // alibi_bias: the one definition of the ALiBi logit bias
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::AttentionJob;
+using detail::BiasKind;
+
+// Keys per tile. Tiles of many query rows are stored transposed (head_dim rows of kTileKeys floats)
+// so the scores of a query row against the tile are vector FMAs over keys, with no horizontal sums.
+inline constexpr int kTileKeys = 64;
+inline constexpr int kMaxRows = 64;  // query rows per online-softmax update
 
 // A group of query rows (the query heads sharing one kv head, at one token) against one key
 // tile. Keys come in one of two layouts: transposed (keys_t; scores are vertical FMAs, best when
@@ -235,7 +242,7 @@ struct ItemBuffers {
   std::vector<RowState> states;
   std::unique_ptr<Scratch> rotation;  // coefficients of the token being rotated (Scratch does not move)
 
-  explicit ItemBuffers(const AttentionProblem& p) {
+  explicit ItemBuffers(const AttentionJob& p) {
     const std::size_t rows = std::size_t(p.block_tokens * p.group);
     const std::size_t d = std::size_t(p.head_dim), dv = std::size_t(p.v_head_dim);
     rotated.resize(std::max<std::size_t>(std::size_t(p.group), 1) * d * 4);
@@ -281,10 +288,10 @@ HWY_INLINE void LoadRows(const detail::RotateJob* job, const Heads& view, std::i
   WidenRow(buf.rotated.data(), view.dtype, heads * d, dst);
 }
 
-HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64_t head, std::int64_t s, std::int64_t t,
+HWY_INLINE float BiasValue(const AttentionJob& p, std::int64_t b, std::int64_t head, std::int64_t s, std::int64_t t,
                            std::int64_t q_pos, std::int64_t k_pos) {
   switch (p.bias) {
-    case BiasKind::Alibi: return alibi_bias(p.alibi_slopes[head], q_pos, k_pos);
+    case BiasKind::Alibi: return detail::alibi_logit_bias(p.alibi_slopes[head], q_pos, k_pos);
     case BiasKind::RelativeBucket: {
       const std::int64_t r = std::clamp(k_pos - q_pos, -p.t5_range, p.t5_range);
       return p.t5_table[std::size_t(p.t5_lut[r + p.t5_range]) * p.q_heads + head];
@@ -301,7 +308,7 @@ HWY_INLINE float BiasValue(const AttentionProblem& p, std::int64_t b, std::int64
 
 // The rows of k and v that hold keys [k_first, k_first + keys): through the page table when the cache is
 // read in place (one division per tile), else the keys' own indices.
-HWY_INLINE void StoredRows(const AttentionProblem& p, std::int64_t k_first, int keys, std::int64_t* rows) {
+HWY_INLINE void StoredRows(const AttentionJob& p, std::int64_t k_first, int keys, std::int64_t* rows) {
   if (p.kv_pages == nullptr) {
     for (int j = 0; j < keys; ++j) rows[j] = k_first + j;
     return;
@@ -313,7 +320,7 @@ HWY_INLINE void StoredRows(const AttentionProblem& p, std::int64_t k_first, int 
   }
 }
 
-// Row (b, s, head) of an e4m3 view (AttentionProblem::k_e4m3_scale): strides in bytes.
+// Row (b, s, head) of an e4m3 view (AttentionJob::k_e4m3_scale): strides in bytes.
 HWY_INLINE const std::uint8_t* E4m3Row(const Heads& view, std::int64_t b, std::int64_t s, std::int64_t head) {
   return static_cast<const std::uint8_t*>(view.data) + b * view.batch_stride + s * view.seq_stride +
          head * view.head_stride;
@@ -323,8 +330,8 @@ HWY_INLINE const std::uint8_t* E4m3Row(const Heads& view, std::int64_t b, std::i
 // in the storage type and widened (e4m3: widened × scale), then transposed (padding keys zero) or kept as
 // rows (float32 keys that need no rotation are read in place). A rotation reads key k_first + j itself
 // (kv_pages is null then).
-HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, std::int64_t kv_head,
-                            std::int64_t k_first, int keys, const std::int64_t* rows, ItemBuffers& s) {
+HWY_INLINE void LoadKeyTile(const AttentionJob& p, int kt, std::int64_t b, std::int64_t kv_head, std::int64_t k_first,
+                            int keys, const std::int64_t* rows, ItemBuffers& s) {
   const detail::RotateJob* job = p.k_rotations[kt];
   const int d = p.head_dim;
   const float** k_rows = s.k_rows[kt].data();
@@ -349,7 +356,7 @@ HWY_INLINE void LoadKeyTile(const AttentionProblem& p, int kt, std::int64_t b, s
   }
 }
 
-void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first, ItemBuffers& s) {
+void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::int64_t q_first, ItemBuffers& s) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int d = p.head_dim, dv = p.v_head_dim;
   const std::int64_t tokens = std::min(p.block_tokens, p.q_seq - q_first);
@@ -553,8 +560,8 @@ void RunItem(const AttentionProblem& p, std::int64_t b, std::int64_t kv_head, st
 }
 
 // The whole call on this target: every item, on up to `threads` threads.
-void RunAttention(const AttentionProblem& p, int threads) {
-  parallel_items(
+void RunAttention(const AttentionJob& p, int threads) {
+  detail::parallel_items(
       threads, p.items(), [&p] { return ItemBuffers(p); },
       [&p](std::int64_t i, ItemBuffers& s) {
         const std::int64_t block = i % p.blocks, kv_head = (i / p.blocks) % p.kv_heads, b = i / (p.blocks * p.kv_heads);

@@ -1,4 +1,4 @@
-// Dispatch for the attention driver (see attention.hpp): Highway compiles attention-inl.h once per
+// Dispatch for the attention driver (cpu::run_attention, rope/backend.hpp): Highway compiles attention-inl.h once per
 // target; a call picks one target's RunAttention at the top and runs it throughout.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/attention.cpp"
@@ -15,8 +15,8 @@ namespace ropekit::cpu {
 
 HWY_EXPORT(RunAttention);
 
-void run_attention(const AttentionProblem& problem, int threads) {
-  HWY_DISPATCH_TABLE(RunAttention)[current_index()](problem, threads);
+void run_attention(const detail::AttentionJob& job, int threads) {
+  HWY_DISPATCH_TABLE(RunAttention)[current_index()](job, threads);
 }
 
 }  // namespace ropekit::cpu

@@ -32,8 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/rotate.hpp"
 #include "rope/angles.hpp"
+#include "rope/backend.hpp"
+#include "rope/call_shape.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/table.hpp"
 
@@ -956,7 +957,8 @@ HWY_INLINE void ConvertFrom(const typename From::T* src, DType from, std::int64_
     }
   }
   if (i < n) {
-    convert_to_cache_reference(src + i, from, n - i, static_cast<std::byte*>(dst) + i * element_size(to), to, scale);
+    detail::convert_to_cache_reference(src + i, from, n - i, static_cast<std::byte*>(dst) + i * element_size(to), to,
+                                       scale);
   }
 }
 
@@ -1021,7 +1023,7 @@ HWY_INLINE void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, 
       hn::StoreU(hn::Mul(hn::PromoteTo(d, half), factor), d, dst + i);
     }
   }
-  e4m3_widen_reference(src + i, n - i, scale, dst + i);
+  detail::e4m3_widen_reference(src + i, n - i, scale, dst + i);
 }
 
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
@@ -1064,7 +1066,7 @@ inline void ReferenceTokenPairRows(const RotateJob& job, std::int64_t token, con
 
 inline detail::TokenPairKernel TokenPairKernelFor(Pairing, bool) { return &ReferenceTokenPairRows; }
 
-inline CacheConvertKernel CacheConvertKernelFor(bool) { return &convert_to_cache_reference; }
+inline CacheConvertKernel CacheConvertKernelFor(bool) { return &detail::convert_to_cache_reference; }
 
 inline detail::TokenKernel TokenKernelFor(DType dtype, bool) {
   switch (dtype) {
@@ -1083,10 +1085,14 @@ HWY_INLINE void RotateTokenHeads(const RotateJob& job, const Heads& in, std::int
 inline void WidenRow(const void* src, DType dtype, std::int64_t n, float* dst) { detail::widen(src, dtype, n, dst); }
 
 inline void WidenE4m3(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
-  e4m3_widen_reference(src, n, scale, dst);
+  detail::e4m3_widen_reference(src, n, scale, dst);
 }
 
 #endif  // ROPEKIT_SIMD_KERNELS
+
+// Whether this target's rotation, angle-row and conversion kernels are the scalar reference
+// (cpu::rotates_with_reference).
+inline bool RotatesWithReference() { return !ROPEKIT_SIMD_KERNELS; }
 
 // e4m3 bytes to float32 × scale on this target (cpu::select_e4m3_widen_kernel).
 inline void E4m3Widen(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {

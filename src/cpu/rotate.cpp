@@ -1,5 +1,5 @@
-// The dispatching and threading half of the CPU rotation backend (see rotate.hpp). Highway compiles
-// this file once per target: each pass includes rotate-inl.h into that target's namespace; the
+// The dispatching and threading half of the CPU rotation backend (the entry points are declared in rope/backend.hpp).
+// Highway compiles this file once per target: each pass includes rotate-inl.h into that target's namespace; the
 // HWY_ONCE part holds the dispatch tables and the thread split.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rotate.cpp"
@@ -10,6 +10,7 @@
 
 #if HWY_ONCE
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,9 @@
 #include <cstring>
 
 #include "cpu/dispatch.hpp"
-#include "cpu/parallel.hpp"
+#include "rope/parallel.hpp"
 #include "ropekit/cpu.hpp"
+#include "ropekit/error.hpp"
 
 namespace ropekit::cpu {
 
@@ -29,6 +31,7 @@ HWY_EXPORT(CacheConvertKernelFor);
 HWY_EXPORT(E4m3Widen);
 HWY_EXPORT(FloatAngleRows);
 HWY_EXPORT(ExactAngleRows);
+HWY_EXPORT(RotatesWithReference);
 
 namespace {
 
@@ -77,10 +80,6 @@ CacheConvertKernel select_cache_convert_kernel() {
 
 E4m3WidenKernel select_e4m3_widen_kernel() { return HWY_DISPATCH_TABLE(E4m3Widen)[current_selection().index]; }
 
-void e4m3_widen_reference(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
-}
-
 void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin) {
   HWY_DISPATCH_TABLE(FloatAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
@@ -90,27 +89,6 @@ void exact_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, 
   HWY_DISPATCH_TABLE(ExactAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
 
-void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
-  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
-    std::memcpy(dst, src, static_cast<std::size_t>(n * element_size(from)));
-    return;
-  }
-  // In blocks through a float32 buffer on the stack: widen (exact), then one rounding.
-  constexpr std::int64_t kBlock = 256;
-  float buffer[kBlock];
-  for (std::int64_t first = 0; first < n; first += kBlock) {
-    const std::int64_t count = std::min(kBlock, n - first);
-    detail::widen(static_cast<const std::byte*>(src) + first * element_size(from), from, count, buffer);
-    void* out = static_cast<std::byte*>(dst) + first * element_size(to);
-    if (to == CacheDType::F8E4M3) {
-      auto* bytes = static_cast<std::uint8_t*>(out);
-      for (std::int64_t i = 0; i < count; ++i) bytes[i] = float_to_e4m3(buffer[i] / scale);
-    } else {
-      detail::narrow(buffer, count, static_cast<DType>(to), out);
-    }
-  }
-}
-
 detail::RowsKernel no_rows_kernel() { return &no_rows; }
 
 void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threads) {
@@ -118,7 +96,14 @@ void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threa
   const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(threads, job.bytes_moved), rows));
   // Contiguous row ranges: each thread streams through whole tokens of q and k. Every row is
   // computed by the same code whatever the split, so results do not depend on the thread count.
-  parallel_ranges(n, rows, [&](std::int64_t first, std::int64_t last) { kernel(job, first, last); });
+  detail::parallel_ranges(n, rows, [&](std::int64_t first, std::int64_t last) { kernel(job, first, last); });
+}
+
+bool rotates_with_reference(std::string_view name) {
+  for (const Target& target : available_targets()) {
+    if (target.name == name) return HWY_DISPATCH_TABLE(RotatesWithReference)[target.selection.index]();
+  }
+  throw Error(fmt::format("SIMD target {} is not one of this CPU's (ropekit::simd_targets())", name));
 }
 
 }  // namespace ropekit::cpu

@@ -139,4 +139,29 @@ void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const
   }
 }
 
+void e4m3_widen_reference(const std::uint8_t* src, std::int64_t n, float scale, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = e4m3_to_float(src[i]) * scale;
+}
+
+void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale) {
+  if (to != CacheDType::F8E4M3 && static_cast<int>(to) == static_cast<int>(from)) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n * element_size(from)));
+    return;
+  }
+  // In blocks through a float32 buffer on the stack: widen (exact), then one rounding.
+  constexpr std::int64_t kBlock = 256;
+  float buffer[kBlock];
+  for (std::int64_t first = 0; first < n; first += kBlock) {
+    const std::int64_t count = std::min(kBlock, n - first);
+    widen(static_cast<const std::byte*>(src) + first * element_size(from), from, count, buffer);
+    void* out = static_cast<std::byte*>(dst) + first * element_size(to);
+    if (to == CacheDType::F8E4M3) {
+      auto* bytes = static_cast<std::uint8_t*>(out);
+      for (std::int64_t i = 0; i < count; ++i) bytes[i] = float_to_e4m3(buffer[i] / scale);
+    } else {
+      narrow(buffer, count, static_cast<DType>(to), out);
+    }
+  }
+}
+
 }  // namespace ropekit::detail

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "ropekit/call.hpp"
+#include "rope/call_shape.hpp"
 #include "ropekit/dtype.hpp"
 
 namespace ropekit::detail {
@@ -48,5 +48,13 @@ void rotate_rows_reference(const RotateJob& job, std::int64_t first, std::int64_
 // consumers that rotate rows into their own buffers (fused attention, linear attention) use this.
 void rotate_token_rows_reference(const RotateJob& job, std::int64_t token, const void* src, std::int64_t src_stride,
                                  void* dst, std::int64_t dst_stride, std::int64_t heads, DType dtype);
+
+// n lanes of storage type `from` into cache elements of type `to` (ropekit::convert_to_cache's
+// specification): the same type copied, else widened exactly and rounded once; fp8 as
+// float_to_e4m3(x / scale).
+void convert_to_cache_reference(const void* src, DType from, std::int64_t n, void* dst, CacheDType to, float scale);
+// n e4m3 bytes to float32, each e4m3_to_float(b) · scale (exact, then one rounding): how an fp8 cache's
+// entries are read.
+void e4m3_widen_reference(const std::uint8_t* src, std::int64_t n, float scale, float* dst);
 
 }  // namespace ropekit::detail

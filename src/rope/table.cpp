@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "cpu/rotate.hpp"
 #include "rope/angles.hpp"
+#include "rope/backend.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/table.hpp"
 

@@ -22,6 +22,24 @@ std::string_view to_string(DType dtype) {
   return "unknown";
 }
 
+std::string_view to_string(CacheDType dtype) {
+  switch (dtype) {
+    case CacheDType::F32: return "f32";
+    case CacheDType::BF16: return "bf16";
+    case CacheDType::F16: return "f16";
+    case CacheDType::F8E4M3: return "f8e4m3";
+  }
+  return "(invalid CacheDType)";
+}
+
+std::string_view to_string(PageLayout layout) {
+  switch (layout) {
+    case PageLayout::NHD: return "NHD";
+    case PageLayout::HND: return "HND";
+  }
+  return "(invalid PageLayout)";
+}
+
 Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
   return {data, dtype, batch, seq, heads, seq * heads * head_dim, heads * head_dim, head_dim};
 }

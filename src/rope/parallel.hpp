@@ -1,4 +1,4 @@
-// src/cpu/parallel.hpp — the library's threads: OpenMP over independent pieces of work. Without
+// src/rope/parallel.hpp — the library's threads: OpenMP over independent pieces of work. Without
 // OpenMP (clang without libomp) everything runs on the calling thread; results never depend on the
 // split.
 #pragma once
@@ -12,7 +12,7 @@
 #include <omp.h>
 #endif
 
-namespace ropekit::cpu {
+namespace ropekit::detail {
 
 // Runs f(first, last) over [0, n) split into `threads` contiguous ranges (one per thread, sizes
 // differing by at most one). f must not throw.
@@ -73,4 +73,4 @@ void parallel_items(int threads, std::int64_t items, MakeState make_state, Body 
   for (std::int64_t i = 0; i < items; ++i) body(i, state);
 }
 
-}  // namespace ropekit::cpu
+}  // namespace ropekit::detail

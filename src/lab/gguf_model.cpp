@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "config/gguf_format.hpp"
-#include "model/loader.hpp"
+#include "lab/loader.hpp"
 #include "ropekit/dtype.hpp"
 #include "ropekit/error.hpp"
 

@@ -1,22 +1,23 @@
-// src/cpu/attention.hpp — the CPU softmax-attention driver: the whole tile loop per SIMD target
-// (src/cpu/attention-inl.h), chosen once per call, with the RoPE rotation of Q blocks and K tiles
-// inlined into their loads (gemma.cpp's layering: dispatch at the top, nothing per tile).
-//
-// The consumer (src/attention/attention.cpp) validates the arguments, prepares the rotations and
-// schedules the work; this backend reads plain data only.
+// src/rope/attention_job.hpp — the attention call shape: one softmax-attention call, resolved by the
+// engine (src/attention/attention.cpp validates the arguments, prepares the rotations and schedules
+// the work) into plain data that a backend's tile loop reads (the CPU's: src/cpu/attention-inl.h,
+// cpu::run_attention in rope/backend.hpp). Internal: it may change with any commit.
 #pragma once
 
 #include <array>
 #include <cstdint>
 
-#include "rope/call.hpp"
+#include "rope/call_shape.hpp"
 
-namespace ropekit::cpu {
+namespace ropekit::detail {
 
-// Keys per tile. Tiles of many query rows are stored transposed (head_dim rows of kTileKeys floats)
-// so the scores of a query row against the tile are vector FMAs over keys, with no horizontal sums.
-inline constexpr int kTileKeys = 64;
-inline constexpr int kMaxRows = 64;  // query rows per online-softmax update
+// ALiBi's logit bias −slope · |q − k| (Press et al. 2022), in float32 as slope · float(|q − k|): exact for
+// |q − k| < 2^24. The one definition: the tile loop evaluates it per logit, ropekit::alibi_bias
+// (ropekit/encodings.hpp) returns it.
+inline float alibi_logit_bias(float slope, std::int64_t query_position, std::int64_t key_position) {
+  const std::int64_t distance = query_position - key_position;
+  return -slope * float(distance < 0 ? -distance : distance);
+}
 
 enum class BiasKind { None, Alibi, RelativeBucket, Dense };
 
@@ -42,7 +43,7 @@ struct RegimeRule {
 
 // One attention call, resolved. Work items are (batch b, kv head, block of block_tokens query
 // tokens): item i is block i % blocks of kv head (i / blocks) % kv_heads of batch i / (blocks·kv_heads).
-struct AttentionProblem {
+struct AttentionJob {
   Heads q, k, v, out;
   // Rotations applied on load (RoPE fused): the prepared calls over all of q / k, whose rows are
   // rotated into thread-local buffers exactly as RotateCall::run() would write them. Null: as stored.
@@ -87,8 +88,4 @@ struct AttentionProblem {
   std::int64_t items() const { return batch * kv_heads * blocks; }
 };
 
-// Runs every item on up to `threads` threads (>= 1), on the SIMD target calls run on now (read
-// once). Items write disjoint output rows, so results do not depend on the thread count.
-void run_attention(const AttentionProblem& problem, int threads);
-
-}  // namespace ropekit::cpu
+}  // namespace ropekit::detail

@@ -8,7 +8,7 @@
 #include <queue>
 
 #include "config/gguf_format.hpp"
-#include "model/loader.hpp"
+#include "lab/loader.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {

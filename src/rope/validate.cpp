@@ -1,10 +1,11 @@
 // Validation of one rotation call and its flattening into the call shape the kernels read.
-#include "rope/call.hpp"
+#include "rope/validate.hpp"
 
 #include <fmt/format.h>
 
 #include <array>
 
+#include "rope/call_shape.hpp"
 #include "rope/views.hpp"
 #include "ropekit/error.hpp"
 
@@ -32,7 +33,7 @@ std::int64_t check_output(const Heads& in, const Heads& out, std::string_view in
 
 }  // namespace
 
-CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use, const CallNames& names) {
+CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse use, const CallNames& names) {
   const int d = map.head_dim;
   if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
   if (args.direction != Direction::Forward && args.direction != Direction::Inverse &&
@@ -83,15 +84,18 @@ CallShape validate_call(const RotateArgs& args, const PairMap& map, ViewUse use,
     require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
   }
 
-  CallShape shape;
+  CheckedCall checked(args, use);
+  checked.q_extent_ = q_extent;
+  checked.k_extent_ = k_extent;
+  CallShape& shape = checked.shape_;
   shape.tokens = !args.q.empty() ? args.q.tokens() : (!args.k.empty() ? args.k.tokens() : 0);
   const auto written = [d](const Heads& v) { return v.tokens() * v.heads * d * element_size(v.dtype); };
   if (q_out) shape.bytes_written += written(args.q_out);
   if (k_out) shape.bytes_written += written(args.k_out);
-  if (shape.tokens == 0) return shape;
+  if (shape.tokens == 0) return checked;
 
   shape.max_position = check_positions(args.positions, names.positions, shape.tokens, map.num_axes);
-  return shape;
+  return checked;
 }
 
 void make_job(RotateJob& job, const PairMap& map, const Plan& plan, const CallShape& shape, const Table* table,

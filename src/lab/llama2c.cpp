@@ -7,7 +7,7 @@
 #include <fstream>
 #include <limits>
 
-#include "model/loader.hpp"
+#include "lab/loader.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit {
