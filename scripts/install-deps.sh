@@ -13,7 +13,8 @@ packages=(
   libplplot-dev       # PLplot (SVG driver): `ropekit decay --svg`, `ropekit eval --svg`
   libopenblas-dev     # OpenBLAS: the model runner's matrix products
   libgtest-dev libgmock-dev
-  clang libclang-rt-dev  # libFuzzer targets for the config.json, GGUF and .npy parsers
+  clang libclang-rt-dev  # libFuzzer targets for the parsers of untrusted bytes
+  clang-format clang-tidy  # scripts/check-format.sh (the test command), scripts/tidy.sh
   # The Python module (python/): pybind11, Debian's Python 3.11 headers, pip + setuptools + wheel to
   # install it, NumPy and PyTorch (CPU) for its arrays, pytest + Hypothesis for its tests, matplotlib
   # for examples/python.

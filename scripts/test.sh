@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, then configures, builds and runs ctest for the
-# release preset, the dev preset (Debug + AddressSanitizer + UndefinedBehaviorSanitizer) and the
-# fuzz preset (clang libFuzzer targets for the three parsers, 20 s each with ASan + UBSan).
-# Every test reads the repository's own data (tests/data/, models/, data/): a clone alone passes.
+# The whole test suite, as CI runs it (.ci/run): installs dependencies, checks that the tree is formatted
+# (and has no "../" includes), then configures, builds and runs ctest (two jobs) for
+#   release  optimised, -Werror, with the Python module: every label (unit, target, slow, python, package)
+#   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror
+#   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
+# and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
+# data/): a clone alone passes. After a change, the quick tier is `cmake --workflow --preset quick`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-cmake --workflow --preset release
-cmake --workflow --preset dev
-cmake --workflow --preset fuzz
+timings=()
+part() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-8s %4d s' "$name" $((SECONDS - start)))")
+}
+part format ./scripts/check-format.sh
+part release cmake --workflow --preset release
+part dev cmake --workflow --preset dev
+part fuzz cmake --workflow --preset fuzz
+echo "test.sh: every part passed in $SECONDS s:"
+printf '  %s\n' "${timings[@]}"

@@ -137,7 +137,7 @@ int t5_oracle(int num_buckets, int max_distance, bool bidirectional, std::int64_
 
 TEST(T5, BucketsMatchTheBoundarySearch) {
   for (const bool bidirectional : {true, false}) {
-    for (const auto [buckets, distance] :
+    for (const auto& [buckets, distance] :
          {std::pair{32, 128}, std::pair{16, 64}, std::pair{64, 1000}, std::pair{8, 20}}) {
       const T5Buckets b{buckets, distance, bidirectional};
       for (std::int64_t rel = -3000; rel <= 3000; ++rel) {

@@ -67,8 +67,8 @@ class Writer {
   }
 
   std::vector<std::byte> bytes(std::uint32_t version = 3, std::size_t alignment = 32) const {
-    std::vector<std::byte> out;
-    out.insert(out.end(), {std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}});
+    // Built from the magic, not inserted into an empty vector: GCC 12's -Wstringop-overflow misreads that.
+    std::vector<std::byte> out{std::byte{'G'}, std::byte{'G'}, std::byte{'U'}, std::byte{'F'}};
     put(out, version);
     put(out, std::uint64_t{tensors_.size()});
     put(out, kv_count_);

@@ -351,7 +351,9 @@ TEST(ModelPositions, EveryCorpusConfigReadsAndEveryLayerHasOneGroup) {
     for (const LayerPositions& g : m.groups) {
       for (int l : g.layers) ++seen[std::size_t(l)];
       if (g.encoding == PositionEncoding::Rope) (void)ropekit::make_plan(g.spec, 1 << 20);
-      if (g.attention) EXPECT_GT(g.softmax_scale, 0.0) << entry.path();
+      if (g.attention) {
+        EXPECT_GT(g.softmax_scale, 0.0) << entry.path();
+      }
     }
     EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), m.num_layers) << entry.path();
     EXPECT_EQ(m.layer_types.size(), std::size_t(m.num_layers));

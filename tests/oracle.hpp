@@ -18,7 +18,8 @@
 namespace oracle {
 
 inline void cos_sin(std::int64_t position, double inv_freq, double* c, double* s) {
-  const __float128 two_pi = 2 * M_PIq;
+  // π rounded to __float128 (M_PIq's value; that macro's Q-suffixed literal is an error under -Wpedantic).
+  static const __float128 two_pi = 2 * strtoflt128("3.14159265358979323846264338327950288419716939937510", nullptr);
   __float128 angle = static_cast<__float128>(position) * static_cast<__float128>(inv_freq);
   angle = fmodq(angle, two_pi);
   *c = static_cast<double>(cosq(angle));

@@ -430,7 +430,9 @@ TEST_P(Regimes, ShiftAndEraseKeepTheRegimeSemantics) {
     std::vector<float> want(out.size());
     attention(rope, shifted.view(shifted.q, 2), positions(shifted.pos), fresh,
               bshd(want.data(), DType::F32, 1, 90, 2, 16));
-    if (!std::holds_alternative<regimes::DualChunk>(method.regimes)) EXPECT_EQ(out, want);
+    if (!std::holds_alternative<regimes::DualChunk>(method.regimes)) {
+      EXPECT_EQ(out, want);
+    }
   }
 }
 

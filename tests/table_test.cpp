@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "oracle.hpp"
+#include "rope/call_shape.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -163,13 +164,32 @@ TEST(Table, RopeGrowsOnDemandAndSharesAcrossThreads) {
 }
 
 // A few tokens at 10^9 must not build a table of 10^9 rows (it would need 256 GiB).
+// Two tokens near position 10^9: the call computes their angles on the fly — it reads no table and
+// builds none (a table reaching them would be 10^9 rows) — and the rotation keeps the accuracy
+// contract there (ropekit/call.hpp: within 3e-7·‖pair‖ of the exact rotation, the __float128 oracle).
 TEST(Table, HugePositionsAreComputedOnTheFly) {
   const Rope rope(spec_for(1e4, 128));
-  std::vector<float> q(2 * 128, 0.5f);
+  std::vector<float> q(2 * 128);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * float(i)) + 0.25f;
+  const std::vector<float> input = q;
   const std::int64_t pos[] = {1000000000, 1000000005};
-  rope.apply({.q = bshd(q.data(), DType::F32, 1, 2, 1, 128), .positions = positions(pos)});
-  EXPECT_LE(rope.table(0)->num_positions(), 4096);
-  EXPECT_TRUE(std::isfinite(q[0]));
+  const RotateArgs args{.q = bshd(q.data(), DType::F32, 1, 2, 1, 128), .positions = positions(pos)};
+  const RotateCall call = rope.prepare(args);
+  EXPECT_EQ(call.job().table, nullptr) << "the call reads a table";
+  EXPECT_NE(call.job().angles, nullptr);
+  EXPECT_EQ(rope.table(0)->num_positions(), 0) << "two tokens built a table";
+  call.run();
+  const std::vector<double>& inv_freq = rope.plan().inv_freq;
+  for (int t = 0; t < 2; ++t) {
+    for (std::size_t j = 0; j < 64; ++j) {
+      double c, s;
+      oracle::cos_sin(pos[t], inv_freq[j], &c, &s);
+      const double a = input[t * 128 + j], b = input[t * 128 + j + 64];
+      const double bound = 3e-7 * std::hypot(a, b);
+      EXPECT_NEAR(q[t * 128 + j], a * c - b * s, bound) << "token " << t << " pair " << j;
+      EXPECT_NEAR(q[t * 128 + j + 64], b * c + a * s, bound) << "token " << t << " pair " << j;
+    }
+  }
 }
 
 // The table grows only when that is cheap next to the call: one decode token at position 10^6

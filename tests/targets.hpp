@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "rope/backend.hpp"
 #include "ropekit/cpu.hpp"
 
 namespace targets {
@@ -15,6 +16,25 @@ class PerTarget : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { ropekit::set_simd_target(GetParam()); }
   void TearDown() override { ropekit::set_simd_target(""); }
+};
+
+// Whether the target's rotation, angle-row and conversion kernels are the scalar reference itself
+// (targets without FMA: SSSE3, SSE4, EMU128), so that comparing them with the reference proves nothing.
+inline bool kernels_are_the_reference(const std::string& target) {
+  return ropekit::cpu::rotates_with_reference(target);
+}
+
+// A per-target fixture for tests that compare a target's kernels with the scalar reference: skipped,
+// with the reason, on targets whose kernels are the reference (the attention driver, by contrast, is
+// per-target code on every target, so its fixtures derive from PerTarget).
+class AgainstReference : public PerTarget {
+ protected:
+  void SetUp() override {
+    PerTarget::SetUp();
+    if (kernels_are_the_reference(GetParam())) {
+      GTEST_SKIP() << GetParam() << " rotates with the scalar reference itself: nothing to compare it with";
+    }
+  }
 };
 
 inline std::string target_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }

@@ -278,7 +278,7 @@ std::vector<Case> eval_cases() {
   with([](Case& c) { c.seq = c.k_seq = 300; });
   with([](Case& c) { c.seq = 1, c.k_seq = 4100, c.q_offset = 4100; });  // decode after 4100 keys
   with([](Case& c) { c.seq = 70, c.k_seq = 570, c.q_offset = 500; });   // a chunk after a prefix
-  for (const std::pair<int, int> heads : {std::pair{4, 4}, std::pair{6, 2}, std::pair{8, 1}}) {
+  for (const std::pair<int, int>& heads : {std::pair{4, 4}, std::pair{6, 2}, std::pair{8, 1}}) {
     with([&](Case& c) { c.q_heads = heads.first, c.k_heads = heads.second; });  // GQA, MQA, MHA
   }
   with([](Case& c) { c.causal = false, c.batch = 2, c.seq = 40, c.k_seq = 90; });

@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 
 #include "ropekit/pair_map.hpp"
 #include "ropekit/tensor.hpp"
@@ -69,13 +68,18 @@ struct PrepareAccess;  // the prepare path (src/call/prepare.hpp), the one place
 class RotateCall {
  public:
   RotateCall() noexcept;  // an empty call: rows() == 0
+  RotateCall(const RotateCall& other) noexcept;
+  RotateCall(RotateCall&& other) noexcept;
+  RotateCall& operator=(const RotateCall& other) noexcept;
+  RotateCall& operator=(RotateCall&& other) noexcept;
+  ~RotateCall();
 
   // (token, head) rows of the call: tokens × (q heads + k heads).
   std::int64_t rows() const { return rows_; }
   // Rotates rows [first, last); requires 0 ≤ first ≤ last ≤ rows() (not checked). Disjoint ranges may
   // run concurrently from any threads.
   void run(std::int64_t first, std::int64_t last) const noexcept {
-    if (first < last) kernel_(job(), first, last);
+    if (first < last) kernel_(*job_, first, last);
   }
   // Every row, on the library's threads: RotateArgs::threads (0: ropekit::default_threads()), fewer for
   // small calls (ropekit::threads_for_bytes).
@@ -96,9 +100,7 @@ class RotateCall {
 
   // The resolved call as the backends read it (src/rope/call_shape.hpp; internal, for ropekit's own
   // consumers and tests).
-  const detail::RotateJob& job() const noexcept {
-    return *std::launder(reinterpret_cast<const detail::RotateJob*>(job_storage_));
-  }
+  const detail::RotateJob& job() const noexcept { return *job_; }
 
  private:
   friend struct detail::PrepareAccess;
@@ -106,9 +108,11 @@ class RotateCall {
   explicit RotateCall(const RotateArgs& args) noexcept;
   // The job lives in the call itself, not behind a pointer: a decode step's prepare is a few hundred
   // nanoseconds, and an allocation would be a tenth of it. Its type is internal, so the public header
-  // holds only its bytes; src/call/rope.cpp checks that it fits and is trivially copyable.
+  // holds only its bytes and a pointer to the job made in them (src/call/prepare.cpp checks that it fits
+  // and copies as bytes; copies and moves point their own at their own bytes).
   static constexpr std::size_t kJobBytes = 448;
   alignas(8) std::byte job_storage_[kJobBytes];
+  detail::RotateJob* job_;
   std::int64_t rows_ = 0;
   detail::RowsKernel kernel_ = nullptr;
   std::shared_ptr<const void> plan_pin_;    // the Rope state the job points into (map, angles)

@@ -24,7 +24,7 @@ static_assert(std::is_trivially_copyable_v<detail::RotateJob> && std::is_trivial
 namespace detail {
 
 struct PrepareAccess {
-  static RotateJob& job(RotateCall& call) { return *std::launder(reinterpret_cast<RotateJob*>(call.job_storage_)); }
+  static RotateJob& job(RotateCall& call) { return *call.job_; }
 
   static RotateCall resolve(const Rope& rope, const CheckedCall& checked, const PrepareOptions& options) {
     const Rope::State& state = *rope.state_;
@@ -128,11 +128,58 @@ RotateCall prepare(const Rope& rope, const CheckedCall& checked, const PrepareOp
 
 }  // namespace detail
 
-RotateCall::RotateCall() noexcept { ::new (static_cast<void*>(job_storage_)) detail::RotateJob{}; }
+namespace {
+// The job in a call's bytes: made there by placement new (or copied there as bytes, which a trivially
+// copyable type allows).
+detail::RotateJob* job_in(std::byte* storage) { return std::launder(reinterpret_cast<detail::RotateJob*>(storage)); }
+}  // namespace
 
-RotateCall::RotateCall(const RotateArgs& args) noexcept {
-  ::new (static_cast<void*>(job_storage_)) detail::RotateJob{args};
+RotateCall::RotateCall() noexcept : job_(::new (static_cast<void*>(job_storage_)) detail::RotateJob{}) {}
+
+RotateCall::RotateCall(const RotateArgs& args) noexcept
+    : job_(::new (static_cast<void*>(job_storage_)) detail::RotateJob{args}) {}
+
+RotateCall::RotateCall(const RotateCall& other) noexcept
+    : rows_(other.rows_),
+      kernel_(other.kernel_),
+      plan_pin_(other.plan_pin_),
+      table_pin_(other.table_pin_),
+      table_given_(other.table_given_),
+      tables_(other.tables_) {
+  std::memcpy(job_storage_, other.job_storage_, sizeof(detail::RotateJob));
+  job_ = job_in(job_storage_);
 }
+
+RotateCall::RotateCall(RotateCall&& other) noexcept
+    : rows_(other.rows_),
+      kernel_(other.kernel_),
+      plan_pin_(std::move(other.plan_pin_)),
+      table_pin_(std::move(other.table_pin_)),
+      table_given_(other.table_given_),
+      tables_(std::move(other.tables_)) {
+  std::memcpy(job_storage_, other.job_storage_, sizeof(detail::RotateJob));
+  job_ = job_in(job_storage_);
+}
+
+RotateCall& RotateCall::operator=(const RotateCall& other) noexcept {
+  if (this != &other) *this = RotateCall(other);
+  return *this;
+}
+
+RotateCall& RotateCall::operator=(RotateCall&& other) noexcept {
+  if (this == &other) return *this;
+  std::memcpy(job_storage_, other.job_storage_, sizeof(detail::RotateJob));
+  job_ = job_in(job_storage_);
+  rows_ = other.rows_;
+  kernel_ = other.kernel_;
+  plan_pin_ = std::move(other.plan_pin_);
+  table_pin_ = std::move(other.table_pin_);
+  table_given_ = other.table_given_;
+  tables_ = std::move(other.tables_);
+  return *this;
+}
+
+RotateCall::~RotateCall() = default;
 
 void RotateCall::set_positions(Positions positions) { detail::PrepareAccess::set_positions(*this, positions); }
 

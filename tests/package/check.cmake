@@ -1,6 +1,8 @@
-# ctest's package.find_package: installs the build tree into a fresh prefix, configures and builds
-# tests/package against it with find_package(ropekit), and runs the consumer (which prints "ok").
-#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -DCXX_FLAGS=... -P check.cmake
+# ctest's package.* tests: installs the build tree into a fresh prefix, configures and builds tests/package
+# against it with find_package(ropekit), and runs the consumer (which prints "ok"). CONSUMER=core also
+# checks that the core-only consumer neither found nor links OpenBLAS or nlohmann-json.
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -DCXX_FLAGS=...
+#         -DCONSUMER=core|all -P check.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -11,10 +13,24 @@ function(run)
 endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
-    "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
-run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+    "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+    "-DROPEKIT_CONSUMER=${CONSUMER}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build" --verbose)
+set(build_log "${last_output}")
 run("${WORK_DIR}/build/consumer")
 if(NOT last_output MATCHES "\nok\n")
   message(FATAL_ERROR "the consumer did not print ok:\n${last_output}")
 endif()
 message(STATUS "${last_output}")
+if(CONSUMER STREQUAL "core")
+  file(READ "${WORK_DIR}/build/CMakeCache.txt" cache)
+  foreach(forbidden openblas OPENBLAS nlohmann_json)
+    if(cache MATCHES "${forbidden}")
+      message(FATAL_ERROR "the core-only consumer's configure found ${forbidden}")
+    endif()
+    if(build_log MATCHES "${forbidden}")
+      message(FATAL_ERROR "the core-only consumer's build mentions ${forbidden}:\n${build_log}")
+    endif()
+  endforeach()
+  message(STATUS "core-only consumer: no OpenBLAS, no nlohmann-json in its configure or on its command lines")
+endif()

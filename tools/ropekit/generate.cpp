@@ -87,7 +87,8 @@ void generate(const GenerateOptions& o, Streams io) {
   const double decode_s = std::chrono::duration<double>(clock::now() - decode_start).count();
   io.out << "\n";
   if (decoded > 0) {
-    fmt::print(io.err, "achieved tok/s: {:.1f} (decode: {} tokens in {:.3f} s", decoded / decode_s, decoded, decode_s);
+    fmt::print(io.err, "achieved tok/s: {:.1f} (decode: {} tokens in {:.3f} s", static_cast<double>(decoded) / decode_s,
+               decoded, decode_s);
     if (forced > 0) fmt::print(io.err, "; prompt: {} tokens in one batch, {:.3f} s", forced, prefill_s);
     fmt::print(io.err, ")\n");
   }

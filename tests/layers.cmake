@@ -1,0 +1,52 @@
+# ctest's package.layers_include_roots: the include roots cmake/Layers.cmake gives each layer keep the
+# layering, both ways.
+#   cmake -DSOURCE_DIR=<repo> -DROOTS=<build>/include-roots -DCXX=<c++> -DLAYERS="<layer>=<folder>,... ..."
+#         -P layers.cmake
+# For each layer: every header of every folder it may read preprocesses with only include/ and the
+# layer's root on the include path (a header that reached a forbidden folder would fail here), and one
+# header of every other src/ folder that has headers is not found.
+cmake_minimum_required(VERSION 3.25)
+file(GLOB folders LIST_DIRECTORIES true RELATIVE "${SOURCE_DIR}/src" "${SOURCE_DIR}/src/*")
+set(probe "${CMAKE_CURRENT_BINARY_DIR}/layers-probe.cpp")
+separate_arguments(layers UNIX_COMMAND "${LAYERS}")
+set(checked 0)
+foreach(entry IN LISTS layers)
+  string(REPLACE "=" ";" parts "${entry}")
+  list(GET parts 0 layer)
+  list(GET parts 1 reads)
+  string(REPLACE "," ";" reads "${reads}")
+  foreach(folder IN LISTS folders)
+    if(NOT IS_DIRECTORY "${SOURCE_DIR}/src/${folder}")
+      continue()
+    endif()
+    file(GLOB headers RELATIVE "${SOURCE_DIR}/src" "${SOURCE_DIR}/src/${folder}/*.hpp" "${SOURCE_DIR}/src/${folder}/*.h")
+    if(NOT headers)
+      continue()
+    endif()
+    list(SORT headers)
+    if(folder IN_LIST reads)
+      set(expect_found TRUE)
+    else()
+      set(expect_found FALSE)
+      list(GET headers 0 headers)  # the first error is the missing file itself
+    endif()
+    foreach(header IN LISTS headers)
+      file(WRITE "${probe}" "#include \"${header}\"\n")
+      execute_process(COMMAND "${CXX}" -std=gnu++20 -E -o /dev/null "-I${SOURCE_DIR}/include" "-I${ROOTS}/${layer}"
+                              "${probe}" RESULT_VARIABLE code ERROR_VARIABLE err OUTPUT_QUIET)
+      if(expect_found AND NOT code EQUAL 0)
+        message(FATAL_ERROR "${layer} may read src/${folder}/ but ${header} does not preprocess on its include path:\n${err}")
+      endif()
+      if(NOT expect_found)
+        if(code EQUAL 0)
+          message(FATAL_ERROR "${layer} may not read src/${folder}/, yet ${header} is found on its include path")
+        endif()
+        if(NOT err MATCHES "No such file or directory")
+          message(FATAL_ERROR "${layer}: ${header} failed for another reason than not being found:\n${err}")
+        endif()
+      endif()
+      math(EXPR checked "${checked} + 1")
+    endforeach()
+  endforeach()
+endforeach()
+message(STATUS "layers: ${checked} includes checked")
