@@ -1,6 +1,6 @@
-// The dispatching and threading half of the CPU rotation backend (the entry points are declared in rope/backend.hpp).
-// Highway compiles this file once per target: each pass includes rotate-inl.h into that target's namespace; the
-// HWY_ONCE part holds the dispatch tables and the thread split.
+// The rotation entry points of the CPU backend (declared in rope/backend.hpp): Highway compiles this file
+// once per target, each pass including rotate-inl.h into that target's namespace; the HWY_ONCE part holds
+// the dispatch tables, the memory policy and the thread split.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rotate.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -27,10 +27,6 @@ namespace ropekit::cpu {
 HWY_EXPORT(RotateKernelFor);
 HWY_EXPORT(TokenKernelFor);
 HWY_EXPORT(TokenPairKernelFor);
-HWY_EXPORT(CacheConvertKernelFor);
-HWY_EXPORT(E4m3Widen);
-HWY_EXPORT(FloatAngleRows);
-HWY_EXPORT(ExactAngleRows);
 HWY_EXPORT(RotatesWithReference);
 
 namespace {
@@ -71,22 +67,6 @@ detail::TokenKernel select_token_kernel(DType dtype) {
 detail::TokenPairKernel select_token_pair_kernel(Pairing pairing) {
   const Selection target = current_selection();
   return HWY_DISPATCH_TABLE(TokenPairKernelFor)[target.index](pairing, target.native_bf16);
-}
-
-CacheConvertKernel select_cache_convert_kernel() {
-  const Selection target = current_selection();
-  return HWY_DISPATCH_TABLE(CacheConvertKernelFor)[target.index](target.native_bf16);
-}
-
-E4m3WidenKernel select_e4m3_widen_kernel() { return HWY_DISPATCH_TABLE(E4m3Widen)[current_selection().index]; }
-
-void angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, float* cos, float* sin) {
-  HWY_DISPATCH_TABLE(FloatAngleRows)[current_selection().index](angles, first, count, cos, sin);
-}
-
-void exact_angle_rows(const detail::AngleEvaluator& angles, std::int64_t first, std::int64_t count, double* cos,
-                      double* sin) {
-  HWY_DISPATCH_TABLE(ExactAngleRows)[current_selection().index](angles, first, count, cos, sin);
 }
 
 detail::RowsKernel no_rows_kernel() { return &no_rows; }
