@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "expect_error.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -61,6 +62,56 @@ TEST(Dtype, Names) {
   EXPECT_EQ(to_string(DType::BF16), "bfloat16");
   EXPECT_EQ(element_size(DType::F32), 4);
   EXPECT_EQ(to_string(AngleMode::HfCompat), "hf_compat");
+}
+
+// The variant descriptions (ropekit/variants.hpp) drive names, validation and the readers' keys: one
+// description per variant, found by its name; the fields a value yields are its description's, in order;
+// a bad value of a described field is refused naming "<rope_type>.<key>", as the description's rule says.
+TEST(Variants, EachIsDescribedOnceAndItsFieldsDriveValidation) {
+  const std::vector<Scaling> one_of_each = {
+      scaling::None{},
+      scaling::Linear{2.0},
+      scaling::Ntk{2.0},
+      scaling::DynamicNtk{2.0, 4096},
+      scaling::Yarn{.factor = 4.0, .original_max_position_embeddings = 4096},
+      scaling::Llama3{8.0, 1.0, 4.0, 8192},
+      scaling::LongRope{std::vector<double>(32, 1.0), std::vector<double>(32, 2.0), 4096, 32.0, std::nullopt},
+      scaling::Proportional{0.25, 1.0},
+      scaling::FreqFactors{std::vector<double>(32, 1.0)},
+      scaling::QwenDynamicNtk{8192},
+  };
+  ASSERT_EQ(one_of_each.size(), variant_infos().size());
+  for (const Scaling& scaling : one_of_each) {
+    const VariantInfo& info = variant_info(scaling);
+    SCOPED_TRACE(std::string(info.name));
+    EXPECT_EQ(variant_infos()[scaling.index()], &info);
+    EXPECT_EQ(find_variant(info.name), &info);
+    EXPECT_EQ(rope_type_name(scaling), info.name);
+    EXPECT_FALSE(info.formula.empty());
+    std::vector<std::string_view> keys;
+    for_each_field(scaling, [&](const FieldInfo& field, const FieldValue&) { keys.push_back(field.key); });
+    ASSERT_EQ(keys.size(), info.fields.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], info.fields[i].key);
+    const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Half, .scaling = scaling};
+    EXPECT_NO_THROW(spec.validate());
+  }
+  EXPECT_EQ(find_variant("no_such_type"), nullptr);
+  // Defaults live in the structs (written once) and the description says which fields have them.
+  EXPECT_EQ(scaling::Yarn{}.beta_fast, 32.0);
+  EXPECT_EQ(find_variant("yarn")->fields[2].key, "beta_fast");
+  EXPECT_EQ(find_variant("yarn")->fields[2].presence, Presence::Default);
+  // Each rule, by the field's name.
+  Spec bad{.head_dim = 64, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Half};
+  bad.scaling = scaling::Yarn{.factor = -1.0, .original_max_position_embeddings = 4096};
+  EXPECT_ERROR(bad.validate(), "yarn.factor = -1: must be a finite number > 0");
+  bad.scaling = scaling::Yarn{.factor = 4.0, .original_max_position_embeddings = 4096, .mscale = -0.5};
+  EXPECT_ERROR(bad.validate(), "yarn.mscale = -0.5: must be a finite number >= 0");
+  bad.scaling = scaling::Proportional{1.5, 1.0};
+  EXPECT_ERROR(bad.validate(), "proportional.partial_rotary_factor = 1.5: must be in (0, 1]");
+  bad.scaling = scaling::DynamicNtk{2.0, 0};
+  EXPECT_ERROR(bad.validate(), "dynamic.max_position_embeddings = 0: must be > 0");
+  bad.scaling = scaling::FreqFactors{std::vector<double>(31, 1.0)};
+  EXPECT_ERROR(bad.validate(), "freq_factors.divisors has 31 entries");
 }
 
 }  // namespace

@@ -24,3 +24,4 @@
 #include "ropekit/table.hpp"
 #include "ropekit/tensor.hpp"
 #include "ropekit/tokenizer.hpp"
+#include "ropekit/variants.hpp"

@@ -24,6 +24,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     model_positions_gguf,
     model_positions_preset,
     presets,
+    scaling_variants,
     set_default_threads,
     set_simd_target,
     simd_target,
@@ -33,5 +34,5 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 __all__ = [
     "Error", "KvCache", "Model", "PagedKvCache", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
-    "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
+    "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
 ]

@@ -68,48 +68,51 @@ Pairing parse_pairing(std::string_view text) {
                   text));
 }
 
+// A field's value as Python sees it: an unset optional is None.
+py::object field_object(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> py::object {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) {
+          return py::none();
+        } else {
+          return py::cast(v);
+        }
+      },
+      value);
+}
+
+// rope_type and the variant's fields, by its description (ropekit/variants.hpp).
 py::dict scaling_dict(const Scaling& scaling) {
   py::dict d;
   d["rope_type"] = std::string(rope_type_name(scaling));
-  std::visit(
-      [&](const auto& s) {
-        using T = std::decay_t<decltype(s)>;
-        if constexpr (std::is_same_v<T, scaling::Linear> || std::is_same_v<T, scaling::Ntk>) {
-          d["factor"] = s.factor;
-        } else if constexpr (std::is_same_v<T, scaling::DynamicNtk>) {
-          d["factor"] = s.factor;
-          d["max_position_embeddings"] = s.max_position_embeddings;
-        } else if constexpr (std::is_same_v<T, scaling::QwenDynamicNtk>) {
-          d["seq_length"] = s.seq_length;
-        } else if constexpr (std::is_same_v<T, scaling::Yarn>) {
-          d["factor"] = s.factor;
-          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
-          d["beta_fast"] = s.beta_fast;
-          d["beta_slow"] = s.beta_slow;
-          d["truncate"] = s.truncate;
-          d["attention_factor"] = s.attention_factor;
-          d["mscale"] = s.mscale;
-          d["mscale_all_dim"] = s.mscale_all_dim;
-        } else if constexpr (std::is_same_v<T, scaling::Llama3>) {
-          d["factor"] = s.factor;
-          d["low_freq_factor"] = s.low_freq_factor;
-          d["high_freq_factor"] = s.high_freq_factor;
-          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
-        } else if constexpr (std::is_same_v<T, scaling::LongRope>) {
-          d["short_factor"] = s.short_factor;
-          d["long_factor"] = s.long_factor;
-          d["original_max_position_embeddings"] = s.original_max_position_embeddings;
-          d["factor"] = s.factor;
-          d["attention_factor"] = s.attention_factor;
-        } else if constexpr (std::is_same_v<T, scaling::Proportional>) {
-          d["partial_rotary_factor"] = s.partial_rotary_factor;
-          d["factor"] = s.factor;
-        } else if constexpr (std::is_same_v<T, scaling::FreqFactors>) {
-          d["divisors"] = s.divisors;
-        }
-      },
-      scaling);
+  for_each_field(scaling, [&](const FieldInfo& field, const FieldValue& value) {
+    d[py::str(std::string(field.key))] = field_object(value);
+  });
   return d;
+}
+
+// ropekit.scaling_variants(): every variant's description.
+py::list scaling_variants() {
+  static constexpr const char* kSources[] = {"rope", "model", "file"};
+  static constexpr const char* kPresence[] = {"required", "default", "optional"};
+  py::list out;
+  for (const VariantInfo* variant : variant_infos()) {
+    py::list fields;
+    for (const FieldInfo& field : variant->fields) {
+      py::dict f;
+      f["key"] = std::string(field.key);
+      f["source"] = kSources[static_cast<int>(field.source)];
+      f["presence"] = kPresence[static_cast<int>(field.presence)];
+      fields.append(f);
+    }
+    py::dict d;
+    d["rope_type"] = std::string(variant->name);
+    d["config_rope_type"] = variant->config_rope_type;
+    d["formula"] = std::string(variant->formula);
+    d["fields"] = fields;
+    out.append(d);
+  }
+  return out;
 }
 
 py::dict spec_dict(const Spec& spec) {
@@ -559,6 +562,9 @@ PYBIND11_MODULE(_ropekit, m) {
     }
     return out;
   });
+  m.def("scaling_variants", &scaling_variants,
+        "Every scaling variant's description: rope_type, formula, and each field's config key, source "
+        "(rope, model, file) and presence (required, default, optional)");
   m.def("simd_target", &simd_target);
   m.def("simd_targets", &simd_targets);
   m.def(

@@ -191,3 +191,18 @@ def test_mrope_cos_sin_selects_each_pairs_stream():
     oc, _ = oracle_cos_sin(rope, pos)
     assert c.shape == (4, 64)
     assert np.abs(c - oc.numpy()).max() <= 6e-8  # magnitude 1: the correctly rounded cos
+
+
+def test_scaling_variants_describe_every_variant_once():
+    variants = ropekit.scaling_variants()
+    names = [v["rope_type"] for v in variants]
+    assert len(names) == len(set(names)) == 10
+    yarn = next(v for v in variants if v["rope_type"] == "yarn")
+    assert yarn["config_rope_type"] and "ramp" in yarn["formula"]
+    fields = {f["key"]: f for f in yarn["fields"]}
+    assert fields["factor"]["presence"] == "required"
+    assert fields["beta_fast"]["presence"] == "default"
+    assert fields["attention_factor"]["presence"] == "optional"
+    # Spec dicts name exactly the described fields.
+    spec = ropekit.Rope.from_preset("qwen2.5-7b-instruct-yarn4").spec
+    assert set(spec["rope_scaling"]) == {"rope_type"} | set(fields)

@@ -311,8 +311,8 @@ class SpecBuilder {
       scaling::Yarn y{};
       y.factor = *factor;
       y.original_max_position_embeddings = original();
-      y.beta_fast = number(prefix_ + "rope.scaling.yarn_beta_fast").value_or(32.0);
-      y.beta_slow = number(prefix_ + "rope.scaling.yarn_beta_slow").value_or(1.0);
+      y.beta_fast = number(prefix_ + "rope.scaling.yarn_beta_fast").value_or(y.beta_fast);
+      y.beta_slow = number(prefix_ + "rope.scaling.yarn_beta_slow").value_or(y.beta_slow);
       const double log_mul = number(prefix_ + "rope.scaling.yarn_log_multiplier").value_or(0.0);
       if (log_mul > 0.0) {
         // DeepSeek: yarn_log_multiplier = 0.1·mscale_all_dim, and llama.cpp sets mscale equal to it,

@@ -18,6 +18,7 @@
 #include "ropekit/config.hpp"
 #include "ropekit/encodings.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/variants.hpp"
 
 namespace ropekit {
 namespace {
@@ -39,25 +40,22 @@ struct RopeParams {
   }
 };
 
-// Keys each rope type reads (HF's validation lists), for the unrecognised-key warning. Built once,
-// immutable afterwards (read_config may run on several threads).
+// Keys each rope type reads from the rope dictionary (its description's Rope fields, ropekit/variants.hpp)
+// and the keys every dictionary may hold, for the unrecognised-key warning. Built once, immutable
+// afterwards (read_config may run on several threads).
 const std::set<std::string_view>& known_keys(std::string_view rope_type) {
   static const std::map<std::string_view, std::set<std::string_view>> merged = [] {
     const std::set<std::string_view> common{
         "rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"};
-    std::map<std::string_view, std::set<std::string_view>> by_type{
-        {"default", {}},
-        {"linear", {"factor"}},
-        {"dynamic", {"factor"}},
-        {"ntk", {"factor"}},
-        {"yarn",
-         {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
-          "mscale_all_dim", "truncate"}},
-        {"llama3", {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}},
-        {"longrope", {"short_factor", "long_factor", "factor", "attention_factor", "original_max_position_embeddings"}},
-        {"proportional", {"factor"}},
-    };
-    for (auto& [type, keys] : by_type) keys.insert(common.begin(), common.end());
+    std::map<std::string_view, std::set<std::string_view>> by_type;
+    for (const VariantInfo* variant : variant_infos()) {
+      if (!variant->config_rope_type) continue;
+      std::set<std::string_view>& keys = by_type[variant->name];
+      keys.insert(common.begin(), common.end());
+      for (const FieldInfo& field : variant->fields) {
+        if (field.source == FieldSource::Rope) keys.insert(field.key);
+      }
+    }
     return by_type;
   }();
   return merged.at(rope_type);
@@ -797,8 +795,13 @@ class ModelReader {
       alias_note = "mrope";
       return "default";
     }
-    static const std::set<std::string> known{"default", "linear", "dynamic",  "ntk",
-                                             "yarn",    "llama3", "longrope", "proportional"};
+    static const std::set<std::string> known = [] {
+      std::set<std::string> names;
+      for (const VariantInfo* variant : variant_infos()) {
+        if (variant->config_rope_type) names.emplace(variant->name);
+      }
+      return names;
+    }();
     if (!known.contains(type)) {
       r_.fail(v.path, *v.node,
               fmt::format("unknown rope type (known: {}, and the aliases su, mrope)", fmt::join(known, ", ")));
@@ -935,8 +938,8 @@ class ModelReader {
       scaling::Yarn y{};
       y.factor = *factor;
       y.original_max_position_embeddings = l0;
-      y.beta_fast = or_default(p, "beta_fast", 32.0);
-      y.beta_slow = or_default(p, "beta_slow", 1.0);
+      y.beta_fast = or_default(p, "beta_fast", y.beta_fast);
+      y.beta_slow = or_default(p, "beta_slow", y.beta_slow);
       if (Value v = p.get("truncate")) y.truncate = r_.boolean(v);
       y.attention_factor = optional_number(p, "attention_factor");
       y.mscale = optional_number(p, "mscale");
@@ -980,7 +983,10 @@ class ModelReader {
     if (type == "proportional") {
       Value prf = p.get("partial_rotary_factor");
       if (!prf) prf = r_.model_key("partial_rotary_factor");
-      return scaling::Proportional{prf ? r_.number(prf) : 1.0, optional_number(p, "factor").value_or(1.0)};
+      scaling::Proportional proportional;  // HF's defaults: the struct's
+      if (prf) proportional.partial_rotary_factor = r_.number(prf);
+      if (std::optional<double> f = optional_number(p, "factor")) proportional.factor = *f;
+      return proportional;
     }
     throw Error(fmt::format("{}: rope type {} has no reader", r_.origin(), type));  // unreachable
   }

@@ -131,11 +131,8 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
   } else if (n == "ntk") {
     run.spec.scaling = scaling::Ntk{.factor = s};
   } else if (n == "yarn" || n == "yarn_notemp") {
-    scaling::Yarn yarn{.factor = s, .original_max_position_embeddings = l0};
-    yarn.beta_fast = 32;
-    yarn.beta_slow = 1;
-    yarn.truncate = true;
-    if (n == "yarn_notemp") yarn.attention_factor = 1.0;  // else HF's default: 0.1·ln s + 1
+    scaling::Yarn yarn{.factor = s, .original_max_position_embeddings = l0};  // HF's beta_fast, beta_slow, truncate
+    if (n == "yarn_notemp") yarn.attention_factor = 1.0;                      // else HF's default: 0.1·ln s + 1
     run.spec.scaling = yarn;
   } else if (n == "dyn_ntk" || n == "dyn_ntk_stale") {
     run.spec.scaling = scaling::DynamicNtk{.factor = s, .max_position_embeddings = l0};

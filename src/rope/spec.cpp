@@ -6,6 +6,7 @@
 
 #include "ropekit/error.hpp"
 #include "ropekit/spec.hpp"
+#include "ropekit/variants.hpp"
 
 namespace ropekit {
 namespace {
@@ -24,16 +25,6 @@ void require_positive_length(std::string_view field, std::int64_t value) {
   if (value <= 0) fail(field, value, "must be > 0");
 }
 
-void require_optional_positive(std::string_view field, const std::optional<double>& value) {
-  if (value) require_positive_finite(field, *value);
-}
-
-void require_optional_nonnegative(std::string_view field, const std::optional<double>& value) {
-  if (value && (!std::isfinite(*value) || *value < 0.0)) {
-    fail(field, *value, "must be a finite number >= 0");
-  }
-}
-
 void require_factor_list(std::string_view field, const std::vector<double>& list, int num_pairs) {
   if (static_cast<int>(list.size()) != num_pairs) {
     throw Error(fmt::format("{} has {} entries: must have rotary_dim/2 = {}", field, list.size(), num_pairs));
@@ -45,6 +36,8 @@ void require_factor_list(std::string_view field, const std::vector<double>& list
   }
 }
 
+// Each field by its description's rule (ropekit/variants.hpp), then what relates fields to each other
+// or to the spec.
 struct ScalingValidator {
   const Spec& spec;
 
@@ -58,42 +51,44 @@ struct ScalingValidator {
     }
   }
 
+  void fields(const Scaling& scaling) const {
+    const std::string_view variant = variant_info(scaling).name;
+    for_each_field(scaling, [&](const FieldInfo& field, const FieldValue& value) {
+      const std::string name = fmt::format("{}.{}", variant, field.key);
+      if (const auto* x = std::get_if<double>(&value)) {
+        switch (field.rule) {
+          case FieldRule::Positive: require_positive_finite(name, *x); break;
+          case FieldRule::NonNegative:
+            // 0 is meaningful (HF treats it as "unset"), negatives and non-finite values are not.
+            if (!std::isfinite(*x) || *x < 0.0) fail(name, *x, "must be a finite number >= 0");
+            break;
+          case FieldRule::UnitInterval:
+            if (!std::isfinite(*x) || *x <= 0.0 || *x > 1.0) fail(name, *x, "must be in (0, 1]");
+            break;
+          default: break;
+        }
+      } else if (const auto* n = std::get_if<std::int64_t>(&value)) {
+        require_positive_length(name, *n);
+      } else if (const auto* list = std::get_if<std::vector<double>>(&value)) {
+        require_factor_list(name, *list, spec.num_pairs());
+      }
+    });
+  }
+
   void operator()(const scaling::None&) const {}
-  void operator()(const scaling::Linear& s) const { require_positive_finite("linear.factor", s.factor); }
-  void operator()(const scaling::Ntk& s) const {
-    require_positive_finite("ntk.factor", s.factor);
-    require_ntk_exponent("ntk");
-  }
-  void operator()(const scaling::DynamicNtk& s) const {
-    require_positive_finite("dynamic.factor", s.factor);
-    require_ntk_exponent("dynamic");
-    require_positive_length("dynamic.max_position_embeddings", s.max_position_embeddings);
-  }
-  void operator()(const scaling::QwenDynamicNtk& s) const {
-    require_ntk_exponent("qwen_dynamic");
-    require_positive_length("qwen_dynamic.seq_length", s.seq_length);
-  }
+  void operator()(const scaling::Linear&) const {}
+  void operator()(const scaling::Ntk&) const { require_ntk_exponent("ntk"); }
+  void operator()(const scaling::DynamicNtk&) const { require_ntk_exponent("dynamic"); }
+  void operator()(const scaling::QwenDynamicNtk&) const { require_ntk_exponent("qwen_dynamic"); }
   void operator()(const scaling::Yarn& s) const {
-    require_positive_finite("yarn.factor", s.factor);
-    require_positive_length("yarn.original_max_position_embeddings", s.original_max_position_embeddings);
-    require_positive_finite("yarn.beta_fast", s.beta_fast);
-    require_positive_finite("yarn.beta_slow", s.beta_slow);
     if (s.beta_fast < s.beta_slow) {
       throw Error(
           fmt::format("yarn.beta_fast = {} is below yarn.beta_slow = {}: beta_fast must be "
                       ">= beta_slow",
                       s.beta_fast, s.beta_slow));
     }
-    require_optional_positive("yarn.attention_factor", s.attention_factor);
-    // 0 is meaningful for both (HF treats it as "unset"), negatives and non-finite values are not.
-    require_optional_nonnegative("yarn.mscale", s.mscale);
-    require_optional_nonnegative("yarn.mscale_all_dim", s.mscale_all_dim);
   }
   void operator()(const scaling::Llama3& s) const {
-    require_positive_finite("llama3.factor", s.factor);
-    require_positive_finite("llama3.low_freq_factor", s.low_freq_factor);
-    require_positive_finite("llama3.high_freq_factor", s.high_freq_factor);
-    require_positive_length("llama3.original_max_position_embeddings", s.original_max_position_embeddings);
     // Equal factors are a hard step at L0/low_freq_factor with no smoothing band (Llama 4 ships
     // 1 and 1); below it the band would be inverted.
     if (s.high_freq_factor < s.low_freq_factor) {
@@ -103,21 +98,9 @@ struct ScalingValidator {
                       s.high_freq_factor, s.low_freq_factor));
     }
   }
-  void operator()(const scaling::LongRope& s) const {
-    require_factor_list("longrope.short_factor", s.short_factor, spec.num_pairs());
-    require_factor_list("longrope.long_factor", s.long_factor, spec.num_pairs());
-    require_positive_length("longrope.original_max_position_embeddings", s.original_max_position_embeddings);
-    require_positive_finite("longrope.factor", s.factor);
-    require_optional_positive("longrope.attention_factor", s.attention_factor);
-  }
-  void operator()(const scaling::FreqFactors& s) const {
-    require_factor_list("freq_factors.divisors", s.divisors, spec.num_pairs());
-  }
-  void operator()(const scaling::Proportional& s) const {
-    if (!std::isfinite(s.partial_rotary_factor) || s.partial_rotary_factor <= 0.0 || s.partial_rotary_factor > 1.0) {
-      fail("proportional.partial_rotary_factor", s.partial_rotary_factor, "must be in (0, 1]");
-    }
-    require_positive_finite("proportional.factor", s.factor);
+  void operator()(const scaling::LongRope&) const {}
+  void operator()(const scaling::FreqFactors&) const {}
+  void operator()(const scaling::Proportional&) const {
     if (spec.rotary_dim != spec.head_dim) {
       throw Error(
           fmt::format("spec.rotary_dim = {} differs from spec.head_dim = {}: proportional RoPE "
@@ -137,22 +120,6 @@ std::string_view to_string(Pairing pairing) {
   return "unset";
 }
 
-std::string_view rope_type_name(const Scaling& scaling) {
-  struct Namer {
-    std::string_view operator()(const scaling::None&) const { return "default"; }
-    std::string_view operator()(const scaling::Linear&) const { return "linear"; }
-    std::string_view operator()(const scaling::Ntk&) const { return "ntk"; }
-    std::string_view operator()(const scaling::DynamicNtk&) const { return "dynamic"; }
-    std::string_view operator()(const scaling::Yarn&) const { return "yarn"; }
-    std::string_view operator()(const scaling::Llama3&) const { return "llama3"; }
-    std::string_view operator()(const scaling::LongRope&) const { return "longrope"; }
-    std::string_view operator()(const scaling::Proportional&) const { return "proportional"; }
-    std::string_view operator()(const scaling::FreqFactors&) const { return "freq_factors"; }
-    std::string_view operator()(const scaling::QwenDynamicNtk&) const { return "qwen_dynamic"; }
-  };
-  return std::visit(Namer{}, scaling);
-}
-
 void Spec::validate() const {
   if (pairing != Pairing::Interleaved && pairing != Pairing::Half) {
     fail("spec.pairing", static_cast<int>(pairing),
@@ -167,7 +134,9 @@ void Spec::validate() const {
     throw Error(fmt::format("spec.rotary_dim = {}: must not exceed spec.head_dim = {}", rotary_dim, head_dim));
   }
   if (!std::isfinite(base) || base <= 1.0) fail("spec.base", base, "must be a finite number > 1");
-  std::visit(ScalingValidator{*this}, scaling);
+  const ScalingValidator validator{*this};
+  validator.fields(scaling);
+  std::visit(validator, scaling);
   if (mrope) {
     if (mrope->sections.size() != 3) {
       throw Error(fmt::format("spec.mrope.sections has {} entries: must have 3 (t, h, w)", mrope->sections.size()));

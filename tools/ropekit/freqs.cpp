@@ -3,8 +3,11 @@
 #include <fmt/ostream.h>
 #include <nlohmann/json.hpp>
 
+#include <variant>
+
 #include "cli.hpp"
 #include "ropekit/plan.hpp"
+#include "ropekit/variants.hpp"
 
 namespace ropekit::cli {
 namespace {
@@ -26,6 +29,20 @@ nlohmann::json layer_json(const LayerPositions& layer, const std::optional<Plan>
   if (!rope) return j;
   const Plan& plan = *rope;
   j["rope_type"] = std::string(rope_type_name(layer.spec.scaling));
+  // The variant's fields by its description (ropekit/variants.hpp): an unset optional is null.
+  nlohmann::json scaling = nlohmann::json::object();
+  for_each_field(layer.spec.scaling, [&](const FieldInfo& field, const FieldValue& value) {
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) {
+            scaling[std::string(field.key)] = nullptr;
+          } else {
+            scaling[std::string(field.key)] = v;
+          }
+        },
+        value);
+  });
+  j["rope_scaling"] = scaling;
   j["head_dim"] = layer.spec.head_dim;
   j["rotary_dim"] = layer.spec.rotary_dim;
   j["pairing"] = std::string(to_string(layer.spec.pairing));

@@ -2,49 +2,42 @@
 // whether a scaling setting took effect (the project's pitfalls notes, #27).
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <fmt/ranges.h>
 #include <cmath>
 
 #include "cli.hpp"
 #include "ropekit/analysis.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
+#include "ropekit/variants.hpp"
 
 namespace ropekit::cli {
 namespace {
 
+// The variant's fields as its description names them (ropekit/variants.hpp), then what the plan made of
+// them at this length.
 std::string describe_scaling(const Spec& spec, const Plan& plan) {
-  struct Describer {
-    const Plan& plan;
-    std::string operator()(const scaling::None&) const { return "none"; }
-    std::string operator()(const scaling::Linear& s) const { return fmt::format("factor {}", s.factor); }
-    std::string operator()(const scaling::Ntk& s) const { return fmt::format("factor {}", s.factor); }
-    std::string operator()(const scaling::DynamicNtk& s) const {
-      return fmt::format("factor {}, max_position_embeddings {}", s.factor, s.max_position_embeddings);
+  std::vector<std::string> parts;
+  for_each_field(spec.scaling, [&](const FieldInfo& field, const FieldValue& value) {
+    if (const auto* list = std::get_if<std::vector<double>>(&value)) {
+      parts.push_back(fmt::format("{} ({} values)", field.label, list->size()));
+      return;
     }
-    std::string operator()(const scaling::Yarn& s) const {
-      return fmt::format(
-          "factor {}, original {}, beta_fast {}, beta_slow {}, truncate {}, ramp over pairs "
-          "[{}, {}]",
-          s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow, s.truncate, plan.yarn_low,
-          plan.yarn_high);
-    }
-    std::string operator()(const scaling::Llama3& s) const {
-      return fmt::format("factor {}, low_freq_factor {}, high_freq_factor {}, original {}", s.factor, s.low_freq_factor,
-                         s.high_freq_factor, s.original_max_position_embeddings);
-    }
-    std::string operator()(const scaling::LongRope& s) const {
-      return fmt::format("factor {}, original {}, using the {} factors", s.factor, s.original_max_position_embeddings,
-                         plan.uses_long_factors ? "long" : "short");
-    }
-    std::string operator()(const scaling::Proportional& s) const {
-      return fmt::format("partial_rotary_factor {}, factor {}", s.partial_rotary_factor, s.factor);
-    }
-    std::string operator()(const scaling::FreqFactors&) const { return "per-pair divisors (GGUF rope_freqs)"; }
-    std::string operator()(const scaling::QwenDynamicNtk& s) const {
-      return fmt::format("Qwen dynamic NTK, seq_length {}", s.seq_length);
-    }
-  };
-  return std::visit(Describer{plan}, spec.scaling);
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, std::monostate> &&
+                        !std::is_same_v<std::decay_t<decltype(v)>, std::vector<double>>) {
+            parts.push_back(fmt::format("{} {}", field.label, v));
+          }
+        },
+        value);
+  });
+  if (std::holds_alternative<scaling::Yarn>(spec.scaling)) {
+    parts.push_back(fmt::format("ramp over pairs [{}, {}]", plan.yarn_low, plan.yarn_high));
+  } else if (std::holds_alternative<scaling::LongRope>(spec.scaling)) {
+    parts.push_back(fmt::format("using the {} factors", plan.uses_long_factors ? "long" : "short"));
+  }
+  return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ", "));
 }
 
 void print_layer(std::ostream& out, const ModelPositions& model, const LayerPositions& layer,
@@ -57,6 +50,7 @@ void print_layer(std::ostream& out, const ModelPositions& model, const LayerPosi
   if (!layer.layer_type.empty())
     fmt::print(out, "layer type    {} (layers {})\n", layer.layer_type, layer_ranges(layer.layers));
   fmt::print(out, "rope_type     {}: {}\n", rope_type_name(spec.scaling), describe_scaling(spec, plan));
+  fmt::print(out, "formula       {}\n", variant_info(spec.scaling).formula);
   fmt::print(out, "pairing       {}   head_dim {}   rotary_dim {}   base {}\n", to_string(spec.pairing), spec.head_dim,
              spec.rotary_dim, spec.base);
   if (layer.rope_offset > 0 || layer.qk_head_dim != spec.head_dim) {
