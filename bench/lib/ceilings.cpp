@@ -66,7 +66,9 @@ std::int64_t calls_per_batch(const std::function<void()>& f, double batch_second
 // thread: the split the library gives a call's rows, so the ceiling's threads stream alike.
 template <class F>
 void split_lines(int threads, std::int64_t n, F f) {
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
+#endif
   for (int t = 0; t < threads; ++t) {
     const std::int64_t per = n / threads, extra = n % threads;
     const std::int64_t first = t * per + std::min<std::int64_t>(t, extra);
