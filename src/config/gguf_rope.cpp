@@ -43,7 +43,7 @@ class SpecBuilder {
     static constexpr detail::GgufArchInfo kPlain{"", Pairing::Half, {}};
     const detail::GgufArchInfo& row = info ? *info : kPlain;
     out_.family = info ? arch : "unknown architecture";
-    const bool deepseek = row.rule == detail::LayerRule::DeepSeek;
+    const bool deepseek = row.rule == detail::GgufRule::DeepSeek;
 
     int head_dim = 0;
     if (auto k = number(prefix_ + "attention.key_length")) head_dim = as_int(prefix_ + "attention.key_length", *k);
@@ -104,7 +104,7 @@ class SpecBuilder {
     }
     const std::optional<double> window = number(prefix_ + "attention.sliding_window");
     std::vector<bool> sliding = sliding_layers(n, row.swa_pattern);
-    const bool alibi = row.rule == detail::LayerRule::Alibi || (row.rule == detail::LayerRule::Baichuan && n == 40);
+    const bool alibi = row.rule == detail::GgufRule::Alibi || (row.rule == detail::GgufRule::Baichuan && n == 40);
 
     auto plan = [&](bool slides, bool rope) {
       LayerPositions g;
@@ -130,7 +130,7 @@ class SpecBuilder {
       return g;
     };
     auto rotates = [&](int i, bool slides) {
-      if (row.rule == detail::LayerRule::SlidingRopeOnly) return slides;
+      if (row.rule == detail::GgufRule::SlidingRopeOnly) return slides;
       if (row.no_rope_every > 0) return (i + 1) % row.no_rope_every != 0;
       return true;
     };
@@ -138,7 +138,7 @@ class SpecBuilder {
     if (n > 0) {
       for (int i = 0; i < n; ++i) plans.push_back(plan(sliding[std::size_t(i)], rotates(i, sliding[std::size_t(i)])));
     } else {
-      plans.push_back(plan(false, row.rule != detail::LayerRule::SlidingRopeOnly));
+      plans.push_back(plan(false, row.rule != detail::GgufRule::SlidingRopeOnly));
       if (row.local_base || row.swa_pattern > 0) plans.push_back(plan(true, true));
       if (row.no_rope_every > 0) plans.push_back(plan(false, false));
     }

@@ -8,33 +8,11 @@
 #include <span>
 #include <string_view>
 
+#include "config/family.hpp"
+#include "config/rope_params.hpp"
 #include "ropekit/spec.hpp"
 
 namespace ropekit::detail {
-
-// How a family lays out positions over its layers (hf_config.cpp implements each).
-enum class LayerRule {
-  Plain,            // RoPE on every layer; `layer_types` (or the row's pattern) names sliding/full
-  SlidingRopeOnly,  // Cohere 2, EXAONE 4: only sliding-window layers rotate; full layers are NoPE
-  Llama4,           // no_rope_layers (1 = rotate; default every 4th layer NoPE); chunked attention on
-                    // RoPE layers, temperature tuning on NoPE layers
-  SmolLM3,          // no_rope_layers (1 = rotate; default every 4th layer NoPE)
-  Mllama,           // cross_attention_layers attend to the image without positions
-  Hybrid,           // layer_types name attention and non-attention mixers (conv, Mamba, linear)
-  Jamba,            // attention every attn_layer_period layers from attn_layer_offset, without RoPE
-  NemotronH,        // hybrid_override_pattern: '*' attention without RoPE, other layers no attention
-  NemotronNas,      // block_configs: attention no_op / replace_with_linear layers have no attention
-  DeepSeek,         // MLA: the rope slice follows qk_nope_head_dim lanes
-  DeepSeekV4,       // the last rotary lanes of a 512-lane head; sliding layers "main", others "compress"
-  ChatGLM,          // rotary over kv_channels/2 lanes, base 10000·rope_ratio
-  QwenV1,           // rotary_pct of kv_channels, its own dynamic NTK, log-n query scaling
-  Baichuan,         // 40 layers (13B): ALiBi; otherwise RoPE
-  Falcon,           // alibi: true → ALiBi
-  Mpt,              // attn_config.alibi → ALiBi, else learned absolute
-  Alibi,            // BLOOM
-  Learned,          // GPT-2, OPT, GPT-Neo, StarCoder 1: absolute embeddings
-  NoAttention,      // Mamba, RWKV
-};
 
 enum class SoftmaxRule {
   HeadDim,              // qk_head_dim^-0.5
@@ -55,6 +33,16 @@ inline constexpr unsigned kQwenWindow = 1u << 7;        // use_sliding_window + 
 inline constexpr unsigned kRemoteCode = 1u << 9;        // the family ships its own modeling code
 inline constexpr unsigned kRopeOnlyIfNamed =
     1u << 10;  // RoPE only when position_embedding_type is "rope" (Granite 4 hybrid)
+inline constexpr unsigned kRopeInterleaveKey = 1u << 11;  // rope_interleave picks the pairing (DeepSeek MLA)
+inline constexpr unsigned kMainCompressParams =
+    1u << 12;  // rope_parameters "main" / "compress" from rope_scaling and compress_rope_theta (DeepSeek V4)
+
+// Where a family's q/k head width comes from.
+enum class HeadRule {
+  HeadDim,     // head_dim, else hidden_size / num_attention_heads
+  Mla,         // qk_rope_head_dim lanes after qk_nope_head_dim (DeepSeek MLA), else as HeadDim
+  KvChannels,  // kv_channels (ChatGLM, Qwen v1)
+};
 
 struct ModelInfo {
   std::string_view model_type;
@@ -63,12 +51,14 @@ struct ModelInfo {
   // Llama-style models' compute_default_rope_parameters rotates the whole head whatever
   // partial_rotary_factor says (HF); the scaled variants in modeling_rope_utils still apply it.
   bool default_ignores_partial_rotary;
-  double default_theta;  // the config class's rope_theta default (HF: 10000 unless overridden)
-  LayerRule rule = LayerRule::Plain;
-  std::string_view source;  // the modeling file the row was read from
-  int pattern = 0;          // default sliding_window_pattern: every pattern-th layer is full; 0 none
+  double default_theta;              // the config class's rope_theta default (HF: 10000 unless overridden)
+  LayerRule layers = &plain_layers;  // which layers attend, slide and rotate (family.hpp)
+  std::string_view source;           // the modeling file the row was read from
+  int pattern = 0;                   // default sliding_window_pattern: every pattern-th layer is full; 0 none
   SoftmaxRule softmax = SoftmaxRule::HeadDim;
   unsigned flags = 0;
+  HeadRule head = HeadRule::HeadDim;
+  RopeRule rope = nullptr;  // the family's own rotary embedding; nullptr: rope_parameters (rope_params.hpp)
 };
 
 // nullptr when the model_type is not in the table.
@@ -77,11 +67,20 @@ std::span<const ModelInfo> model_table();
 // The row an unknown model_type is read with (Llama), with a warning naming the assumption.
 const ModelInfo& llama_fallback();
 
+// What a GGUF architecture's layers do beyond its metadata keys (gguf_rope.cpp).
+enum class GgufRule {
+  Plain,            // RoPE on every layer (swa_pattern / no_rope_every below)
+  SlidingRopeOnly,  // only sliding layers rotate (Cohere 2, EXAONE 4)
+  DeepSeek,         // MLA: the rope slice follows the nope lanes
+  Alibi,            // ALiBi (BLOOM, MPT)
+  Baichuan,         // 40 layers (13B): ALiBi; otherwise RoPE
+};
+
 struct GgufArchInfo {
   std::string_view arch;
   Pairing pairing;  // llama.cpp's LLAMA_ROPE_TYPE_NORM = Interleaved, NEOX/MROPE/IMROPE = Half
   std::optional<MRopeLayout> mrope;
-  LayerRule rule = LayerRule::Plain;
+  GgufRule rule = GgufRule::Plain;
   int swa_pattern = 0;      // llama.cpp's hard-coded set_swa_pattern period; 0 none
   int no_rope_every = 0;    // every n-th layer without RoPE (Llama 4, SmolLM3); 0 none
   bool local_base = false;  // sliding layers use rope.freq_base_swa, unscaled (Gemma 3)
