@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "rope/attention_job.hpp"
 #include "rope/views.hpp"
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
@@ -53,6 +54,10 @@ enum class KvMemory { Views, Cache };
 // Validates everything (ropekit::Error naming the field). rope: the rope of the call, or null.
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options,
                                     RopeLoads loads, KvMemory kv = KvMemory::Views);
+// Position regimes (regimes.cpp): the rule the tile loop reads to pick each (query, key) pair's regime,
+// and Dual Chunk's chunk_len = chunk_size − local_size.
+RegimeRule rule_of(const PositionRegimes& regimes);
+std::int64_t chunk_len(const regimes::DualChunk& dc);
 // The regimes' rotations (options.regimes set): part of resolve_attention.
 void resolve_regimes(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options, RopeLoads loads,
                      ResolvedAttention& resolved);
