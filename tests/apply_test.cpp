@@ -553,6 +553,38 @@ TEST(ApplyLayouts, FusedQkvSlicesRotateInPlace) {
 // bits a fresh prepare at those positions gives, whatever the angle source: inside the call's table,
 // beyond it (on the fly), M-RoPE's three streams; a caller's table refuses positions outside it; bad
 // positions throw and leave the call as it was.
+// A view carries its width: lanes() gives the rope slice of wider heads (MLA: 64 rope lanes after 128
+// nope lanes of a 192-lane head), which rotates exactly as a separate 64-lane tensor and leaves the
+// other lanes alone; a call that reads more lanes than a view states, and a slice outside the view,
+// are refused naming the field.
+TEST(ApplyLayouts, LanesSliceRotatesLikeASeparateTensor) {
+  const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 1e4, .pairing = Pairing::Interleaved});
+  const std::int64_t seq = 5, heads = 3;
+  std::vector<float> full(std::size_t(seq * heads * 192)), part(std::size_t(seq * heads * 64));
+  for (std::size_t i = 0; i < full.size(); ++i) full[i] = std::sin(0.01f * float(i));
+  for (std::int64_t t = 0; t < seq * heads; ++t) {
+    std::copy_n(full.begin() + t * 192 + 128, 64, part.begin() + t * 64);
+  }
+  const std::vector<float> before = full;
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(seq));
+  std::iota(pos.begin(), pos.end(), 100);
+  const Heads wide = bshd(full.data(), DType::F32, 1, seq, heads, 192);
+  EXPECT_EQ(wide.head_dim, 192);
+  const Heads slice = lanes(wide, 128, 64);
+  EXPECT_EQ(slice.head_dim, 64);
+  rope.apply({.q = slice, .positions = positions(pos)});
+  rope.apply({.q = bshd(part.data(), DType::F32, 1, seq, heads, 64), .positions = positions(pos)});
+  for (std::int64_t t = 0; t < seq * heads; ++t) {
+    for (int l = 0; l < 192; ++l) {
+      const float want = l < 128 ? before[std::size_t(t * 192 + l)] : part[std::size_t(t * 64 + l - 128)];
+      ASSERT_EQ(full[std::size_t(t * 192 + l)], want) << "row " << t << " lane " << l;
+    }
+  }
+  EXPECT_ERROR(lanes(wide, 160, 64), "lanes: [160, 224)", "192 lanes");
+  EXPECT_ERROR(lanes(wide, -1, 64), "first = -1");
+  EXPECT_ERROR(rope.apply({.q = lanes(wide, 0, 32), .positions = positions(pos)}), "q.head_dim = 32", "reads 64 lanes");
+}
+
 TEST(ApplyCall, SetPositionsGivesTheBitsOfAFreshPrepare) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;

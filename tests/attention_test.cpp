@@ -116,8 +116,16 @@ TEST_P(Attention, BadInput) {
   a = good;
   a.k_positions = positions(std::span<const std::int64_t>(p.data(), 3));
   EXPECT_ERROR(attention(rope, a), "k_positions.count = 3");
+  // Without a Rope the head width comes from args.head_dim or q's stated width (bshd sets it); a view
+  // built by hand states none.
   AttentionArgs no_rope = good;
+  EXPECT_NO_THROW(attention(no_rope));
+  no_rope.q.head_dim = 0;
   EXPECT_ERROR(attention(no_rope), "head_dim = 0");
+  // A view whose stated width is narrower than the lanes the call reads.
+  a = good;
+  a.k.head_dim = 8;
+  EXPECT_ERROR(attention(rope, a), "k.head_dim = 8", "reads 16 lanes");
 
   AttentionOptions o;
   o.window = -1;

@@ -134,7 +134,7 @@ struct AttentionArgs {
   // k_positions, which then must have one stream (M-RoPE callers give token order here).
   Positions q_mask_positions;
   Positions k_mask_positions;
-  int head_dim = 0;    // 0: the Rope's spec().head_dim (required without a Rope)
+  int head_dim = 0;    // 0: the Rope's spec().head_dim, or without a Rope q.head_dim (a bshd/bhsd view's)
   int v_head_dim = 0;  // 0: head_dim
 };
 

@@ -6,8 +6,12 @@
 //   BSHD (HF after view, vLLM):  batch_stride = S·H·D, seq_stride = H·D, head_stride = D
 //   BHSD (HF after transpose):   batch_stride = H·S·D, seq_stride = D,   head_stride = S·D
 //   packed tokens (THD, varlen): batch = 1, seq = T, seq_stride = H·D, head_stride = D
-//   a slice of each head (DeepSeek's rope part after the nope part): data points at the slice,
-//   head_dim = its width, the strides stay those of the full tensor.
+//   a slice of each head (DeepSeek's rope part after the nope part): lanes(view, first, count) — data
+//   points at the slice, head_dim = its width, the strides stay those of the full tensor.
+// A view carries its width (head_dim: the lanes of each head it shows; bshd and bhsd set it), so the
+// calls that take it need not be told again: attention reads q's and v's widths, and every call checks
+// that the lanes it reads (a rope's head_dim) fit in the view. 0 means unstated (a view built by hand,
+// or by the C API): the call's own width is then assumed.
 // Token t = (b, s) reads position positions[b·seq + s]. Views are checked (ropekit::Error) for
 // negative extents or strides, rows that overlap each other, and int64 overflow; ropekit cannot
 // check that a raw pointer really holds the elements a view describes.
@@ -30,6 +34,7 @@ struct Heads {
   std::int64_t batch_stride = 0;  // elements
   std::int64_t seq_stride = 0;
   std::int64_t head_stride = 0;
+  int head_dim = 0;  // lanes of each head this view shows; 0: unstated
 
   // A view with no elements (the default) is absent: that tensor is not rotated.
   bool empty() const { return batch == 0 || seq == 0 || heads == 0; }
@@ -46,6 +51,10 @@ struct Heads {
 // nothing is checked here — the call that receives the view checks it (ranges, overflow, overlap).
 Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim);
 Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim);
+// Lanes [first, first + count) of each head of `view` (MLA's rope part of a q/k head): the same rows
+// and strides, data moved to lane `first`, head_dim = count. Errors (ropekit::Error): first < 0,
+// count <= 0, or first + count beyond view.head_dim when the view states it.
+Heads lanes(const Heads& view, int first, int count);
 
 enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -269,6 +270,7 @@ Heads heads_view(const Array& a, Layout layout, int head_dim, std::string_view n
   Heads h;
   h.data = a.data;
   h.dtype = a.dtype;
+  h.head_dim = d <= std::numeric_limits<int>::max() ? static_cast<int>(d) : 0;
   switch (layout) {
     case Layout::BSHD:
       h.batch = a.shape[0], h.seq = a.shape[1], h.heads = a.shape[2];

@@ -43,14 +43,17 @@ namespace detail {
 ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args, const AttentionOptions& options,
                                     RopeLoads loads, KvMemory kv) {
   ResolvedAttention r;
-  int d = args.head_dim;
+  // Without a Rope (or args.head_dim), q's stated width is the head width.
+  int d = args.head_dim != 0 || rope != nullptr ? args.head_dim : args.q.head_dim;
   if (rope != nullptr) {
     if (d != 0 && d != rope->spec().head_dim) {
       throw Error(fmt::format("args.head_dim = {} differs from the rope's head_dim = {}", d, rope->spec().head_dim));
     }
     d = rope->spec().head_dim;
   }
-  if (d <= 0) throw Error(fmt::format("args.head_dim = {}: must be > 0 (attention without a Rope needs it)", d));
+  if (d <= 0) {
+    throw Error(fmt::format("args.head_dim = {}: must be > 0 (attention without a Rope needs it, or q's head_dim)", d));
+  }
   if (args.v_head_dim < 0) throw Error(fmt::format("args.v_head_dim = {}: must be >= 0", args.v_head_dim));
   const int dv = args.v_head_dim == 0 ? d : args.v_head_dim;
   r.head_dim = d;

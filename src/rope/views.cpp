@@ -40,12 +40,34 @@ std::string_view to_string(PageLayout layout) {
   return "(invalid PageLayout)";
 }
 
+namespace {
+// A width that fits the view's int field (a wider head is refused when the view is checked).
+int width_of(std::int64_t head_dim) {
+  return head_dim > 0 && head_dim <= std::numeric_limits<int>::max() ? static_cast<int>(head_dim) : 0;
+}
+}  // namespace
+
 Heads bshd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
-  return {data, dtype, batch, seq, heads, seq * heads * head_dim, heads * head_dim, head_dim};
+  return {data, dtype, batch, seq, heads, seq * heads * head_dim, heads * head_dim, head_dim, width_of(head_dim)};
 }
 
 Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
-  return {data, dtype, batch, seq, heads, heads * seq * head_dim, head_dim, seq * head_dim};
+  return {data, dtype, batch, seq, heads, heads * seq * head_dim, head_dim, seq * head_dim, width_of(head_dim)};
+}
+
+Heads lanes(const Heads& view, int first, int count) {
+  if (first < 0 || count <= 0) {
+    throw Error(fmt::format("lanes: first = {}, count = {}: need first >= 0 and count > 0", first, count));
+  }
+  if (view.head_dim > 0 && std::int64_t{first} + count > view.head_dim) {
+    throw Error(fmt::format("lanes: [{}, {}) is outside the view's {} lanes (view.head_dim)", first,
+                            std::int64_t{first} + count, view.head_dim));
+  }
+  Heads out = view;
+  if (out.data != nullptr)
+    out.data = static_cast<std::byte*>(out.data) + std::int64_t{first} * element_size(view.dtype);
+  out.head_dim = count;
+  return out;
 }
 
 namespace {
@@ -145,6 +167,11 @@ void require_no_self_overlap(const Heads& v, std::string_view name, int head_dim
 std::int64_t check_view(const Heads& v, std::string_view name, int head_dim) {
   if (!valid_dtype(v.dtype)) {
     throw Error(fmt::format("{}.dtype = {}: not a DType", name, static_cast<int>(v.dtype)));
+  }
+  // A view that states its width must hold the lanes the call reads (a slice of wider rows is
+  // lanes(view, first, count), whose width is the slice's).
+  if (v.head_dim < 0 || (v.head_dim > 0 && head_dim > v.head_dim)) [[unlikely]] {
+    throw Error(fmt::format("{}.head_dim = {}: the call reads {} lanes of each head", name, v.head_dim, head_dim));
   }
   const std::int64_t extent = view_extent(v, name, head_dim);
   if (!v.empty() && v.data == nullptr) {

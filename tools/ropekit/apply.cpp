@@ -99,11 +99,10 @@ std::vector<std::int64_t> read_positions(const std::string& path, const Dims& d,
 }
 
 // A view of the rotated slice of each head (all of it, except DeepSeek's rope part).
-Heads view(NpyArray& a, DType dtype, const Dims& d, const std::string& layout, int offset) {
-  Heads h = layout == "bhsd" ? bhsd(a.data.data(), dtype, d.batch, d.seq, d.heads, d.head_dim)
-                             : bshd(a.data.data(), dtype, d.batch, d.seq, d.heads, d.head_dim);
-  h.data = a.data.data() + offset * element_size(dtype);
-  return h;
+Heads view(NpyArray& a, DType dtype, const Dims& d, const std::string& layout, int offset, int lanes_rotated) {
+  const Heads h = layout == "bhsd" ? bhsd(a.data.data(), dtype, d.batch, d.seq, d.heads, d.head_dim)
+                                   : bshd(a.data.data(), dtype, d.batch, d.seq, d.heads, d.head_dim);
+  return lanes(h, offset, lanes_rotated);
 }
 
 void run(const ApplyOptions& o, Streams io) {
@@ -152,8 +151,8 @@ void run(const ApplyOptions& o, Streams io) {
 
   // Outputs start as copies so that lanes outside the rotated slice pass through; then in place.
   NpyArray q_out = q, k_out = k;
-  rope.apply({.q = view(q_out, q_type, qd, o.layout, layer.rope_offset),
-              .k = view(k_out, k_type, kd, o.layout, layer.rope_offset),
+  rope.apply({.q = view(q_out, q_type, qd, o.layout, layer.rope_offset, layer.spec.head_dim),
+              .k = view(k_out, k_type, kd, o.layout, layer.rope_offset, layer.spec.head_dim),
               .q_out = {},
               .k_out = {},
               .positions = positions,
