@@ -32,6 +32,10 @@ HWY_AFTER_NAMESPACE();
 
 #include <fmt/format.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -63,17 +67,25 @@ std::int64_t calls_per_batch(const std::function<void()>& f, double batch_second
 }
 
 // f(first, last) over [0, n) in `threads` contiguous ranges whose sizes differ by at most one, one per
-// thread: the split the library gives a call's rows, so the ceiling's threads stream alike.
+// thread, and on the calling thread alone when one thread (or one line) is asked for: the split the
+// library gives a call's rows (rope/parallel.hpp), so the ceiling's threads stream alike and a decode-sized
+// ceiling pays no parallel region the call does not pay.
 template <class F>
 void split_lines(int threads, std::int64_t n, F f) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-#endif
-  for (int t = 0; t < threads; ++t) {
-    const std::int64_t per = n / threads, extra = n % threads;
-    const std::int64_t first = t * per + std::min<std::int64_t>(t, extra);
-    f(first, first + per + (t < extra ? 1 : 0));
+  if (threads > 1 && n > 1) {
+#pragma omp parallel num_threads(threads)
+    {
+      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const std::int64_t per = n / nt, extra = n % nt;
+      const std::int64_t first = t * per + std::min(t, extra);
+      f(first, first + per + (t < extra ? 1 : 0));
+    }
+    return;
   }
+#endif
+  (void)threads;
+  f(std::int64_t{0}, n);
 }
 
 double median(std::vector<double> v) {

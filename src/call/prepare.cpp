@@ -16,14 +16,14 @@
 
 namespace ropekit {
 
-// RotateCall holds its job as bytes (the type is internal): it must fit, copy as bytes and need no
-// destructor.
-static_assert(sizeof(detail::RotateJob) <= 448 && alignof(detail::RotateJob) <= 8);
-static_assert(std::is_trivially_copyable_v<detail::RotateJob> && std::is_trivially_destructible_v<detail::RotateJob>);
-
 namespace detail {
 
 struct PrepareAccess {
+  // RotateCall holds its job as bytes (the type is internal): it must fit, copy as bytes and need no
+  // destructor.
+  static_assert(sizeof(RotateJob) <= RotateCall::kJobBytes && alignof(RotateJob) <= 8);
+  static_assert(std::is_trivially_copyable_v<RotateJob> && std::is_trivially_destructible_v<RotateJob>);
+
   static RotateJob& job(RotateCall& call) { return *call.job_; }
 
   static RotateCall resolve(const Rope& rope, const CheckedCall& checked, const PrepareOptions& options) {
