@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run): installs dependencies, checks that the tree is formatted
 # (and has no "../" includes), then configures, builds and runs ctest (two jobs) for
-#   release  optimised, -Werror, with the Python module: every label (unit, target, slow, python, package)
+#   release  optimised, -Werror, with the Python module: every label (unit, target, slow, python, package),
+#            then clang-tidy on its compile commands against the recorded baseline (scripts/tidy.sh)
 #   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 # and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
@@ -18,6 +19,7 @@ part() {
 }
 part format ./scripts/check-format.sh
 part release cmake --workflow --preset release
+part tidy ./scripts/tidy.sh
 part dev cmake --workflow --preset dev
 part fuzz cmake --workflow --preset fuzz
 echo "test.sh: every part passed in $SECONDS s:"

@@ -40,7 +40,7 @@ class Rope {
  public:
   // Errors (ropekit::Error): an invalid spec (Spec::validate), a current length outside
   // [1, kPositionLimit).
-  explicit Rope(Spec spec, AngleMode mode = AngleMode::Accurate,
+  explicit Rope(const Spec& spec, AngleMode mode = AngleMode::Accurate,
                 std::optional<std::int64_t> current_length = std::nullopt);
   // With an explicit plan, e.g. one whose inv_freq holds a reference's float32 values.
   // Throws ropekit::Error if the plan does not fit the spec.

@@ -46,7 +46,7 @@ void check_plan_fits(const Spec& spec, const Plan& plan) {
 
 }  // namespace
 
-Rope::Rope(Spec spec, AngleMode mode, std::optional<std::int64_t> current_length)
+Rope::Rope(const Spec& spec, AngleMode mode, std::optional<std::int64_t> current_length)
     : Rope(spec, make_plan(spec, current_length), mode) {}
 
 Rope::Rope(Spec spec, Plan plan, AngleMode mode) : spec_(std::move(spec)), cache_(std::make_shared<TableCache>()) {

@@ -174,7 +174,7 @@ double RopeReader::theta(const RopeParams& p, const LayerKind& k) const {
   }
   Value v = p.get("rope_theta");
   if (!v && flag(info, kSlidingUnscaled) && params_.dict) v = params_.get("rope_theta");
-  for (Value w : {v, r.model_key("rope_theta"), r.model_key("rotary_emb_base")}) {
+  for (const Value& w : {v, r.model_key("rope_theta"), r.model_key("rotary_emb_base")}) {
     if (w) {
       const double base = r.number(w);
       if (!(base > 1.0)) r.fail(w.path, *w.node, "must be > 1");
