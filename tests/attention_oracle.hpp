@@ -1,5 +1,5 @@
 // tests/attention_oracle.hpp — softmax attention in double on contiguous BSHD float arrays, and
-// random test data. The oracle shares no code with src/attention.cpp: one loop per definition.
+// random test data. The oracle shares no code with src/attention/ or src/cpu/attention-inl.h: one loop per definition.
 #pragma once
 
 #include <cmath>

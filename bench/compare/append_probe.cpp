@@ -3,7 +3,7 @@
 //   prepare_append alone, prepare_append + run, the one-shot append, Rope::prepare alone, Rope::apply,
 //   AppendCall::run of a prepared call, and a decode step (set_positions_and_slots + run).
 // The difference between the first and third rows is what the fused call pays per call that the unfused
-// rotation does not (docs/performance.md).
+// rotation does not (docs/performance-log.md).
 //
 //   append_probe
 #include <algorithm>

@@ -1,6 +1,6 @@
 // ggml_side_by_side: ropekit's rotation against ggml's CPU ggml_rope_ext (llama.cpp's RoPE) in one process,
 // with the same shapes, bytes and thread count, contenders interleaved round by round with a memcpy of the
-// same bytes (issue 18's side-by-side; docs/performance.md records what it measured). ggml is fetched and
+// same bytes (issue 18's side-by-side; docs/performance-log.md records what it measured). ggml is fetched and
 // built outside the repository (README.md here); nothing of it is committed.
 //
 //   ggml_side_by_side [threads]   → one markdown row per dtype × pairing × in/out of place, 128 dims ×

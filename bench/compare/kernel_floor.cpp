@@ -11,7 +11,7 @@
 //      each call), RotateCall::set_positions + run (a decode step of a prepared call), and a memcpy of the
 //      same bytes.
 // A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
-// above the floor's ratio to memcpy cannot be met on this host (docs/performance.md).
+// above the floor's ratio to memcpy cannot be met on this host (docs/performance-log.md).
 //
 //   kernel_floor            needs AVX-512 F/BW (and AVX512_BF16 for the bf16 rows); prints a table
 #include <immintrin.h>

@@ -6,7 +6,7 @@
 # run.c is built outside the repository from github.com/karpathy/llama2.c with its Makefile's flags:
 #   runfast: gcc -Ofast -o run_fast run.c -lm          runomp: gcc -Ofast -fopenmp -march=native run.c -lm -o run_omp
 # Usage: bench/lab/lab_bench.sh DIR_WITH_run_fast_AND_run_omp [THREADS=2] [REPEATS=5]
-# Each contender runs REPEATS times, interleaved; the table gives the median. Results: docs/performance.md.
+# Each contender runs REPEATS times, interleaved; the table gives the median. Results: docs/performance-log.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runc_dir=${1:?usage: lab_bench.sh DIR_WITH_run_fast_AND_run_omp [THREADS] [REPEATS]}

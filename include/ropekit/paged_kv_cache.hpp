@@ -26,7 +26,7 @@
 // on load, keys read as stored) over that sequence's entries in entry order — so equal to a KvCache
 // holding the same tokens; fp8 entries are read as e4m3 · scale, rounded to float32.
 // Cost: the attention tiles read a sequence's keys and values where they are, through its pages
-// (1.00–1.05× the time of contiguous caches for 16 interleaved sequences, docs/performance.md); fp8
+// (1.00–1.05× the time of contiguous caches for 16 interleaved sequences, docs/performance-log.md); fp8
 // entries are widened × scale as each tile loads them (a decode over them takes 0.8–1.0× the time of
 // bf16 entries). Keys rotated on load by position regimes, when the sequence's pages do not lie at one
 // stride, are gathered first (copied once per call, per page on the library's threads, into per-thread

@@ -1,9 +1,11 @@
 // ropekit/pair_map.hpp — the one place that says which lanes pair, with which frequency, driven by
 // which position stream.
 //
-// Every kernel, oracle and test reads lanes through this map; nobody re-derives the layout. It
-// covers both pairings, partial rotary (lanes >= rotary_dim pass through), proportional RoPE
-// (zero-frequency pairs still appear; their angle is 0) and both M-RoPE layouts.
+// The scalar reference, the oracles, the tests and M-RoPE's position streams read lanes through this
+// map. The SIMD kernels vectorize the same two layouts directly (Half: the a and b vectors rotary_dim/2
+// lanes apart; Interleaved: whole pairs in each vector), and tests/targets_test.cpp holds every target to
+// the reference bit for bit. It covers both pairings, partial rotary (lanes >= rotary_dim pass through),
+// proportional RoPE (zero-frequency pairs still appear; their angle is 0) and both M-RoPE layouts.
 #pragma once
 
 #include <cstdint>

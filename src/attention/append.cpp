@@ -379,7 +379,7 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
 // into L2: an engine's step writes entries no one has touched yet, and without this each entry's stores
 // wait, one line after another, for their lines (append_bench, bf16 decode 256 with fresh slots: the fused
 // call went from 0.87–0.91× the rotate-then-copy pair to 1.09–1.12×, the step from 0.91× to 1.13–1.15×;
-// docs/performance.md). Not for an fp8 cache: its software quantization is slow enough per line that the
+// docs/performance-log.md). Not for an fp8 cache: its software quantization is slow enough per line that the
 // fills keep up, and the prefetches cost 3–4 % in every fp8 row. Into L2, not L1:
 // into L1 the small calls lost more (decode 16: 7.0 → 7.95 µs against 7.4). Every line: prefetching the
 // first 4 or 8 lines of an entry, or every other line, and leaving the rest to the hardware gave back

@@ -32,7 +32,7 @@ struct F32Codec {
   using T = float;
   // GCC folds each load into both products that use it (memory operands: twice the load micro-ops).
   // Pinning the loaded vector in a register (an empty asm) made an L1-resident decode call 9 % faster
-  // but LLC-resident prefill out of place 10-15 % slower (docs/performance.md): left as GCC emits it.
+  // but LLC-resident prefill out of place 10-15 % slower (docs/performance-log.md): left as GCC emits it.
   static VF Load(DF d, const T* p) { return hn::LoadU(d, p); }
   template <bool kStream>
   static void Store(VF v, DF d, T* p) {
@@ -161,7 +161,7 @@ HWY_INLINE void StoreTwo(VF x, typename Codec::T* px, VF y, typename Codec::T* p
 
 // float_to_e4m3 (ropekit/dtype.hpp) in vectors: the same steps, lane by lane. |x|'s bits fit int32
 // without the sign, so the selects compare as signed. 16 instructions per 16 values on AVX-512 (the
-// encoder bounds an fp8 cache's append: docs/performance.md).
+// encoder bounds an fp8 cache's append: docs/performance-log.md).
 HWY_INLINE auto EncodeE4m3(VF v) {
   const hn::RebindToUnsigned<DF> du32;
   const hn::RebindToSigned<DF> di32;

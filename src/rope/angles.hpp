@@ -1,4 +1,4 @@
-// src/angles.hpp — the angle function shared by Table and the on-the-fly path, so both give
+// src/rope/angles.hpp — the angle function shared by Table and the on-the-fly path, so both give
 // bit-identical cos/sin. Internal: the public contract is stated in ropekit/table.hpp.
 #pragma once
 
