@@ -2,6 +2,8 @@
 // forward (tests/model_oracle.hpp) and run.c's output (tests/data/runc/).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -323,6 +325,60 @@ TEST(Tokenizer, MalformedFilesAreErrors) {
   EXPECT_ERROR(bundled_tokenizer().decode(1, 512), "token id 512");
 }
 
+// An older llama2.c export's layout (stories15M's tokenizer): ids 3–258 hold byte b as the code point
+// U+00bb instead of "<0xXX>", so "a" is both byte 0x61's fallback (id 100) and a regular piece. Told from
+// the file: the regular piece wins, the fallback ids stand only for bytes with no piece and never merge,
+// and they decode to their byte; a file with one of those entries changed is read as the current layout.
+TEST(Tokenizer, LegacyByteLayoutPrefersRegularPieces) {
+  std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  std::vector<float> scores(3, 0.0f);
+  for (int b = 0; b < 256; ++b) {
+    pieces.push_back(b < 0x80 ? std::string(1, char(b)) : std::string{char(0xC0 | (b >> 6)), char(0x80 | (b & 0x3F))});
+    scores.push_back(0.0f);
+  }
+  const int first = int(pieces.size());  // regular pieces: 259 …
+  for (const char* p : {" ", "a", "b", "c", ",", " a", "ab", " ab", "é"}) {
+    pieces.push_back(p);
+    scores.push_back(-float(pieces.size()));  // earlier pieces merge first
+  }
+  const auto id = [&](std::string_view p) {
+    for (int i = first; i < int(pieces.size()); ++i) {
+      if (pieces[std::size_t(i)] == p) return i;
+    }
+    return -1;
+  };
+  const auto bytes = model_files::tokenizer_bytes(pieces, scores);
+  const auto tok = ropekit::Tokenizer::from_llama2c(bytes, "legacy.bin");
+  ASSERT_TRUE(tok.legacy_byte_layout());
+  EXPECT_TRUE(tok.is_byte_fallback(3 + 'a'));
+  EXPECT_FALSE(tok.is_byte_fallback(id("a")));
+  // "ab,c": " ab" then "," and "c" as their regular pieces — never the fallback ids 3 + ',' and 3 + 'c'.
+  EXPECT_EQ(tok.encode("ab,c"), (std::vector<int>{id(" ab"), id(","), id("c")}));
+  // "é" has a piece; "ü" (C3 BC) has none: its two bytes fall back, and the fallback ids do not merge.
+  EXPECT_EQ(tok.encode("é"), (std::vector<int>{id(" "), id("é")}));
+  EXPECT_EQ(tok.encode("ü"), (std::vector<int>{id(" "), 3 + 0xC3, 3 + 0xBC}));
+  // Round trips, the fallback ids decoding to their bytes.
+  for (std::string text : {"ab,c", "cab ba", "é ü!", "a\x01z"}) {
+    const std::vector<int> ids = tok.encode(text, /*bos=*/true);
+    std::string back;
+    for (std::size_t i = 1; i < ids.size(); ++i) back += tok.decode(ids[i - 1], ids[i]);
+    EXPECT_EQ(back, text);
+  }
+  // One fallback entry changed: not the legacy layout (read as before: first id of each piece).
+  auto changed = pieces;
+  changed[3 + 'q'] = "Q!";
+  const auto plain = ropekit::Tokenizer::from_llama2c(model_files::tokenizer_bytes(changed, scores), "plain.bin");
+  EXPECT_FALSE(plain.legacy_byte_layout());
+  EXPECT_EQ(plain.encode("ca"), (std::vector<int>{3 + ' ', 3 + 'c', 3 + 'a'}));
+  // The bundled (current-layout) tokenizer is not legacy, and its byte pieces are the fallback.
+  EXPECT_FALSE(bundled_tokenizer().legacy_byte_layout());
+  EXPECT_TRUE(bundled_tokenizer().is_byte_fallback(3 + 0x41));
+  // A legacy file cut inside an entry: an error naming the token and its byte offset.
+  EXPECT_ERROR(ropekit::Tokenizer::from_llama2c(std::span(bytes.data(), bytes.size() - 1), "cut.bin"), "cut.bin",
+               "token 267");
+  EXPECT_ERROR(tok.require_vocab_size(512, "stories260K.bin"), "268 tokens", "vocab_size = 512");
+}
+
 TEST(Sampler, GreedyTemperatureAndErrors) {
   ropekit::Sampler greedy(4, 0.0f, 0.9f, 1);
   std::vector<float> logits = {0.1f, 3.0f, 3.0f, -1.0f};
@@ -519,6 +575,36 @@ TEST(Lab, CustomFragmentsWithTheScale) {
   o.methods = ropekit::parse_methods("dyn_ntk");
   const auto dyn = ropekit::evaluate(bundled(), excerpt_tokens(), o);
   EXPECT_NEAR(dyn.rows[1].mean_nll, result.rows[5].mean_nll, 1e-6);  // "dynamic" fragment = dyn_ntk
+}
+
+// Every length of the protocol is a multiple of the trained length unless given: windows of 8·L0, N and
+// bucket edges at L0/2 … 8·L0, and the regime methods' windows (rerope w = L0/2, self_extend W = L0/4):
+// `rerope` runs exactly as `rerope:w=L0/2`.
+TEST(Lab, DefaultsAreMultiplesOfTheTrainedLength) {
+  ropekit::EvalOptions o;
+  o.trained_length = 16;
+  const ropekit::EvalOptions e = ropekit::effective_options(o, 512);
+  EXPECT_EQ(e.window_size, 128);
+  EXPECT_EQ(e.lengths, (std::vector<std::int64_t>{8, 16, 32, 64, 128}));
+  EXPECT_EQ(e.buckets, (std::vector<std::int64_t>{0, 8, 16, 32, 64, 128}));
+  const ropekit::EvalOptions bundled_defaults = ropekit::effective_options({}, 512);  // the 260K model's table
+  EXPECT_EQ(bundled_defaults.window_size, 4096);
+  EXPECT_EQ(bundled_defaults.lengths, (std::vector<std::int64_t>{256, 512, 1024, 2048, 4096}));
+  EXPECT_EQ(bundled_defaults.buckets, (std::vector<std::int64_t>{0, 256, 512, 1024, 2048, 4096}));
+  o.windows = 1;
+  o.lengths = {48};
+  o.methods = ropekit::parse_methods("rerope,rerope:w=8,self_extend,self_extend:W=8");
+  const ropekit::EvalResult r = ropekit::evaluate(bundled(), excerpt_tokens(), o);
+  EXPECT_EQ(r.window_size, 128);
+  std::map<std::string, std::vector<double>> nll;
+  for (const auto& row : r.rows) nll[row.method].push_back(row.mean_nll);
+  EXPECT_EQ(nll["rerope"], nll["rerope:w=8"]);
+  EXPECT_EQ(nll["self_extend"], nll["self_extend:W=8"]);
+  // Parameters that make no sense for any L0, and an L0 the protocol cannot scale.
+  o.methods = ropekit::parse_methods("rerope:w=0");
+  EXPECT_ERROR(ropekit::evaluate(bundled(), excerpt_tokens(), o), "rerope:w=0", "w = 0");
+  o.trained_length = 1;
+  EXPECT_ERROR(ropekit::effective_options(o, 512), "trained-length = 1");
 }
 
 TEST(Lab, BadOptionsAreErrors) {

@@ -5,11 +5,14 @@
 //   ropekit::EvalResult result = ropekit::evaluate(model, tokens, options);
 //
 // Protocol. Windows: the first starts at token 0; each next one at the first BOS at or after the end
-// of the previous; a window is window_size tokens; as many as fit, or `windows`. For each N in
-// `lengths` the model reads tokens [start, start + N) of every window, with s = max(1, N / L0) (L0 =
-// trained_length). Targets are window positions 1 … N−1, each predicted from the tokens before it;
-// NLL (float64 log-softmax of the float32 logits) is averaged per bucket [buckets[i], buckets[i+1])
-// of target position and reported with its token count and PPL = exp(mean NLL).
+// of the previous; a window is window_size tokens (default 8·L0); as many as fit, or `windows`. For each
+// N in `lengths` (default L0/2, L0, 2·L0, 4·L0, 8·L0) the model reads tokens [start, start + N) of every
+// window, with s = max(1, N / L0) (L0 = trained_length, default the model's seq_len). Every default
+// that is a length is a multiple of L0 (effective_options), so the protocol scales with the model: the
+// 260K TinyStories model (L0 = 512) reads 4096-token windows, stories15M (L0 = 256) 2048-token ones. Targets are window
+// positions 1 … N−1, each predicted from the tokens before it; NLL (float64 log-softmax of the float32 logits) is
+// averaged per bucket [buckets[i], buckets[i+1]) of target position and reported with its token count and PPL =
+// exp(mean NLL).
 //   Accuracy: every bucket's mean NLL within 1e-3 nats of a float64 forward of the same protocol
 //   (tests/model_test.cpp checks every built-in method on a short configuration).
 #pragma once
@@ -41,9 +44,9 @@ namespace ropekit {
 //   restart       the model's RoPE, context cut at every BOS with positions restarting at 0 there
 // Methods that change how attention uses positions (attention.hpp's regimes; not in the default list),
 // with parameters after a colon — NAME:key=value,key=value — defaults in brackets:
-//   rerope        ReRoPE: relative position i − j inside a window, w beyond it   w [256], logn [0]
-//   rerope_logn   the same with log-n query scaling (Su's patch)                 w [256], logn [1]
-//   self_extend   SelfExtend: neighbours at i − j, grouped positions beyond      W [128], G [8], logn [0]
+//   rerope        ReRoPE: relative position i − j inside a window, w beyond it   w [L0/2], logn [0]
+//   rerope_logn   the same with log-n query scaling (Su's patch)                 w [L0/2], logn [1]
+//   self_extend   SelfExtend: neighbours at i − j, grouped positions beyond      W [L0/4], G [8], logn [0]
 //   dca           dual-chunk attention (Qwen2.5-1M)                              chunk [L0], local [chunk/32], logn [0]
 //   logn          the model's RoPE with log-n query scaling max(1, ln(i+1)/ln L)  L [L0]
 // logn=1 adds log-n scaling with L = L0 to a regime method.
@@ -61,10 +64,10 @@ std::vector<EvalMethod> parse_methods(std::string_view list);
 std::vector<EvalMethod> builtin_methods();
 
 struct EvalOptions {
-  std::int64_t window_size = 4096;
-  std::optional<std::int64_t> windows;  // absent: as many as fit
-  std::vector<std::int64_t> lengths = {256, 512, 1024, 2048, 4096};
-  std::vector<std::int64_t> buckets = {0, 256, 512, 1024, 2048, 4096};
+  std::optional<std::int64_t> window_size;  // absent: 8·L0
+  std::optional<std::int64_t> windows;      // absent: as many as fit
+  std::vector<std::int64_t> lengths;        // empty: L0/2, L0, 2·L0, 4·L0, 8·L0
+  std::vector<std::int64_t> buckets;        // empty: 0, L0/2, L0, 2·L0, 4·L0, 8·L0
   std::vector<EvalMethod> methods = builtin_methods();
   std::optional<std::int64_t> trained_length;  // absent: the model's seq_len
   int threads = 0;
@@ -85,10 +88,15 @@ struct EvalRow {
 struct EvalResult {
   std::vector<std::int64_t> window_starts;
   std::int64_t trained_length = 0;
-  std::vector<EvalRow> rows;  // method-major, then N, then bucket; empty buckets left out
+  std::int64_t window_size = 0;  // as read (options.window_size, or its default)
+  std::vector<EvalRow> rows;     // method-major, then N, then bucket; empty buckets left out
   double seconds = 0;
   std::int64_t tokens_read = 0;  // model positions computed, all methods
 };
+
+// `options` with every absent length filled in from the trained length L0 (options.trained_length, else
+// `model_seq_len`): the protocol's defaults as multiples of L0 (the file comment). Errors: L0 < 2.
+EvalOptions effective_options(const EvalOptions& options, std::int64_t model_seq_len);
 
 // The window starts the protocol takes from `tokens`. Errors: window_size < 2, no window fits, fewer
 // than `windows` fit.

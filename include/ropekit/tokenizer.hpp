@@ -9,6 +9,13 @@
 // `<0xXX>` piece; llama2.c's id = byte + 3); then the adjacent pair whose concatenation is in the
 // vocabulary with the highest score is merged — the leftmost of equal scores — until none is. The
 // result equals run.c's quadratic loop; here it is a heap over adjacent pairs, O(n log n).
+//
+// Byte-fallback tokens (the `<0xXX>` pieces) stand only for bytes with no piece of their own and never
+// merge, as SentencePiece's byte fallback. An older llama2.c export (stories15M's tok32000-legacy.bin)
+// stores them as the raw bytes — ids 3–258 hold byte b as the code point U+00bb — so 204 one-byte strings
+// are both a fallback and a regular piece ("a": ids 100 and 29874); that layout is told from the file
+// itself, its fallback ids are never looked up as text (the regular, scored piece wins), and they decode
+// to their byte.
 #pragma once
 
 #include <array>
@@ -46,11 +53,17 @@ class Tokenizer {
   // Errors: a byte of the text with no token (no <0xXX> piece for it).
   std::vector<int> encode(std::string_view text, bool bos = false, bool eos = false) const;
   // The text of `token` after `prev_token`, as run.c prints it: after BOS a leading space is
-  // dropped; a byte piece <0xXX> is that byte. Errors: an id outside [0, vocab_size).
+  // dropped; a byte piece <0xXX> (or a legacy layout's fallback id) is that byte. Errors: an id outside
+  // [0, vocab_size).
   std::string decode(int prev_token, int token) const;
 
   // Throws ropekit::Error unless the vocabulary has exactly `model_vocab_size` tokens.
   void require_vocab_size(int model_vocab_size, std::string_view model_origin) const;
+
+  // Whether the file stores byte fallback in the legacy layout (the class comment), and whether `id` is a
+  // byte-fallback token (0 ≤ id < vocab_size, not checked).
+  bool legacy_byte_layout() const { return legacy_bytes_; }
+  bool is_byte_fallback(int id) const;
 
  private:
   Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::string origin);
@@ -59,6 +72,7 @@ class Tokenizer {
   std::vector<float> scores_;
   std::unordered_map<std::string, int> ids_;  // the first id of each piece
   std::array<int, 256> byte_ids_{};           // -1: no <0xXX> piece
+  bool legacy_bytes_ = false;                 // ids 3–258 are raw bytes (the legacy layout)
   int bos_id_ = 1, eos_id_ = 2;
 };
 

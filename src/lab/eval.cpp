@@ -42,9 +42,12 @@ struct MethodRun {
 };
 
 // The parameters a regime method takes, with their defaults (dca's local −1: chunk / 32).
+// Lengths are multiples of the trained length L0 (the 260K model's w 256 and W 128 at L0 = 512).
 std::map<std::string, std::int64_t> parameters_of(std::string_view base, std::int64_t l0) {
-  if (base == "rerope" || base == "rerope_logn") return {{"w", 256}, {"logn", base == "rerope_logn" ? 1 : 0}};
-  if (base == "self_extend") return {{"W", 128}, {"G", 8}, {"logn", 0}};
+  if (base == "rerope" || base == "rerope_logn") {
+    return {{"w", std::max<std::int64_t>(1, l0 / 2)}, {"logn", base == "rerope_logn" ? 1 : 0}};
+  }
+  if (base == "self_extend") return {{"W", std::max<std::int64_t>(8, l0 / 4)}, {"G", 8}, {"logn", 0}};
   if (base == "dca") return {{"chunk", l0}, {"local", -1}, {"logn", 0}};
   if (base == "logn") return {{"L", l0}};
   return {};
@@ -397,16 +400,43 @@ std::vector<std::int64_t> eval_windows(std::span<const int> tokens, std::int64_t
   return starts;
 }
 
-EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& options) {
+EvalOptions effective_options(const EvalOptions& given, std::int64_t model_seq_len) {
+  EvalOptions options = given;
+  const std::int64_t l0 = options.trained_length.value_or(model_seq_len);
+  if (l0 < 2 || l0 >= kPositionLimit / 8) {
+    throw Error(
+        fmt::format("trained-length = {}: must lie in [2, 2^44) (the protocol's lengths are multiples of it)", l0));
+  }
+  options.trained_length = l0;
+  if (!options.window_size) options.window_size = 8 * l0;
+  // L0/2 … 8·L0: inside the trained length, at it, and three doublings past it (the 260K model's table has
+  // always read N = 256 at L0 = 512).
+  const std::int64_t multiples[] = {l0 / 2, l0, 2 * l0, 4 * l0, 8 * l0};
+  if (options.lengths.empty()) {
+    for (std::int64_t n : multiples) {
+      if (n >= 2) options.lengths.push_back(n);
+    }
+  }
+  if (options.buckets.empty()) {
+    options.buckets.push_back(0);
+    for (std::int64_t b : multiples) {
+      if (b > options.buckets.back()) options.buckets.push_back(b);
+    }
+  }
+  return options;
+}
+
+EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& given) {
   const auto clock_start = std::chrono::steady_clock::now();
+  const EvalOptions options = effective_options(given, model.config.seq_len);
   EvalResult result;
-  result.trained_length = options.trained_length.value_or(model.config.seq_len);
+  result.trained_length = *options.trained_length;
+  result.window_size = *options.window_size;
   const std::int64_t l0 = result.trained_length;
-  if (l0 < 1 || l0 >= kPositionLimit) throw Error(fmt::format("trained-length = {}: must be positive", l0));
-  if (options.lengths.empty()) throw Error("lengths: none given");
+  const std::int64_t window_size = result.window_size;
   for (std::int64_t n : options.lengths) {
-    if (n < 2 || n > options.window_size) {
-      throw Error(fmt::format("lengths: N = {}: must lie in [2, window-size = {}]", n, options.window_size));
+    if (n < 2 || n > window_size) {
+      throw Error(fmt::format("lengths: N = {}: must lie in [2, window-size = {}]", n, window_size));
     }
   }
   if (options.buckets.empty() || options.buckets[0] != 0) throw Error("buckets: must start at 0");
@@ -422,7 +452,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
                               model.config.vocab_size));
     }
   }
-  result.window_starts = eval_windows(tokens, options.window_size, options.windows, model.config.bos_id);
+  result.window_starts = eval_windows(tokens, window_size, options.windows, model.config.bos_id);
   // Resolve every method at every length first, so a bad fragment fails before any work.
   std::vector<std::vector<MethodRun>> runs;
   for (const EvalMethod& method : options.methods) {
@@ -448,7 +478,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     for (std::size_t li = 0; li < options.lengths.size(); ++li) {
       const std::int64_t n = options.lengths[li];
       const double s = std::max(1.0, double(n) / double(l0));
-      Buckets buckets(options.buckets, options.window_size);
+      Buckets buckets(options.buckets, window_size);
       for (std::int64_t start : result.window_starts) {
         reader.read(runs[m][li], tokens.subspan(std::size_t(start), std::size_t(n)), l0, buckets);
         done += n;

@@ -27,6 +27,13 @@ int byte_piece_value(std::string_view piece) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// Byte b as an older llama2.c export stored byte-fallback piece 3 + b: the code point U+00bb in UTF-8
+// (one byte below 0x80, two from 0x80 on: the export decoded "<0xXX>" as chr(XX)).
+std::string latin1_utf8(int b) {
+  if (b < 0x80) return std::string(1, static_cast<char>(b));
+  return {static_cast<char>(0xC0 | (b >> 6)), static_cast<char>(0x80 | (b & 0x3F))};
+}
+
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
   std::string out;
   out.reserve(s.size());
@@ -46,12 +53,26 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::string origin)
     : origin_(std::move(origin)), pieces_(std::move(pieces)), scores_(std::move(scores)) {
   byte_ids_.fill(-1);
+  // The legacy layout (an older llama2.c export of a SentencePiece vocabulary): ids 3–258 hold byte b as
+  // its Latin-1 code point instead of "<0xXX>", so a string such as "a" is both byte 0x61's fallback and a
+  // regular, scored piece. Told from the file itself: every one of the 256 entries is exactly that.
+  legacy_bytes_ = pieces_.size() > 258;
+  for (int b = 0; legacy_bytes_ && b < 256; ++b) legacy_bytes_ = pieces_[std::size_t(3 + b)] == latin1_utf8(b);
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    if (legacy_bytes_ && i >= 3 && i < 259) {
+      byte_ids_[i - 3] = int(i);  // byte fallback only, as SentencePiece's: never looked up as text
+      continue;
+    }
     ids_.emplace(pieces_[i], int(i));
     if (const int b = byte_piece_value(pieces_[i]); b >= 0 && byte_ids_[std::size_t(b)] < 0) {
       byte_ids_[std::size_t(b)] = int(i);
     }
   }
+}
+
+bool Tokenizer::is_byte_fallback(int id) const {
+  if (legacy_bytes_) return id >= 3 && id < 259;
+  return byte_piece_value(pieces_[std::size_t(id)]) >= 0;
 }
 
 Tokenizer Tokenizer::from_llama2c(std::span<const std::byte> bytes, std::string_view origin) {
@@ -198,9 +219,13 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
     };
     std::priority_queue<Candidate> heap;
     std::string joined;
+    // Byte-fallback tokens never merge (SentencePiece's rule; "<0xXX>" pieces cannot, the legacy layout's
+    // raw bytes could).
+    std::vector<bool> mergeable(n);
+    for (std::size_t i = 0; i < n; ++i) mergeable[i] = !is_byte_fallback(sym[i]);
     auto push = [&](std::size_t left) {
       const std::ptrdiff_t right = next[left];
-      if (right < 0) return;
+      if (right < 0 || !mergeable[left] || !mergeable[std::size_t(right)]) return;
       joined.assign(pieces_[std::size_t(sym[left])]);
       joined.append(pieces_[std::size_t(sym[std::size_t(right)])]);
       if (auto it = ids_.find(joined); it != ids_.end()) {
@@ -235,6 +260,7 @@ std::string Tokenizer::decode(int prev_token, int token) const {
   if (token < 0 || token >= vocab_size()) {
     throw Error(fmt::format("token id {} lies outside the vocabulary of {} tokens", token, vocab_size()));
   }
+  if (legacy_bytes_ && token >= 3 && token < 259) return std::string(1, static_cast<char>(token - 3));
   std::string_view piece = pieces_[std::size_t(token)];
   if (prev_token == bos_id_ && !piece.empty() && piece[0] == ' ') piece.remove_prefix(1);
   if (const int b = byte_piece_value(piece); b >= 0) return std::string(1, static_cast<char>(b));

@@ -23,10 +23,8 @@ namespace {
 struct EvalCliOptions {
   std::string model, tokens, text, tokenizer, methods, csv, json, svg;
   bool stories = false;
-  std::int64_t window_size = 4096;
-  std::optional<std::int64_t> windows, trained_length;
-  std::vector<std::int64_t> lengths = {256, 512, 1024, 2048, 4096};
-  std::vector<std::int64_t> buckets = {0, 256, 512, 1024, 2048, 4096};
+  std::optional<std::int64_t> window_size, windows, trained_length;
+  std::vector<std::int64_t> lengths, buckets;  // empty: the protocol's multiples of L0
   int threads = 0;
 };
 
@@ -117,15 +115,24 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   options.trained_length = o.trained_length;
   options.threads = o.threads;
   if (!o.methods.empty()) options.methods = parse_methods(o.methods);
+  options = effective_options(options, model.config.seq_len);
   auto progress = std::make_shared<Progress>(io.err);
   options.progress = [progress](std::int64_t done, std::int64_t total, const std::string& what) {
     (*progress)(done, total, what);
   };
   const EvalResult result = evaluate(model, tokens, options);
 
+  const std::int64_t l0 = result.trained_length;
   fmt::print(io.out, "ropekit eval: {} — {} tokens, {} windows of {} (starts {}), trained length L0 = {}\n",
-             model.source, tokens.size(), result.window_starts.size(), o.window_size,
-             fmt::join(result.window_starts, ","), result.trained_length);
+             model.source, tokens.size(), result.window_starts.size(), result.window_size,
+             fmt::join(result.window_starts, ","), l0);
+  // The protocol's lengths, each a multiple of L0 unless given (docs/lab.md).
+  fmt::print(io.out,
+             "protocol: windows {} tokens ({}·L0), N = {}, buckets {}; swa window {}, rerope w {}, self_extend W {} "
+             "G 8, dca chunk {} local {}, logn L {} (defaults; NAME:key=value overrides)\n",
+             result.window_size, double(result.window_size) / double(l0), fmt::join(options.lengths, ","),
+             fmt::join(options.buckets, ","), l0, std::max<std::int64_t>(1, l0 / 2), std::max<std::int64_t>(8, l0 / 4),
+             l0, l0 / 32, l0);
   print_table(io.out, result, options.methods, options.lengths);
   fmt::print(io.out, "\n{} model positions in {:.2f} s ({:.0f} tokens/s)\n", result.tokens_read, result.seconds,
              double(result.tokens_read) / result.seconds);
@@ -143,7 +150,7 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     nlohmann::json j;
     j["model"] = model.source;
     j["tokens"] = tokens.size();
-    j["window_size"] = o.window_size;
+    j["window_size"] = result.window_size;
     j["window_starts"] = result.window_starts;
     j["trained_length"] = result.trained_length;
     j["seconds"] = result.seconds;
@@ -199,12 +206,12 @@ void add_eval(CLI::App& app, Streams io) {
   input->require_option(1);
   cmd->add_option("--tokenizer", o->tokenizer, "with --text: llama2.c tokenizer.bin (GGUF: the model's own)");
   cmd->add_flag("--stories", o->stories, "with --text: one BOS-led sequence per <|endoftext|>-separated story");
-  cmd->add_option("--window-size", o->window_size, "tokens per window (default 4096)")
+  cmd->add_option("--window-size", o->window_size, "tokens per window (default 8·L0)")
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 24));
   cmd->add_option("--windows", o->windows, "number of windows (default: as many as fit)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  cmd->add_option("--lengths", o->lengths, "context lengths N (default 256,512,1024,2048,4096)")->delimiter(',');
-  cmd->add_option("--buckets", o->buckets, "target-position bucket edges (default 0,256,512,1024,2048,4096)")
+  cmd->add_option("--lengths", o->lengths, "context lengths N (default L0/2, L0, 2·L0, 4·L0, 8·L0)")->delimiter(',');
+  cmd->add_option("--buckets", o->buckets, "target-position bucket edges (default 0, L0/2, L0, 2·L0, 4·L0, 8·L0)")
       ->delimiter(',');
   cmd->add_option("--methods", o->methods,
                   "comma-separated methods (default: all built-ins: orig, pi, ntk, yarn, yarn_notemp, dyn_ntk, "
