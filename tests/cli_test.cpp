@@ -13,6 +13,7 @@
 
 #include "cli.hpp"
 #include "npy.hpp"
+#include "plot.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
@@ -560,6 +561,28 @@ TEST(CliModel, GenerateAtTemperatureZeroPrintsRunCsText) {
   EXPECT_EQ(yarn.code, 0) << yarn.err;
 }
 
+// The text of an SVG PLplot wrote (each character an &#xNN; entity inside a <tspan>), one line per string.
+std::string svg_texts(const std::string& svg) {
+  std::string out;
+  for (std::size_t at = svg.find("<tspan"); at != std::string::npos; at = svg.find("<tspan", at + 1)) {
+    std::size_t i = svg.find('>', at) + 1;
+    while (svg.compare(i, 3, "&#x") == 0) {
+      const std::size_t end = svg.find(';', i);
+      const unsigned long code = std::stoul(svg.substr(i + 3, end - i - 3), nullptr, 16);
+      if (code < 0x80) {
+        out += char(code);
+      } else if (code < 0x800) {
+        out += char(0xC0 | (code >> 6)), out += char(0x80 | (code & 0x3F));
+      } else {
+        out += char(0xE0 | (code >> 12)), out += char(0x80 | ((code >> 6) & 0x3F)), out += char(0x80 | (code & 0x3F));
+      }
+      i = end + 1;
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 TEST(CliModel, TokenizeThenEval) {
   const std::string ids = testing::TempDir() + "/excerpt.i32";
   const Result t = run({"tokenize", "--tokenizer", kTok, "--text", kRepo + "/data/tinystories-valid-excerpt.txt",
@@ -596,8 +619,27 @@ TEST(CliModel, TokenizeThenEval) {
   EXPECT_EQ(table.substr(0, table.find('\n')), "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl");
   EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 4 * (1 + 3));
   EXPECT_NE(slurp(json).find("\"window_starts\""), std::string::npos);
-  EXPECT_NE(slurp(svg).find("<svg"), std::string::npos);
+  // The chart, as text a reader sees: labelled ticks on both axes, the trained length marked, every
+  // method in the legend, the model and N in the title.
+  const std::string texts = svg_texts(slurp(svg));
+  for (const char* word : {"L0 = 64 (swa window)", "tinystories-260k.bin: PPL by target position, N = 256, s = 4",
+                           "128", "restart", "yarn", "perplexity"}) {
+    EXPECT_NE(texts.find(word), std::string::npos) << word << " in " << texts;
+  }
   EXPECT_NE(e.err.find("eval: "), std::string::npos);  // progress lines (not a terminal)
+  EXPECT_NE(e.out.find("protocol: windows 256 tokens (4·L0)"), std::string::npos) << e.out;
+}
+
+// Ticks at values a reader can read: powers of two on position axes, 1-2-5 steps on logarithmic value axes,
+// a 1-2-5 step on linear axes; a span too narrow for two such ticks gets its ends.
+TEST(Charts, TicksAreReadableValues) {
+  using ropekit::cli::axis_ticks;
+  EXPECT_EQ(axis_ticks(64, 1536, true, true), (std::vector<double>{64, 128, 256, 512, 1024}));
+  EXPECT_EQ(axis_ticks(2.1, 61, true, false), (std::vector<double>{5, 10, 20, 50}));
+  EXPECT_EQ(axis_ticks(1.9, 520, true, false), (std::vector<double>{2, 5, 10, 20, 50, 100, 200, 500}));
+  EXPECT_EQ(axis_ticks(2.1, 2.4, true, false), (std::vector<double>{2.1, 2.4}));
+  EXPECT_EQ(axis_ticks(0, 65, false, false), (std::vector<double>{0, 20, 40, 60}));
+  EXPECT_EQ(axis_ticks(1, 8192, true, true).size(), 7u);  // 14 powers of two, every other one
 }
 
 TEST(CliModel, BadInputExitsTwo) {

@@ -88,7 +88,13 @@ void add_decay(CLI::App& app, Streams io) {
       if (!csv) throw Error(fmt::format("--csv {}: write failed", o->csv));
     }
     if (!o->svg.empty()) {
-      Chart chart{"RoFormer long-term decay bound", "relative distance", "(1/(d/2)) Σ|S#dj#u|", true, false, {}};
+      Chart chart{"RoFormer long-term decay bound by relative distance",
+                  "relative distance",
+                  "(1/(d/2)) Σ|S#dj#u|",
+                  true,
+                  false,
+                  {},
+                  {}};
       for (const Curve& c : curves) {
         Series s{c.label, {}, {}};
         for (std::int64_t r = 1; r <= o->max_distance; ++r) {

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -173,12 +175,26 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   }
   if (!o.svg.empty()) {
     const std::int64_t n = *std::max_element(options.lengths.begin(), options.lengths.end());
-    Chart chart{fmt::format("PPL by target position, N = {} (trained at {})", n, result.trained_length),
-                "target position (bucket middle)",
+    const std::string model_name = std::filesystem::path(model.source).filename().string();
+    Chart chart{fmt::format("{}: PPL by target position, N = {}, s = {:g} (L0 = {})", model_name, n,
+                            std::max(1.0, double(n) / double(l0)), l0),
+                "target position (middle of its bucket)",
                 "perplexity",
                 true,
                 true,
-                {}};
+                {},
+                {{double(l0), fmt::format("L0 = {} (swa window)", l0)}}};
+    // The windows the regime methods keep (their own dashed lines).
+    for (const EvalMethod& m : options.methods) {
+      const std::size_t w = m.name.find(":w="), big_w = m.name.find(":W=");
+      const std::size_t at = w != std::string::npos       ? w + 3
+                             : big_w != std::string::npos ? big_w + 3
+                                                          : std::string::npos;
+      if (at == std::string::npos) continue;
+      const double x = std::atof(m.name.c_str() + at);
+      if (x > 0 && x != double(l0))
+        chart.markers.push_back({x, fmt::format("{} window {:g}", m.name.substr(0, at - 3), x)});
+    }
     for (const EvalMethod& m : options.methods) {
       Series series{m.name, {}, {}};
       for (const EvalRow& r : result.rows) {

@@ -1,4 +1,7 @@
-// A line chart written with PLplot's SVG driver (the CLI's only plotting need).
+// Line charts written with PLplot's SVG driver (the CLI's only plotting need): labelled ticks at
+// readable values (1-2-5 on logarithmic value axes, powers of two on logarithmic position axes), dashed
+// vertical markers (a trained length, a method's window), the Okabe–Ito colour-blind-safe palette with a
+// distinct marker per series, and the legend beside the data, never over it.
 #pragma once
 
 #include <string>
@@ -11,14 +14,29 @@ struct Series {
   std::vector<double> x, y;
 };
 
-struct Chart {
-  std::string title, x_label, y_label;
-  bool log_x = false;  // x values must then be > 0 (others are left out)
-  bool log_y = false;  // likewise for y
-  std::vector<Series> series;
+// A dashed vertical line at x, labelled at the top of the plot.
+struct VerticalMarker {
+  double x = 0;
+  std::string label;
 };
 
-// Writes `chart` to `path` as SVG. Throws ropekit::Error if the file cannot be written.
+struct Chart {
+  std::string title, x_label, y_label;
+  bool log_x = false;  // x values must then be > 0 (others are left out); ticks at powers of two
+  bool log_y = false;  // likewise for y; ticks at 1, 2, 5 × 10^k
+  std::vector<Series> series;
+  std::vector<VerticalMarker> markers;
+};
+
+// Writes `chart` to `path` as SVG (one panel). Throws ropekit::Error if the file cannot be written.
 void write_svg(const Chart& chart, const std::string& path);
+// Several charts as panels of one SVG, `columns` across (the attention probe: one panel per method); each
+// panel's title says what it shows.
+void write_svg(const std::vector<Chart>& panels, int columns, const std::string& path);
+
+// The tick values a chart's axis gets for data spanning [lo, hi] (exposed for tests): log axes — powers of
+// two (positions) or 1-2-5 steps (values) inside the span, thinned to at most 12; linear axes — a 1-2-5
+// step giving 4 to 10 ticks.
+std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two);
 
 }  // namespace ropekit::cli
