@@ -116,6 +116,57 @@ TEST(Model, BatchedPrefillEqualsOneTokenAtATime) {
   EXPECT_LT(worst, 1e-4);  // sgemm and sgemv sum in different orders; the logits are O(10)
 }
 
+// Per-token plans (dynamic NTK): a chunk read with token_ropes — one Rope per token, the cache re-rotated to
+// each in turn, or kept stale — gives the logits of the same tokens read one at a time with rerotate()
+// (or stale keys) between them, up to the order sgemm and sgemv sum in.
+TEST(Model, TokenRopesEqualOneTokenAtATime) {
+  const ropekit::Spec base = bundled().rope.layer().spec;
+  ropekit::Spec spec = base;
+  spec.scaling = ropekit::scaling::DynamicNtk{.factor = 4.0, .max_position_embeddings = 16};
+  const std::vector<int> tokens(excerpt_tokens().begin(), excerpt_tokens().begin() + 40);
+  std::vector<std::int64_t> pos(40);
+  std::iota(pos.begin(), pos.end(), 0);
+  for (bool stale : {false, true}) {
+    SCOPED_TRACE(stale ? "stale" : "exact");
+    // Reference: 16 tokens under the plan at 16, then one token at a time.
+    ropekit::LlamaRunner one(bundled(), {.capacity = 40});
+    std::vector<float> prefix(16 * 512), row(512), want;
+    ropekit::Rope previous(spec, ropekit::AngleMode::Accurate, 16);
+    one.forward(previous, std::span<const int>(tokens.data(), 16), std::span<const std::int64_t>(pos.data(), 16),
+                prefix, {.stale_keys = stale});
+    for (int t = 16; t < 40; ++t) {
+      ropekit::Rope current(spec, ropekit::AngleMode::Accurate, t + 1);
+      if (!stale) one.rerotate(previous, current);
+      one.forward(current, std::span<const int>(&tokens[std::size_t(t)], 1),
+                  std::span<const std::int64_t>(&pos[std::size_t(t)], 1), row, {.stale_keys = stale});
+      want.insert(want.end(), row.begin(), row.end());
+      previous = std::move(current);
+    }
+    // The same 24 tokens as one chunk with their plans.
+    ropekit::LlamaRunner chunk(bundled(), {.capacity = 40});
+    const ropekit::Rope first(spec, ropekit::AngleMode::Accurate, 16);
+    chunk.forward(first, std::span<const int>(tokens.data(), 16), std::span<const std::int64_t>(pos.data(), 16), prefix,
+                  {.stale_keys = stale});
+    std::vector<ropekit::Rope> ropes;
+    for (int t = 16; t < 40; ++t) ropes.emplace_back(spec, ropekit::AngleMode::Accurate, t + 1);
+    std::vector<const ropekit::Rope*> ptrs;
+    for (const auto& r : ropes) ptrs.push_back(&r);
+    std::vector<float> got(24 * 512);
+    chunk.forward(first, std::span<const int>(tokens.data() + 16, 24),
+                  std::span<const std::int64_t>(pos.data() + 16, 24), got, {.stale_keys = stale, .token_ropes = ptrs});
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    EXPECT_LT(worst, 1e-4);
+  }
+  ropekit::LlamaRunner runner(bundled(), {.capacity = 4});
+  const ropekit::Rope rope(base);
+  const std::vector<const ropekit::Rope*> one_rope = {&rope};
+  std::vector<float> logits(2 * 512);
+  const std::vector<int> two = {1, 2};
+  const std::vector<std::int64_t> at = {0, 1};
+  EXPECT_ERROR(runner.forward(rope, two, at, logits, {.token_ropes = one_rope}), "1 token_ropes for 2 tokens");
+}
+
 TEST(Model, Version1ExportLoadsTheSameWeights) {
   const auto m = ropekit::load_llama2c(model_files::version1_bytes(bundled()), "v1");
   EXPECT_EQ(m.token_embedding, bundled().token_embedding);

@@ -118,6 +118,12 @@ struct ForwardOptions {
   // tokens are cached is an error.
   PositionRegimes regimes;
   std::int64_t logn_length = 0;
+  // One Rope per token (dynamic NTK as Hugging Face runs it: the plan of the length read so far): token i
+  // reads with token_ropes[i] — its query, its key's rotation and, unless stale_keys, the cached keys,
+  // re-rotated from the previous token's plan first (forward's `rope` is then the plan the cached keys
+  // are under before the call). The matrix products still run once for all the tokens, so a chunk of
+  // tokens streams the weights once. Empty: every token reads with `rope`. Not with regimes.
+  std::span<const Rope* const> token_ropes;
 };
 
 // Runs a model over one sequence. Not thread-safe (one sequence, one runner); each call uses the
@@ -134,7 +140,7 @@ class LlamaRunner {
   // every token, or only for the last one when logits.size() == vocab. Errors: a token id outside
   // [0, vocab), counts that differ, more tokens than the free capacity, a rope whose head_dim is
   // not the model's, a rope whose plan differs from the cached keys' (call rerotate) unless
-  // stale_keys, a logits span of another size.
+  // stale_keys, a logits span of another size, token_ropes of another count (or with regimes).
   void forward(const Rope& rope, std::span<const int> tokens, std::span<const std::int64_t> positions,
                std::span<float> logits, const ForwardOptions& options = {});
   // Re-rotates every layer's cached keys from `from` (the plan they carry) to `to`

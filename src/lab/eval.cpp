@@ -218,6 +218,10 @@ double nll(std::span<const float> row, int target) {
   return max + std::log(sum) - double(row[std::size_t(target)]);
 }
 
+// Tokens per forward call past L0 in the dynamic methods: each token has a plan of its own, the products
+// run once per chunk.
+constexpr std::int64_t kDynamicChunk = 64;
+
 // Reads window tokens [0, n) with one method; adds the NLL of targets 1 … n−1.
 class WindowReader {
  public:
@@ -235,11 +239,16 @@ class WindowReader {
     // Feeds tokens [first, last) (window indices) at the given positions; scores the targets they predict.
     auto feed = [&](const Rope& rope, std::int64_t first, std::int64_t last, const std::int64_t* pos,
                     const ForwardOptions& options) {
+      ForwardOptions call = options;
+      const Rope* before = &rope;  // with per-token plans: the plan the cached keys are under
       for (std::int64_t a = first; a < last; a += chunk_) {
         const std::int64_t b = std::min(last, a + chunk_);
         logits_.resize(std::size_t((b - a) * vocab));
-        runner_.forward(rope, tokens.subspan(std::size_t(a), std::size_t(b - a)),
-                        std::span<const std::int64_t>(pos + (a - first), std::size_t(b - a)), logits_, options);
+        if (!options.token_ropes.empty())
+          call.token_ropes = options.token_ropes.subspan(std::size_t(a - first), std::size_t(b - a));
+        runner_.forward(*before, tokens.subspan(std::size_t(a), std::size_t(b - a)),
+                        std::span<const std::int64_t>(pos + (a - first), std::size_t(b - a)), logits_, call);
+        if (!options.token_ropes.empty()) before = options.token_ropes[std::size_t(b - first - 1)];
         for (std::int64_t t = a; t < b && t + 1 < n; ++t) {
           const std::span<const float> row(logits_.data() + (t - a) * vocab, std::size_t(vocab));
           buckets.add(t + 1, nll(row, tokens[std::size_t(t + 1)]));
@@ -273,12 +282,17 @@ class WindowReader {
         const std::int64_t prefix = std::min(n, l0);
         Rope previous(run.spec, AngleMode::Accurate, prefix);
         feed(previous, 0, prefix, positions_.data(), {.stale_keys = stale});
-        // Then one token at a time: after reading token t, L = t + 1 tokens have been read.
-        for (std::int64_t t = prefix; t < n; ++t) {
-          Rope current(run.spec, AngleMode::Accurate, t + 1);
-          if (!stale) runner_.rerotate(previous, current);
-          feed(current, t, t + 1, positions_.data() + t, {.stale_keys = stale});
-          previous = std::move(current);
+        // Then each token with the plan of the length read so far (after reading token t, L = t + 1),
+        // the cache re-rotated to it token by token (unless stale) — in chunks of kDynamicChunk tokens
+        // whose matrix products run once (the weights streamed once per chunk, not per token).
+        for (std::int64_t t = prefix; t < n; t += kDynamicChunk) {
+          const std::int64_t end = std::min(n, t + kDynamicChunk);
+          ropes_.clear();
+          for (std::int64_t u = t; u < end; ++u) ropes_.emplace_back(run.spec, AngleMode::Accurate, u + 1);
+          rope_ptrs_.clear();
+          for (const Rope& r : ropes_) rope_ptrs_.push_back(&r);
+          feed(previous, t, end, positions_.data() + t, {.stale_keys = stale, .token_ropes = rope_ptrs_});
+          previous = std::move(ropes_.back());
         }
         break;
       }
@@ -291,6 +305,8 @@ class WindowReader {
   std::int64_t chunk_ = 1;
   std::vector<std::int64_t> positions_;
   std::vector<float> logits_;
+  std::vector<Rope> ropes_;  // a dynamic chunk's plans
+  std::vector<const Rope*> rope_ptrs_;
 };
 
 }  // namespace

@@ -46,6 +46,11 @@ void matmul(const float* x, const float* w, float* y, int n, int in, int out, bo
   }
 }
 
+// Token i's row of a [n, width] buffer.
+const float* vi_begin(const std::vector<float>& buffer, int i, int width) {
+  return buffer.data() + std::size_t(i) * std::size_t(width);
+}
+
 // run.c's RMSNorm: o = w ⊙ x / sqrt(mean(x²) + eps), the sum in float32.
 void rmsnorm(const float* x, const std::vector<float>& w, float* o, int n, int dim, float eps) {
   for (int t = 0; t < n; ++t) {
@@ -170,6 +175,19 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   if (s.size > 0 && options.stale_keys != s.stale) {
     throw Error("LlamaRunner::forward: stale_keys must not change while tokens are cached (clear() first)");
   }
+  if (!options.token_ropes.empty()) {
+    if (options.token_ropes.size() != tokens.size()) {
+      throw Error(
+          fmt::format("LlamaRunner::forward: {} token_ropes for {} tokens", options.token_ropes.size(), tokens.size()));
+    }
+    if (options.regimes.index() != 0)
+      throw Error("LlamaRunner::forward: token_ropes and position regimes do not combine");
+    for (const Rope* r : options.token_ropes) {
+      if (r == nullptr || r->spec().head_dim != hd) {
+        throw Error("LlamaRunner::forward: every token_ropes entry must be a Rope of the model's head size");
+      }
+    }
+  }
   if (options.stale_keys && options.regimes.index() != 0) {
     throw Error(
         "LlamaRunner::forward: stale_keys and position regimes do not combine (regimes need the runner's caches)");
@@ -229,7 +247,45 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     matmul(s.xb.data(), w.wq.data(), s.q.data(), n, dim, dim, false, s.threads);
     matmul(s.xb.data(), w.wk.data(), s.k.data(), n, dim, kv_dim, false, s.threads);
     matmul(s.xb.data(), w.wv.data(), s.v.data(), n, dim, kv_dim, false, s.threads);
-    if (!s.stale) {
+    if (!options.token_ropes.empty()) {
+      // Token by token, each with its own plan (the products above and below ran once for all of them).
+      for (int i = 0; i < n; ++i) {
+        const Rope& r = *options.token_ropes[std::size_t(i)];
+        const Positions at = ropekit::positions(positions.subspan(std::size_t(i), 1));
+        const auto row = [&](std::vector<float>& buffer, int heads) {
+          return bshd(buffer.data() + std::size_t(i) * std::size_t(heads) * std::size_t(hd), DType::F32, 1, 1, heads,
+                      hd);
+        };
+        const Heads qi = row(s.q, c.n_heads), ki = row(s.k, c.n_kv_heads), vi = row(s.v, c.n_kv_heads),
+                    atti = row(s.att, c.n_heads);
+        if (!s.stale) {
+          KvCache& cache = s.caches[std::size_t(l)];
+          cache.rerotate(i == 0 ? rope : *options.token_ropes[std::size_t(i - 1)], r);
+          cache.append(r, ki, vi, at);
+          attention(r, qi, at, cache, atti, attention_options);
+        } else {
+          float* keys = s.stale_keys[std::size_t(l)].data();
+          float* values = s.stale_values[std::size_t(l)].data();
+          const std::int64_t before = s.size + i;
+          r.apply({.q = qi,
+                   .k = ki,
+                   .k_out = bshd(keys + std::size_t(before) * kv_dim, DType::F32, 1, 1, c.n_kv_heads, hd),
+                   .positions = at});
+          std::copy(vi_begin(s.v, i, kv_dim), vi_begin(s.v, i + 1, kv_dim), values + std::size_t(before) * kv_dim);
+          AttentionOptions scaled = attention_options;
+          scaled.softmax_scale_mult = r.plan().softmax_scale_mult;
+          attention({.q = qi,
+                     .k = bshd(keys, DType::F32, 1, before + 1, c.n_kv_heads, hd),
+                     .v = bshd(values, DType::F32, 1, before + 1, c.n_kv_heads, hd),
+                     .out = atti,
+                     .q_positions = at,
+                     .k_positions = ropekit::positions(
+                         std::span<const std::int64_t>(s.stale_positions.data(), std::size_t(before + 1))),
+                     .head_dim = hd},
+                    scaled);
+        }
+      }
+    } else if (!s.stale) {
       KvCache& cache = s.caches[std::size_t(l)];
       cache.append(rope, k, v, pos);
       attention(rope, q, pos, cache, att, attention_options);
