@@ -428,6 +428,24 @@ TEST(Tokenizer, LegacyByteLayoutPrefersRegularPieces) {
   EXPECT_ERROR(ropekit::Tokenizer::from_llama2c(std::span(bytes.data(), bytes.size() - 1), "cut.bin"), "cut.bin",
                "token 267");
   EXPECT_ERROR(tok.require_vocab_size(512, "stories260K.bin"), "268 tokens", "vocab_size = 512");
+
+  // The same vocabulary as llama.cpp's llama2.c converter writes it into GGUF: " " as U+2581 and byte 0's
+  // piece empty (a C string). Still the legacy layout, encoding as the llama2.c file does.
+  gguf_test::Writer w;
+  w.str("tokenizer.ggml.model", "llama");
+  std::vector<std::string> escaped;
+  for (const std::string& p : pieces) {
+    std::string e;
+    for (char ch : p) e += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+    escaped.push_back(e);
+  }
+  escaped[3] = "";
+  w.str_array("tokenizer.ggml.tokens", escaped);
+  w.f32_array("tokenizer.ggml.scores", scores);
+  const auto from_gguf = ropekit::Tokenizer::from_gguf(w.bytes(), "converted.gguf");
+  EXPECT_TRUE(from_gguf.legacy_byte_layout());
+  for (std::string text : {"ab,c", "cab ba", "é ü!", "a\x01z"}) EXPECT_EQ(from_gguf.encode(text), tok.encode(text));
+  EXPECT_EQ(from_gguf.decode(1, 3), std::string(1, '\0'));
 }
 
 TEST(Sampler, GreedyTemperatureAndErrors) {
@@ -511,6 +529,8 @@ TEST(Lab, EveryMethodWithinOneMilliNatOfTheFloat64Protocol) {
   while (tokens[std::size_t(second)] != 1) ++second;
   ASSERT_EQ(result.window_starts, (std::vector<std::int64_t>{0, second}));
   ASSERT_EQ(o.methods.size(), 10u);
+  ASSERT_EQ(result.method_seconds.size(), 10u);  // one time per method, within the total
+  EXPECT_LE(std::accumulate(result.method_seconds.begin(), result.method_seconds.end(), 0.0), result.seconds);
   expect_rows_match_the_oracle(result, o, [](const std::string& name, std::int64_t n) {
     return oracle::method(name, 8, 10000.0, std::max(1.0, double(n) / 16.0), 16);
   });

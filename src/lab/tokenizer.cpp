@@ -55,9 +55,13 @@ Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
   byte_ids_.fill(-1);
   // The legacy layout (an older llama2.c export of a SentencePiece vocabulary): ids 3–258 hold byte b as
   // its Latin-1 code point instead of "<0xXX>", so a string such as "a" is both byte 0x61's fallback and a
-  // regular, scored piece. Told from the file itself: every one of the 256 entries is exactly that.
+  // regular, scored piece. Told from the file itself: every one of the 256 entries is exactly that. Byte 0
+  // may also be empty: llama.cpp's llama2.c converter writes pieces as C strings, dropping the NUL.
   legacy_bytes_ = pieces_.size() > 258;
-  for (int b = 0; legacy_bytes_ && b < 256; ++b) legacy_bytes_ = pieces_[std::size_t(3 + b)] == latin1_utf8(b);
+  for (int b = 0; legacy_bytes_ && b < 256; ++b) {
+    const std::string& p = pieces_[std::size_t(3 + b)];
+    legacy_bytes_ = p == latin1_utf8(b) || (b == 0 && p.empty());
+  }
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     if (legacy_bytes_ && i >= 3 && i < 259) {
       byte_ids_[i - 3] = int(i);  // byte fallback only, as SentencePiece's: never looked up as text
