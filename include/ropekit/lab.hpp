@@ -91,7 +91,8 @@ struct EvalResult {
   std::int64_t window_size = 0;  // as read (options.window_size, or its default)
   std::vector<EvalRow> rows;     // method-major, then N, then bucket; empty buckets left out
   double seconds = 0;
-  std::int64_t tokens_read = 0;  // model positions computed, all methods
+  std::vector<double> method_seconds;  // wall time per method, in options.methods' order
+  std::int64_t tokens_read = 0;        // model positions computed, all methods
 };
 
 // `options` with every absent length filled in from the trained length L0 (options.trained_length, else

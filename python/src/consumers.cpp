@@ -387,6 +387,7 @@ py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const s
   d["window_starts"] = py::array_t<std::int64_t>(r.window_starts.size(), r.window_starts.data());
   d["trained_length"] = r.trained_length;
   d["seconds"] = r.seconds;
+  d["method_seconds"] = py::array_t<double>(r.method_seconds.size(), r.method_seconds.data());
   return d;
 }
 

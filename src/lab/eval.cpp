@@ -491,6 +491,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
   WindowReader reader(model, capacity, options.threads);
   std::int64_t done = 0;
   for (std::size_t m = 0; m < options.methods.size(); ++m) {
+    const auto method_start = std::chrono::steady_clock::now();
     for (std::size_t li = 0; li < options.lengths.size(); ++li) {
       const std::int64_t n = options.lengths[li];
       const double s = std::max(1.0, double(n) / double(l0));
@@ -502,6 +503,8 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
       }
       buckets.emit(options.methods[m].name, n, s, result.rows);
     }
+    result.method_seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - method_start).count());
   }
   result.tokens_read = done;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();

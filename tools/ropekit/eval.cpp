@@ -138,6 +138,11 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   print_table(io.out, result, options.methods, options.lengths);
   fmt::print(io.out, "\n{} model positions in {:.2f} s ({:.0f} tokens/s)\n", result.tokens_read, result.seconds,
              double(result.tokens_read) / result.seconds);
+  std::vector<std::string> per_method;
+  for (std::size_t m = 0; m < options.methods.size(); ++m) {
+    per_method.push_back(fmt::format("{} {:.1f}", options.methods[m].name, result.method_seconds[m]));
+  }
+  fmt::print(io.out, "seconds per method: {}\n", fmt::join(per_method, ", "));
 
   if (!o.csv.empty()) {
     std::ofstream csv(o.csv);
@@ -156,6 +161,7 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     j["window_starts"] = result.window_starts;
     j["trained_length"] = result.trained_length;
     j["seconds"] = result.seconds;
+    j["method_seconds"] = result.method_seconds;
     j["methods"] = nlohmann::json::array();
     for (const EvalMethod& m : options.methods) j["methods"].push_back({{"name", m.name}, {"fragment", m.fragment}});
     j["rows"] = nlohmann::json::array();
