@@ -378,6 +378,7 @@ TEST_P(KvCacheTest, BadInput) {
   EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 2, .head_dim = 128}), "head_dim = 128", "64");
   EXPECT_ERROR(KvCache(rope, {.capacity = 0, .kv_heads = 2}), "capacity = 0");
   EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 0}), "kv_heads = 0");
+  EXPECT_ERROR(KvCache(rope, {.capacity = 8, .kv_heads = 2, .threads = -1}), "KvCacheShape.threads = -1");
   Spec mrope = llama(16);
   mrope.mrope = MRope{{2, 3, 3}, MRopeLayout::Sectioned};
   EXPECT_ERROR(KvCache(Rope(mrope), {.capacity = 8, .kv_heads = 1}), "M-RoPE");

@@ -26,6 +26,8 @@ struct KvCacheShape {
   int head_dim = 0;    // 0: the Rope's spec().head_dim; anything else must equal it
   int v_head_dim = 0;  // 0: head_dim
   DType dtype = DType::F32;
+  // Threads of append (AppendArgs::threads): 0 = ropekit::default_threads(). Results never depend on it.
+  int threads = 0;
   // The position regimes attention will read the keys with (attention.hpp), which decide how they
   // are stored so that no key is ever rotated twice on its way to a logit:
   //   none        rotated at the key's position j (R(j)k): plain attention reads them as stored.

@@ -53,6 +53,8 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
     throw Error(fmt::format("KvCacheShape.head_dim = {} differs from the rope's head_dim = {}", shape_.head_dim,
                             spec.head_dim));
   }
+  if (shape_.threads < 0)
+    throw Error(fmt::format("KvCacheShape.threads = {}: must be >= 0 (0: the default)", shape_.threads));
   if (shape_.v_head_dim < 0) throw Error(fmt::format("KvCacheShape.v_head_dim = {}: must be >= 0", shape_.v_head_dim));
   if (shape_.v_head_dim == 0) shape_.v_head_dim = shape_.head_dim;
   if (!detail::valid_dtype(shape_.dtype)) {
@@ -157,7 +159,8 @@ void KvCache::append(const Rope& rope, const Heads& k, const Heads& v, Positions
   if (n == 0) return;  // nothing to store (the fused append refuses an empty k)
   // An empty cache adopts the rope's plan; so does an unrotated one (ReRope, SelfExtend: its keys carry none).
   const std::vector<std::int32_t> seq_of(std::size_t(n), 0);
-  state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions}, std::move(table));
+  state_->paged.append(rope, seq_of, {.k = k, .v = v, .positions = positions, .threads = shape_.threads},
+                       std::move(table));
   size_ = state_->paged.length(0);
 }
 

@@ -74,7 +74,8 @@ class GgufModelReader {
     }
     const std::uint64_t element = t.type == kTypeF32 ? 4 : 2;
     const std::uint64_t start = tensor_data_offset(f_, c_, name, t, count, element);
-    std::vector<float> out(static_cast<std::size_t>(count));
+    std::vector<float> out = detail::weight_vector(static_cast<std::size_t>(count));
+    out.resize(static_cast<std::size_t>(count));
     if (t.type == kTypeF32) {
       c_.source().read(start, out.data(), static_cast<std::size_t>(count * 4));
     } else {

@@ -52,6 +52,9 @@ class ByteReader {
   std::uint64_t pos_ = 0;
 };
 
+// An empty vector with capacity for `count` floats, its memory advised for transparent huge pages when large.
+std::vector<float> weight_vector(std::size_t count);
+
 // a · b, or an Error naming `what` when the product does not fit 2^62 (no file holds that many).
 std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, std::string_view origin, std::string_view what);
 

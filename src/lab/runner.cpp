@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "lab/kernels.hpp"
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/kv_cache.hpp"
@@ -29,7 +30,7 @@ void matmul(const float* x, const float* w, float* y, int n, int in, int out, bo
     if (o1 <= o0) return;
     const float* wb = w + std::size_t(o0) * std::size_t(in);
     if (n == 1) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f, wb, in, x, 1, beta, y + o0, 1);
+      lab::matvec_rows(w, x, y, std::size_t(in), std::size_t(o0), std::size_t(o1), accumulate);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in, wb, in, beta, y + o0, out);
     }
@@ -205,6 +206,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity,
                                                .kv_heads = c.n_kv_heads,
                                                .dtype = s.options.kv_dtype,
+                                               .threads = s.threads,
                                                .regimes = options.regimes});
     }
   }
@@ -270,7 +272,8 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
           r.apply({.q = qi,
                    .k = ki,
                    .k_out = bshd(keys + std::size_t(before) * kv_dim, DType::F32, 1, 1, c.n_kv_heads, hd),
-                   .positions = at});
+                   .positions = at,
+                   .threads = s.threads});
           std::copy(vi_begin(s.v, i, kv_dim), vi_begin(s.v, i + 1, kv_dim), values + std::size_t(before) * kv_dim);
           AttentionOptions scaled = attention_options;
           scaled.softmax_scale_mult = r.plan().softmax_scale_mult;
@@ -294,7 +297,11 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       float* keys = s.stale_keys[std::size_t(l)].data();
       float* values = s.stale_values[std::size_t(l)].data();
       const std::size_t at = std::size_t(s.size) * kv_dim;
-      rope.apply({.q = q, .k = k, .k_out = bshd(keys + at, DType::F32, 1, n, c.n_kv_heads, hd), .positions = pos});
+      rope.apply({.q = q,
+                  .k = k,
+                  .k_out = bshd(keys + at, DType::F32, 1, n, c.n_kv_heads, hd),
+                  .positions = pos,
+                  .threads = s.threads});
       std::copy(s.v.data(), s.v.data() + un * kv_dim, values + at);
       const std::int64_t total = s.size + n;
       AttentionOptions scaled = attention_options;

@@ -1,0 +1,26 @@
+// src/lab/kernels.hpp — the runner's two loops that OpenBLAS and libm do not run at the memory's speed:
+// a matrix–vector product over rows (decode: one token against the classifier's 32000 rows) and
+// log Σ exp over a logit row (the lab's NLL of every target). Highway, compiled per target and
+// dispatched by Highway's own choice of the best target (results depend on the target's vector
+// width, as OpenBLAS's do; never on threads).
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+namespace ropekit::lab {
+
+// y[o] = Σ_i W[o, i] x[i] for o in [first, last) (y[o] += … when accumulate); W row-major [out × in].
+// Each row is one float32 dot product (4 vector accumulators, fused multiply-adds; the error bound of a
+// float32 dot product of length `in`, as sgemv's). Rows one after the other: one stream through W,
+// which this host's prefetchers follow at twice the rate of OpenBLAS's four-row sgemv_t (docs/performance.md).
+void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
+                 bool accumulate);
+
+// log Σ_i exp(row[i]): the maximum m (exact), exp(row[i] − m) in float32 (Highway's Exp, 1 ulp, after one rounding
+// of the difference), summed in float32 over blocks of 16 terms per lane, the blocks in float64. Each term is within
+// (1 + |row[i] − m|)·2^-23 relative, each block's sum within 2^-20, so for |row[i] − m| ≤ 64 the result is within
+// 1e-5 of log Σ exp in exact arithmetic (tests: against float64 std::exp). row must not be empty.
+double log_sum_exp(std::span<const float> row);
+
+}  // namespace ropekit::lab
