@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include "lab/kernels.hpp"
@@ -15,35 +17,55 @@
 namespace ropekit {
 namespace {
 
-// Multiply-adds of one matrix product below which it runs on the calling thread alone (waking the team
-// costs more than it saves).
-constexpr double kWorkPerThread = 1 << 20;
+// Multiply-adds of a group of matrix products below which it runs on the calling thread alone (waking the
+// team costs more than it saves).
+constexpr double kWorkPerThread = 1 << 14;
 
-// y[n × out] (+)= x[n × in] · W[out × in]ᵀ, W's rows (the outputs) split over `threads` OpenMP threads in
-// blocks of 16, each block one sgemv (a single token) or sgemm on OpenBLAS's calling thread. One thread
+// One matrix product y[n × out] (+)= x[n × in] · W[out × in]ᵀ.
+struct Product {
+  const float* x;
+  const float* w;
+  float* y;
+  int in, out;
+  bool accumulate;
+};
+
+// Products that read what is ready (e.g. q, k and v from one normalised x), each W's rows (the outputs) split
+// over `threads` OpenMP threads in blocks of 16, in one parallel region: each thread's block of every
+// product, one matvec (a single token: lab/kernels.hpp) or sgemm on OpenBLAS's calling thread. One thread
 // pool for the whole forward: OpenBLAS's own pool, idling in sched_yield beside the OpenMP team that runs
 // attention, made two threads slower than one (stories15M eval, one method: 9.0 s on one thread, 10.4 s
-// on two with 6.3 s of system time).
-void matmul(const float* x, const float* w, float* y, int n, int in, int out, bool accumulate, int threads) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  const auto block = [&](int o0, int o1) {
+// on two with 6.3 s of system time). One region per group, not per product: a decode step on two threads
+// waits at 4 barriers per layer instead of 7.
+void matmuls(std::initializer_list<Product> products, int n, int threads) {
+  const auto block = [n](const Product& p, int o0, int o1) {
     if (o1 <= o0) return;
-    const float* wb = w + std::size_t(o0) * std::size_t(in);
     if (n == 1) {
-      lab::matvec_rows(w, x, y, std::size_t(in), std::size_t(o0), std::size_t(o1), accumulate);
+      lab::matvec_rows(p.w, p.x, p.y, std::size_t(p.in), std::size_t(o0), std::size_t(o1), p.accumulate);
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in, 1.0f, x, in, wb, in, beta, y + o0, out);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, p.in, 1.0f, p.x, p.in,
+                  p.w + std::size_t(o0) * std::size_t(p.in), p.in, p.accumulate ? 1.0f : 0.0f, p.y + o0, p.out);
     }
   };
-  const double macs = double(n) * double(in) * double(out);
-  const int parts = macs >= 2 * kWorkPerThread ? std::max(1, std::min(threads, out / 16)) : 1;
-  if (parts == 1) return block(0, out);
+  double macs = 0;
+  int narrowest = std::numeric_limits<int>::max();
+  for (const Product& p : products) {
+    macs += double(n) * double(p.in) * double(p.out);
+    narrowest = std::min(narrowest, p.out);
+  }
+  const int parts = macs >= 2 * kWorkPerThread ? std::max(1, std::min(threads, narrowest / 16)) : 1;
+  if (parts == 1) {
+    for (const Product& p : products) block(p, 0, p.out);
+    return;
+  }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
 #endif
-  for (int p = 0; p < parts; ++p) {
-    const auto edge = [&](int i) { return i == parts ? out : (out / parts * i) / 16 * 16; };
-    block(edge(p), edge(p + 1));
+  for (int part = 0; part < parts; ++part) {
+    for (const Product& p : products) {
+      const auto edge = [&](int i) { return i == parts ? p.out : (p.out / parts * i) / 16 * 16; };
+      block(p, edge(part), edge(part + 1));
+    }
   }
 }
 
@@ -246,9 +268,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
     rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
-    matmul(s.xb.data(), w.wq.data(), s.q.data(), n, dim, dim, false, s.threads);
-    matmul(s.xb.data(), w.wk.data(), s.k.data(), n, dim, kv_dim, false, s.threads);
-    matmul(s.xb.data(), w.wv.data(), s.v.data(), n, dim, kv_dim, false, s.threads);
+    matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, dim, false},
+             {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
+             {s.xb.data(), w.wv.data(), s.v.data(), dim, kv_dim, false}},
+            n, s.threads);
     if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {
@@ -315,21 +338,22 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
                  .head_dim = hd},
                 scaled);
     }
-    matmul(s.att.data(), w.wo.data(), s.x.data(), n, dim, dim, true, s.threads);
+    matmuls({{s.att.data(), w.wo.data(), s.x.data(), dim, dim, true}}, n, s.threads);
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
-    matmul(s.xb.data(), w.w1.data(), s.h1.data(), n, dim, hidden, false, s.threads);
-    matmul(s.xb.data(), w.w3.data(), s.h3.data(), n, dim, hidden, false, s.threads);
+    matmuls({{s.xb.data(), w.w1.data(), s.h1.data(), dim, hidden, false},
+             {s.xb.data(), w.w3.data(), s.h3.data(), dim, hidden, false}},
+            n, s.threads);
     for (std::size_t i = 0; i < un * hidden; ++i) {
       const float g = s.h1[i];
       s.h1[i] = g / (1.0f + std::exp(-g)) * s.h3[i];  // SwiGLU: silu(w1 x) ⊙ w3 x
     }
-    matmul(s.h1.data(), w.w2.data(), s.x.data(), n, hidden, dim, true, s.threads);
+    matmuls({{s.h1.data(), w.w2.data(), s.x.data(), hidden, dim, true}}, n, s.threads);
   }
   s.size += n;
   const int first = last_only ? n - 1 : 0;
   const int rows = n - first;
   rmsnorm(s.x.data() + std::size_t(first) * dim, m.rms_final, s.xb.data(), rows, dim, c.norm_eps);
-  matmul(s.xb.data(), m.classifier_weights(), logits.data(), rows, dim, vocab, false, s.threads);
+  matmuls({{s.xb.data(), m.classifier_weights(), logits.data(), dim, vocab, false}}, rows, s.threads);
 }
 
 }  // namespace ropekit
