@@ -134,8 +134,12 @@ inline void rotate(double* x, int d, std::int64_t position, const std::vector<do
 }
 
 // −log p(tokens[t+1] | tokens[0..t]) for t = 0 … n−2, the window read with `m` (bos: restart's cut).
+// on_probs, when given, sees every (layer, query i, head h)'s attention distribution: the keys it sees and
+// their probabilities.
+using ProbabilitySink =
+    std::function<void(int layer, int i, int h, const std::vector<int>& keys, const std::vector<double>& probs)>;
 inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const std::vector<int>& tokens, const Method& m,
-                                      int bos) {
+                                      int bos, const ProbabilitySink& on_probs = nullptr) {
   const auto& c = model.config;
   const int n = int(tokens.size()), dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), hidden = c.hidden_dim;
   const int group = c.n_heads / c.n_kv_heads;
@@ -168,7 +172,9 @@ inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const st
     }
     return y;
   };
+  int layer = -1;
   for (const auto& L : model.layers) {
+    ++layer;
     std::vector<std::vector<double>> q(rows), k(rows), v(rows);
     for (int t = 0; t < n; ++t) {
       const auto xb = rms(x[std::size_t(t)], L.rms_att);
@@ -211,6 +217,11 @@ inline std::vector<double> window_nll(const ropekit::LlamaModel& model, const st
         const double mx = *std::max_element(logits.begin(), logits.end());
         double sum = 0;
         for (double& l : logits) sum += (l = std::exp(l - mx));
+        if (on_probs) {
+          std::vector<double> probs(logits.size());
+          for (std::size_t a = 0; a < probs.size(); ++a) probs[a] = logits[a] / sum;
+          on_probs(layer, i, h, keys, probs);
+        }
         for (std::size_t a = 0; a < keys.size(); ++a) {
           for (int l = 0; l < hd; ++l) {
             out[std::size_t(h * hd + l)] += logits[a] / sum * v[std::size_t(keys[a])][std::size_t(kh * hd + l)];

@@ -580,6 +580,98 @@ TEST(Lab, RegimeMethodsWithinOneMilliNatOfTheFloat64Protocol) {
   for (const auto& [name, om] : methods) EXPECT_GT(std::fabs(far(result, name) - far(orig, "orig")), 1e-3) << name;
 }
 
+// The attention probe: every statistic of every method against the float64 oracle's own attention
+// probabilities, on windows that hold two stories (so own-BOS and earlier-story mass are exercised).
+TEST(Lab, AttentionProbeEqualsTheFloat64OraclesProbabilities) {
+  const auto& excerpt = excerpt_tokens();
+  // Two short stories then a third: the first 20 tokens of the excerpt's first story, the start of its second.
+  std::int64_t second = 1;
+  while (excerpt[std::size_t(second)] != 1) ++second;
+  std::vector<int> tokens(excerpt.begin(), excerpt.begin() + 20);
+  tokens.insert(tokens.end(), excerpt.begin() + second, excerpt.begin() + second + 100);
+  ropekit::EvalOptions o = short_lab();
+  o.windows = 1;
+  o.attention_stats = true;
+  o.methods = ropekit::parse_methods(
+      "orig,yarn,dyn_ntk,dyn_ntk_stale,swa,restart,rerope:w=6,self_extend:W=8,G=3,dca:chunk=12,local=3,logn");
+  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
+  ASSERT_EQ(result.distance_edges, (std::vector<std::int64_t>{0, 1, 16, 32}));
+  const int d = 8;
+  const double base = 10000.0, s = 3.0;
+  std::map<std::string, oracle::Method> methods = {{"rerope:w=6", oracle::rerope(d, base, 6, 0)},
+                                                   {"self_extend:W=8,G=3", oracle::self_extend(d, base, 8, 3)},
+                                                   {"dca:chunk=12,local=3", oracle::dca(d, base, 12, 3)}};
+  for (const char* name : {"orig", "yarn", "dyn_ntk", "dyn_ntk_stale", "swa", "restart", "logn"}) {
+    methods[name] = oracle::method(name, d, base, s, 16);
+  }
+  const int layers = bundled().config.n_layers;
+  struct Expected {
+    double samples = 0, entropy = 0, ratio = 0, ratio_samples = 0, own_bos = 0, earlier = 0;
+    std::vector<double> mass = std::vector<double>(4);
+  };
+  for (const auto& m : o.methods) {
+    // [layer + 1][target bucket]: layer 0 here is "all layers".
+    std::vector<std::vector<Expected>> expected(std::size_t(layers + 1), std::vector<Expected>(3));
+    const std::vector<int> window(tokens.begin(), tokens.begin() + 48);
+    std::vector<int> story(48, 0);
+    for (int t = 1; t < 48; ++t) story[std::size_t(t)] = window[std::size_t(t)] == 1 ? t : story[std::size_t(t - 1)];
+    ASSERT_EQ(story[47], 20);
+    oracle::window_nll(bundled(), window, methods.at(m.name), 1,
+                       [&](int layer, int i, int, const std::vector<int>& keys, const std::vector<double>& probs) {
+                         if (i == 47) return;  // the last query has no target
+                         const int bucket = i + 1 < 16 ? 0 : i + 1 < 32 ? 1 : 2;
+                         for (Expected* e : {&expected[std::size_t(layer + 1)][std::size_t(bucket)],
+                                             &expected[0][std::size_t(bucket)]}) {
+                           double entropy = 0;
+                           for (std::size_t a = 0; a < keys.size(); ++a) {
+                             const double p = probs[a];
+                             if (p > 0) entropy -= p * std::log(p);
+                             const int dist = i - keys[a];
+                             e->mass[dist < 1 ? 0 : dist < 16 ? 1 : dist < 32 ? 2 : 3] += p;
+                             if (keys[a] == story[std::size_t(i)]) e->own_bos += p;
+                             if (keys[a] < story[std::size_t(i)]) e->earlier += p;
+                           }
+                           e->samples += 1;
+                           e->entropy += entropy;
+                           if (keys.size() >= 2) {
+                             e->ratio += entropy / std::log(double(keys.size()));
+                             e->ratio_samples += 1;
+                           }
+                         }
+                       });
+    int rows = 0;
+    double earlier_total = 0;
+    for (const ropekit::AttentionStatsRow& r : result.attention) {
+      if (r.method != m.name) continue;
+      ++rows;
+      ASSERT_EQ(r.n, 48);
+      const int bucket = r.query_lo == 0 ? 0 : r.query_lo == 16 ? 1 : 2;
+      const Expected& e = expected[std::size_t(r.layer + 1)][std::size_t(bucket)];
+      const std::string where = m.name + " layer " + std::to_string(r.layer) + " targets " + std::to_string(r.query_lo);
+      EXPECT_EQ(double(r.samples), e.samples) << where;
+      EXPECT_NEAR(r.entropy, e.entropy / e.samples, 1e-4) << where;
+      EXPECT_NEAR(r.entropy_ratio, e.ratio / e.ratio_samples, 1e-4) << where;
+      EXPECT_NEAR(r.own_bos, e.own_bos / e.samples, 1e-4) << where;
+      EXPECT_NEAR(r.earlier_stories, e.earlier / e.samples, 1e-4) << where;
+      ASSERT_EQ(r.mass.size(), 4u);
+      double total = 0;
+      for (std::size_t b = 0; b < 4; ++b) {
+        EXPECT_NEAR(r.mass[b], e.mass[b] / e.samples, 1e-4) << where << " distance bucket " << b;
+        total += r.mass[b];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-9) << where;
+      earlier_total += r.earlier_stories;
+    }
+    EXPECT_EQ(rows, (layers + 1) * 3) << m.name;
+    // Restart never sees the first story; the others do (so the statistic can tell them apart).
+    if (m.name == "restart") {
+      EXPECT_EQ(earlier_total, 0.0);
+    } else {
+      EXPECT_GT(earlier_total, 1e-3) << m.name;
+    }
+  }
+}
+
 TEST(Lab, RegimeMethodParametersAreChecked) {
   EXPECT_ERROR(ropekit::parse_methods("rerope:x=3"), "unknown parameter x", "logn, w");
   EXPECT_ERROR(ropekit::parse_methods("rerope:w=abc"), "w = \"abc\"", "not an integer");

@@ -71,6 +71,10 @@ struct EvalOptions {
   std::vector<EvalMethod> methods = builtin_methods();
   std::optional<std::int64_t> trained_length;  // absent: the model's seq_len
   int threads = 0;
+  // The attention probe: at the largest N only, every window, every method — each layer's attention
+  // distributions recomputed in float64 from the runner's own queries and keys (EvalResult::attention).
+  // Costs about as much again as the eval's forward at that N.
+  bool attention_stats = false;
   // Called after each (method, N, window) read with tokens read so far and the total.
   std::function<void(std::int64_t done, std::int64_t total, const std::string& what)> progress;
 };
@@ -85,6 +89,36 @@ struct EvalRow {
   double ppl = 0;
 };
 
+// The rotation one method used at one length: its spec, and its plan at that length (a length-dependent method's —
+// dynamic NTK's, LongRoPE's — after reading all N tokens; the plan of its last token).
+struct EvalPlan {
+  std::string method;
+  std::int64_t n = 0;
+  double scale = 1;
+  Spec spec;
+  Plan plan;
+};
+
+// The attention probe's statistics for one method, one layer (−1: every layer together) and the queries whose
+// target (the token each predicts: query position i predicts i + 1) falls in one bucket [query_lo, query_hi):
+// means over (query, head) pairs and windows of each query's attention distribution over the keys it sees.
+// The distribution is recomputed in float64 from the runner's queries and keys with the method's rotation
+// (each side's plan, positions and magnitude, regimes and their positions), causal mask and window, log-n
+// scaling and softmax scale — the one ropekit's attention computes in float32 (tests: against the float64
+// oracle's probabilities, within 1e-4).
+struct AttentionStatsRow {
+  std::string method;
+  std::int64_t n = 0;
+  int layer = -1;
+  std::int64_t query_lo = 0, query_hi = 0;
+  std::int64_t samples = 0;    // (query, head) pairs
+  double entropy = 0;          // nats
+  double entropy_ratio = 0;    // entropy / ln(keys seen), over the pairs that see ≥ 2 keys (1: uniform)
+  double own_bos = 0;          // mass on the first token (BOS) of the query's own story
+  double earlier_stories = 0;  // mass on keys before it: the stories a window holds before the query's
+  std::vector<double> mass;    // per relative-distance bucket (EvalResult::distance_edges); sums to 1
+};
+
 struct EvalResult {
   std::vector<std::int64_t> window_starts;
   std::int64_t trained_length = 0;
@@ -93,6 +127,11 @@ struct EvalResult {
   double seconds = 0;
   std::vector<double> method_seconds;  // wall time per method, in options.methods' order
   std::int64_t tokens_read = 0;        // model positions computed, all methods
+  std::vector<EvalPlan> plans;         // method-major, then N
+  // With EvalOptions::attention_stats: distance bucket edges (0, 1, 16, then the target buckets' edges
+  // above 16; the last bucket open) and the rows, method-major, then layer (−1 first), then query bucket.
+  std::vector<std::int64_t> distance_edges;
+  std::vector<AttentionStatsRow> attention;
 };
 
 // `options` with every absent length filled in from the trained length L0 (options.trained_length, else

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -124,6 +125,9 @@ struct ForwardOptions {
   // are under before the call). The matrix products still run once for all the tokens, so a chunk of
   // tokens streams the weights once. Empty: every token reads with `rope`. Not with regimes.
   std::span<const Rope* const> token_ropes;
+  // Called once per layer with the call's queries [n, dim] and keys [n, kv_dim] as projected, before any
+  // rotation (the lab's attention probe keeps them); empty: not called.
+  std::function<void(int layer, std::span<const float> q, std::span<const float> k)> on_qk;
 };
 
 // Runs a model over one sequence. Not thread-safe (one sequence, one runner); each call uses the

@@ -4,9 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "lab/kernels.hpp"
 #include "ropekit/cpu.hpp"
@@ -218,6 +223,216 @@ double nll(std::span<const float> row, int target) { return lab::log_sum_exp(row
 // run once per chunk.
 constexpr std::int64_t kDynamicChunk = 64;
 
+// The attention probe (EvalOptions::attention_stats): one window's queries and keys, every layer, as the runner
+// projects them (ForwardOptions::on_qk), and each token's plan; after the window, every (query, head)'s attention
+// distribution recomputed in float64 — the logit of query i and key j is
+//   scale · logn(i) · m_q m_k Σ_pairs [(q_a k_a + q_b k_b) cos Δ + (q_a k_b − q_b k_a) sin Δ] + the unrotated lanes,
+// Δ = P_q θ^q − P_k θ^k (⟨R(P_q θ^q) q, R(P_k θ^k) k⟩ for ropekit's rotation (a, b) → (a cos − b sin, a sin + b cos)),
+// with each side's plan (the query's for both unless keys stay as appended), positions from the regimes — and
+// summarised per layer and bucket of the query's target.
+class AttentionProbe {
+ public:
+  AttentionProbe(const LlamaModel& model, std::vector<std::int64_t> target_edges, std::vector<std::int64_t> distance,
+                 int threads)
+      : model_(model), targets_(std::move(target_edges)), distance_(std::move(distance)), threads_(threads) {}
+
+  // A new window of n tokens read with `spec`'s layout.
+  void begin(std::int64_t n, const Spec& spec) {
+    const LlamaConfig& c = model_.config;
+    n_ = n;
+    spec_ = spec;
+    q_.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(n * c.dim)));
+    k_.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(n * c.kv_dim())));
+    plan_of_.assign(std::size_t(n), 0);
+    plans_.clear();
+  }
+  // Tokens [first, first + count) of the window: their projections in one layer.
+  void record(std::int64_t first, int layer, std::span<const float> q, std::span<const float> k) {
+    std::copy(q.begin(), q.end(), q_[std::size_t(layer)].begin() + first * model_.config.dim);
+    std::copy(k.begin(), k.end(), k_[std::size_t(layer)].begin() + first * model_.config.kv_dim());
+  }
+  // Tokens [first, last) read with `plan`.
+  void set_plan(std::int64_t first, std::int64_t last, const Plan& plan) {
+    plans_.push_back(plan);
+    std::fill(plan_of_.begin() + first, plan_of_.begin() + last, plans_.size() - 1);
+  }
+
+  struct Reading {
+    bool keys_as_appended = false;  // stale keys: each key keeps its own plan
+    bool restart = false;           // positions restart at every BOS, earlier stories unseen
+    std::int64_t window = 0;
+    PositionRegimes regimes;
+    std::int64_t logn_length = 0;
+  };
+
+  // Adds the window's statistics (tokens: the window's ids).
+  void finish(const Reading& how, std::span<const int> tokens) {
+    const LlamaConfig& c = model_.config;
+    const int layers = c.n_layers, heads = c.n_heads, hd = c.head_dim(), group = c.n_heads / c.n_kv_heads;
+    const int rotary = spec_.rotary_dim, pairs = rotary / 2;
+    const bool half = spec_.pairing == Pairing::Half;
+    std::vector<std::int64_t> story(std::size_t(n_), 0);  // the first token of each token's story
+    for (std::int64_t t = 1; t < n_; ++t) {
+      story[std::size_t(t)] = tokens[std::size_t(t)] == model_.config.bos_id ? t : story[std::size_t(t - 1)];
+    }
+    const auto position = [&](std::int64_t t) { return how.restart ? t - story[std::size_t(t)] : t; };
+    const std::size_t buckets = targets_.size(), distances = distance_.size();
+    if (sums_.empty())
+      sums_.assign(std::size_t(layers) * buckets, Sums{0, 0, 0, 0, 0, 0, std::vector<double>(distances)});
+    const bool regimes = how.regimes.index() != 0;
+    std::vector<std::vector<Sums>> per_thread(std::size_t(std::max(1, threads_)));
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads_) if (threads_ > 1)
+#endif
+    {
+#ifdef _OPENMP
+      std::vector<Sums>& mine = per_thread[std::size_t(omp_get_thread_num())];
+#else
+      std::vector<Sums>& mine = per_thread[0];
+#endif
+      mine.assign(sums_.size(), Sums{0, 0, 0, 0, 0, 0, std::vector<double>(distances)});
+      std::vector<double> cs, sn, logits;
+      std::vector<std::int64_t> keys;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 8)
+#endif
+      for (std::int64_t i = 0; i < n_ - 1; ++i) {  // query i predicts target i + 1
+        const Plan& pq = plans_[plan_of_[std::size_t(i)]];
+        const std::size_t bucket =
+            std::size_t(std::upper_bound(targets_.begin(), targets_.end(), i + 1) - targets_.begin()) - 1;
+        keys.clear();
+        for (std::int64_t j = 0; j <= i; ++j) {
+          if (how.restart && story[std::size_t(j)] != story[std::size_t(i)]) continue;
+          if (how.window > 0 && i - j >= how.window) continue;
+          keys.push_back(j);
+        }
+        const std::size_t nk = keys.size();
+        cs.resize(nk * std::size_t(pairs));
+        sn.resize(nk * std::size_t(pairs));
+        std::vector<double> magnitude(nk);
+        for (std::size_t a = 0; a < nk; ++a) {
+          const std::int64_t j = keys[a];
+          const Plan& pk = how.keys_as_appended ? plans_[plan_of_[std::size_t(j)]] : pq;
+          std::int64_t at_q = position(i), at_k = position(j);
+          if (regimes) {
+            const int r = regime_of(how.regimes, i, j);
+            at_q = regime_query_position(how.regimes, r, i);
+            at_k = regime_key_position(how.regimes, r, j);
+          }
+          magnitude[a] = pq.cos_sin_scale * pk.cos_sin_scale;
+          for (int p = 0; p < pairs; ++p) {
+            const double delta =
+                double(at_q) * pq.inv_freq[std::size_t(p)] - double(at_k) * pk.inv_freq[std::size_t(p)];
+            cs[a * std::size_t(pairs) + std::size_t(p)] = std::cos(delta);
+            sn[a * std::size_t(pairs) + std::size_t(p)] = std::sin(delta);
+          }
+        }
+        const double logn = how.logn_length > 0 && i + 1 > how.logn_length
+                                ? std::log(double(i + 1)) / std::log(double(how.logn_length))
+                                : 1.0;
+        const double scale = pq.softmax_scale_mult / std::sqrt(double(hd)) * logn;
+        logits.resize(nk);
+        for (int l = 0; l < layers; ++l) {
+          Sums& into = mine[std::size_t(l) * buckets + bucket];
+          for (int h = 0; h < heads; ++h) {
+            const float* q = q_[std::size_t(l)].data() + std::size_t(i * c.dim + h * hd);
+            double max = -std::numeric_limits<double>::infinity();
+            for (std::size_t a = 0; a < nk; ++a) {
+              const float* k = k_[std::size_t(l)].data() + std::size_t(keys[a] * c.kv_dim() + (h / group) * hd);
+              double rotated = 0, plain = 0;
+              for (int p = 0; p < pairs; ++p) {
+                const int ia = half ? p : 2 * p, ib = half ? p + pairs : 2 * p + 1;
+                const double qa = q[ia], qb = q[ib], ka = k[ia], kb = k[ib];
+                rotated += (qa * ka + qb * kb) * cs[a * std::size_t(pairs) + std::size_t(p)] +
+                           (qa * kb - qb * ka) * sn[a * std::size_t(pairs) + std::size_t(p)];
+              }
+              for (int lane = rotary; lane < hd; ++lane) plain += double(q[lane]) * double(k[lane]);
+              logits[a] = scale * (magnitude[a] * rotated + plain);
+              max = std::max(max, logits[a]);
+            }
+            double sum = 0;
+            for (double& x : logits) sum += (x = std::exp(x - max));
+            double entropy = 0;
+            for (std::size_t a = 0; a < nk; ++a) {
+              const double prob = logits[a] / sum;
+              if (prob > 0) entropy -= prob * std::log(prob);
+              const std::int64_t j = keys[a], d = i - j;
+              into.mass[std::size_t(std::upper_bound(distance_.begin(), distance_.end(), d) - distance_.begin()) - 1] +=
+                  prob;
+              if (j == story[std::size_t(i)]) into.own_bos += prob;
+              if (j < story[std::size_t(i)]) into.earlier += prob;
+            }
+            into.samples += 1;
+            into.entropy += entropy;
+            if (nk >= 2) {
+              into.ratio += entropy / std::log(double(nk));
+              into.ratio_samples += 1;
+            }
+          }
+        }
+      }
+    }
+    for (const auto& mine : per_thread) {
+      for (std::size_t x = 0; x < mine.size(); ++x) sums_[x].add(mine[x]);
+    }
+  }
+
+  // The rows for `method` (then cleared for the next method).
+  void emit(const std::string& method, std::int64_t n, std::vector<AttentionStatsRow>& rows) {
+    const std::size_t buckets = targets_.size(), layers = std::size_t(model_.config.n_layers);
+    const auto row = [&](int layer, std::size_t b, const Sums& x) {
+      if (x.samples == 0) return;
+      AttentionStatsRow r{method,
+                          n,
+                          layer,
+                          targets_[b],
+                          b + 1 < buckets ? targets_[b + 1] : n,
+                          x.samples,
+                          x.entropy / double(x.samples),
+                          x.ratio_samples > 0 ? x.ratio / double(x.ratio_samples) : 0.0,
+                          x.own_bos / double(x.samples),
+                          x.earlier / double(x.samples),
+                          {}};
+      for (double m : x.mass) r.mass.push_back(m / double(x.samples));
+      rows.push_back(std::move(r));
+    };
+    for (std::size_t b = 0; b < buckets; ++b) {
+      Sums all{0, 0, 0, 0, 0, 0, std::vector<double>(distance_.size())};
+      for (std::size_t l = 0; l < layers; ++l) all.add(sums_[l * buckets + b]);
+      row(-1, b, all);
+    }
+    for (std::size_t l = 0; l < layers; ++l) {
+      for (std::size_t b = 0; b < buckets; ++b) row(int(l), b, sums_[l * buckets + b]);
+    }
+    sums_.clear();
+  }
+
+ private:
+  struct Sums {
+    std::int64_t samples, ratio_samples;
+    double entropy, ratio, own_bos, earlier;
+    std::vector<double> mass;
+    void add(const Sums& o) {
+      samples += o.samples;
+      ratio_samples += o.ratio_samples;
+      entropy += o.entropy;
+      ratio += o.ratio;
+      own_bos += o.own_bos;
+      earlier += o.earlier;
+      for (std::size_t d = 0; d < mass.size(); ++d) mass[d] += o.mass[d];
+    }
+  };
+  const LlamaModel& model_;
+  std::vector<std::int64_t> targets_, distance_;
+  int threads_;
+  std::int64_t n_ = 0;
+  Spec spec_;
+  std::vector<std::vector<float>> q_, k_;  // [layer][token · width]
+  std::vector<std::size_t> plan_of_;       // index into plans_, per token
+  std::vector<Plan> plans_;
+  std::vector<Sums> sums_;  // [layer · target bucket], over windows
+};
+
 // Reads window tokens [0, n) with one method; adds the NLL of targets 1 … n−1.
 class WindowReader {
  public:
@@ -231,11 +446,13 @@ class WindowReader {
     chunk_ = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / model.config.vocab_size);
   }
 
-  void read(const MethodRun& run, std::span<const int> tokens, std::int64_t l0, Buckets& buckets) {
+  void read(const MethodRun& run, std::span<const int> tokens, std::int64_t l0, Buckets& buckets,
+            AttentionProbe* probe = nullptr) {
     const auto n = std::int64_t(tokens.size());
     const int vocab = model_.config.vocab_size;
     positions_.resize(std::size_t(n));
     std::iota(positions_.begin(), positions_.end(), std::int64_t{0});
+    if (probe) probe->begin(n, run.spec);
     // Feeds tokens [first, last) (window indices) at the given positions; scores the targets they predict.
     auto feed = [&](const Rope& rope, std::int64_t first, std::int64_t last, const std::int64_t* pos,
                     const ForwardOptions& options) {
@@ -246,6 +463,11 @@ class WindowReader {
         logits_.resize(std::size_t((b - a) * vocab));
         if (!options.token_ropes.empty())
           call.token_ropes = options.token_ropes.subspan(std::size_t(a - first), std::size_t(b - a));
+        if (probe) {
+          call.on_qk = [probe, a](int layer, std::span<const float> q, std::span<const float> k) {
+            probe->record(a, layer, q, k);
+          };
+        }
         runner_.forward(*before, tokens.subspan(std::size_t(a), std::size_t(b - a)),
                         std::span<const std::int64_t>(pos + (a - first), std::size_t(b - a)), logits_, call);
         if (!options.token_ropes.empty()) before = options.token_ropes[std::size_t(b - first - 1)];
@@ -266,12 +488,14 @@ class WindowReader {
     switch (run.kind) {
       case MethodRun::Kind::Batched: {
         const Rope rope(run.spec);
+        if (probe) probe->set_plan(0, n, rope.plan());
         feed(rope, 0, n, positions_.data(),
              {.window = run.window, .regimes = run.regimes, .logn_length = run.logn_length});
         break;
       }
       case MethodRun::Kind::Restart: {
         const Rope rope(run.spec);
+        if (probe) probe->set_plan(0, n, rope.plan());
         std::int64_t start = 0;
         while (start < n) {
           std::int64_t end = start + 1;
@@ -288,6 +512,7 @@ class WindowReader {
         const bool stale = run.kind == MethodRun::Kind::DynamicStale;
         const std::int64_t prefix = std::min(n, l0);
         Rope previous(run.spec, AngleMode::Accurate, prefix);
+        if (probe) probe->set_plan(0, prefix, previous.plan());
         feed(previous, 0, prefix, positions_.data(), {.stale_keys = stale});
         // Then each token with the plan of the length read so far (after reading token t, L = t + 1),
         // the cache re-rotated to it token by token (unless stale) — in chunks of kDynamicChunk tokens
@@ -295,7 +520,10 @@ class WindowReader {
         for (std::int64_t t = prefix; t < n; t += kDynamicChunk) {
           const std::int64_t end = std::min(n, t + kDynamicChunk);
           ropes_.clear();
-          for (std::int64_t u = t; u < end; ++u) ropes_.emplace_back(run.spec, AngleMode::Accurate, u + 1);
+          for (std::int64_t u = t; u < end; ++u) {
+            ropes_.emplace_back(run.spec, AngleMode::Accurate, u + 1);
+            if (probe) probe->set_plan(u, u + 1, ropes_.back().plan());
+          }
           rope_ptrs_.clear();
           for (const Rope& r : ropes_) rope_ptrs_.push_back(&r);
           feed(previous, t, end, positions_.data() + t, {.stale_keys = stale, .token_ropes = rope_ptrs_});
@@ -303,6 +531,14 @@ class WindowReader {
         }
         break;
       }
+    }
+    if (probe) {
+      probe->finish({.keys_as_appended = run.kind == MethodRun::Kind::DynamicStale,
+                     .restart = run.kind == MethodRun::Kind::Restart,
+                     .window = run.window,
+                     .regimes = run.regimes,
+                     .logn_length = run.logn_length},
+                    tokens);
     }
   }
 
@@ -483,7 +719,10 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
   for (const EvalMethod& method : options.methods) {
     runs.emplace_back();
     for (std::int64_t n : options.lengths) {
-      runs.back().push_back(resolve(method, model, std::max(1.0, double(n) / double(l0)), l0));
+      const double s = std::max(1.0, double(n) / double(l0));
+      runs.back().push_back(resolve(method, model, s, l0));
+      const Spec& spec = runs.back().back().spec;
+      result.plans.push_back({method.name, n, s, spec, Rope(spec, AngleMode::Accurate, n).plan()});
     }
   }
   const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());
@@ -498,6 +737,15 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     }
   }
   WindowReader reader(model, capacity, options.threads);
+  std::optional<AttentionProbe> probe;
+  if (options.attention_stats) {
+    result.distance_edges = {0, 1, 16};
+    for (std::int64_t e : options.buckets) {
+      if (e > 16 && e < max_n) result.distance_edges.push_back(e);
+    }
+    probe.emplace(model, options.buckets, result.distance_edges,
+                  options.threads > 0 ? options.threads : default_threads());
+  }
   std::int64_t done = 0;
   for (std::size_t m = 0; m < options.methods.size(); ++m) {
     const auto method_start = std::chrono::steady_clock::now();
@@ -506,11 +754,13 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
       const double s = std::max(1.0, double(n) / double(l0));
       Buckets buckets(options.buckets, window_size);
       for (std::int64_t start : result.window_starts) {
-        reader.read(runs[m][li], tokens.subspan(std::size_t(start), std::size_t(n)), l0, buckets);
+        reader.read(runs[m][li], tokens.subspan(std::size_t(start), std::size_t(n)), l0, buckets,
+                    probe && n == max_n ? &*probe : nullptr);
         done += n;
         if (options.progress) options.progress(done, total, fmt::format("{} N={}", options.methods[m].name, n));
       }
       buckets.emit(options.methods[m].name, n, s, result.rows);
+      if (probe && n == max_n) probe->emit(options.methods[m].name, n, result.attention);
     }
     result.method_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - method_start).count());

@@ -272,6 +272,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
              {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
              {s.xb.data(), w.wv.data(), s.v.data(), dim, kv_dim, false}},
             n, s.threads);
+    if (options.on_qk) options.on_qk(l, {s.q.data(), un * dim}, {s.k.data(), un * kv_dim});
     if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@
 #include "cli.hpp"
 #include "model_io.hpp"
 #include "plot.hpp"
+#include "ropekit/analysis.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/lab.hpp"
 
@@ -23,7 +24,7 @@ namespace ropekit::cli {
 namespace {
 
 struct EvalCliOptions {
-  std::string model, tokens, text, tokenizer, methods, csv, json, svg;
+  std::string model, tokens, text, tokenizer, methods, csv, json, svg, plans, attention_csv, attention_svg;
   bool stories = false;
   std::optional<std::int64_t> window_size, windows, trained_length;
   std::vector<std::int64_t> lengths, buckets;  // empty: the protocol's multiples of L0
@@ -116,6 +117,7 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   options.buckets = o.buckets;
   options.trained_length = o.trained_length;
   options.threads = o.threads;
+  options.attention_stats = !o.attention_csv.empty() || !o.attention_svg.empty();
   if (!o.methods.empty()) options.methods = parse_methods(o.methods);
   options = effective_options(options, model.config.seq_len);
   auto progress = std::make_shared<Progress>(io.err);
@@ -151,6 +153,72 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     for (const EvalRow& r : result.rows) {
       fmt::print(csv, "{},{},{},{},{},{},{:.9g},{:.9g}\n", r.method, r.n, r.scale, r.bucket_lo, r.bucket_hi, r.tokens,
                  r.mean_nll, r.ppl);
+    }
+  }
+  if (!o.attention_csv.empty()) {
+    std::ofstream out(o.attention_csv);
+    if (!out) throw Error(fmt::format("--attention-stats {}: cannot write this file", o.attention_csv));
+    out << "method,N,layer,query_lo,query_hi,samples,entropy,entropy_ratio,own_bos,earlier_stories";
+    const auto& edges = result.distance_edges;
+    for (std::size_t d = 0; d < edges.size(); ++d) {
+      if (d + 1 < edges.size()) {
+        fmt::print(out, ",mass_{}_{}", edges[d], edges[d + 1]);
+      } else {
+        fmt::print(out, ",mass_{}_", edges[d]);
+      }
+    }
+    out << "\n";
+    for (const AttentionStatsRow& r : result.attention) {
+      fmt::print(out, "{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g}", r.method, r.n, r.layer, r.query_lo, r.query_hi,
+                 r.samples, r.entropy, r.entropy_ratio, r.own_bos, r.earlier_stories);
+      for (double m : r.mass) fmt::print(out, ",{:.6g}", m);
+      out << "\n";
+    }
+  }
+  if (!o.attention_svg.empty()) {
+    // One panel per method: the mass on keys at each distance bucket (x: the bucket's upper edge), one curve per
+    // bucket of query targets (the legend), every layer and head together.
+    const std::int64_t n = *std::max_element(options.lengths.begin(), options.lengths.end());
+    const auto& edges = result.distance_edges;
+    std::vector<Chart> panels;
+    for (const EvalMethod& m : options.methods) {
+      Chart chart{
+          fmt::format("{}, N = {}, s = {:g}: mass by key distance", m.name, n, std::max(1.0, double(n) / double(l0))),
+          "key distance i − j (its bucket's upper edge)",
+          "attention mass",
+          true,
+          true,
+          {},
+          {{double(l0), fmt::format("L0 = {}", l0)}},
+          6};
+      for (const AttentionStatsRow& r : result.attention) {
+        if (r.method != m.name || r.layer != -1) continue;
+        Series series{fmt::format("{}–{}", r.query_lo, r.query_hi), {}, {}};
+        for (std::size_t d = 0; d < edges.size(); ++d) {
+          const std::int64_t upper = d + 1 < edges.size() ? edges[d + 1] : n;
+          if (edges[d] >= r.query_hi) break;  // no query of the bucket sees that far
+          series.x.push_back(double(upper));
+          series.y.push_back(r.mass[d]);
+        }
+        chart.series.push_back(std::move(series));
+      }
+      panels.push_back(std::move(chart));
+    }
+    write_svg(panels, 2, o.attention_svg);
+  }
+  if (!o.plans.empty()) {
+    std::ofstream out(o.plans);
+    if (!out) throw Error(fmt::format("--plans {}: cannot write this file", o.plans));
+    // kept: where the pair's frequency sits between interpolated by 1/s (0) and kept (1), as YaRN's blend weight
+    // (1/divisor = kept + (1 − kept)/s); empty at s = 1.
+    out << "method,N,scale,pair,inv_freq,wavelength,turns_L0,divisor,band,kept\n";
+    for (const EvalPlan& p : result.plans) {
+      for (const PairBand& b : pair_bands(p.spec, p.plan, result.trained_length)) {
+        const std::string kept =
+            p.scale > 1 ? fmt::format("{:.6g}", (1 / b.divisor - 1 / p.scale) / (1 - 1 / p.scale)) : std::string();
+        fmt::print(out, "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n", p.method, p.n, p.scale, b.pair, b.inv_freq,
+                   b.wavelength, b.turns, b.divisor, to_string(b.band), kept);
+      }
     }
   }
   if (!o.json.empty()) {
@@ -244,6 +312,15 @@ void add_eval(CLI::App& app, Streams io) {
   cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
   cmd->add_option("--csv", o->csv, "write method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl");
   cmd->add_option("--json", o->json, "write the result as JSON");
+  cmd->add_option("--attention-stats", o->attention_csv,
+                  "the attention probe at the largest N: per method, layer (-1: all) and bucket of query targets, the "
+                  "attention's entropy, its mass on the own story's BOS and on earlier stories, and its mass by key "
+                  "distance bucket (CSV; docs/lab.md)");
+  cmd->add_option("--attention-svg", o->attention_svg,
+                  "plot the probe's mass by key distance, one panel per method (PLplot)");
+  cmd->add_option("--plans", o->plans,
+                  "write each method's plan pair by pair at each N (method,N,scale,pair,inv_freq,wavelength,turns_L0,"
+                  "divisor,band,kept): what it does to every frequency");
   cmd->add_option("--svg", o->svg, "plot PPL against position at the largest N, one curve per method (PLplot)");
   cmd->callback([o, io] { run_eval(*o, io); });
 }

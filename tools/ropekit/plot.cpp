@@ -79,8 +79,8 @@ void draw_panel(const Chart& chart, double left, double right, double bottom, do
 
   plvpor(left, right, bottom, top);
   plwind(x0, x1, y0, y1);
-  const std::vector<double> xt = axis_ticks(x.lo, x.hi, chart.log_x, true);
-  const std::vector<double> yt = axis_ticks(y.lo, y.hi, chart.log_y, false);
+  const std::vector<double> xt = axis_ticks(x.lo, x.hi, chart.log_x, true, chart.max_ticks);
+  const std::vector<double> yt = axis_ticks(y.lo, y.hi, chart.log_y, false, chart.max_ticks);
   // Grid, then the frame, the ticks and their labels.
   plcol0(kGrid);
   plwidth(0.5);
@@ -200,7 +200,7 @@ double data_right_edge(const Chart& chart, double widest, double per_char) {
 
 }  // namespace
 
-std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two) {
+std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two, int max_ticks) {
   std::vector<double> ticks;
   if (!(hi >= lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
   if (log) {
@@ -219,7 +219,7 @@ std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_tw
     }
     // A span too narrow for two such ticks (PPL 2.1 to 2.4): its ends.
     if (ticks.size() < 2) ticks = {lo, hi};
-    while (ticks.size() > 12) {
+    while (ticks.size() > std::size_t(std::max(2, max_ticks))) {
       std::vector<double> thinned;
       for (std::size_t i = 0; i < ticks.size(); i += 2) thinned.push_back(ticks[i]);
       ticks.swap(thinned);
@@ -252,7 +252,7 @@ void write_svg(const Chart& chart, const std::string& path) {
 void write_svg(const std::vector<Chart>& panels, int columns, const std::string& path) {
   const int cols = std::max(1, columns);
   const int rows = std::max(1, int((panels.size() + std::size_t(cols) - 1) / std::size_t(cols)));
-  open_svg(path, PLINT(560 * cols), PLINT(380 * rows + 40));
+  open_svg(path, PLINT(640 * cols), PLINT(420 * rows + 40));
   plssub(cols, rows);
   plinit();
   set_text_size();

@@ -26,6 +26,7 @@ struct Chart {
   bool log_y = false;  // likewise for y; ticks at 1, 2, 5 × 10^k
   std::vector<Series> series;
   std::vector<VerticalMarker> markers;
+  int max_ticks = 12;  // per axis (a small panel: fewer, so that labels do not run together)
 };
 
 // Writes `chart` to `path` as SVG (one panel). Throws ropekit::Error if the file cannot be written.
@@ -35,8 +36,8 @@ void write_svg(const Chart& chart, const std::string& path);
 void write_svg(const std::vector<Chart>& panels, int columns, const std::string& path);
 
 // The tick values a chart's axis gets for data spanning [lo, hi] (exposed for tests): log axes — powers of
-// two (positions) or 1-2-5 steps (values) inside the span, thinned to at most 12; linear axes — a 1-2-5
+// two (positions) or 1-2-5 steps (values) inside the span, thinned to at most max_ticks; linear axes — a 1-2-5
 // step giving 4 to 10 ticks.
-std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two);
+std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two, int max_ticks = 12);
 
 }  // namespace ropekit::cli
