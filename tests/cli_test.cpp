@@ -640,6 +640,8 @@ TEST(Charts, TicksAreReadableValues) {
   EXPECT_EQ(axis_ticks(2.1, 2.4, true, false), (std::vector<double>{2.1, 2.4}));
   EXPECT_EQ(axis_ticks(0, 65, false, false), (std::vector<double>{0, 20, 40, 60}));
   EXPECT_EQ(axis_ticks(1, 8192, true, true).size(), 7u);  // 14 powers of two, every other one
+  // A small panel's value axis over five decades: the decades, not every other 1-2-5 tick.
+  EXPECT_EQ(axis_ticks(4e-6, 0.6, true, false, 6), (std::vector<double>{1e-5, 1e-4, 1e-3, 1e-2, 1e-1}));
 }
 
 TEST(CliModel, BadInputExitsTwo) {

@@ -684,13 +684,16 @@ TEST(Lab, RegimeMethodParametersAreChecked) {
   o.lengths = {48};
   o.trained_length = 16;
   const auto& tokens = excerpt_tokens();
-  for (const auto& [method, needle] :
-       std::vector<std::pair<const char*, const char*>>{{"rerope:w=0", "w = 0"},
-                                                        {"self_extend:G=0", "G = 0"},
-                                                        {"self_extend:W=4,G=8", "W = 4"},
-                                                        {"dca:chunk=16,local=16", "local = 16"},
-                                                        {"dca:chunk=0", "chunk = 0"},
-                                                        {"logn:L=1", "L = 1"}}) {
+  for (const auto& [method, needle] : std::vector<std::pair<const char*, const char*>>{
+           {"rerope:w=0", "w = 0"},
+           {"self_extend:G=0", "G = 0"},
+           {"self_extend:W=4,G=8", "W = 4"},
+           {"dca:chunk=16,local=16", "local = 16"},
+           {"rerope:w=48", "w = 48 is not below the largest length N = 48"},
+           {"self_extend:W=60,G=2", "W = 60"},
+           {"dca:chunk=48", "chunk = 48"},
+           {"dca:chunk=0", "chunk = 0"},
+           {"logn:L=1", "L = 1"}}) {
     o.methods = ropekit::parse_methods(method);
     EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), method, needle);
   }

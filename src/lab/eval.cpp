@@ -726,6 +726,21 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     }
   }
   const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());
+  // A regime whose window reaches past every length never acts: the method would silently be orig.
+  for (std::size_t m = 0; m < options.methods.size(); ++m) {
+    const PositionRegimes& r = runs[m].front().regimes;
+    const auto never = [&](std::string_view key, std::int64_t value) {
+      if (value >= max_n) {
+        throw Error(
+            fmt::format("method {}: {} = {} is not below the largest length N = {}: the method would be orig "
+                        "at every N",
+                        options.methods[m].name, key, value, max_n));
+      }
+    };
+    if (const auto* rr = std::get_if<regimes::ReRope>(&r)) never("w", rr->window);
+    if (const auto* se = std::get_if<regimes::SelfExtend>(&r)) never("W", se->window);
+    if (const auto* dc = std::get_if<regimes::DualChunk>(&r)) never("chunk", dc->chunk_size);
+  }
   const std::int64_t per_method = std::accumulate(options.lengths.begin(), options.lengths.end(), std::int64_t{0}) *
                                   std::int64_t(result.window_starts.size());
   const std::int64_t total = per_method * std::int64_t(options.methods.size());

@@ -210,7 +210,9 @@ std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_tw
         if (v >= lo * (1 - 1e-12)) ticks.push_back(v);
       }
     } else {
-      for (double decade = std::pow(10.0, std::floor(std::log10(lo))); decade <= hi; decade *= 10) {
+      // Each decade from its integer exponent (repeated × 10 drifts off 1e-5 and the like).
+      for (int k = int(std::floor(std::log10(lo))); std::pow(10.0, k) <= hi; ++k) {
+        const double decade = std::pow(10.0, k);
         for (double m : {1.0, 2.0, 5.0}) {
           const double v = m * decade;
           if (v >= lo * (1 - 1e-12) && v <= hi * (1 + 1e-12)) ticks.push_back(v);
@@ -219,6 +221,14 @@ std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_tw
     }
     // A span too narrow for two such ticks (PPL 2.1 to 2.4): its ends.
     if (ticks.size() < 2) ticks = {lo, hi};
+    // Too many 1-2-5 ticks for the panel: the decades alone (1, 10, 100 … stay readable), then every other one.
+    if (!powers_of_two && ticks.size() > std::size_t(std::max(2, max_ticks))) {
+      std::vector<double> decades;
+      for (double v : ticks) {
+        if (std::fabs(v / std::pow(10.0, std::round(std::log10(v))) - 1) < 1e-9) decades.push_back(v);
+      }
+      if (decades.size() >= 2) ticks.swap(decades);
+    }
     while (ticks.size() > std::size_t(std::max(2, max_ticks))) {
       std::vector<double> thinned;
       for (std::size_t i = 0; i < ticks.size(); i += 2) thinned.push_back(ticks[i]);
