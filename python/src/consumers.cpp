@@ -346,8 +346,9 @@ std::vector<int> model_generate(const PyModel& self, const std::vector<int>& pro
 py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const std::string& methods,
                     std::vector<std::int64_t> lengths, std::optional<std::vector<std::int64_t>> buckets,
                     std::int64_t window_size, std::optional<std::int64_t> windows,
-                    std::optional<std::int64_t> trained_length, int threads) {
+                    std::optional<std::int64_t> trained_length, int threads, bool attention_stats) {
   EvalOptions o;
+  o.attention_stats = attention_stats;
   o.methods = parse_methods(methods);
   o.lengths = std::move(lengths);
   if (buckets) o.buckets = *buckets;
@@ -388,6 +389,40 @@ py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const s
   d["trained_length"] = r.trained_length;
   d["seconds"] = r.seconds;
   d["method_seconds"] = py::array_t<double>(r.method_seconds.size(), r.method_seconds.data());
+  if (attention_stats) {
+    // The probe's rows as arrays (ropekit/lab.hpp, AttentionStatsRow); mass is [rows, distance buckets].
+    const std::size_t rows = r.attention.size(), buckets = r.distance_edges.size();
+    py::list a_method;
+    py::array_t<std::int64_t> a_layer(rows), a_lo(rows), a_hi(rows), a_samples(rows);
+    py::array_t<double> a_entropy(rows), a_ratio(rows), a_bos(rows), a_earlier(rows);
+    py::array_t<double> a_mass({rows, buckets});
+    for (std::size_t i = 0; i < rows; ++i) {
+      const AttentionStatsRow& x = r.attention[i];
+      a_method.append(x.method);
+      a_layer.mutable_at(i) = x.layer;
+      a_lo.mutable_at(i) = x.query_lo;
+      a_hi.mutable_at(i) = x.query_hi;
+      a_samples.mutable_at(i) = x.samples;
+      a_entropy.mutable_at(i) = x.entropy;
+      a_ratio.mutable_at(i) = x.entropy_ratio;
+      a_bos.mutable_at(i) = x.own_bos;
+      a_earlier.mutable_at(i) = x.earlier_stories;
+      for (std::size_t b = 0; b < buckets; ++b) a_mass.mutable_at(i, b) = x.mass[b];
+    }
+    py::dict a;
+    a["method"] = py::module_::import("numpy").attr("array")(a_method);
+    a["layer"] = a_layer;
+    a["query_lo"] = a_lo;
+    a["query_hi"] = a_hi;
+    a["samples"] = a_samples;
+    a["entropy"] = a_entropy;
+    a["entropy_ratio"] = a_ratio;
+    a["own_bos"] = a_bos;
+    a["earlier_stories"] = a_earlier;
+    a["mass"] = a_mass;
+    a["distance_edges"] = py::array_t<std::int64_t>(buckets, r.distance_edges.data());
+    d["attention"] = a;
+  }
   return d;
 }
 
@@ -597,7 +632,7 @@ void bind_consumers(py::module_& m) {
   m.def("eval", &eval_table, py::arg("model"), py::arg("tokens"), py::kw_only(),
         py::arg("methods") = "orig,pi,yarn,swa", py::arg("lengths") = std::vector<std::int64_t>{512, 2048},
         py::arg("buckets") = py::none(), py::arg("window_size") = 2048, py::arg("windows") = py::none(),
-        py::arg("trained_length") = py::none(), py::arg("threads") = 0);
+        py::arg("trained_length") = py::none(), py::arg("threads") = 0, py::arg("attention_stats") = false);
   m.def("eval_methods", [] {
     py::list out;
     for (const EvalMethod& e : builtin_methods()) out.append(e.name);

@@ -125,6 +125,15 @@ def test_model_runner_and_lab():
                          buckets=[0, 256, 512])
     assert set(table["method"]) == {"orig", "pi"}
     assert (table["ppl"] > 1).all() and np.allclose(table["ppl"], np.exp(table["mean_nll"]))
+    probe = ropekit.eval(model, tokens, methods="orig,swa", lengths=[512], window_size=512, windows=1,
+                         buckets=[0, 256, 512], attention_stats=True)["attention"]
+    # Rows per method: all layers (-1) then each of the 5, for the two target buckets; mass sums to 1.
+    assert list(probe["distance_edges"]) == [0, 1, 16, 256]
+    assert probe["mass"].shape == (2 * 6 * 2, 4)
+    assert np.allclose(probe["mass"].sum(axis=1), 1.0)
+    # At N = L0 the sliding window (L0 keys) hides nothing: the same distributions as orig.
+    assert np.allclose(probe["mass"][probe["method"] == "swa"], probe["mass"][probe["method"] == "orig"])
+    assert (probe["earlier_stories"] >= 0).all() and (probe["entropy_ratio"] <= 1 + 1e-9).all()
 
 
 def test_example_script_plots_the_bands(tmp_path):
