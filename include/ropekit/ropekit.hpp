@@ -18,6 +18,7 @@
 #include "ropekit/paged_kv_cache.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/plan.hpp"
+#include "ropekit/position_ids.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/rope_set.hpp"
 #include "ropekit/spec.hpp"
