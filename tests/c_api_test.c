@@ -717,6 +717,54 @@ static void test_paged_cache(void) {
   rk_spec_destroy(spec);
 }
 
+/* Position ids: the values of the C++ functions (position_ids_test.cpp checks those against the references). */
+static void test_position_ids(void) {
+  const int64_t cu[] = {0, 3, 5, 9};
+  int64_t out[16];
+  size_t count = 0;
+  CHECK_OK(rk_packed_positions(cu, 4, NULL, out, 16, &count));
+  const int64_t want[] = {0, 1, 2, 0, 1, 0, 1, 2, 3};
+  CHECK(count == 9 && memcmp(out, want, sizeof want) == 0, "packed positions (count %zu)", count);
+  CHECK_ERROR(rk_packed_positions(cu, 4, NULL, out, 4, &count), "capacity = 4");
+  const int64_t bad_cu[] = {1, 3};
+  CHECK_ERROR(rk_packed_positions(bad_cu, 2, NULL, out, 16, &count), "cu_seqlens[0] = 1");
+
+  rk_cp_shard shard = {2, 1, RK_CP_ZIGZAG, 1};
+  int64_t indices[16], positions[16];
+  CHECK_OK(rk_cp_shard_positions(8, 100, NULL, 0, NULL, &shard, indices, positions, 16, &count));
+  const int64_t zig[] = {2, 3, 4, 5};
+  const int64_t zig_pos[] = {102, 103, 104, 105};
+  CHECK(count == 4 && memcmp(indices, zig, sizeof zig) == 0 && memcmp(positions, zig_pos, sizeof zig_pos) == 0,
+        "zig-zag rank 1 of 2");
+  const int64_t packed_cu[] = {0, 4, 12};
+  CHECK_OK(rk_cp_shard_positions(0, 0, packed_cu, 3, NULL, &shard, indices, positions, 16, &count));
+  const int64_t packed_idx[] = {1, 2, 6, 7, 8, 9};
+  const int64_t packed_pos[] = {1, 2, 2, 3, 4, 5};
+  CHECK(count == 6 && memcmp(indices, packed_idx, sizeof packed_idx) == 0 &&
+            memcmp(positions, packed_pos, sizeof packed_pos) == 0,
+        "packed zig-zag rank 1 of 2");
+  shard.rank = 2;
+  CHECK_ERROR(rk_cp_shard_positions(8, 0, NULL, 0, NULL, &shard, indices, positions, 16, &count), "cp rank = 2");
+  shard.rank = 0;
+  shard.sharding = (rk_cp_sharding)9;
+  CHECK_ERROR(rk_cp_shard_positions(8, 0, NULL, 0, NULL, &shard, indices, positions, 16, &count), "sharding = 9");
+
+  const int64_t parents[] = {-1, -1, 0, 2};
+  uint8_t mask[16];
+  CHECK_OK(rk_tree_positions(parents, 4, 10, positions, mask));
+  const int64_t depth[] = {11, 11, 12, 13};
+  const uint8_t want_mask[] = {1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0, 1, 0, 1, 1};
+  CHECK(memcmp(positions, depth, sizeof depth) == 0 && memcmp(mask, want_mask, sizeof want_mask) == 0, "tree");
+  const int64_t cycle[] = {-1, 1};
+  CHECK_ERROR(rk_tree_positions(cycle, 2, 0, positions, NULL), "parents[1] = 1");
+  const int64_t accepted[] = {0, 2};
+  int64_t ranges[8];
+  CHECK_OK(rk_rejected_slot_ranges(parents, 4, accepted, 2, 20, ranges, 4, &count));
+  CHECK(count == 2 && ranges[0] == 23 && ranges[1] == 24 && ranges[2] == 21 && ranges[3] == 22, "ranges");
+  const int64_t not_path[] = {2};
+  CHECK_ERROR(rk_rejected_slot_ranges(parents, 4, not_path, 1, 0, ranges, 4, &count), "accepted[0] = 2");
+}
+
 int main(void) {
   test_status_and_version();
   test_rotation();
@@ -726,6 +774,7 @@ int main(void) {
   test_cos_sin_cache();
   test_attention();
   test_paged_cache();
+  test_position_ids();
   if (failures) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

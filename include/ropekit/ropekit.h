@@ -334,6 +334,45 @@ typedef struct rk_attention_args {
  * on q and k as given (rope NULL). ropekit::attention. */
 rk_status rk_attention(const rk_rope* rope, const rk_attention_args* args);
 
+/* ---- Position ids beyond one text stream (ropekit/position_ids.hpp) ----
+ * Each writes its values into out[0, capacity) and their number into *count; when capacity is too small it
+ * fails naming the count needed, writing nothing. Array arguments may be NULL only with a length of 0. */
+
+/* ropekit::packed_positions: cu_seqlens[0, documents + 1); start_offsets NULL or one per document. */
+rk_status rk_packed_positions(const int64_t* cu_seqlens, size_t cu_count, const int64_t* start_offsets, int64_t* out,
+                              size_t capacity, size_t* count);
+
+/* clang-format off */
+typedef RK_ENUM(rk_cp_sharding) {
+  RK_CP_CONTIGUOUS = 0, /* rank r holds [r L/size, (r+1) L/size) */
+  RK_CP_ZIGZAG = 1,     /* 2 size chunks; rank r holds chunks r and 2 size - 1 - r (Megatron-LM, TransformerEngine) */
+  RK_CP_STRIPED = 2     /* token t on rank (t / stripe) mod size */
+} rk_cp_sharding;
+/* clang-format on */
+
+typedef struct rk_cp_shard {
+  int size, rank;
+  rk_cp_sharding sharding;
+  int64_t stripe; /* RK_CP_STRIPED: tokens per stripe (>= 1) */
+} rk_cp_shard;
+
+/* The tokens (global indices, may be NULL) and positions rank shard->rank holds: one sequence of seq_len tokens
+ * at positions start + index (ropekit::cp_indices / cp_positions), or, with cu_seqlens non-NULL, a packed batch
+ * sharded per document (cp_indices_packed / cp_positions_packed; start_offsets NULL or one per document;
+ * seq_len and start are then ignored). indices and positions each hold capacity values. */
+rk_status rk_cp_shard_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
+                                const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices,
+                                int64_t* positions, size_t capacity, size_t* count);
+
+/* A draft tree (ropekit::tree_positions, tree_mask): positions[0, nodes); mask NULL or [nodes x nodes]. */
+rk_status rk_tree_positions(const int64_t* parents, size_t nodes, int64_t root_position, int64_t* positions,
+                            uint8_t* mask);
+
+/* ropekit::rejected_slot_ranges: ranges[2i], ranges[2i+1] = [first, last) of range i, last range first;
+ * capacity counts ranges. */
+rk_status rk_rejected_slot_ranges(const int64_t* parents, size_t nodes, const int64_t* accepted, size_t accepted_count,
+                                  int64_t base_slot, int64_t* ranges, size_t capacity, size_t* count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,9 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     Rope,
     Tokenizer,
     attention,
+    cp_indices,
+    cp_positions,
+    cu_seqlens_from_eod,
     default_threads,
     eval,
     eval_methods,
@@ -23,16 +26,23 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     model_positions,
     model_positions_gguf,
     model_positions_preset,
+    packed_positions,
     presets,
+    rejected_slot_ranges,
     scaling_variants,
     set_default_threads,
     set_simd_target,
     simd_target,
     simd_targets,
+    tree_mask,
+    tree_positions,
+    verify_positions,
 )
 
 __all__ = [
     "Error", "KvCache", "Model", "PagedKvCache", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
+    "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",
+    "tree_mask", "rejected_slot_ranges",
 ]

@@ -13,6 +13,9 @@ class PyRope;
 // KvCache, attention, linear_attention, the model runner, the tokenizer and the lab (consumers.cpp).
 void bind_consumers(pybind11::module_& m);
 
+// Position ids beyond one text stream: packing, context-parallel shards, draft trees (positions.cpp).
+void bind_positions(pybind11::module_& m);
+
 // The C++ side of the Python benchmark: the same call as Rope.apply(q, k, positions, layout=...)
 // (in place, forward, accurate angles) prepared and run `iterations` times in a C++ loop; returns the
 // mean nanoseconds per call. The Python call's time minus this is the binding's overhead.

@@ -575,4 +575,5 @@ PYBIND11_MODULE(_ropekit, m) {
         py::arg("layout"), py::arg("iterations"), py::arg("threads") = 0);
 
   bind_consumers(m);
+  bind_positions(m);
 }

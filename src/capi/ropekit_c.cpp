@@ -15,6 +15,7 @@
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/paged_kv_cache.hpp"
+#include "ropekit/position_ids.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/rope_set.hpp"
 
@@ -671,6 +672,98 @@ rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_p
   return guarded([&] {
     paged_attention(rope, cache, q, q_positions, seq_of, out, causal, window, softmax_scale, threads,
                     need(table, "table").table);
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+std::span<const std::int64_t> c_span(const std::int64_t* data, std::size_t count, const char* name) {
+  if (data == nullptr && count > 0) throw Error(fmt::format("{} is NULL with a length of {}", name, count));
+  return {data, count};
+}
+
+// Copies `values` to out[0, capacity), or fails naming the count needed.
+void write_out(const std::vector<std::int64_t>& values, std::int64_t* out, std::size_t capacity, std::size_t* count,
+               const char* name) {
+  if (count == nullptr) throw Error("count is NULL");
+  if (values.size() > capacity) {
+    throw Error(fmt::format("capacity = {}: {} needs {} values", capacity, name, values.size()));
+  }
+  if (!values.empty() && out == nullptr) throw Error(fmt::format("{} is NULL", name));
+  std::copy(values.begin(), values.end(), out);
+  *count = values.size();
+}
+
+// start_offsets: NULL, or one per document of cu_seqlens.
+std::span<const std::int64_t> offsets_span(const std::int64_t* start_offsets, std::size_t cu_count) {
+  if (start_offsets == nullptr) return {};
+  return {start_offsets, cu_count == 0 ? 0 : cu_count - 1};
+}
+
+}  // namespace
+
+extern "C" {
+
+rk_status rk_packed_positions(const int64_t* cu_seqlens, size_t cu_count, const int64_t* start_offsets, int64_t* out,
+                              size_t capacity, size_t* count) {
+  return guarded([&] {
+    write_out(packed_positions(c_span(cu_seqlens, cu_count, "cu_seqlens"), offsets_span(start_offsets, cu_count)), out,
+              capacity, count, "out");
+  });
+}
+
+rk_status rk_cp_shard_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
+                                const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices,
+                                int64_t* positions, size_t capacity, size_t* count) {
+  return guarded([&] {
+    if (shard == nullptr) throw Error("shard is NULL");
+    const CpShard s{.size = shard->size,
+                    .rank = shard->rank,
+                    .sharding = static_cast<CpSharding>(static_cast<int>(shard->sharding)),
+                    .stripe = shard->stripe};
+    std::vector<std::int64_t> idx, pos;
+    if (cu_seqlens != nullptr) {
+      const auto cu = c_span(cu_seqlens, cu_count, "cu_seqlens");
+      idx = cp_indices_packed(cu, s);
+      pos = cp_positions_packed(cu, s, offsets_span(start_offsets, cu_count));
+    } else {
+      idx = cp_indices(seq_len, s);
+      pos = cp_positions(seq_len, s, start);
+    }
+    std::size_t written = 0;
+    if (indices != nullptr) write_out(idx, indices, capacity, &written, "indices");
+    write_out(pos, positions, capacity, count, "positions");
+  });
+}
+
+rk_status rk_tree_positions(const int64_t* parents, size_t nodes, int64_t root_position, int64_t* positions,
+                            uint8_t* mask) {
+  return guarded([&] {
+    const auto p = c_span(parents, nodes, "parents");
+    const std::vector<std::int64_t> pos = tree_positions(p, root_position);
+    if (nodes > 0 && positions == nullptr) throw Error("positions is NULL");
+    std::vector<std::uint8_t> m;
+    if (mask != nullptr) m = tree_mask(p);
+    std::copy(pos.begin(), pos.end(), positions);
+    if (mask != nullptr) std::copy(m.begin(), m.end(), mask);
+  });
+}
+
+rk_status rk_rejected_slot_ranges(const int64_t* parents, size_t nodes, const int64_t* accepted, size_t accepted_count,
+                                  int64_t base_slot, int64_t* ranges, size_t capacity, size_t* count) {
+  return guarded([&] {
+    const auto r = rejected_slot_ranges(c_span(parents, nodes, "parents"), c_span(accepted, accepted_count, "accepted"),
+                                        base_slot);
+    if (count == nullptr) throw Error("count is NULL");
+    if (r.size() > capacity) throw Error(fmt::format("capacity = {}: {} ranges to write", capacity, r.size()));
+    if (!r.empty() && ranges == nullptr) throw Error("ranges is NULL");
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      ranges[2 * i] = r[i].first;
+      ranges[2 * i + 1] = r[i].second;
+    }
+    *count = r.size();
   });
 }
 

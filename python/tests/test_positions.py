@@ -1,0 +1,50 @@
+"""Position ids beyond one text stream from Python: the C++ functions' values (tests/position_ids_test.cpp
+checks those against Megatron-LM's and TransformerEngine's definitions) and ropekit.Error on bad input."""
+import numpy as np
+import pytest
+
+import ropekit
+
+
+def test_packed_and_eod():
+    assert list(ropekit.packed_positions([0, 3, 5, 9])) == [0, 1, 2, 0, 1, 0, 1, 2, 3]
+    assert list(ropekit.packed_positions([0, 2, 4], start_offsets=[5, 0])) == [5, 6, 0, 1]
+    cu = ropekit.cu_seqlens_from_eod([7, 7, 0, 7, 0, 7], eod=0)
+    assert list(cu) == [0, 3, 5, 6]
+    assert ropekit.packed_positions(cu).dtype == np.int64
+
+
+def test_context_parallel_ranks_partition_the_tokens():
+    for sharding in ("contiguous", "zigzag", "striped"):
+        held = np.concatenate([ropekit.cp_indices(16, cp_size=2, cp_rank=r, sharding=sharding) for r in range(2)])
+        assert sorted(held) == list(range(16)), sharding
+    assert list(ropekit.cp_indices(8, cp_size=2, cp_rank=0)) == [0, 1, 6, 7]
+    assert list(ropekit.cp_positions(8, cp_size=2, cp_rank=1, start=100)) == [102, 103, 104, 105]
+    cu = [0, 4, 12]
+    assert list(ropekit.cp_indices(cp_size=2, cp_rank=1, cu_seqlens=cu)) == [1, 2, 6, 7, 8, 9]
+    assert list(ropekit.cp_positions(cp_size=2, cp_rank=1, cu_seqlens=cu)) == [1, 2, 2, 3, 4, 5]
+
+
+def test_draft_tree():
+    parents = [-1, -1, 0, 2]
+    assert list(ropekit.tree_positions(parents, 10)) == [11, 11, 12, 13]
+    mask = ropekit.tree_mask(parents)
+    assert mask.shape == (4, 4) and mask.dtype == bool
+    assert mask[3].tolist() == [True, False, True, True]
+    assert ropekit.rejected_slot_ranges(parents, [0, 2], 20) == [(23, 24), (21, 22)]
+    assert list(ropekit.verify_positions(41, 3)) == [41, 42, 43]
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: ropekit.packed_positions([1, 3]), "cu_seqlens[0] = 1"),
+    (lambda: ropekit.packed_positions([0, 4, 2]), "must not decrease"),
+    (lambda: ropekit.cp_indices(10, cp_size=2, cp_rank=0), "multiple of 4"),
+    (lambda: ropekit.cp_indices(8, cp_size=2, cp_rank=5), "cp rank = 5"),
+    (lambda: ropekit.cp_indices(8, cp_size=2, cp_rank=0, sharding="ring"), 'sharding = "ring"'),
+    (lambda: ropekit.tree_positions([-1, 1], 0), "parents[1] = 1"),
+    (lambda: ropekit.rejected_slot_ranges([-1, 0], [1], 0), "accepted[0] = 1"),
+])
+def test_bad_input_is_an_error(call, needle):
+    with pytest.raises(ropekit.Error, match=None) as info:
+        call()
+    assert needle in str(info.value)
