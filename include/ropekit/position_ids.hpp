@@ -93,4 +93,58 @@ std::vector<std::pair<std::int64_t, std::int64_t>> rejected_slot_ranges(std::spa
                                                                         std::span<const std::int64_t> accepted,
                                                                         std::int64_t base_slot);
 
+// ---- M-RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V) -----------------------------------------
+
+enum class MropeFamily { Qwen2Vl, Qwen25Vl, Qwen3Vl, Glm4v };
+
+// Where the text after an image or video continues; the two rules Hugging Face has had.
+enum class MropeIndexing {
+  // transformers ≥ 5 (get_rope_index grouping mm_token_type_ids; pinned: v5.15.0): at the item's start
+  // + max(h, w) / merge — the temporal extent is not counted. Qwen2.5-VL's video time step is
+  // tokens_per_second × int(second_per_grid_t): a fractional interval is truncated first (0.5 s → 0).
+  TokenTypes,
+  // transformers ≤ 4.57 and the engines that copied it (scanning for vision_start): at the item's largest
+  // position + 1, the temporal one included. Qwen2.5-VL's time step there: frame index × second_per_grid_t ×
+  // tokens_per_second, second_per_grid_t cast to an integer first as that code does (see docs/positions.md).
+  TokenScan,
+};
+
+struct VisionGrid {
+  std::int64_t t = 1, h = 1, w = 1;  // patches before the spatial merge (image_grid_thw / video_grid_thw rows)
+};
+
+struct MropeInput {
+  std::int64_t batch = 1, seq = 0;
+  // [batch × seq] row-major: 0 text, 1 image, 2 video (the processor's mm_token_type_ids); vision_start/end
+  // tokens are text.
+  std::span<const std::int32_t> token_types;
+  std::span<const std::uint8_t> attention_mask;  // [batch × seq], 0 = padding; empty: no padding
+  std::span<const VisionGrid> image_grids;       // in order of appearance, over the whole batch
+  std::span<const VisionGrid> video_grids;
+  std::span<const double> second_per_grid_ts;  // Qwen2.5-VL: one per video (empty: 1 each)
+  std::int64_t spatial_merge_size = 2;         // vision_config.spatial_merge_size
+  std::int64_t tokens_per_second = 2;          // Qwen2.5-VL vision_config.tokens_per_second
+};
+
+struct MropePositionIds {
+  // [3 × batch × seq] (t, h, w rows); padding tokens get 0 (TokenTypes) or 1 (TokenScan), as each release does.
+  std::vector<std::int64_t> positions;
+  // Per sequence, the decode offset: max position + 1 − the unpadded length (TokenTypes) or − seq, the padded
+  // length (TokenScan: transformers 4.57's rope_deltas, whose text-only path also counts the padding's 1s).
+  std::vector<std::int64_t> deltas;
+};
+
+// Hugging Face's get_rope_index for `family`, bit for bit (tests/data/mrope/: golden outputs of transformers'
+// own functions, made by scripts/golden_mrope.py). Qwen3-VL and GLM-4V split every video into its frames
+// (t = 1 each, timestamps in the text between them), as their get_rope_index does. Text-only input gives
+// three equal rows. GLM-4V is available with TokenTypes only (its 4.x rule scans other tokens). Errors: token_types /
+// attention_mask of the wrong size or a type outside {0, 1, 2}; a vision run whose token count is not t·(h/m)·(w/m) of
+// its grid, grids left over or missing, a merge size that does not divide h and w, a grid dimension below 1, a negative
+// or non-finite second_per_grid_t.
+MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input);
+
+// Decoding after a multimodal prompt: the positions of `count` new tokens at cache positions cached … (all
+// three rows equal), each cache position + delta — Hugging Face's arange(past, past + n) + rope_deltas.
+std::vector<std::int64_t> mrope_decode_positions(std::int64_t delta, std::int64_t cached, std::int64_t count);
+
 }  // namespace ropekit

@@ -26,6 +26,8 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     model_positions,
     model_positions_gguf,
     model_positions_preset,
+    mrope_decode_positions,
+    mrope_position_ids,
     packed_positions,
     presets,
     rejected_slot_ranges,
@@ -44,5 +46,5 @@ __all__ = [
     "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",
-    "tree_mask", "rejected_slot_ranges",
+    "tree_mask", "rejected_slot_ranges", "mrope_position_ids", "mrope_decode_positions",
 ]

@@ -31,13 +31,86 @@ CpShard shard_of(int cp_size, int cp_rank, const std::string& sharding, std::int
   return {.size = cp_size, .rank = cp_rank, .sharding = sharding_of(sharding), .stripe = stripe};
 }
 
+MropeFamily family_of(const std::string& name) {
+  if (name == "qwen2_vl") return MropeFamily::Qwen2Vl;
+  if (name == "qwen2_5_vl") return MropeFamily::Qwen25Vl;
+  if (name == "qwen3_vl") return MropeFamily::Qwen3Vl;
+  if (name == "glm4v") return MropeFamily::Glm4v;
+  throw Error("family = \"" + name + "\": one of qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v");
+}
+
+std::vector<VisionGrid> grids_of(
+    const std::optional<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>& a, const char* name) {
+  std::vector<VisionGrid> out;
+  if (!a) return out;
+  if (a->ndim() != 2 || a->shape(1) != 3) throw Error(std::string(name) + ": must have shape (n, 3)");
+  for (py::ssize_t i = 0; i < a->shape(0); ++i) out.push_back({a->at(i, 0), a->at(i, 1), a->at(i, 2)});
+  return out;
+}
+
 std::vector<std::int64_t> or_empty(const std::optional<std::vector<std::int64_t>>& v) {
   return v ? *v : std::vector<std::int64_t>{};
 }
 
+std::vector<double> or_empty_d(const std::optional<std::vector<double>>& v) { return v ? *v : std::vector<double>{}; }
+
 }  // namespace
 
 void bind_positions(py::module_& m) {
+  using I32 = py::array_t<std::int32_t, py::array::c_style | py::array::forcecast>;
+  using I64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+  m.def(
+      "mrope_position_ids",
+      [](const std::string& family, const I32& mm_token_type_ids, std::optional<I32> attention_mask,
+         std::optional<I64> image_grid_thw, std::optional<I64> video_grid_thw,
+         std::optional<std::vector<double>> second_per_grid_ts, std::int64_t spatial_merge_size,
+         std::int64_t tokens_per_second, const std::string& rule) {
+        if (mm_token_type_ids.ndim() != 2) throw Error("mm_token_type_ids: must have shape (batch, seq)");
+        MropeIndexing indexing;
+        if (rule == "token_types") {
+          indexing = MropeIndexing::TokenTypes;
+        } else if (rule == "token_scan") {
+          indexing = MropeIndexing::TokenScan;
+        } else {
+          throw Error("rule = \"" + rule + "\": token_types (transformers 5) or token_scan (4.57)");
+        }
+        const std::int64_t batch = mm_token_type_ids.shape(0), seq = mm_token_type_ids.shape(1);
+        std::vector<std::uint8_t> mask;
+        if (attention_mask) {
+          if (attention_mask->ndim() != 2 || attention_mask->shape(0) != batch || attention_mask->shape(1) != seq) {
+            throw Error("attention_mask: must have the shape of mm_token_type_ids");
+          }
+          for (py::ssize_t i = 0; i < attention_mask->size(); ++i) mask.push_back(attention_mask->data()[i] != 0);
+        }
+        const std::vector<VisionGrid> images = grids_of(image_grid_thw, "image_grid_thw");
+        const std::vector<VisionGrid> videos = grids_of(video_grid_thw, "video_grid_thw");
+        const std::vector<double> seconds = or_empty_d(second_per_grid_ts);
+        const MropePositionIds r = mrope_position_ids(
+            family_of(family), indexing,
+            {.batch = batch,
+             .seq = seq,
+             .token_types = std::span<const std::int32_t>(mm_token_type_ids.data(), std::size_t(batch * seq)),
+             .attention_mask = mask,
+             .image_grids = images,
+             .video_grids = videos,
+             .second_per_grid_ts = seconds,
+             .spatial_merge_size = spatial_merge_size,
+             .tokens_per_second = tokens_per_second});
+        py::array_t<std::int64_t> positions({py::ssize_t(3), py::ssize_t(batch), py::ssize_t(seq)});
+        std::copy(r.positions.begin(), r.positions.end(), positions.mutable_data());
+        return py::make_tuple(positions, to_array(r.deltas));
+      },
+      py::arg("family"), py::arg("mm_token_type_ids"), py::kw_only(), py::arg("attention_mask") = py::none(),
+      py::arg("image_grid_thw") = py::none(), py::arg("video_grid_thw") = py::none(),
+      py::arg("second_per_grid_ts") = py::none(), py::arg("spatial_merge_size") = 2, py::arg("tokens_per_second") = 2,
+      py::arg("rule") = "token_types",
+      "Hugging Face's get_rope_index: (position_ids [3, batch, seq], rope_deltas [batch]).");
+  m.def(
+      "mrope_decode_positions",
+      [](std::int64_t delta, std::int64_t cached, std::int64_t count) {
+        return to_array(mrope_decode_positions(delta, cached, count));
+      },
+      py::arg("delta"), py::arg("cached"), py::arg("count"));
   m.def(
       "packed_positions",
       [](const std::vector<std::int64_t>& cu_seqlens, std::optional<std::vector<std::int64_t>> start_offsets) {

@@ -48,3 +48,24 @@ def test_bad_input_is_an_error(call, needle):
     with pytest.raises(ropekit.Error, match=None) as info:
         call()
     assert needle in str(info.value)
+
+
+def test_mrope_position_ids_equal_transformers():
+    import json
+    import pathlib
+    data = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "mrope"
+    for name, rule in (("token_types.json", "token_types"), ("token_scan.json", "token_scan")):
+        golden = json.loads((data / name).read_text())
+        for case in golden["cases"]:
+            positions, deltas = ropekit.mrope_position_ids(
+                case["family"], np.array(case["token_types"]), attention_mask=np.array(case["attention_mask"]),
+                image_grid_thw=np.array(case["image_grid_thw"]).reshape(-1, 3) if case["image_grid_thw"] else None,
+                video_grid_thw=np.array(case["video_grid_thw"]).reshape(-1, 3) if case["video_grid_thw"] else None,
+                second_per_grid_ts=case["second_per_grid_ts"] or None, rule=rule)
+            assert positions.tolist() == case["positions"], (name, case["family"], case["name"])
+            assert deltas.tolist() == case["deltas"]
+    assert list(ropekit.mrope_decode_positions(-3, 10, 2)) == [7, 8]
+    with pytest.raises(ropekit.Error, match="spatial_merge_size = 2"):
+        ropekit.mrope_position_ids("qwen2_vl", np.array([[0, 1, 1, 1, 1, 1, 1]]), image_grid_thw=np.array([[1, 5, 6]]))
+    with pytest.raises(ropekit.Error, match='family = "llava"'):
+        ropekit.mrope_position_ids("llava", np.array([[0]]))
