@@ -4,6 +4,7 @@
 // (doubles round-trip); every bad input must exit 2 with one stderr line naming the problem.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -439,7 +440,7 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"frobnicate"},
                      "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, "
-                     "tokenize, generate, eval)");
+                     "tokenize, positions, generate, eval)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
@@ -677,3 +678,55 @@ TEST(CliModel, BadInputExitsTwo) {
 }
 
 }  // namespace model_cli
+
+// `ropekit positions`: a JSON description in, the library's position ids out (printed or as int64 .npy);
+// every class of bad description is exit code 2 with one line naming the key and the value.
+TEST(Cli, PositionsFromADescription) {
+  TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir.file(name)) << text;
+    return dir.file(name);
+  };
+  const Result mrope = run({"positions", write("m.json", R"({"kind": "mrope", "family": "qwen2_vl",
+      "mm_token_type_ids": [[0, 0, 1, 1, 1, 1, 1, 1, 0]], "image_grid_thw": [[1, 4, 6]]})")});
+  ASSERT_EQ(mrope.code, 0) << mrope.err;
+  const auto j = nlohmann::json::parse(mrope.out);
+  EXPECT_EQ(j["shape"], nlohmann::json({3, 1, 9}));
+  EXPECT_EQ(j["rope_deltas"], nlohmann::json({-3}));
+  EXPECT_EQ(j["positions"][8], 5);  // the text after the image: 2 + max(4, 6) / 2
+  const std::string npy = dir.file("cp.npy");
+  const Result cp =
+      run({"positions", write("cp.json", R"({"kind": "cp", "seq_len": 8, "cp_size": 2, "cp_rank": 1})"), "--out", npy});
+  ASSERT_EQ(cp.code, 0) << cp.err;
+  const ropekit::cli::NpyArray a = ropekit::cli::read_npy_file(npy);
+  ASSERT_EQ(a.type, ropekit::cli::NpyType::I64);
+  std::vector<std::int64_t> values(4);
+  std::memcpy(values.data(), a.data.data(), 32);
+  EXPECT_EQ(values, (std::vector<std::int64_t>{2, 3, 4, 5}));
+  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"[1", "invalid JSON"},
+           {"[1]", "must be a JSON object"},
+           {R"({"kind": "ring"})", "\"kind\" = \"ring\""},
+           {R"({"kind": "packed", "cu_seqlens": [0, 2], "extra": 1})", "key \"extra\""},
+           {R"({"kind": "packed"})", "\"cu_seqlens\" is missing"},
+           {R"({"kind": "packed", "cu_seqlens": [0, 2.5]})", "not an integer"},
+           {R"({"kind": "packed", "cu_seqlens": [0, 5, 3]})", "cu_seqlens[2] = 3"},
+           {R"({"kind": "cp", "seq_len": 10, "cp_size": 2, "cp_rank": 0})", "multiple of 4"},
+           {R"({"kind": "cp", "seq_len": 8, "cp_size": 2, "cp_rank": 2})", "\"cp_rank\" = 2"},
+           {R"({"kind": "cp", "seq_len": 8, "cp_size": 2, "cp_rank": 0, "sharding": "ring"})",
+            "\"sharding\" = \"ring\""},
+           {R"({"kind": "tree", "parents": [-1, 1], "root_position": 0})", "parents[1] = 1"},
+           {R"({"kind": "mrope", "family": "llava", "mm_token_type_ids": [[0]]})", "\"family\" = \"llava\""},
+           {R"({"kind": "mrope", "family": "qwen2_vl", "mm_token_type_ids": [[0, 1], [0]]})", "row 1 has 1 values"},
+           {R"({"kind": "mrope", "family": "qwen2_vl", "mm_token_type_ids": [[0, 1, 1, 1, 1, 1, 1]],
+               "image_grid_thw": [[1, 5, 6]]})",
+            "spatial_merge_size = 2"},
+           {R"({"kind": "mrope", "family": "qwen2_5_vl", "mm_token_type_ids": [[2, 2, 2, 2, 2, 2]],
+               "video_grid_thw": [[1, 4, 6]], "second_per_grid_ts": [-1]})",
+            "second_per_grid_ts[0] = -1"},
+       }) {
+    const Result r = run({"positions", write("bad.json", text)});
+    EXPECT_EQ(r.code, 2) << text;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << text << " → " << r.err;
+  }
+}

@@ -317,6 +317,8 @@ const char* rk_model_warning(const rk_model* model, size_t index) {
   return model->model.warnings[index].c_str();
 }
 
+}  // extern "C"
+
 namespace {
 const LayerPositions& group_of(const rk_model* model, int layer) {
   const ModelPositions& m = need(model, "model").model;
@@ -324,6 +326,8 @@ const LayerPositions& group_of(const rk_model* model, int layer) {
   return m.at_layer(layer);
 }
 }  // namespace
+
+extern "C" {
 
 rk_status rk_model_layer_info(const rk_model* model, int layer, rk_layer_info* out) {
   return guarded([&] {

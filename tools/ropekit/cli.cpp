@@ -116,6 +116,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_decay(app, io);
   add_verify(app, io);
   add_tokenize(app, io);
+  add_positions(app, io);
   add_generate(app, io);
   add_eval(app, io);
 

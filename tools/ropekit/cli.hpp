@@ -59,6 +59,7 @@ void add_verify(CLI::App& app, Streams io);
 void add_tokenize(CLI::App& app, Streams io);
 void add_generate(CLI::App& app, Streams io);
 void add_eval(CLI::App& app, Streams io);
+void add_positions(CLI::App& app, Streams io);
 
 // Thrown by a sub-command whose checks ran but did not all pass: exit code 1, no message (the
 // output already says which failed).
