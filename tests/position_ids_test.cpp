@@ -363,6 +363,16 @@ TEST(MropePositionIds, TheTwoRulesAndDecoding) {
       ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input);
   for (int t = 1; t <= 8; ++t) EXPECT_EQ(q25.positions[std::size_t(t)], 1) << "time truncated to 0 s";
   EXPECT_EQ(ropekit::mrope_decode_positions(-3, 10, 3), (V{7, 8, 9}));
+  // Into the caller's buffers: the same values; buffers of another size are an error.
+  V positions(30, -9), deltas(1, -9);
+  ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input, positions,
+                              deltas);
+  EXPECT_EQ(positions, q25.positions);
+  EXPECT_EQ(deltas, q25.deltas);
+  V short_buffer(29);
+  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input,
+                                           short_buffer, deltas),
+               "positions has 29 values", "need 3 × batch × seq = 30");
 }
 
 TEST(MropePositionIds, BadInputIsAnErrorNamingTheValue) {

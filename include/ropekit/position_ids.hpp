@@ -142,6 +142,11 @@ struct MropePositionIds {
 // its grid, grids left over or missing, a merge size that does not divide h and w, a grid dimension below 1, a negative
 // or non-finite second_per_grid_t.
 MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input);
+// The same into the caller's buffers (an engine's position tensor): positions [3 × batch × seq], deltas [batch];
+// nothing allocated for the output. Errors as above, and buffers of another size; on an error the buffers may
+// hold partial output.
+void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input,
+                        std::span<std::int64_t> positions, std::span<std::int64_t> deltas);
 
 // Decoding after a multimodal prompt: the positions of `count` new tokens at cache positions cached … (all
 // three rows equal), each cache position + delta — Hugging Face's arange(past, past + n) + rope_deltas.

@@ -41,7 +41,8 @@ void check_grid(const VisionGrid& g, std::int64_t merge, const char* what, std::
 
 }  // namespace
 
-MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& in) {
+void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& in,
+                        std::span<std::int64_t> positions, std::span<std::int64_t> deltas) {
   if (family != MropeFamily::Qwen2Vl && family != MropeFamily::Qwen25Vl && family != MropeFamily::Qwen3Vl &&
       family != MropeFamily::Glm4v) {
     throw Error(fmt::format("mrope_position_ids: family = {}: not an MropeFamily", static_cast<int>(family)));
@@ -118,12 +119,20 @@ MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, 
       videos.push_back({g, interval, seconds});
     }
   }
-  MropePositionIds out;
+  if (positions.size() != 3 * cells || deltas.size() != std::size_t(in.batch)) {
+    throw Error(
+        fmt::format("mrope_position_ids: positions has {} values and deltas {}: need 3 × batch × seq = {} and "
+                    "batch = {}",
+                    positions.size(), deltas.size(), 3 * cells, in.batch));
+  }
+  struct {
+    std::span<std::int64_t> positions, deltas;
+  } out{positions, deltas};
   // Padding: 0 in transformers 5, 1 in 4.57 (its position_ids start as ones; the text-only path fills 1).
   const std::int64_t padding = indexing == MropeIndexing::TokenScan ? 1 : 0;
   const bool text_only_path = indexing == MropeIndexing::TokenScan && in.image_grids.empty() && in.video_grids.empty();
-  out.positions.assign(3 * cells, padding);
-  out.deltas.assign(std::size_t(in.batch), 0);
+  std::fill(out.positions.begin(), out.positions.end(), padding);
+  std::fill(out.deltas.begin(), out.deltas.end(), 0);
   std::size_t next_image = 0, next_video = 0;
   std::vector<std::int64_t> kept;  // the unpadded token indices of one sequence
   for (std::int64_t b = 0; b < in.batch; ++b) {
@@ -206,6 +215,15 @@ MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, 
                     "left over",
                     next_image, images.size(), next_video, videos.size()));
   }
+}
+
+MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input) {
+  MropePositionIds out;
+  if (input.batch >= 1 && input.seq >= 0 && input.seq <= kPositionLimit / input.batch) {
+    out.positions.resize(3 * std::size_t(input.batch * input.seq));
+    out.deltas.resize(std::size_t(input.batch));
+  }
+  mrope_position_ids(family, indexing, input, out.positions, out.deltas);
   return out;
 }
 
