@@ -93,10 +93,14 @@ class RotaryEmbedding(torch.nn.Module):
     inv_freq is HF's (golden vectors: 22 539 of 22 800 values bit-identical, the rest within 2 ulp).
     M-RoPE (Qwen2-VL/2.5-VL sections): position_ids [3, batch, seq] give cos/sin [3, batch, seq, dim] for
     apply_multimodal_rotary_pos_emb; Qwen3-VL's interleaved layout returns the selected [batch, seq, dim].
+    Length-dependent variants decide their plan per call as Hugging Face's dynamic_rope_update does, from
+    max(position_ids) + 1 (LongRoPE: long factors past original_max_position_embeddings; dynamic NTK: grown
+    to the longest call past max_position_embeddings, reset by a shorter call); follow_length=False keeps the
+    plan fixed between set_current_length calls.
     """
 
     def __init__(self, config, *, layer_type: Optional[str] = None, angles: str = "accurate",
-                 pairing: Optional[str] = None, device=None):
+                 pairing: Optional[str] = None, device=None, follow_length: bool = True):
         super().__init__()
         if angles not in ("accurate", "hf"):
             raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
@@ -104,6 +108,14 @@ class RotaryEmbedding(torch.nn.Module):
         self.angles = angles
         self.attention_scaling = self.rope.cos_sin_scale
         self.register_buffer("inv_freq", torch.from_numpy(self.rope.inv_freq).to(device), persistent=False)
+        # Length-dependent plans follow Hugging Face's dynamic_rope_update unless follow_length=False (then only
+        # set_current_length changes them): LongRoPE takes the long factors when max(position_ids) + 1 exceeds
+        # original_max_position_embeddings; dynamic NTK grows with the longest call seen past
+        # max_position_embeddings and resets when a call is shorter than it.
+        self._follow = follow_length and self.rope.depends_on_length
+        scaling = self.rope.spec["rope_scaling"] or {}
+        self._original = scaling.get("original_max_position_embeddings") or scaling.get("max_position_embeddings")
+        self._cached = self._original
 
     def set_current_length(self, length: int) -> bool:
         """Re-forms the plan (dynamic NTK, LongRoPE); True when cached keys need re-rotation."""
@@ -130,8 +142,23 @@ class RotaryEmbedding(torch.nn.Module):
             return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
         return self.rope.cos_sin(pos, layout="hf")
 
+    def _follow_hf_length(self, position_ids: torch.Tensor):
+        seq_len = int(position_ids.max()) + 1
+        if self.rope.rope_type == "longrope":
+            if self._cached is None or (seq_len > self._original) != (self._cached > self._original):
+                self.set_current_length(seq_len)
+                self._cached = seq_len
+        elif seq_len > self._cached:  # dynamic NTK: growth
+            self.set_current_length(seq_len)
+            self._cached = seq_len
+        elif seq_len < self._original < self._cached:  # back below the trained length: the original plan
+            self.set_current_length(self._original)
+            self._cached = self._original
+
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+        if self._follow and position_ids.numel() > 0:
+            self._follow_hf_length(position_ids)
         if self.angles == "hf":
             cos, sin = self._hf(position_ids)
         else:

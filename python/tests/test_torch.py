@@ -121,3 +121,35 @@ def test_per_layer_config_needs_a_layer_type():
     local = RotaryEmbedding(str(path), layer_type="sliding_attention")
     glob = RotaryEmbedding(str(path), layer_type="full_attention")
     assert local.rope.spec["base"] != glob.rope.spec["base"]
+
+
+def test_rotary_embedding_follows_hf_length_rules():
+    """LongRoPE and dynamic NTK decide their plan from max(position_ids) + 1, as HF's dynamic_rope_update."""
+    emb = RotaryEmbedding("phi-3-mini-128k-instruct", angles="hf")
+    x = torch.zeros(1, dtype=torch.float32)
+    short = ropekit.Rope.from_preset("phi-3-mini-128k-instruct")
+    long = ropekit.Rope.from_preset("phi-3-mini-128k-instruct")
+    long.set_current_length(131072)
+    assert not np.array_equal(short.inv_freq, long.inv_freq)
+    emb(x, torch.tensor([[0, 131071]]))
+    assert np.array_equal(emb.inv_freq.numpy(), long.inv_freq)  # long factors, as HF at 131072 tokens
+    emb(x, torch.tensor([[0, 4095]]))
+    assert np.array_equal(emb.inv_freq.numpy(), short.inv_freq)  # back to the short ones
+    fixed = RotaryEmbedding("phi-3-mini-128k-instruct", angles="hf", follow_length=False)
+    fixed(x, torch.tensor([[0, 131071]]))
+    assert np.array_equal(fixed.inv_freq.numpy(), short.inv_freq)
+
+    config = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 2048,
+              "rope_scaling": {"rope_type": "dynamic", "factor": 4}}
+    dyn = RotaryEmbedding(config, angles="hf")
+    at = {}
+    for length in (2048, 4096, 8192):
+        r = ropekit.Rope.from_config(config)
+        r.set_current_length(length)
+        at[length] = r.inv_freq
+    dyn(x, torch.arange(4096)[None])
+    assert np.array_equal(dyn.inv_freq.numpy(), at[4096])  # grown
+    dyn(x, torch.arange(3000)[None])
+    assert np.array_equal(dyn.inv_freq.numpy(), at[4096])  # shorter, still past 2048: kept (HF caches)
+    dyn(x, torch.arange(100)[None])
+    assert np.array_equal(dyn.inv_freq.numpy(), at[2048])  # below the trained length: reset
