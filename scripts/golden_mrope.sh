@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates tests/data/mrope/ from Hugging Face transformers' own get_rope_index (not run by the tests):
+# Regenerates tests/data/mrope/ (HF's get_rope_index) and tests/data/golden/hf/hunyuan_alpha.json (HF's HunYuan
+# rotary) from Hugging Face transformers' own code (not run by the tests):
 # a virtual environment with transformers 5.15.0 and torch 2.9.1 from the Python package index, transformers
 # 4.57.1 (with the huggingface-hub and tokenizers it requires) in a folder beside it for the older rule.
 set -euo pipefail
@@ -13,3 +14,4 @@ mkdir -p tests/data/mrope
 "$venv/bin/python" scripts/golden_mrope.py --rule token_types --out tests/data/mrope/token_types.json
 PYTHONPATH="$venv/transformers-4.57.1" "$venv/bin/python" scripts/golden_mrope.py --rule token_scan \
   --out tests/data/mrope/token_scan.json
+"$venv/bin/python" scripts/golden_hunyuan.py --out tests/data/golden/hf/hunyuan_alpha.json

@@ -227,3 +227,37 @@ TEST(E2eGolden, AccurateTableMatchesOracle) {
 }
 
 }  // namespace
+
+// HunYuan's NTK-alpha rotary as Hugging Face runs it (hunyuan_alpha.json, scripts/golden_hunyuan.py): the α base
+// at initialisation and below max_position_embeddings, HF's dynamic NTK on the unscaled base past it — its
+// module's inv_freq after each forward, within 2 float32 ulp of the plan ropekit forms at that length.
+TEST(HunyuanGolden, NtkAlphaFollowsTheModuleAtEveryStage) {
+  const json file = golden::load("hunyuan_alpha.json");
+  ASSERT_EQ(file["entries"].size(), 2u);
+  for (const json& entry : file["entries"]) {
+    const ropekit::ModelPositions model = ropekit::read_config(entry["config"].dump());
+    const ropekit::Spec& spec = model.layer().spec;
+    ASSERT_TRUE(std::holds_alternative<ropekit::scaling::HunyuanAlpha>(spec.scaling)) << entry["config"].dump();
+    for (const json& stage : entry["stages"]) {
+      const std::optional<std::int64_t> length =
+          stage["seq_len"].is_null() ? std::nullopt : std::optional<std::int64_t>(stage["seq_len"].get<std::int64_t>());
+      const ropekit::Plan plan = ropekit::make_plan(spec, length);
+      const auto expected = stage["inv_freq"].get<std::vector<double>>();
+      ASSERT_EQ(plan.inv_freq.size(), expected.size());
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_LE(golden::ulp_distance(float(plan.inv_freq[i]), float(expected[i])), 2)
+            << stage["stage"] << " pair " << i << ": ropekit " << plan.inv_freq[i] << ", HF " << expected[i];
+      }
+    }
+    // The jump past max_position_embeddings is reported; alpha is read, so never listed as an ignored key (the
+    // config's beta_fast, mscale ... are: HunYuan's rotary reads none of them).
+    int jump = 0;
+    for (const std::string& w : model.warnings) {
+      jump += w.find("without alpha") != std::string::npos;
+      if (w.find("unrecognized") != std::string::npos) {
+        EXPECT_EQ(w.find("alpha"), std::string::npos) << w;
+      }
+    }
+    EXPECT_EQ(jump, 1);
+  }
+}

@@ -79,6 +79,7 @@ TEST(Variants, EachIsDescribedOnceAndItsFieldsDriveValidation) {
       scaling::Proportional{0.25, 1.0},
       scaling::FreqFactors{std::vector<double>(32, 1.0)},
       scaling::QwenDynamicNtk{8192},
+      scaling::HunyuanAlpha{1000.0, 1.0, 32768},
   };
   ASSERT_EQ(one_of_each.size(), variant_infos().size());
   for (const Scaling& scaling : one_of_each) {

@@ -80,6 +80,17 @@ struct QwenDynamicNtk {
   bool operator==(const QwenDynamicNtk&) const = default;
 };
 
+// HunYuan's NTK-alpha (modeling_hunyuan_v1_dense.py / _moe.py: rope_scaling {"type": "dynamic", "alpha": α}):
+// up to max_position_embeddings (and before any forward) base' = base · α^(d/(d−2)); past it Hugging Face's
+// dynamic_rope_update switches to its standard dynamic-NTK formula on the unscaled base (α dropped, as that code
+// does): base · ((factor·L/Lmax) − (factor−1))^(d/(d−2)), back to the α base below Lmax.
+struct HunyuanAlpha {
+  double alpha;
+  double factor;
+  std::int64_t max_position_embeddings;
+  bool operator==(const HunyuanAlpha&) const = default;
+};
+
 // YaRN (Peng et al. 2023) as Hugging Face computes it: a linear ramp between interpolated and
 // extrapolated frequencies over the pair range set by beta_fast/beta_slow, and a magnitude
 // (attention factor) multiplied into cos and sin. Magnitude precedence, applied exactly once:
@@ -140,13 +151,13 @@ struct FreqFactors {
 
 }  // namespace scaling
 
-using Scaling =
-    std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk, scaling::Yarn, scaling::Llama3,
-                 scaling::LongRope, scaling::Proportional, scaling::FreqFactors, scaling::QwenDynamicNtk>;
+using Scaling = std::variant<scaling::None, scaling::Linear, scaling::Ntk, scaling::DynamicNtk, scaling::Yarn,
+                             scaling::Llama3, scaling::LongRope, scaling::Proportional, scaling::FreqFactors,
+                             scaling::QwenDynamicNtk, scaling::HunyuanAlpha>;
 
 // The Hugging Face rope_type name of a variant ("default", "linear", "ntk", "dynamic", "yarn",
-// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors and "qwen_dynamic" for
-// QwenDynamicNtk, which HF has no name for),
+// "llama3", "longrope", "proportional"; "freq_factors" for FreqFactors, "qwen_dynamic" for
+// QwenDynamicNtk and "hunyuan_alpha" for HunyuanAlpha, which HF has no name for),
 // and the name of a pairing ("interleaved", "half"). Names only: nothing numeric.
 std::string_view rope_type_name(const Scaling& scaling);
 std::string_view to_string(Pairing pairing);

@@ -28,6 +28,7 @@ struct Classifier {
   Band operator()(const scaling::QwenDynamicNtk&) const {
     return plan.inv_freq[pair] == unscaled[pair] ? Band::Original : Band::Rescaled;
   }
+  Band operator()(const scaling::HunyuanAlpha&) const { return Band::Rescaled; }
   Band operator()(const scaling::LongRope&) const { return Band::Rescaled; }
   Band operator()(const scaling::FreqFactors& s) const {
     return s.divisors[pair] == 1.0 ? Band::Extrapolated : Band::Rescaled;
@@ -69,6 +70,7 @@ std::int64_t original_context(const Spec& spec, std::int64_t fallback) {
   if (const auto* r = std::get_if<scaling::LongRope>(&spec.scaling)) return r->original_max_position_embeddings;
   if (const auto* d = std::get_if<scaling::DynamicNtk>(&spec.scaling)) return d->max_position_embeddings;
   if (const auto* q = std::get_if<scaling::QwenDynamicNtk>(&spec.scaling)) return q->seq_length;
+  if (const auto* h = std::get_if<scaling::HunyuanAlpha>(&spec.scaling)) return h->max_position_embeddings;
   return fallback;
 }
 

@@ -36,6 +36,7 @@ inline constexpr unsigned kRopeOnlyIfNamed =
 inline constexpr unsigned kRopeInterleaveKey = 1u << 11;  // rope_interleave picks the pairing (DeepSeek MLA)
 inline constexpr unsigned kMainCompressParams =
     1u << 12;  // rope_parameters "main" / "compress" from rope_scaling and compress_rope_theta (DeepSeek V4)
+inline constexpr unsigned kNtkAlpha = 1u << 13;  // "dynamic" with "alpha": HunYuan's NTK-alpha base
 
 // Where a family's q/k head width comes from.
 enum class HeadRule {

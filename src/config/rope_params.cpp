@@ -268,6 +268,26 @@ Scaling RopeReader::scaling(const RopeParams& p, const std::string& type, const 
     return scaling::Linear{f};
   }
   if (type == "ntk") return scaling::Ntk{required_number(p, "factor", type)};
+  if (type == "dynamic" && flag(info, kNtkAlpha)) {
+    // HunYuan: a truthy alpha (HF: rope_parameters.get("alpha")) picks its NTK-alpha rotary.
+    if (Value a = p.get("alpha"); a && !a.node->is_null() && r.number(a) != 0.0) {
+      const double alpha = r.number(a);
+      std::optional<double> f = optional_number(p, "factor");
+      if (!f) {
+        out.warnings.push_back(
+            fmt::format("{}: {}.factor is absent: Hugging Face's HunYuan rotary fails past "
+                        "max_position_embeddings without it; ropekit uses 1 there",
+                        r.origin(), p.path));
+      }
+      const std::int64_t lmax = max_position("HunYuan's NTK-alpha scales past it");
+      out.warnings.push_back(fmt::format(
+          "{}: {}.alpha = {}: past max_position_embeddings = {} Hugging Face's HunYuan rotary switches to its plain "
+          "dynamic-NTK formula without alpha (its dynamic_rope_update), so the frequencies jump up there; ropekit's "
+          "plan does the same (hunyuan_alpha)",
+          r.origin(), p.path, alpha, lmax));
+      return scaling::HunyuanAlpha{alpha, f.value_or(1.0), lmax};
+    }
+  }
   if (type == "dynamic") {
     const double f = required_number(p, "factor", type);
     warn_factor_below_one(p, type, f);
@@ -363,7 +383,8 @@ void RopeReader::warn_unknown_keys(const RopeParams& p, const std::string& type)
   const auto& known = known_keys(type);
   std::vector<std::string> unknown;
   for (const auto& [key, value] : p.dict->items()) {
-    if (key == "llama_4_scaling_beta" && flag(info, kQueryBeta)) continue;  // read as a query scaling
+    if (key == "llama_4_scaling_beta" && flag(info, kQueryBeta)) continue;       // read as a query scaling
+    if (key == "alpha" && type == "dynamic" && flag(info, kNtkAlpha)) continue;  // HunYuan's NTK-alpha
     if (!known.contains(key)) unknown.push_back(key);
   }
   if (unknown.empty()) return;

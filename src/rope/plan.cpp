@@ -87,6 +87,17 @@ struct Planner {
     plan.inv_freq = default_inv_freq(base, d(), pairs());
   }
 
+  // HunYuan's rotary: the α base in double (Python floats) up to max_position_embeddings, HF's dynamic NTK on the
+  // unscaled base past it (its dynamic_rope_update calls ROPE_INIT_FUNCTIONS["dynamic"]).
+  void operator()(const scaling::HunyuanAlpha& s) const {
+    if (length && *length > s.max_position_embeddings) {
+      (*this)(scaling::DynamicNtk{s.factor, s.max_position_embeddings});
+      return;
+    }
+    const double base = spec.base * std::pow(s.alpha, double(d()) / double(d() - 2));
+    plan.inv_freq = default_inv_freq(base, d(), pairs());
+  }
+
   // HF _compute_yarn_parameters: the correction range in double (Python math), the ramp and the
   // blend as float32 tensors.
   void operator()(const scaling::Yarn& s) const {
@@ -225,6 +236,7 @@ Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length) {
 bool depends_on_length(const Spec& spec) {
   return std::holds_alternative<scaling::DynamicNtk>(spec.scaling) ||
          std::holds_alternative<scaling::QwenDynamicNtk>(spec.scaling) ||
+         std::holds_alternative<scaling::HunyuanAlpha>(spec.scaling) ||
          std::holds_alternative<scaling::LongRope>(spec.scaling);
 }
 

@@ -80,6 +80,7 @@ struct ScalingValidator {
   void operator()(const scaling::Ntk&) const { require_ntk_exponent("ntk"); }
   void operator()(const scaling::DynamicNtk&) const { require_ntk_exponent("dynamic"); }
   void operator()(const scaling::QwenDynamicNtk&) const { require_ntk_exponent("qwen_dynamic"); }
+  void operator()(const scaling::HunyuanAlpha&) const { require_ntk_exponent("hunyuan_alpha"); }
   void operator()(const scaling::Yarn& s) const {
     if (s.beta_fast < s.beta_slow) {
       throw Error(

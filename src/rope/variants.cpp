@@ -144,6 +144,20 @@ struct Describe<scaling::QwenDynamicNtk> {
       fields};
 };
 
+template <>
+struct Describe<scaling::HunyuanAlpha> {
+  static constexpr std::array fields{
+      FieldInfo{"alpha", "alpha", Rope, Required, Positive}, FieldInfo{"factor", "factor", Rope, Required, Positive},
+      FieldInfo{"max_position_embeddings", "max_position_embeddings", Model, Required, Positive}};
+  static constexpr auto members = std::make_tuple(&scaling::HunyuanAlpha::alpha, &scaling::HunyuanAlpha::factor,
+                                                  &scaling::HunyuanAlpha::max_position_embeddings);
+  static constexpr VariantInfo info{
+      "hunyuan_alpha", false,
+      "HunYuan NTK-alpha: base' = base * alpha^(d/(d-2)) up to max_position_embeddings; past it HF's dynamic NTK on "
+      "the unscaled base (alpha dropped, as HF's dynamic_rope_update does)",
+      fields};
+};
+
 // Every description lists its struct's members, one field each.
 template <class S>
 constexpr bool kDescribed = Describe<S>::fields.size() == std::tuple_size_v<decltype(Describe<S>::members)>;
