@@ -16,6 +16,7 @@
 #include "lab/kernels.hpp"
 #include "model_files.hpp"
 #include "model_oracle.hpp"
+#include "ropekit/kv_cache.hpp"
 #include "ropekit/lab.hpp"
 #include "ropekit/model.hpp"
 #include "ropekit/tokenizer.hpp"
@@ -852,4 +853,52 @@ TEST(LabKernels, MatvecRowsWithinTheDotProductBound) {
       }
     }
   }
+}
+
+// LongRoPE across the switch, through the runner and its KV cache (issue 39): a window read past
+// original_max_position_embeddings switches from the short to the long factors at the first token past it — the
+// cache re-rotated once (KvCache::rerotate returns true exactly then) — and the NLL equals the float64 protocol
+// whose every query and key use the plan of the length read so far.
+TEST(Lab, LongRopeAcrossTheSwitchMatchesTheFloat64Protocol) {
+  const auto& tokens = excerpt_tokens();
+  ropekit::EvalOptions o = short_lab();
+  o.methods = ropekit::parse_methods(
+      R"(lr={"rope_type": "longrope", "short_factor": [1, 1.5, 2, 3], "long_factor": [1, 2, 4, 8],)"
+      R"( "original_max_position_embeddings": 16, "factor": 4})");
+  const ropekit::EvalResult result = ropekit::evaluate(bundled(), tokens, o);
+  const auto plain = oracle::default_inv_freq(10000.0, 8);
+  oracle::Method lr;
+  lr.inv_freq = [plain](std::int64_t length) {
+    const std::vector<double> factors =
+        length > 16 ? std::vector<double>{1, 2, 4, 8} : std::vector<double>{1, 1.5, 2, 3};
+    auto f = plain;
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] /= factors[i];
+    return f;
+  };
+  lr.magnitude = std::sqrt(1 + std::log(4.0) / std::log(16.0));  // HF's LongRoPE attention factor
+  lr.keys = oracle::Method::Keys::PerQuery;
+  expect_rows_match_the_oracle(result, o, [&](const std::string&, std::int64_t) { return lr; });
+
+  // The cache through the switch: one re-rotation, at the first token past 16.
+  ropekit::Spec spec = bundled().rope.layer().spec;
+  spec.scaling = ropekit::scaling::LongRope{{1, 1.5, 2, 3}, {1, 2, 4, 8}, 16, 4.0, std::nullopt};
+  ropekit::KvCache cache(ropekit::Rope(spec, ropekit::AngleMode::Accurate, 1), {.capacity = 32, .kv_heads = 1});
+  std::vector<float> k(8, 0.5f), v(8, 0.25f);
+  int rerotations = 0;
+  std::optional<ropekit::Rope> previous;
+  for (std::int64_t t = 0; t < 24; ++t) {
+    ropekit::Rope now(spec, ropekit::AngleMode::Accurate, t + 1);
+    if (previous) rerotations += cache.rerotate(*previous, now) ? 1 : 0;
+    const std::vector<std::int64_t> at{t};
+    cache.append(now, ropekit::bshd(k.data(), ropekit::DType::F32, 1, 1, 1, 8),
+                 ropekit::bshd(v.data(), ropekit::DType::F32, 1, 1, 1, 8), ropekit::positions(at));
+    if (t == 15) {
+      EXPECT_EQ(rerotations, 0) << "short factors up to length 16";
+    }
+    if (t == 16) {
+      EXPECT_EQ(rerotations, 1) << "the switch at length 17";
+    }
+    previous.emplace(std::move(now));
+  }
+  EXPECT_EQ(rerotations, 1);
 }
