@@ -196,7 +196,14 @@ def test_mrope_cos_sin_selects_each_pairs_stream():
 def test_scaling_variants_describe_every_variant_once():
     variants = ropekit.scaling_variants()
     names = [v["rope_type"] for v in variants]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 11
+    hunyuan = next(v for v in variants if v["rope_type"] == "hunyuan_alpha")
+    assert not hunyuan["config_rope_type"] and [f["key"] for f in hunyuan["fields"]] == [
+        "alpha", "factor", "max_position_embeddings"]
+    config = {"model_type": "hunyuan_v1_dense", "hidden_size": 512, "num_attention_heads": 4, "head_dim": 128,
+              "max_position_embeddings": 32768, "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}
+    assert ropekit.Rope.from_config(config).spec["rope_scaling"] == {
+        "rope_type": "hunyuan_alpha", "alpha": 1000.0, "factor": 1.0, "max_position_embeddings": 32768}
     yarn = next(v for v in variants if v["rope_type"] == "yarn")
     assert yarn["config_rope_type"] and "ramp" in yarn["formula"]
     fields = {f["key"]: f for f in yarn["fields"]}
