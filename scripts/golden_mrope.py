@@ -73,7 +73,7 @@ def cases(family):
         yield name, ids, mask, images, videos, seconds.get(name, [1.0] * len(videos)) if videos else []
 
 
-def stand_in(module, model_class, family):
+def stand_in(model_class):
     vision = types.SimpleNamespace(spatial_merge_size=MERGE, tokens_per_second=2)
     config = types.SimpleNamespace(vision_config=vision, image_token_id=IMAGE, video_token_id=VIDEO,
                                    vision_start_token_id=START, vision_end_token_id=END)
@@ -104,7 +104,7 @@ def main():
     for family, (module_name, class_name) in families.items():
         module = __import__(f"transformers.models.{module_name}.modeling_{module_name}", fromlist=[class_name])
         model_class = getattr(module, class_name)
-        self = stand_in(module, model_class, family)
+        self = stand_in(model_class)
         for name, ids, mask, images, videos, seconds in cases(family):
             input_ids = torch.tensor(ids)
             attention_mask = torch.tensor(mask)

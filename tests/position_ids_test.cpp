@@ -157,12 +157,8 @@ TEST(ContextParallel, PositionsAndCosSinOfOneRankWithoutTheGlobalTable) {
   for (std::size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(mine[i], global[std::size_t(indices[i])]);
   EXPECT_EQ(ropekit::cp_positions(8, {.size = 2, .rank = 0}, 1000), (V{1000, 1001, 1006, 1007}));
   // The rank's cos/sin straight from its positions are the global ones at its tokens, bit for bit.
-  ropekit::Spec spec;
-  spec.head_dim = 64;
-  spec.rotary_dim = 64;
-  spec.pairing = ropekit::Pairing::Half;
-  spec.base = 500000;
-  const ropekit::Rope rope(spec);
+  const ropekit::Rope rope(
+      ropekit::Spec{.head_dim = 64, .rotary_dim = 64, .base = 500000, .pairing = ropekit::Pairing::Half});
   const std::size_t half = 32;
   std::vector<float> cos_all(global.size() * half), sin_all(global.size() * half);
   rope.cos_sin(ropekit::positions(std::span<const std::int64_t>(global)), cos_all, sin_all);
@@ -201,12 +197,8 @@ TEST(SpeculativeDecoding, TreePositionsAndMaskByBruteForce) {
 // Appending a draft tree to a cache, then erasing what rejected_slot_ranges says, leaves exactly the cache that
 // appending the accepted tokens one at a time would: the same keys (bit for bit), values and positions.
 TEST(SpeculativeDecoding, ErasingRejectedNodesLeavesTheLinearCache) {
-  ropekit::Spec spec;
-  spec.head_dim = 16;
-  spec.rotary_dim = 16;
-  spec.pairing = ropekit::Pairing::Interleaved;
-  spec.base = 10000;
-  const ropekit::Rope rope(spec);
+  const ropekit::Rope rope(
+      ropekit::Spec{.head_dim = 16, .rotary_dim = 16, .base = 10000, .pairing = ropekit::Pairing::Interleaved});
   const V parents{-1, -1, 0, 0, 1, 2, 3, 5, 2};  // two root children; a path 0 → 2 → 5 → 7
   const V accepted{0, 2, 5, 7};
   const std::int64_t cached = 5;

@@ -291,7 +291,7 @@ class AttentionProbe {
       std::vector<Sums>& mine = per_thread[0];
 #endif
       mine.assign(sums_.size(), Sums{0, 0, 0, 0, 0, 0, std::vector<double>(distances)});
-      std::vector<double> cs, sn, logits;
+      std::vector<double> cs, sn, logits, magnitude;
       std::vector<std::int64_t> keys;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 8)
@@ -309,7 +309,7 @@ class AttentionProbe {
         const std::size_t nk = keys.size();
         cs.resize(nk * std::size_t(pairs));
         sn.resize(nk * std::size_t(pairs));
-        std::vector<double> magnitude(nk);
+        magnitude.resize(nk);
         for (std::size_t a = 0; a < nk; ++a) {
           const std::int64_t j = keys[a];
           const Plan& pk = how.keys_as_appended ? plans_[plan_of_[std::size_t(j)]] : pq;
@@ -722,7 +722,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
       const double s = std::max(1.0, double(n) / double(l0));
       runs.back().push_back(resolve(method, model, s, l0));
       const Spec& spec = runs.back().back().spec;
-      result.plans.push_back({method.name, n, s, spec, Rope(spec, AngleMode::Accurate, n).plan()});
+      result.plans.push_back({method.name, n, s, spec, make_plan(spec, n)});
     }
   }
   const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());

@@ -7,11 +7,10 @@
 
 #include "ropekit/error.hpp"
 #include "ropekit/position_ids.hpp"
+#include "ropekit/spec.hpp"  // kPositionLimit
 
 namespace ropekit {
 namespace {
-
-constexpr std::int64_t kPositionLimit = std::int64_t{1} << 47;
 
 const char* family_name(MropeFamily f) {
   switch (f) {

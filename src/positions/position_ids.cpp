@@ -1,6 +1,7 @@
 // Position ids beyond one text stream (ropekit/position_ids.hpp): packing, context-parallel shards,
 // speculative decoding. Index arithmetic only; every argument checked before any output is formed.
 #include "ropekit/position_ids.hpp"
+#include "ropekit/spec.hpp"  // kPositionLimit
 
 #include <fmt/format.h>
 
@@ -10,8 +11,6 @@
 
 namespace ropekit {
 namespace {
-
-constexpr std::int64_t kPositionLimit = std::int64_t{1} << 47;
 
 void check_cu_seqlens(std::span<const std::int64_t> cu, const char* caller) {
   if (cu.empty()) throw Error(fmt::format("{}: cu_seqlens is empty: it needs at least [0]", caller));
@@ -179,10 +178,15 @@ std::vector<std::int64_t> cp_positions(std::int64_t seq_len, const CpShard& shar
 
 std::vector<std::int64_t> cp_positions_packed(std::span<const std::int64_t> cu_seqlens, const CpShard& shard,
                                               std::span<const std::int64_t> start_offsets) {
-  const std::vector<std::int64_t> indices = cp_indices_packed(cu_seqlens, shard);
-  const std::vector<std::int64_t> global = packed_positions(cu_seqlens, start_offsets);
-  std::vector<std::int64_t> out(indices.size());
-  for (std::size_t i = 0; i < indices.size(); ++i) out[i] = global[std::size_t(indices[i])];
+  std::vector<std::int64_t> out = cp_indices_packed(cu_seqlens, shard);
+  check_offsets(cu_seqlens, start_offsets, "cp_positions_packed");
+  // The rank's indices come document by document: each becomes its position in its document, without the
+  // global positions of every rank's tokens.
+  std::size_t d = 0;
+  for (std::int64_t& i : out) {
+    while (i >= cu_seqlens[d + 1]) ++d;
+    i = i - cu_seqlens[d] + (start_offsets.empty() ? 0 : start_offsets[d]);
+  }
   return out;
 }
 
