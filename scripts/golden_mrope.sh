@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates tests/data/mrope/ (HF's get_rope_index) and tests/data/golden/hf/hunyuan_alpha.json (HF's HunYuan
-# rotary) from Hugging Face transformers' own code (not run by the tests):
+# Regenerates tests/data/mrope/ (HF's get_rope_index), tests/data/vision/ (HF's vision rotary) and
+# tests/data/golden/hf/hunyuan_alpha.json (HF's HunYuan rotary) from Hugging Face transformers' own code (not run
+# by the tests):
 # a virtual environment with transformers 5.15.0 and torch 2.9.1 from the Python package index, transformers
 # 4.57.1 (with the huggingface-hub and tokenizers it requires) in a folder beside it for the older rule.
 set -euo pipefail
@@ -15,3 +16,5 @@ mkdir -p tests/data/mrope
 PYTHONPATH="$venv/transformers-4.57.1" "$venv/bin/python" scripts/golden_mrope.py --rule token_scan \
   --out tests/data/mrope/token_scan.json
 "$venv/bin/python" scripts/golden_hunyuan.py --out tests/data/golden/hf/hunyuan_alpha.json
+mkdir -p tests/data/vision
+"$venv/bin/python" scripts/golden_vision.py --out tests/data/vision/vision_rope.json

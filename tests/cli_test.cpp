@@ -703,6 +703,18 @@ TEST(Cli, PositionsFromADescription) {
   std::vector<std::int64_t> values(4);
   std::memcpy(values.data(), a.data.data(), 32);
   EXPECT_EQ(values, (std::vector<std::int64_t>{2, 3, 4, 5}));
+  // Vision: Qwen2.5-VL's patches in window order, with the windows; Llama 4's fixed grid.
+  const Result vision = run({"positions", write("v.json", R"({"kind": "vision", "grid_thw": [[1, 4, 4]],
+      "config": {"model_type": "qwen2_5_vl", "vision_config": {"hidden_size": 64, "num_heads": 2, "window_size": 28}}})")});
+  ASSERT_EQ(vision.code, 0) << vision.err;
+  const auto v = nlohmann::json::parse(vision.out);
+  EXPECT_EQ(v["shape"], nlohmann::json({2, 16}));
+  EXPECT_EQ(v["window_index"], nlohmann::json({0, 1, 2, 3}));  // a 28-pixel window holds one merged 2x2 block
+  EXPECT_EQ(v["cu_window_seqlens"], nlohmann::json({0, 4, 8, 12, 16}));
+  const Result llama4 = run({"positions", write("l4.json", R"({"kind": "vision", "config": {"model_type": "llama4",
+      "vision_config": {"hidden_size": 64, "num_attention_heads": 4, "image_size": 28, "patch_size": 14}}})")});
+  ASSERT_EQ(llama4.code, 0) << llama4.err;
+  EXPECT_EQ(nlohmann::json::parse(llama4.out)["positions"], nlohmann::json({1, 2, 1, 2, 0, 1, 1, 2, 2, 0}));
   for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
            {"[1", "invalid JSON"},
            {"[1]", "must be a JSON object"},
@@ -724,6 +736,11 @@ TEST(Cli, PositionsFromADescription) {
            {R"({"kind": "mrope", "family": "qwen2_5_vl", "mm_token_type_ids": [[2, 2, 2, 2, 2, 2]],
                "video_grid_thw": [[1, 4, 6]], "second_per_grid_ts": [-1]})",
             "second_per_grid_ts[0] = -1"},
+           {R"({"kind": "vision", "config": 3})", "\"config\" must be an object"},
+           {R"({"kind": "vision", "config": {"model_type": "llama"}})", "model_type \"llama\""},
+           {R"({"kind": "vision", "grid_thw": [[1, 3, 4]], "config": {"model_type": "qwen2_vl",
+               "vision_config": {"embed_dim": 64, "num_heads": 4}}})",
+            "grids[0] = (1, 3, 4): spatial_merge_size = 2"},
        }) {
     const Result r = run({"positions", write("bad.json", text)});
     EXPECT_EQ(r.code, 2) << text;

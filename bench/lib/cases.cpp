@@ -16,13 +16,14 @@ namespace ropekit::cases {
 namespace {
 
 Spec make_spec(int head_dim, int rotary_dim, double base, Pairing pairing, Scaling scaling = scaling::None{},
-               std::optional<MRope> mrope = std::nullopt) {
+               std::optional<MRope> mrope = std::nullopt, std::optional<Axial> axial = std::nullopt) {
   return {.head_dim = head_dim,
           .rotary_dim = rotary_dim,
           .base = base,
           .pairing = pairing,
           .scaling = std::move(scaling),
-          .mrope = std::move(mrope)};
+          .mrope = std::move(mrope),
+          .axial = std::move(axial)};
 }
 
 const std::map<std::string, Spec, std::less<>>& spec_table() {
@@ -53,6 +54,12 @@ const std::map<std::string, Spec, std::less<>>& spec_table() {
         {"mrope_sectioned", make_spec(128, 128, 1e6, H, scaling::None{}, MRope{{16, 24, 24}, MRopeLayout::Sectioned})},
         {"mrope_interleaved",
          make_spec(128, 128, 5e6, H, scaling::None{}, MRope{{24, 20, 20}, MRopeLayout::Interleaved})},
+        // Vision encoders' axial RoPE: Qwen2-VL's ViT (80-lane heads, h/w), a 3-axis interleaved one (Llama 4's
+        // pairing, N-D) and Pixtral's strided frequencies.
+        {"axial_vit80", make_spec(80, 80, 1e4, H, scaling::None{}, std::nullopt, Axial{{20, 20}})},
+        {"axial3_interleaved64", make_spec(64, 64, 1e4, I, scaling::None{}, std::nullopt, Axial{{8, 12, 12}})},
+        {"axial_strided64",
+         make_spec(64, 64, 1e4, H, scaling::None{}, std::nullopt, Axial{{16, 16}, AxialFrequencies::Strided})},
     };
   }();
   return table;
@@ -212,7 +219,8 @@ std::vector<Case> eval_cases() {
   int n = 0;
   for (const char* s :
        {"half128", "interleaved128", "half72", "interleaved72", "half80", "interleaved96", "half96", "half32of128",
-        "interleaved32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned", "mrope_interleaved"}) {
+        "interleaved32of128", "interleaved6of10", "half2of2", "yarn64", "mrope_sectioned", "mrope_interleaved",
+        "axial_vit80", "axial3_interleaved64", "axial_strided64"}) {
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       for (Direction dir : {Direction::Forward, Direction::Inverse, Direction::Backward}) {
         for (int variant = 0; variant < 4; ++variant) {
@@ -456,7 +464,7 @@ Workload::Workload(const Case& c, std::uint32_t seed)
 
 RotateArgs Workload::rotate_args() {
   RotateArgs a{.q = q.view, .k = k.view, .direction = c_.direction, .threads = c_.threads};
-  a.positions = rope_.pair_map().num_axes == 3 ? mrope_positions(pos_) : ropekit::positions(pos_);
+  a.positions = axial_positions(std::span<const std::int64_t>(pos_), rope_.pair_map().num_axes);
   if (!c_.in_place) {
     a.q_out = q_out.view;
     a.k_out = k_out.view;
@@ -503,7 +511,7 @@ void Workload::run() {
         return;
       }
       if (!step_call_) step_call_ = prepare();
-      step_call_->set_positions(rope_.pair_map().num_axes == 3 ? mrope_positions(pos_) : ropekit::positions(pos_));
+      step_call_->set_positions(axial_positions(std::span<const std::int64_t>(pos_), rope_.pair_map().num_axes));
       step_call_->run();
       return;
     case Op::Attention: attention(rope_, attention_args(), attention_options()); return;

@@ -54,6 +54,33 @@ ModelPositions read_gguf(std::span<const std::byte> bytes, const ConfigOptions& 
                          std::string_view origin = "gguf");
 ModelPositions read_gguf_file(const std::filesystem::path& path, const ConfigOptions& options = {});
 
+// A vision encoder's rotary (axial RoPE, Spec::axial) from a multimodal model's config.json — its vision_config —
+// or a vision config alone, as each family's modeling file (transformers v5.15.0) builds it:
+//   qwen2_vl / qwen2_5_vl / qwen3_vl(_moe) / glm4v(_moe) / glm_ocr: VisionRotaryEmbedding(head_dim / 2), θ = 10000
+//     (fixed in the module), axes (h, w), frequencies per axis, rotate_half (Half); head_dim = embed_dim (Qwen2-VL)
+//     or hidden_size, over num_heads; positions from vision_position_ids (+ window_order for Qwen2.5-VL).
+//   pixtral (alone, or as the vision_config of llava / mistral3): θ = rope_theta, axes (row, column) taking
+//     alternate frequencies (Strided), rotate_half; positions from pixtral_position_ids.
+//   llama4: θ = rope_theta, axes (x, y), frequencies per axis, complex pairs (Interleaved); positions from
+//     llama4_vision_position_ids.
+// Keys HF gives defaults to (spatial_merge_size 2, patch_size 14, window_size 112, rope_theta 10000) take them;
+// the width and head count are required. Errors (ropekit::Error naming the key and value): no known vision
+// family, a missing or non-integer key, a head_dim not divisible by 4 (two axes of whole pairs), an image_size
+// that is not one integer, a rope type other than default.
+enum class VisionFamily { Qwen2Vl, Qwen25Vl, Qwen3Vl, Glm4v, Pixtral, Llama4 };
+std::string_view to_string(VisionFamily family);
+struct VisionRope {
+  VisionFamily family = VisionFamily::Qwen2Vl;
+  std::string model_type;  // as the config names it
+  Spec spec;               // axial; head_dim = rotary_dim = the encoder's head width
+  int num_heads = 0;
+  std::int64_t spatial_merge_size = 1;  // Qwen-VL / GLM-4V merge block side; 1 for the others
+  std::int64_t patch_size = 0;
+  std::int64_t window_size = 0;       // Qwen2.5-VL's window attention (vision_window_index); 0 for the others
+  std::int64_t patches_per_side = 0;  // Pixtral: max_patches_per_side; Llama 4: the fixed grid's side; else 0
+};
+VisionRope read_vision_config(std::string_view json_text, std::string_view origin = "config.json");
+
 // Built-in presets: real models' config.json RoPE fragments, embedded at build time from presets/
 // and read by read_config.
 struct Preset {

@@ -20,8 +20,8 @@ struct PairMap {
   int rotary_dim = 0;
   Pairing pairing = Pairing::Half;  // the lane layout below, for kernels that specialize on it
   // For pair j in [0, rotary_dim/2): its two lanes and the position stream it reads (0 unless
-  // M-RoPE: 0 = t, 1 = h, 2 = w). Its frequency is always Plan::inv_freq[j] (M-RoPE keeps the global
-  // frequency index; only the position stream changes).
+  // M-RoPE: 0 = t, 1 = h, 2 = w; or axial RoPE: the axis of its section). Its frequency is always Plan::inv_freq[j]
+  // (M-RoPE keeps the global frequency index; only the position stream changes).
   std::vector<int> lane_a;  // rotated as a' = a·cos − b·sin
   std::vector<int> lane_b;  // rotated as b' = b·cos + a·sin
   std::vector<std::uint8_t> axis;

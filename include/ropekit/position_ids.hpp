@@ -152,4 +152,47 @@ void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeI
 // three rows equal), each cache position + delta — Hugging Face's arange(past, past + n) + rope_deltas.
 std::vector<std::int64_t> mrope_decode_positions(std::int64_t delta, std::int64_t cached, std::int64_t count);
 
+// ---- Vision encoders (axial RoPE, Spec::axial) -------------------------------------------------------------
+//
+// Each returns stream-major coordinates, one stream per axis of the encoder's axial Spec (axial_positions(ids,
+// axes) views them), for the patch tokens in the order the encoder holds them. Exact integer arithmetic, equal to
+// the named Hugging Face function (tests/data/vision/: its own outputs, made by scripts/golden_vision.py). At most
+// kMaxVisionTokens tokens per call. Errors (ropekit::Error naming the argument and value): a grid dimension below
+// 1, a merge size below 1 or not dividing h and w, too many tokens, a window smaller than one merged patch, a
+// Pixtral image larger than max_patches_per_side.
+inline constexpr std::int64_t kMaxVisionTokens = std::int64_t{1} << 24;
+
+// Qwen2-VL / Qwen2.5-VL / Qwen3-VL / GLM-4V ViT: transformers.vision_utils.get_vision_position_ids — per grid
+// (t, h, w) the patches in block-major order over m×m merge blocks, (h, w) coordinates repeated for every
+// frame. Streams: h, w — or t, h, w with include_temporal (MiniMax-M3-VL's encoder).
+std::vector<std::int64_t> vision_position_ids(std::span<const VisionGrid> grids, std::int64_t spatial_merge_size,
+                                              bool include_temporal = false);
+
+// Qwen2.5-VL's window attention: transformers.vision_utils.get_vision_window_index. window_index orders the merged
+// patches (groups of m² tokens) window by window; cu_window_seqlens are the windows' token boundaries (empty
+// windows dropped, as torch.unique_consecutive does). The encoder holds its tokens — and their positions — in that
+// order: window_order(vision_position_ids(...), 2, index, m²).
+struct VisionWindows {
+  std::vector<std::int64_t> window_index;
+  std::vector<std::int64_t> cu_window_seqlens;
+};
+VisionWindows vision_window_index(std::span<const VisionGrid> grids, std::int64_t spatial_merge_size,
+                                  std::int64_t window_size, std::int64_t patch_size);
+// Stream-major positions (axes streams of n tokens) reordered in groups of `unit` tokens: group g of the output is
+// group window_index[g] of the input — HF's reshape(n / unit, unit, -1)[window_index]. Errors: n not a multiple
+// of unit, an index outside [0, n / unit) or a count other than n / unit.
+std::vector<std::int64_t> window_order(std::span<const std::int64_t> positions, int axes,
+                                       std::span<const std::int64_t> window_index, std::int64_t unit);
+
+// Pixtral: position_ids_in_meshgrid — per image of h × w patches (VisionGrid::t ignored, must be 1), row-major,
+// coordinates (row, column); HF flattens them to row · max_patches_per_side + column (the same angles: its
+// table's row holds the two axes' angles). Rows and columns must be below max_patches_per_side
+// (vision_config image_size / patch_size), the extent of HF's table.
+std::vector<std::int64_t> pixtral_position_ids(std::span<const VisionGrid> images, std::int64_t max_patches_per_side);
+
+// Llama 4's vision tower: Llama4VisionRotaryEmbedding — the side × side patches row-major, then the class token;
+// coordinates (column + 1, row + 1) for patches and (0, 0) for the class token (HF masks its angles to 0).
+// side = vision_config image_size / patch_size.
+std::vector<std::int64_t> llama4_vision_position_ids(std::int64_t patches_per_side);
+
 }  // namespace ropekit

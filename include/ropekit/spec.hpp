@@ -174,6 +174,24 @@ struct MRope {
   bool operator==(const MRope&) const = default;
 };
 
+// Axial N-D RoPE, the rotary of vision encoders: the pairs split into consecutive sections, one per axis
+// (patch row, column, frame ...), and pair j of axis a rotates by that axis's coordinate of the token. Positions
+// carry one stream per axis (axial_positions in ropekit/tensor.hpp); vision_position_ids and its peers
+// (ropekit/position_ids.hpp) make them. Where each axis takes its frequencies from:
+//   PerAxis (Qwen2-VL/2.5-VL/3-VL ViT, Llama 4 vision): each axis is a RoPE of its own, 2·sections[a] lanes
+//     wide: pair i of the axis has HF's default inv_freq for dim = 2·sections[a] (frequencies restart per axis).
+//   Strided (Pixtral): one default frequency list over rotary_dim, dealt round-robin — pair i of axis a has the
+//     global frequency index i·axes + a. Needs equal sections.
+// Only scaling::None combines with it (no vision encoder scales its RoPE); HF's pairing per family is in
+// docs/positions.md (NeoX rotate_half for Qwen and Pixtral, complex pairs — Interleaved — for Llama 4).
+enum class AxialFrequencies { PerAxis, Strided };
+inline constexpr int kMaxAxialAxes = 8;
+struct Axial {
+  std::vector<int> sections;  // pairs per axis, each ≥ 1, 1 to kMaxAxialAxes axes, summing to rotary_dim/2
+  AxialFrequencies frequencies = AxialFrequencies::PerAxis;
+  bool operator==(const Axial&) const = default;
+};
+
 struct Spec {
   int head_dim = 0;    // lanes per head
   int rotary_dim = 0;  // lanes that rotate (partial rotary: < head_dim; the rest pass through)
@@ -181,15 +199,21 @@ struct Spec {
   Pairing pairing;     // no default on purpose: Interleaved vs Half is the classic silent bug
   Scaling scaling = scaling::None{};
   std::optional<MRope> mrope;
+  std::optional<Axial> axial;  // vision N-D RoPE; exclusive with mrope
 
   int num_pairs() const { return rotary_dim / 2; }
+  // Position streams a call needs: 3 for M-RoPE, one per axis for axial RoPE, else 1.
+  int num_axes() const { return mrope ? 3 : axial ? static_cast<int>(axial->sections.size()) : 1; }
 
   // Throws ropekit::Error naming the first invalid field and its value. Exact: it compares fields, it
   // computes nothing. Valid: 1 ≤ head_dim ≤ 65536, 0 < rotary_dim ≤ head_dim and even, 1 < base < ∞
   // and finite, each scaling field finite and in the range its formula needs (spec.cpp), M-RoPE
-  // sections summing to rotary_dim/2.
+  // sections summing to rotary_dim/2, axial sections as Axial says (never together with mrope).
   void validate() const;
   bool operator==(const Spec&) const = default;
+
+ private:
+  void validate_axial() const;
 };
 
 }  // namespace ropekit

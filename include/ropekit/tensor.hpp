@@ -58,9 +58,9 @@ Heads lanes(const Heads& view, int first, int count);
 
 enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
 
-// One position per token (axes = 1) or, for M-RoPE, three streams t, h, w (axes = 3) stored one
-// after the other: stream a of token t is at data[a·count + t]. Any order, duplicates allowed
-// (packed batches, speculative decoding); every position must be in [0, kPositionLimit) = [0, 2^47)
+// One position per token (axes = 1) or, for M-RoPE, three streams t, h, w (axes = 3), or one stream per
+// axis of an axial (vision) RoPE, stored one after the other: stream a of token t is at data[a·count + t]. Any order,
+// duplicates allowed (packed batches, speculative decoding); every position must be in [0, kPositionLimit) = [0, 2^47)
 // (ropekit/spec.hpp), which the receiving call checks. Positions are integers: exact, never rounded.
 struct Positions {
   const void* data = nullptr;
@@ -85,5 +85,9 @@ inline Positions positions(std::span<const std::int64_t> p) {
 // count when p.size() is not a multiple of 3.
 Positions mrope_positions(std::span<const std::int64_t> p);
 Positions mrope_positions(std::span<const std::int32_t> p);
+// Axial (vision) RoPE: p holds axes·count values, stream a (axis a of Spec::axial) after stream a − 1. Throws
+// ropekit::Error naming the count when axes is outside [1, kMaxAxialAxes] or p.size() is not a multiple of it.
+Positions axial_positions(std::span<const std::int64_t> p, int axes);
+Positions axial_positions(std::span<const std::int32_t> p, int axes);
 
 }  // namespace ropekit

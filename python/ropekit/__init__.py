@@ -23,12 +23,14 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     eval,
     eval_methods,
     linear_attention,
+    llama4_vision_position_ids,
     model_positions,
     model_positions_gguf,
     model_positions_preset,
     mrope_decode_positions,
     mrope_position_ids,
     packed_positions,
+    pixtral_position_ids,
     presets,
     rejected_slot_ranges,
     scaling_variants,
@@ -39,6 +41,10 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     tree_mask,
     tree_positions,
     verify_positions,
+    vision_position_ids,
+    vision_rope,
+    vision_window_index,
+    window_order,
 )
 
 __all__ = [
@@ -46,5 +52,6 @@ __all__ = [
     "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",
-    "tree_mask", "rejected_slot_ranges", "mrope_position_ids", "mrope_decode_positions",
+    "tree_mask", "rejected_slot_ranges", "mrope_position_ids", "mrope_decode_positions", "vision_rope",
+    "vision_position_ids", "vision_window_index", "window_order", "pixtral_position_ids", "llama4_vision_position_ids",
 ]

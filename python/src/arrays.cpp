@@ -291,7 +291,7 @@ Heads heads_view(const Array& a, Layout layout, int head_dim, std::string_view n
 namespace {
 
 std::string expected_shapes(std::int64_t batch, std::int64_t seq, int axes) {
-  const std::string lead = axes == 3 ? "3, " : "";
+  const std::string lead = axes > 1 ? fmt::format("{}, ", axes) : "";
   if (batch == 1) return fmt::format("[{}{}] or [{}1, {}]", lead, seq, lead, seq);
   return fmt::format("[{}{}, {}], [{}1, {}] or [{}{}]", lead, batch, seq, lead, seq, lead, seq);
 }
@@ -347,10 +347,12 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   }
   // Shape → how the values map onto the tokens.
   std::vector<std::int64_t> rest = shape;
-  if (axes == 3) {
-    if (shape.empty() || shape[0] != 3) {
-      throw Error(fmt::format("{}: shape ({}); M-RoPE needs three position streams (t, h, w) first: {} for {}", name,
-                              fmt::join(shape, ", "), expected_shapes(batch, seq, axes), for_what));
+  if (axes > 1) {
+    if (shape.empty() || shape[0] != axes) {
+      throw Error(fmt::format("{}: shape ({}); the spec needs {} position streams first ({}): {} for {}", name,
+                              fmt::join(shape, ", "), axes,
+                              axes == 3 ? "M-RoPE t, h, w, or 3 axial axes" : "axial axes",
+                              expected_shapes(batch, seq, axes), for_what));
     }
     rest.erase(rest.begin());
   }

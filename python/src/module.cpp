@@ -128,6 +128,12 @@ py::dict spec_dict(const Spec& spec) {
   } else {
     d["mrope_section"] = py::none();
   }
+  if (spec.axial) {
+    d["axial_sections"] = spec.axial->sections;
+    d["axial_frequencies"] = spec.axial->frequencies == AxialFrequencies::Strided ? "strided" : "per_axis";
+  } else {
+    d["axial_sections"] = py::none();
+  }
   return d;
 }
 
@@ -357,19 +363,21 @@ py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view
                     layout));
   }
   const int axes = rope.pair_map().num_axes;
-  // Positions of any shape (after M-RoPE's leading 3): read as one row of tokens.
+  // Positions of any shape (after M-RoPE's leading 3 or the axial axes): read as one row of tokens.
   py::array pos = py::module_::import("numpy").attr("asarray")(positions_obj);  // torch CPU tensors too
   std::vector<py::ssize_t> shape(pos.shape(), pos.shape() + pos.ndim());
-  if (axes == 3) {
-    if (shape.empty() || shape[0] != 3)
-      throw Error("positions: M-RoPE needs three position streams (t, h, w) first: shape [3, ...]");
+  if (axes > 1) {
+    if (shape.empty() || shape[0] != axes) {
+      throw Error(fmt::format("positions: the spec needs {} position streams first ({}): shape [{}, ...]", axes,
+                              axes == 3 ? "M-RoPE t, h, w, or 3 axial axes" : "axial axes", axes));
+    }
     shape.erase(shape.begin());
   }
   std::int64_t count = 1;
   for (const auto s : shape) count *= s;
   const PositionsBuffer buffer =
-      read_positions(pos.attr("reshape")(axes == 3 ? py::make_tuple(3, 1, count) : py::make_tuple(1, count)), 1, count,
-                     axes, "positions", "cos_sin");
+      read_positions(pos.attr("reshape")(axes > 1 ? py::make_tuple(axes, 1, count) : py::make_tuple(1, count)), 1,
+                     count, axes, "positions", "cos_sin");
   const std::int64_t pairs = rope.spec().num_pairs();
   const std::int64_t width = hf ? 2 * pairs : pairs;
   shape.push_back(width);
@@ -466,6 +474,28 @@ PYBIND11_MODULE(_ropekit, m) {
     }
   });
 
+  m.def(
+      "vision_rope",
+      [](py::handle config) {
+        const std::string text =
+            py::isinstance<py::dict>(config)
+                ? json_text(config)
+                : py::module_::import("pathlib").attr("Path")(config).attr("read_text")().cast<std::string>();
+        const VisionRope v = read_vision_config(text, py::isinstance<py::dict>(config) ? "config dict" : "config.json");
+        py::dict d;
+        d["family"] = std::string(to_string(v.family));
+        d["model_type"] = v.model_type;
+        d["rope"] = std::make_shared<PyRope>(v.spec, std::nullopt, std::string("vision_config of ") + v.model_type);
+        d["num_heads"] = v.num_heads;
+        d["spatial_merge_size"] = v.spatial_merge_size;
+        d["patch_size"] = v.patch_size;
+        d["window_size"] = v.window_size;
+        d["patches_per_side"] = v.patches_per_side;
+        return d;
+      },
+      py::arg("config"),
+      "A vision encoder's rotary from a multimodal config (dict or path): {'family', 'rope' (an axial Rope), "
+      "'spatial_merge_size', 'patch_size', 'window_size', 'patches_per_side', ...}.");
   py::class_<PyCosSinTable>(
       m, "CosSinTable", "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
       .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });

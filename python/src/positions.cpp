@@ -43,6 +43,7 @@ std::vector<VisionGrid> grids_of(
     const std::optional<py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>>& a, const char* name) {
   std::vector<VisionGrid> out;
   if (!a) return out;
+  if (a->ndim() == 1 && a->shape(0) == 3) return {{a->at(0), a->at(1), a->at(2)}};  // one grid
   if (a->ndim() != 2 || a->shape(1) != 3) throw Error(std::string(name) + ": must have shape (n, 3)");
   for (py::ssize_t i = 0; i < a->shape(0); ++i) out.push_back({a->at(i, 0), a->at(i, 1), a->at(i, 2)});
   return out;
@@ -111,6 +112,58 @@ void bind_positions(py::module_& m) {
         return to_array(mrope_decode_positions(delta, cached, count));
       },
       py::arg("delta"), py::arg("cached"), py::arg("count"));
+  // Vision encoders: stream-major [axes, n] int64 coordinates (HF's get_vision_position_ids returns the transpose,
+  // (n, 2)); Rope.apply / cos_sin of the encoder's Rope (vision_rope) take them as they are.
+  auto streams = [](const std::vector<std::int64_t>& v, py::ssize_t axes) {
+    py::array_t<std::int64_t> out({axes, py::ssize_t(v.size()) / axes});
+    std::copy(v.begin(), v.end(), out.mutable_data());
+    return out;
+  };
+  m.def(
+      "vision_position_ids",
+      [streams](const I64& grid_thw, std::int64_t spatial_merge_size, bool include_temporal) {
+        const std::vector<VisionGrid> grids = grids_of(grid_thw, "grid_thw");
+        return streams(vision_position_ids(grids, spatial_merge_size, include_temporal), include_temporal ? 3 : 2);
+      },
+      py::arg("grid_thw"), py::arg("spatial_merge_size"), py::kw_only(), py::arg("include_temporal") = false,
+      "transformers.vision_utils.get_vision_position_ids as [2, n] (h, w) streams ([3, n] t, h, w with "
+      "include_temporal): patches block-major over the merge blocks.");
+  m.def(
+      "vision_window_index",
+      [](const I64& grid_thw, std::int64_t spatial_merge_size, std::int64_t window_size, std::int64_t patch_size) {
+        const std::vector<VisionGrid> grids = grids_of(grid_thw, "grid_thw");
+        const VisionWindows w = ropekit::vision_window_index(grids, spatial_merge_size, window_size, patch_size);
+        return py::make_tuple(to_array(w.window_index), to_array(w.cu_window_seqlens));
+      },
+      py::arg("grid_thw"), py::arg("spatial_merge_size"), py::arg("window_size"), py::arg("patch_size"),
+      "Qwen2.5-VL's get_vision_window_index: (window_index, cu_window_seqlens).");
+  m.def(
+      "window_order",
+      [streams](const I64& positions, const std::vector<std::int64_t>& window_index, std::int64_t unit) {
+        if (positions.ndim() != 2) throw Error("positions: must have shape (axes, n)");
+        const auto axes = positions.shape(0);
+        const std::vector<std::int64_t> out =
+            window_order(std::span<const std::int64_t>(positions.data(), std::size_t(positions.size())),
+                         static_cast<int>(axes), window_index, unit);
+        return streams(out, axes);
+      },
+      py::arg("positions"), py::arg("window_index"), py::arg("unit"),
+      "[axes, n] positions reordered in groups of `unit` tokens by window_index (HF's reshape(...)[window_index]).");
+  m.def(
+      "pixtral_position_ids",
+      [streams](const std::vector<std::pair<std::int64_t, std::int64_t>>& image_patches,
+                std::int64_t max_patches_per_side) {
+        std::vector<VisionGrid> images;
+        for (const auto& [h, w] : image_patches) images.push_back({1, h, w});
+        return streams(pixtral_position_ids(images, max_patches_per_side), 2);
+      },
+      py::arg("image_patches"), py::arg("max_patches_per_side"),
+      "Pixtral's position_ids_in_meshgrid as [2, n] (row, column) streams; image_patches: (h, w) per image.");
+  m.def(
+      "llama4_vision_position_ids",
+      [streams](std::int64_t patches_per_side) { return streams(llama4_vision_position_ids(patches_per_side), 2); },
+      py::arg("patches_per_side"),
+      "Llama 4's vision grid as [2, side² + 1] (column + 1, row + 1) streams, the class token last at (0, 0).");
   m.def(
       "packed_positions",
       [](const std::vector<std::int64_t>& cu_seqlens, std::optional<std::vector<std::int64_t>> start_offsets) {

@@ -69,3 +69,35 @@ def test_mrope_position_ids_equal_transformers():
         ropekit.mrope_position_ids("qwen2_vl", np.array([[0, 1, 1, 1, 1, 1, 1]]), image_grid_thw=np.array([[1, 5, 6]]))
     with pytest.raises(ropekit.Error, match='family = "llava"'):
         ropekit.mrope_position_ids("llava", np.array([[0]]))
+
+
+def test_vision_rope_equals_transformers():
+    """Each family's vision rotary against HF's own modules (tests/data/vision/, scripts/golden_vision.py):
+    exact coordinates, and cos/sin of the axial Rope in HF's angle mode within table.hpp's 6e-8."""
+    import json
+    import pathlib
+    data = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "vision" / "vision_rope.json"
+    for case in json.loads(data.read_text())["cases"]:
+        v = ropekit.vision_rope(case["config"])
+        assert v["family"] == case["name"]
+        if v["family"] == "pixtral":
+            pos = ropekit.pixtral_position_ids([(h, w) for _, h, w in case["grids"]], v["patches_per_side"])
+        elif v["family"] == "llama4":
+            pos = ropekit.llama4_vision_position_ids(v["patches_per_side"])
+        else:
+            pos = ropekit.vision_position_ids(np.array(case["grids"]), v["spatial_merge_size"])
+            if v["family"] == "qwen2_5_vl":
+                index, cu = ropekit.vision_window_index(np.array(case["grids"]), v["spatial_merge_size"],
+                                                        v["window_size"], v["patch_size"])
+                assert index.tolist() == case["window_index"] and cu.tolist() == case["cu_window_seqlens"]
+                pos = ropekit.window_order(pos, index, v["spatial_merge_size"] ** 2)
+        if "window_index" not in case:
+            assert pos.tolist() == case["positions"], case["name"]
+        cos, sin = v["rope"].cos_sin(pos, layout="half", angles="hf")
+        pairs = v["rope"].spec["rotary_dim"] // 2
+        np.testing.assert_allclose(cos, np.array(case["cos"], np.float32).reshape(-1, pairs), rtol=0, atol=6e-8)
+        np.testing.assert_allclose(sin, np.array(case["sin"], np.float32).reshape(-1, pairs), rtol=0, atol=6e-8)
+    with pytest.raises(ropekit.Error, match="spatial_merge_size = 2"):
+        ropekit.vision_position_ids(np.array([[1, 3, 4]]), 2)
+    with pytest.raises(ropekit.Error, match='model_type "llama"'):
+        ropekit.vision_rope({"model_type": "llama"})

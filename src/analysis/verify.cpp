@@ -194,7 +194,7 @@ Check check_magnitude_once(const Rope& rope, const VerifyOps& ops) {
 }
 
 Check check_k_shift(const Rope& rope, const VerifyOps& ops) {
-  if (rope.spec().mrope) {
+  if (rope.spec().num_axes() != 1) {
     Check c{"k_shift",
             "K-shift by δ vs appending at p + δ",
             0,

@@ -60,10 +60,10 @@ KvCache::KvCache(const Rope& rope, KvCacheShape shape) : shape_(shape) {
   if (!detail::valid_dtype(shape_.dtype)) {
     throw Error(fmt::format("KvCacheShape.dtype = {}: not a DType", static_cast<int>(shape_.dtype)));
   }
-  if (spec.mrope) {
-    throw Error(
-        "KvCache: M-RoPE specs are not supported (the cache keeps one position per token, "
-        "M-RoPE needs three)");
+  if (spec.num_axes() != 1) {
+    throw Error(fmt::format(
+        "KvCache: {} specs are not supported (the cache keeps one position per token, the spec needs {} streams)",
+        spec.mrope ? "M-RoPE" : "axial", spec.num_axes()));
   }
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;
   const std::int64_t row = shape_.kv_heads * (shape_.head_dim + shape_.v_head_dim) * element_size(shape_.dtype);
@@ -102,7 +102,7 @@ void KvCache::check_layout(const Rope& rope, std::string_view caller) const {
   const Spec& mine = state_->spec;
   const Spec& theirs = rope.spec();
   if (theirs.head_dim != mine.head_dim || theirs.rotary_dim != mine.rotary_dim || theirs.pairing != mine.pairing ||
-      theirs.mrope.has_value()) {
+      theirs.num_axes() != 1) {
     throw Error(
         fmt::format("{}: the rope (head_dim {}, rotary_dim {}, pairing {}) does not match the "
                     "cache's (head_dim {}, rotary_dim {}, pairing {})",

@@ -46,10 +46,11 @@ PagedKvCache::PagedKvCache(const Rope& rope, PagedKvCacheShape shape) : shape_(s
   if (shape_.max_sequences <= 0) {
     throw Error(fmt::format("PagedKvCacheShape.max_sequences = {}: must be > 0", shape_.max_sequences));
   }
-  if (spec.mrope) {
-    throw Error(
-        "PagedKvCache: M-RoPE specs are not supported (the cache keeps one position per entry, M-RoPE "
-        "needs three)");
+  if (spec.num_axes() != 1) {
+    throw Error(fmt::format(
+        "PagedKvCache: {} specs are not supported (the cache keeps one position per entry, the spec needs {} "
+        "streams)",
+        spec.mrope ? "M-RoPE" : "axial", spec.num_axes()));
   }
   if (shape_.num_pages > std::numeric_limits<std::int32_t>::max()) {
     throw Error(fmt::format("PagedKvCacheShape.num_pages = {}: page indices are int32", shape_.num_pages));
@@ -118,7 +119,8 @@ const Plan& PagedKvCache::plan(int seq) const {
 void PagedKvCache::require_layout(const Rope& rope, std::string_view caller) const {
   const Spec& a = rope.spec();
   const Spec& b = state_->spec;
-  if (a.head_dim != b.head_dim || a.rotary_dim != b.rotary_dim || a.pairing != b.pairing || a.mrope != b.mrope) {
+  if (a.head_dim != b.head_dim || a.rotary_dim != b.rotary_dim || a.pairing != b.pairing || a.mrope != b.mrope ||
+      a.axial != b.axial) {
     throw Error(fmt::format(
         "{}: the rope (head_dim {}, rotary_dim {}, {}) does not have the cache's layout "
         "(head_dim {}, rotary_dim {}, {})",

@@ -31,19 +31,19 @@ void check_cache_size(const Rope& rope, std::size_t size, std::int64_t num_posit
 void export_cos_sin_cache(const Rope& rope, std::int64_t num_positions, std::span<float> out) {
   check_cache_size(rope, out.size(), num_positions, "export_cos_sin_cache");
   const std::int64_t pairs = rope.spec().num_pairs();
-  const bool mrope = rope.spec().mrope.has_value();
-  // In chunks, through Rope::cos_sin: the very coefficients the Rope's calls use. M-RoPE gives every
-  // stream the same position, so each pair reads row p whatever its stream.
+  const int axes = rope.spec().num_axes();
+  // In chunks, through Rope::cos_sin: the very coefficients the Rope's calls use. M-RoPE and axial RoPE give
+  // every stream the same position, so each pair reads row p whatever its stream.
   constexpr std::int64_t kChunk = 4096;
   std::vector<std::int64_t> pos;
   std::vector<float> cos, sin;
   for (std::int64_t first = 0; first < num_positions; first += kChunk) {
     const std::int64_t n = std::min(kChunk, num_positions - first);
-    pos.resize(static_cast<std::size_t>(mrope ? 3 * n : n));
+    pos.resize(static_cast<std::size_t>(axes * n));
     for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = first + static_cast<std::int64_t>(i) % n;
     cos.resize(static_cast<std::size_t>(n * pairs));
     sin.resize(cos.size());
-    rope.cos_sin(mrope ? mrope_positions(pos) : positions(pos), cos, sin);
+    rope.cos_sin(axial_positions(std::span<const std::int64_t>(pos), axes), cos, sin);
     for (std::int64_t t = 0; t < n; ++t) {
       float* row = out.data() + (first + t) * 2 * pairs;
       std::copy_n(cos.data() + t * pairs, pairs, row);

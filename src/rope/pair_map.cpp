@@ -21,6 +21,16 @@ std::uint8_t mrope_axis(const MRope& mrope, int pair) {
   return static_cast<std::uint8_t>(s.size() - 1);  // unreachable for a validated spec
 }
 
+// Axial RoPE: consecutive sections, axis 0 first.
+std::uint8_t axial_axis(const Axial& axial, int pair) {
+  int end = 0;
+  for (std::size_t axis = 0; axis < axial.sections.size(); ++axis) {
+    end += axial.sections[axis];
+    if (pair < end) return static_cast<std::uint8_t>(axis);
+  }
+  return static_cast<std::uint8_t>(axial.sections.size() - 1);  // unreachable for a validated spec
+}
+
 }  // namespace
 
 PairMap make_pair_map(const Spec& spec) {
@@ -29,13 +39,13 @@ PairMap make_pair_map(const Spec& spec) {
   map.head_dim = spec.head_dim;
   map.rotary_dim = spec.rotary_dim;
   map.pairing = spec.pairing;
-  map.num_axes = spec.mrope ? 3 : 1;
+  map.num_axes = spec.num_axes();
   const int pairs = spec.num_pairs();
   for (int j = 0; j < pairs; ++j) {
     const bool interleaved = spec.pairing == Pairing::Interleaved;
     map.lane_a.push_back(interleaved ? 2 * j : j);
     map.lane_b.push_back(interleaved ? 2 * j + 1 : j + pairs);
-    map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : 0);
+    map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : spec.axial ? axial_axis(*spec.axial, j) : 0);
   }
   return map;
 }

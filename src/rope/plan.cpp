@@ -41,6 +41,28 @@ std::vector<double> default_inv_freq(double base, int dim, int num_pairs) {
   return inv;
 }
 
+// Axial (vision) RoPE, unscaled (Spec::validate refuses scaling with it). PerAxis: HF's
+// VisionRotaryEmbedding(dim = 2·sections[a]) per axis, `1.0 / (theta ** (arange(0, dim, 2, dtype=float) / dim))`
+// — the default formula at that dim. Strided: Pixtral's `freqs[a::axes]` of the default list over rotary_dim.
+std::vector<double> axial_inv_freq(const Spec& spec) {
+  const std::vector<int>& sections = spec.axial->sections;
+  std::vector<double> inv;
+  inv.reserve(static_cast<std::size_t>(spec.num_pairs()));
+  if (spec.axial->frequencies == AxialFrequencies::Strided) {
+    const std::vector<double> global = default_inv_freq(spec.base, spec.rotary_dim, spec.num_pairs());
+    const std::size_t axes = sections.size();
+    for (std::size_t a = 0; a < axes; ++a) {
+      for (int i = 0; i < sections[a]; ++i) inv.push_back(global[i * axes + a]);
+    }
+    return inv;
+  }
+  for (const int s : sections) {
+    const std::vector<double> axis = default_inv_freq(spec.base, 2 * s, s);
+    inv.insert(inv.end(), axis.begin(), axis.end());
+  }
+  return inv;
+}
+
 struct Planner {
   const Spec& spec;
   std::optional<std::int64_t> length;
@@ -224,6 +246,7 @@ Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length) {
   Plan plan;
   plan.current_length = current_length;
   std::visit(Planner{spec, current_length, plan}, spec.scaling);
+  if (spec.axial) plan.inv_freq = axial_inv_freq(spec);
   for (std::size_t i = 0; i < plan.inv_freq.size(); ++i) {
     if (!std::isfinite(plan.inv_freq[i]) || plan.inv_freq[i] < 0.0) {
       throw Error(fmt::format("{} scaling produced inv_freq[{}] = {} for base {}: check its parameters",

@@ -2,7 +2,9 @@
 // to find. Bounds are what the formulas need to stay finite and meaningful, nothing stricter.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "ropekit/error.hpp"
 #include "ropekit/spec.hpp"
@@ -156,6 +158,39 @@ void Spec::validate() const {
     if (mrope->layout != MRopeLayout::Sectioned && mrope->layout != MRopeLayout::Interleaved) {
       fail("spec.mrope.layout", static_cast<int>(mrope->layout), "is not a known layout");
     }
+  }
+  if (axial) validate_axial();
+}
+
+void Spec::validate_axial() const {
+  if (mrope) throw Error("spec.axial and spec.mrope are both set: a spec has one kind of position streams");
+  const std::vector<int>& s = axial->sections;
+  if (s.empty() || s.size() > static_cast<std::size_t>(kMaxAxialAxes)) {
+    throw Error(
+        fmt::format("spec.axial.sections has {} entries: must have 1 to {} (one per axis)", s.size(), kMaxAxialAxes));
+  }
+  long sum = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 1) throw Error(fmt::format("spec.axial.sections[{}] = {}: must be >= 1", i, s[i]));
+    sum += s[i];
+  }
+  if (sum != num_pairs()) {
+    throw Error(fmt::format("spec.axial.sections = [{}] sum to {}: must sum to rotary_dim/2 = {}", fmt::join(s, ", "),
+                            sum, num_pairs()));
+  }
+  if (axial->frequencies != AxialFrequencies::PerAxis && axial->frequencies != AxialFrequencies::Strided) {
+    fail("spec.axial.frequencies", static_cast<int>(axial->frequencies), "is not a known schedule");
+  }
+  if (axial->frequencies == AxialFrequencies::Strided &&
+      std::adjacent_find(s.begin(), s.end(), std::not_equal_to<>()) != s.end()) {
+    throw Error(
+        fmt::format("spec.axial.sections = [{}]: strided frequencies (Pixtral) deal one list round-robin, "
+                    "so every axis needs the same number of pairs",
+                    fmt::join(s, ", ")));
+  }
+  if (!std::holds_alternative<scaling::None>(scaling)) {
+    throw Error(fmt::format("spec.scaling = {} with spec.axial: axial (vision) RoPE takes no scaling variant",
+                            rope_type_name(scaling)));
   }
 }
 

@@ -83,10 +83,27 @@ Positions make_mrope_positions(std::span<const T> p, IndexType type) {
   return {p.data(), type, static_cast<std::int64_t>(p.size() / 3), 3};
 }
 
+template <class T>
+Positions make_axial_positions(std::span<const T> p, int axes, IndexType type) {
+  if (axes < 1 || axes > kMaxAxialAxes) {
+    throw Error(fmt::format("axial positions: axes = {}: must be in [1, {}]", axes, kMaxAxialAxes));
+  }
+  if (p.size() % static_cast<std::size_t>(axes) != 0) {
+    throw Error(fmt::format("axial positions hold {} values: must be {} streams of equal length", p.size(), axes));
+  }
+  return {p.data(), type, static_cast<std::int64_t>(p.size() / static_cast<std::size_t>(axes)), axes};
+}
+
 }  // namespace
 
 Positions mrope_positions(std::span<const std::int64_t> p) { return make_mrope_positions(p, IndexType::I64); }
 Positions mrope_positions(std::span<const std::int32_t> p) { return make_mrope_positions(p, IndexType::I32); }
+Positions axial_positions(std::span<const std::int64_t> p, int axes) {
+  return make_axial_positions(p, axes, IndexType::I64);
+}
+Positions axial_positions(std::span<const std::int32_t> p, int axes) {
+  return make_axial_positions(p, axes, IndexType::I32);
+}
 
 }  // namespace ropekit
 
@@ -230,9 +247,10 @@ std::int64_t check_positions(const Positions& pos, std::string_view name, std::i
     throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
   }
   if (pos.axes != axes) {
-    throw Error(
-        fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
-                    axes == 3 ? "M-RoPE t, h, w streams; text tokens use t = h = w" : "one position per token"));
+    throw Error(fmt::format("{}.axes = {}: this spec needs {} ({})", name, pos.axes, axes,
+                            axes == 1   ? "one position per token"
+                            : axes == 3 ? "M-RoPE t, h, w streams (text tokens use t = h = w), or 3 axial axes"
+                                        : "one stream per axis of the spec's axial RoPE"));
   }
   if (pos.count != tokens) {
     throw Error(

@@ -59,7 +59,7 @@ Dims dims_of(const NpyArray& a, const std::string& path, const std::string& layo
   return {a.shape[0], a.shape[1], a.shape[2], a.shape[3]};
 }
 
-// Positions as int64, stream-major (M-RoPE: t, then h, then w), one per (batch, seq) token.
+// Positions as int64, stream-major (M-RoPE: t, then h, then w; axial: axis 0 first), one per (batch, seq) token.
 std::vector<std::int64_t> read_positions(const std::string& path, const Dims& d, int axes) {
   const NpyArray p = read_npy_file(path);
   if (p.type != NpyType::I32 && p.type != NpyType::I64) {
@@ -67,15 +67,16 @@ std::vector<std::int64_t> read_positions(const std::string& path, const Dims& d,
   }
   // Accepted shapes: (S,) or (B, S); with M-RoPE (3, S) or (3, B, S). (S,) is shared by the batch.
   std::vector<std::int64_t> expect_shared = {d.seq}, expect_full = {d.batch, d.seq};
-  if (axes == 3) {
-    expect_shared.insert(expect_shared.begin(), 3);
-    expect_full.insert(expect_full.begin(), 3);
+  if (axes > 1) {
+    expect_shared.insert(expect_shared.begin(), axes);
+    expect_full.insert(expect_full.begin(), axes);
   }
   const bool shared = p.shape == expect_shared;
   if (!shared && p.shape != expect_full) {
-    throw Error(fmt::format("{}: shape {}: expected ({}) or ({}) for {} tokens of batch {}{}", path, p.shape_string(),
-                            fmt::join(expect_shared, ", "), fmt::join(expect_full, ", "), d.seq, d.batch,
-                            axes == 3 ? " (M-RoPE: t, h, w streams first)" : ""));
+    throw Error(fmt::format(
+        "{}: shape {}: expected ({}) or ({}) for {} tokens of batch {}{}", path, p.shape_string(),
+        fmt::join(expect_shared, ", "), fmt::join(expect_full, ", "), d.seq, d.batch,
+        axes > 1 ? fmt::format(" ({} position streams first: M-RoPE t, h, w or axial axes)", axes) : std::string()));
   }
   auto at = [&](std::int64_t i) -> std::int64_t {
     if (p.type == NpyType::I32) {
@@ -132,7 +133,7 @@ void run(const ApplyOptions& o, Streams io) {
                             o.q_path, qd.batch, qd.seq));
   }
 
-  const int axes = layer.spec.mrope ? 3 : 1;
+  const int axes = layer.spec.num_axes();
   std::vector<std::int64_t> pos;
   if (!o.positions_path.empty()) {
     pos = read_positions(o.positions_path, qd, axes);
@@ -141,7 +142,7 @@ void run(const ApplyOptions& o, Streams io) {
       for (std::int64_t t = 0; t < qd.batch * qd.seq; ++t) pos.push_back(t % qd.seq);
     }
   }
-  const Positions positions = axes == 3 ? mrope_positions(pos) : ropekit::positions(std::span<const std::int64_t>(pos));
+  const Positions positions = axial_positions(std::span<const std::int64_t>(pos), axes);
   std::int64_t current = o.model.seq_len.value_or(0);
   if (!o.model.seq_len && !pos.empty()) {
     current = std::max<std::int64_t>(1, *std::max_element(pos.begin(), pos.end()) + 1);

@@ -82,6 +82,7 @@ std::string describe_group(const ModelPositions& model, const LayerPositions& g)
                        g.spec.base, g.spec.rotary_dim, g.qk_head_dim);
       if (g.rope_offset > 0) s += fmt::format(" at lane {}", g.rope_offset);
       if (g.spec.mrope) s += " m-rope";
+      if (g.spec.axial) s += fmt::format(" axial {}", fmt::join(g.spec.axial->sections, "/"));
       break;
     case PositionEncoding::Alibi: s += fmt::format("alibi ({} heads)", g.alibi_slopes.size()); break;
     case PositionEncoding::None: s += "none (NoPE)"; break;

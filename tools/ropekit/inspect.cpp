@@ -62,6 +62,12 @@ void print_layer(std::ostream& out, const ModelPositions& model, const LayerPosi
                spec.mrope->layout == MRopeLayout::Interleaved ? "interleaved" : "sectioned", spec.mrope->sections[0],
                spec.mrope->sections[1], spec.mrope->sections[2]);
   }
+  if (spec.axial) {
+    fmt::print(out, "axial         {} axes of {} pairs, frequencies {}\n", spec.axial->sections.size(),
+               fmt::join(spec.axial->sections, "/"),
+               spec.axial->frequencies == AxialFrequencies::Strided ? "strided (one list dealt round-robin)"
+                                                                    : "per axis (restarting)");
+  }
   fmt::print(out, "cos_sin_scale {:.9g}   softmax_scale_mult {:.9g}   current length {}\n", plan.cos_sin_scale,
              plan.softmax_scale_mult, seq_len ? fmt::format("{}", *seq_len) : "(initial plan)");
   fmt::print(out, "turns are counted over {}\n\n",
@@ -73,6 +79,7 @@ void print_layer(std::ostream& out, const ModelPositions& model, const LayerPosi
     std::string lanes =
         fmt::format("{},{}", map.lane_a[b.pair] + layer.rope_offset, map.lane_b[b.pair] + layer.rope_offset);
     if (spec.mrope) lanes += fmt::format(" {}", axis_names[map.axis[b.pair]]);
+    if (spec.axial) lanes += fmt::format(" a{}", map.axis[b.pair]);
     fmt::print(out, "{:>5}  {:>11}  {:>14.7e}  {:>14.6g}  {:>12.6g}  {:>9.5g}  {}\n", b.pair, lanes, b.inv_freq,
                b.wavelength, b.turns, b.divisor, to_string(b.band));
   }

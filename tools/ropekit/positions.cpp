@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "model_io.hpp"
 #include "npy.hpp"
+#include "ropekit/config.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/position_ids.hpp"
 
@@ -203,8 +204,33 @@ PositionIds positions_from_json(std::string_view text, std::string_view origin) 
     out.values = ids.positions;
     out.deltas = ids.deltas;
     return out;
+  } else if (kind == "vision") {
+    r.only({"kind", "config", "grid_thw"});
+    if (!r.has("config") || !j["config"].is_object()) {
+      throw Error(fmt::format("{}: \"config\" must be an object (a config.json or its vision_config)", origin));
+    }
+    const VisionRope v = read_vision_config(j["config"].dump(), fmt::format("{}: config", origin));
+    const std::vector<VisionGrid> g = grids(r, "grid_thw", origin);
+    switch (v.family) {
+      case VisionFamily::Pixtral: out.values = pixtral_position_ids(g, v.patches_per_side); break;
+      case VisionFamily::Llama4:
+        if (!g.empty())
+          throw Error(fmt::format("{}: \"grid_thw\": Llama 4's vision grid is fixed by its config", origin));
+        out.values = llama4_vision_position_ids(v.patches_per_side);
+        break;
+      default:
+        out.values = vision_position_ids(g, v.spatial_merge_size);
+        if (v.family == VisionFamily::Qwen25Vl) {
+          VisionWindows w = vision_window_index(g, v.spatial_merge_size, v.window_size, v.patch_size);
+          out.values = window_order(out.values, 2, w.window_index, v.spatial_merge_size * v.spatial_merge_size);
+          out.window_index = std::move(w.window_index);
+          out.cu_window_seqlens = std::move(w.cu_window_seqlens);
+        }
+    }
+    out.shape = {2, std::int64_t(out.values.size() / 2)};
+    return out;
   } else {
-    throw Error(fmt::format("{}: \"kind\" = \"{}\": mrope, packed, cp or tree", origin, kind));
+    throw Error(fmt::format("{}: \"kind\" = \"{}\": mrope, vision, packed, cp or tree", origin, kind));
   }
   out.shape = {std::int64_t(out.values.size())};
   return out;
@@ -218,10 +244,13 @@ struct PositionsOptions {
 
 void add_positions(CLI::App& app, Streams io) {
   auto* cmd = app.add_subcommand(
-      "positions", "position ids of a batch described in JSON: M-RoPE (HF get_rope_index), packing, CP shards, trees");
+      "positions",
+      "position ids of a batch described in JSON: M-RoPE (HF get_rope_index), vision patches, packing, CP shards, "
+      "trees");
   auto o = std::make_shared<PositionsOptions>();
   cmd->add_option("json", o->json, "the description (docs/positions.md), a file or - for standard input")->required();
-  cmd->add_option("--out", o->out, "write the ids as int64 .npy (M-RoPE: [3, batch, seq]) instead of printing them");
+  cmd->add_option("--out", o->out,
+                  "write the ids as int64 .npy (M-RoPE: [3, batch, seq], vision: [2, n]) instead of printing them");
   cmd->callback([o, io] {
     const std::string text =
         o->json == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : read_text(o->json, "json");
@@ -236,6 +265,10 @@ void add_positions(CLI::App& app, Streams io) {
       j["shape"] = ids.shape;
       j["positions"] = ids.values;
       if (!ids.deltas.empty()) j["rope_deltas"] = ids.deltas;
+      if (!ids.window_index.empty()) {
+        j["window_index"] = ids.window_index;
+        j["cu_window_seqlens"] = ids.cu_window_seqlens;
+      }
       io.out << j.dump() << "\n";
     }
   });
