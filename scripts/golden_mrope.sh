@@ -18,3 +18,4 @@ PYTHONPATH="$venv/transformers-4.57.1" "$venv/bin/python" scripts/golden_mrope.p
 "$venv/bin/python" scripts/golden_hunyuan.py --out tests/data/golden/hf/hunyuan_alpha.json
 mkdir -p tests/data/vision
 "$venv/bin/python" scripts/golden_vision.py --out tests/data/vision/vision_rope.json
+"$venv/bin/python" scripts/golden_glm_mrope.py --out tests/data/mrope/glm_text_rotary.json

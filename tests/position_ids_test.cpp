@@ -583,3 +583,43 @@ TEST(VisionRope, BadInputIsAnErrorNamingTheValue) {
   // A KV cache keeps one position per token.
   EXPECT_ERROR(ropekit::KvCache(ropekit::Rope(spec), {.capacity = 8, .kv_heads = 1, .head_dim = 16}), "axial");
 }
+
+// The text M-RoPE of the GLM-4V family through the model table (tests/data/mrope/glm_text_rotary.json,
+// scripts/golden_glm_mrope.py): GLM-4V and GLM-OCR apply Qwen2-VL's sections to GPT-J pairs, GLM-4.5V to NeoX pairs,
+// Qwen3-VL interleaves the sections over NeoX pairs. q rotated by ropekit (HF's angles) at three distinct streams
+// is within 5e-7 of the family's own apply_rotary_pos_emb; with the other pairing it is not.
+TEST(MropeModels, GlmAndQwen3VlTextRotaryEqualTheirModelingFiles) {
+  std::ifstream in(std::string(ROPEKIT_REPO_DIR) + "/tests/data/mrope/glm_text_rotary.json");
+  ASSERT_TRUE(in);
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_EQ(golden["cases"].size(), 4u);
+  for (const auto& c : golden["cases"]) {
+    SCOPED_TRACE(c["model_type"].get<std::string>());
+    const ropekit::ModelPositions model = ropekit::read_config(c["config"].dump());
+    for (const std::string& w : model.warnings) EXPECT_EQ(w.find("read as a Llama"), std::string::npos) << w;
+    const ropekit::Spec spec = model.layer().spec;
+    ASSERT_TRUE(spec.mrope.has_value());
+    const bool gptj = c["model_type"] == "glm4v" || c["model_type"] == "glm_ocr";
+    EXPECT_EQ(spec.pairing, gptj ? ropekit::Pairing::Interleaved : ropekit::Pairing::Half);
+    const V pos = vision_golden::flat(c["positions"]);
+    const auto n = static_cast<std::int64_t>(pos.size() / 3);
+    const int heads = c["heads"].get<int>();
+    const auto expected = c["q_embed"].get<std::vector<float>>();
+    auto rotate = [&](const ropekit::Spec& s) {
+      std::vector<float> q = c["q"].get<std::vector<float>>(), k = q;
+      ropekit::Rope(s, ropekit::AngleMode::HfCompat)
+          .apply({.q = ropekit::bshd(q.data(), ropekit::DType::F32, 1, n, heads, s.head_dim),
+                  .k = ropekit::bshd(k.data(), ropekit::DType::F32, 1, n, heads, s.head_dim),
+                  .positions = ropekit::mrope_positions(std::span<const std::int64_t>(pos))});
+      double err = 0;
+      for (std::size_t i = 0; i < q.size(); ++i) {
+        err = std::max(err, std::fabs(double(q[i]) - expected[i]) / std::max(1.0, std::fabs(double(expected[i]))));
+      }
+      return err;
+    };
+    EXPECT_LE(rotate(spec), 5e-7);
+    ropekit::Spec other = spec;
+    other.pairing = gptj ? ropekit::Pairing::Half : ropekit::Pairing::Interleaved;
+    EXPECT_GT(rotate(other), 1e-2);
+  }
+}

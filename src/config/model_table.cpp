@@ -142,6 +142,9 @@ constexpr auto kModels = std::to_array<ModelInfo>({
     {"fuyu", "neox-style", kHalf, false, 2.5e4, plain_layers, "models/fuyu/modeling_fuyu.py (persimmon)"},
     {"nemotron", "neox-style", kHalf, false, 1e4, plain_layers, "models/nemotron/modeling_nemotron.py"},
     {"glm4_moe", "neox-style", kHalf, false, 1e4, plain_layers, "models/glm4_moe/modeling_glm4_moe.py"},
+    // GLM-4.5V: the same M-RoPE sections as GLM-4V, but rotate_half (NeoX) pairs.
+    {"glm4v_moe", "neox-style", kHalf, false, 1e4, plain_layers, "models/glm4v_moe/modeling_glm4v_moe.py"},
+    {"glm4v_moe_text", "neox-style", kHalf, false, 1e4, plain_layers, "models/glm4v_moe/modeling_glm4v_moe.py"},
     {"falcon", "falcon", kHalf, true, 1e4, falcon_layers, "models/falcon/modeling_falcon.py"},
     {"RefinedWeb", "falcon", kHalf, true, 1e4, falcon_layers, "models/falcon/modeling_falcon.py"},
     {"RefinedWebModel", "falcon", kHalf, true, 1e4, falcon_layers, "models/falcon/modeling_falcon.py"},
@@ -156,6 +159,13 @@ constexpr auto kModels = std::to_array<ModelInfo>({
     {"cohere2", "cohere 2", kInterleaved, false, 1e4, cohere2_layers, "models/cohere2/modeling_cohere2.py", 4},
     {"glm", "gpt-j-style", kInterleaved, false, 1e4, plain_layers, "models/glm/modeling_glm.py"},
     {"glm4", "gpt-j-style", kInterleaved, false, 1e4, plain_layers, "models/glm4/modeling_glm4.py"},
+    // GLM-4V / GLM-4.1V and GLM-OCR: M-RoPE sections over the frequencies (Qwen2-VL's split), applied to GPT-J
+    // pairs (rotate_half_llm on repeat_interleave'd cos/sin) over partial_rotary_factor of the head.
+    {"glm4v", "gpt-j-style m-rope", kInterleaved, false, 1e4, plain_layers, "models/glm4v/modeling_glm4v.py"},
+    {"glm4v_text", "gpt-j-style m-rope", kInterleaved, false, 1e4, plain_layers, "models/glm4v/modeling_glm4v.py"},
+    {"glm_ocr", "gpt-j-style m-rope", kInterleaved, false, 1e4, plain_layers, "models/glm_ocr/modeling_glm_ocr.py"},
+    {"glm_ocr_text", "gpt-j-style m-rope", kInterleaved, false, 1e4, plain_layers,
+     "models/glm_ocr/modeling_glm_ocr.py"},
     {"ernie4_5", "gpt-j-style", kInterleaved, true, 1e4, plain_layers, "models/ernie4_5/modeling_ernie4_5.py"},
     {"ernie4_5_moe", "gpt-j-style", kInterleaved, true, 1e4, plain_layers,
      "models/ernie4_5_moe/modeling_ernie4_5_moe.py"},
