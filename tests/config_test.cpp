@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "expect_error.hpp"
 #include "golden.hpp"
 #include "ropekit/ropekit.hpp"
 
@@ -293,6 +294,56 @@ TEST(ConfigSpellings, DeepSeekRopeInterleaveAndPairingOverride) {
       << assumed.warnings[0];
   EXPECT_NE(assumed.warnings[0].find("read as Hugging Face reads a Llama"), std::string::npos);
   EXPECT_EQ(read(custom, force).layer().spec.pairing, Pairing::Interleaved);
+}
+
+// DeepSeek V3.2 and GLM-5 (DSA): a second rotary per layer, the indexer's, with the attention's angles on the first
+// qk_rope_head_dim of index_head_dim lanes — rotate_half for V3.2 (DeepseekV32Indexer: "NON-interleaved ... unlike the
+// main MLA attention"), interleaved for GLM-5, and only on GLM-5's "full" indexer layers (GlmMoeDsaConfig's
+// indexer_types: index_topk_pattern, else index_topk_freq / index_skip_topk_offset). Both attentions are always
+// interleaved in transformers 5.15 (apply_rotary_pos_emb_interleave; rope_interleave is not read).
+TEST(ConfigFamilies, DsaIndexerRopeIsASecondRopePerLayer) {
+  json v32 = {{"model_type", "deepseek_v32"},
+              {"num_hidden_layers", 3},
+              {"hidden_size", 7168},
+              {"num_attention_heads", 128},
+              {"qk_rope_head_dim", 64},
+              {"qk_nope_head_dim", 128},
+              {"index_head_dim", 128},
+              {"rope_theta", 10000},
+              {"rope_interleave", false},
+              {"rope_scaling", {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}}}};
+  const ropekit::ModelPositions m = read(v32);
+  ASSERT_EQ(m.groups.size(), 1u);
+  const ropekit::LayerPositions& g = m.layer();
+  EXPECT_EQ(g.spec.pairing, Pairing::Interleaved);
+  ASSERT_TRUE(g.indexer.has_value());
+  EXPECT_EQ(g.indexer->spec.pairing, Pairing::Half);
+  EXPECT_EQ(g.indexer->rope_offset, 0);
+  EXPECT_EQ(g.indexer->qk_head_dim, 128);
+  Spec same = g.indexer->spec;
+  same.pairing = g.spec.pairing;
+  EXPECT_EQ(same, g.spec);  // the same angles
+  EXPECT_EQ(ropekit::make_plan(g.indexer->spec).inv_freq, ropekit::make_plan(g.spec).inv_freq);
+
+  json glm5 = {{"model_type", "glm_moe_dsa"}, {"num_hidden_layers", 6}, {"hidden_size", 6144},
+               {"num_attention_heads", 64},   {"qk_rope_head_dim", 64}, {"qk_nope_head_dim", 192},
+               {"rope_theta", 1e6},           {"index_topk_freq", 2}};
+  const ropekit::ModelPositions five = read(glm5);
+  ASSERT_EQ(five.groups.size(), 2u);
+  EXPECT_EQ(five.layer("rope_indexer").layers, (std::vector<int>{0, 1, 3, 5}));  // HF: full, full, shared, full, ...
+  EXPECT_EQ(five.layer("rope_indexer").indexer->spec.pairing, Pairing::Interleaved);
+  EXPECT_EQ(five.layer("rope_indexer").indexer->qk_head_dim, 128);  // index_head_dim's default
+  EXPECT_FALSE(five.layer("rope").indexer.has_value());
+  glm5["index_topk_pattern"] = "FSSFFF";
+  EXPECT_EQ(read(glm5).layer("rope_indexer").layers, (std::vector<int>{0, 3, 4, 5}));
+  glm5["index_topk_pattern"] = "FSX";
+  EXPECT_ERROR(read(glm5), "index_topk_pattern", "one F or S per layer (6)");
+  glm5.erase("index_topk_pattern");
+  glm5["indexer_types"] = {"full", "shared"};
+  EXPECT_ERROR(read(glm5), "indexer_types", "each of 6 layers");
+  glm5.erase("indexer_types");
+  glm5["index_head_dim"] = 32;
+  EXPECT_ERROR(read(glm5), "index_head_dim = 32");
 }
 
 TEST(ConfigWarnings, UnknownKeysAndFactorMismatchWarnAsHuggingFaceDoes) {

@@ -63,6 +63,16 @@ struct QueryScaling {
 };
 
 // The plan shared by one group of layers.
+// A second rotary inside a layer: DeepSeek V3.2's and GLM-5's sparse-attention indexer rotates its own q/k heads
+// (index_head_dim lanes) with the layer's cos/sin — the same plan as the attention's spec — at its own lanes and
+// with its own pairing (V3.2: rotate_half although its MLA attention is interleaved; GLM-5: interleaved).
+struct IndexerRope {
+  Spec spec;            // the layer's spec with the indexer's pairing
+  int rope_offset = 0;  // lanes before the rotary slice in an indexer head (0: the slice comes first)
+  int qk_head_dim = 0;  // index_head_dim
+  bool operator==(const IndexerRope&) const = default;
+};
+
 struct LayerPositions {
   std::string layer_type;   // the model's name for these layers ("full_attention", "nope", ...);
                             // "" when every layer shares one plan
@@ -76,7 +86,8 @@ struct LayerPositions {
   // Lanes before the rotary slice in each q/k head: 0 except MLA models (DeepSeek V2/V3, MiniCPM3,
   // Kimi K2: the rope part follows qk_nope_head_dim lanes) and DeepSeek V4 (the last 64 of 512).
   int rope_offset = 0;
-  int qk_head_dim = 0;  // full width of a q/k head in these layers (Gemma 4 global: 512)
+  int qk_head_dim = 0;                 // full width of a q/k head in these layers (Gemma 4 global: 512)
+  std::optional<IndexerRope> indexer;  // the layer's sparse-attention indexer rotary, when it has one
 
   std::vector<double> alibi_slopes;  // ALiBi only: one per query head (ropekit::alibi_slopes)
 

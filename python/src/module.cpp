@@ -146,6 +146,15 @@ py::dict layer_dict(const LayerPositions& g) {
   d["spec"] = g.encoding == PositionEncoding::Rope ? py::object(spec_dict(g.spec)) : py::none();
   d["rope_offset"] = g.rope_offset;
   d["qk_head_dim"] = g.qk_head_dim;
+  if (g.indexer) {
+    py::dict ix;
+    ix["spec"] = spec_dict(g.indexer->spec);
+    ix["rope_offset"] = g.indexer->rope_offset;
+    ix["qk_head_dim"] = g.indexer->qk_head_dim;
+    d["indexer"] = ix;
+  } else {
+    d["indexer"] = py::none();
+  }
   d["alibi_slopes"] = g.alibi_slopes;
   d["sliding_window"] = g.sliding_window;
   d["attention_chunk"] = g.attention_chunk;

@@ -58,6 +58,7 @@ class ModelReader {
       }
       plans.push_back(it->second);
     }
+    if (flag(detail::kIndexerHalf) || flag(detail::kIndexerInterleaved)) add_indexers(plans);
     detail::assemble_groups(out_, plans, num_layers_ > 0);
     return std::move(out_);
   }
@@ -176,6 +177,53 @@ class ModelReader {
     if (n < 0 || n > detail::kMaxLayers)
       r_.fail(v.path, *v.node, fmt::format("must be in [0, {}]", detail::kMaxLayers));
     num_layers_ = int(n);
+  }
+
+  // ---- the DSA indexer's rotary ---------------------------------------------------------------
+  // DeepseekV32Indexer / GlmMoeDsaIndexer: index_head_dim lanes (default 128), the first qk_rope_head_dim rotated
+  // with the layer's cos/sin. GLM-5 runs it only where indexer_types[i] == "full" — HF GlmMoeDsaConfig derives the
+  // list from index_topk_pattern ("F"/"S" per layer) or index_topk_freq (1) and index_skip_topk_offset (2).
+  void add_indexers(std::vector<LayerPositions>& plans) const {
+    int width = 128;  // DeepseekV32Config / GlmMoeDsaConfig index_head_dim default
+    if (Value v = r_.model_key("index_head_dim")) width = positive_int(v);
+    std::vector<bool> full(plans.size(), true);
+    if (flag(detail::kIndexerInterleaved) && num_layers_ > 0) {
+      if (Value types = r_.model_key("indexer_types")) {
+        if (!types.node->is_array() || types.node->size() != plans.size()) {
+          r_.fail(types.path, *types.node,
+                  fmt::format("must list \"full\" or \"shared\" for each of {} layers", plans.size()));
+        }
+        for (std::size_t i = 0; i < plans.size(); ++i) {
+          const std::string t = r_.string({&(*types.node)[i], fmt::format("{}[{}]", types.path, i)});
+          if (t != "full" && t != "shared") r_.fail(types.path, (*types.node)[i], "entries are \"full\" or \"shared\"");
+          full[i] = t == "full";
+        }
+      } else if (Value pattern = r_.model_key("index_topk_pattern")) {
+        const std::string p = r_.string(pattern);
+        if (p.size() != plans.size() || p.find_first_not_of("FS") != std::string::npos) {
+          r_.fail(pattern.path, *pattern.node, fmt::format("must be one F or S per layer ({})", plans.size()));
+        }
+        for (std::size_t i = 0; i < plans.size(); ++i) full[i] = p[i] == 'F';
+      } else {
+        std::int64_t freq = 1, offset = 2;
+        if (Value v = r_.model_key("index_topk_freq")) freq = std::max<std::int64_t>(r_.integer(v), 1);
+        if (Value v = r_.model_key("index_skip_topk_offset")) offset = r_.integer(v);
+        for (std::size_t i = 0; i < plans.size(); ++i) {
+          full[i] = std::max<std::int64_t>(std::int64_t(i) - offset + 1, 0) % freq == 0;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      LayerPositions& g = plans[i];
+      if (!full[i] || g.encoding != PositionEncoding::Rope) continue;
+      if (g.spec.head_dim > width) {
+        throw Error(fmt::format("{}: index_head_dim = {}: narrower than the {} rotary lanes it must hold", r_.origin(),
+                                width, g.spec.head_dim));
+      }
+      IndexerRope ir{g.spec, 0, width};
+      ir.spec.pairing = flag(detail::kIndexerHalf) ? Pairing::Half : Pairing::Interleaved;
+      g.indexer = ir;
+    }
   }
 
   // ---- one plan ------------------------------------------------------------------------------

@@ -108,8 +108,10 @@ bool same_plan(const LayerPositions& a, const LayerPositions& b) {
 
 std::string variant_name(const LayerPositions& g) {
   if (!g.attention) return g.layer_type.empty() ? "no_attention" : g.layer_type;
-  const std::string_view enc = g.encoding == PositionEncoding::None ? "nope" : encoding_name(g.encoding);
-  return g.layer_type.empty() ? std::string(enc) : fmt::format("{}_{}", g.layer_type, enc);
+  // A DSA layer that runs its indexer (GLM-5: the others reuse the previous top-k) is named after it.
+  const std::string enc = std::string(g.encoding == PositionEncoding::None ? "nope" : encoding_name(g.encoding)) +
+                          (g.indexer ? "_indexer" : "");
+  return g.layer_type.empty() ? enc : fmt::format("{}_{}", g.layer_type, enc);
 }
 }  // namespace
 

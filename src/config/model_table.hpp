@@ -37,6 +37,10 @@ inline constexpr unsigned kRopeInterleaveKey = 1u << 11;  // rope_interleave pic
 inline constexpr unsigned kMainCompressParams =
     1u << 12;  // rope_parameters "main" / "compress" from rope_scaling and compress_rope_theta (DeepSeek V4)
 inline constexpr unsigned kNtkAlpha = 1u << 13;  // "dynamic" with "alpha": HunYuan's NTK-alpha base
+// A DSA indexer rotary per layer (IndexerRope), rotate_half (DeepSeek V3.2) or interleaved (GLM-5), on layers whose
+// indexer_types entry is "full" (GLM-5; DeepSeek V3.2 runs it on every layer).
+inline constexpr unsigned kIndexerHalf = 1u << 14;
+inline constexpr unsigned kIndexerInterleaved = 1u << 15;
 
 // Where a family's q/k head width comes from.
 enum class HeadRule {

@@ -83,6 +83,10 @@ std::string describe_group(const ModelPositions& model, const LayerPositions& g)
       if (g.rope_offset > 0) s += fmt::format(" at lane {}", g.rope_offset);
       if (g.spec.mrope) s += " m-rope";
       if (g.spec.axial) s += fmt::format(" axial {}", fmt::join(g.spec.axial->sections, "/"));
+      if (g.indexer) {
+        s += fmt::format(" + indexer rope {} {}/{}", to_string(g.indexer->spec.pairing), g.indexer->spec.rotary_dim,
+                         g.indexer->qk_head_dim);
+      }
       break;
     case PositionEncoding::Alibi: s += fmt::format("alibi ({} heads)", g.alibi_slopes.size()); break;
     case PositionEncoding::None: s += "none (NoPE)"; break;

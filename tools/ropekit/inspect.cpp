@@ -62,6 +62,13 @@ void print_layer(std::ostream& out, const ModelPositions& model, const LayerPosi
                spec.mrope->layout == MRopeLayout::Interleaved ? "interleaved" : "sectioned", spec.mrope->sections[0],
                spec.mrope->sections[1], spec.mrope->sections[2]);
   }
+  if (layer.indexer) {
+    const IndexerRope& ix = *layer.indexer;
+    fmt::print(out,
+               "indexer rope  the sparse-attention indexer rotates lanes [{}, {}) of each {}-lane indexer head with "
+               "these angles, {} pairing\n",
+               ix.rope_offset, ix.rope_offset + ix.spec.head_dim, ix.qk_head_dim, to_string(ix.spec.pairing));
+  }
   if (spec.axial) {
     fmt::print(out, "axial         {} axes of {} pairs, frequencies {}\n", spec.axial->sections.size(),
                fmt::join(spec.axial->sections, "/"),
