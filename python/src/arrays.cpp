@@ -350,7 +350,7 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
   if (axes > 1) {
     if (shape.empty() || shape[0] != axes) {
       throw Error(fmt::format("{}: shape ({}); the spec needs {} position streams first ({}): {} for {}", name,
-                              fmt::join(shape, ", "), axes,
+                              fmt::join(shape, ", "), axes == 3 ? "three" : std::to_string(axes),
                               axes == 3 ? "M-RoPE t, h, w, or 3 axial axes" : "axial axes",
                               expected_shapes(batch, seq, axes), for_what));
     }

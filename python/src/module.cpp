@@ -377,7 +377,8 @@ py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view
   std::vector<py::ssize_t> shape(pos.shape(), pos.shape() + pos.ndim());
   if (axes > 1) {
     if (shape.empty() || shape[0] != axes) {
-      throw Error(fmt::format("positions: the spec needs {} position streams first ({}): shape [{}, ...]", axes,
+      throw Error(fmt::format("positions: the spec needs {} position streams first ({}): shape [{}, ...]",
+                              axes == 3 ? "three" : std::to_string(axes),
                               axes == 3 ? "M-RoPE t, h, w, or 3 axial axes" : "axial axes", axes));
     }
     shape.erase(shape.begin());
