@@ -68,6 +68,17 @@ TEST(ModelPositions, Exaone4RotatesOnlyItsSlidingLayers) {
   json j = json::parse(text_of("exaone-4.0-32b"));
   j.erase("layer_types");
   EXPECT_EQ(read(j).groups[1].layers, global.layers);
+  // EXAONE 4.5 nests the same language model in text_config (HF Exaone45Config: its text model_type, absent or
+  // exaone4_5_text, is exaone4): the same plan, the full-attention layers still without RoPE.
+  for (const char* text_type : {"", "exaone4_5_text", "exaone4"}) {
+    json text = json::parse(text_of("exaone-4.0-32b"));
+    text.erase("model_type");
+    text.erase("_name_or_path");
+    if (*text_type != 0) text["model_type"] = text_type;
+    const ModelPositions wrapped = read(json{{"model_type", "exaone4_5"}, {"text_config", text}});
+    EXPECT_EQ(wrapped.groups, m.groups) << text_type;
+    EXPECT_EQ(wrapped.family, "exaone 4");
+  }
 }
 
 TEST(ModelPositions, Cohere2LeavesFullLayersWithoutRope) {
@@ -145,6 +156,17 @@ TEST(ModelPositions, Ministral3ScalesQueriesByPosition) {
   EXPECT_NE(plain.warnings[0].find("model_type mistral's attention code does not apply llama_4_scaling_beta"),
             std::string::npos)
       << plain.warnings[0];
+  // YaRN with mscale = mscale_all_dim = 1: Ministral 3 (Devstral-Small-2's text model) keeps head_dim^-0.5 as its
+  // softmax scale (modeling_ministral3.py: self.scaling = self.head_dim**-0.5) and cos/sin unscaled; Mistral 4's
+  // attention multiplies the scale by mscale(16, 1)² (modeling_mistral4.py yarn_apply_mscale), as DeepSeek's does.
+  const ropekit::Plan p3 = ropekit::make_plan(g.spec);
+  EXPECT_EQ(p3.softmax_scale_mult, 1.0);
+  EXPECT_EQ(p3.cos_sin_scale, 1.0);
+  j = json::parse(text_of("ministral-3-8b-instruct-2512"))["text_config"];
+  j["model_type"] = "mistral4";
+  const ropekit::Plan p4 = ropekit::make_plan(read(j).groups[0].spec);
+  EXPECT_DOUBLE_EQ(p4.softmax_scale_mult, std::pow(0.1 * std::log(16.0) + 1.0, 2));  // 1.924
+  EXPECT_EQ(p4.inv_freq, p3.inv_freq);
 }
 
 TEST(ModelPositions, Gemma2SoftcapAndQueryPreAttnScalar) {
@@ -415,6 +437,17 @@ TEST(ModelPositions, BadPerLayerKeysNameTheKey) {
   json v4 = json::parse(text_of("deepseek-v4-legacy-keys"));
   v4["compress_ratios"][2] = 5;
   expect_error(v4, "compress_ratios[2] = 5");
+  // One entry more than layers (DeepSeek-V4-Flash: 44 for 43, the MTP layer's) is what HF reads — it keeps the
+  // first num_hidden_layers — so it gives the plan of the first six; fewer than layers is an error.
+  v4 = json::parse(text_of("deepseek-v4-legacy-keys"));
+  const ModelPositions six = read(v4);
+  v4["compress_ratios"].push_back(0);
+  EXPECT_EQ(read(v4).layer_types, six.layer_types);
+  EXPECT_EQ(read(v4).num_layers, 6);
+  v4["compress_ratios"].push_back(7);
+  expect_error(v4, "compress_ratios[7] = 7");
+  v4["compress_ratios"] = {0, 0, 4};
+  expect_error(v4, "has 3 entries: must have num_hidden_layers = 6");
 }
 
 TEST(ModelPositions, HuggingFaceValidationWarnings) {

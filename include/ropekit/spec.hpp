@@ -107,6 +107,11 @@ struct Yarn {
   std::optional<double> attention_factor;
   std::optional<double> mscale;
   std::optional<double> mscale_all_dim;
+  // Whether the model's attention multiplies its softmax scale by mscale(factor, mscale_all_dim)² (the plan's
+  // softmax_scale_mult). DeepSeek-style attention does (DeepSeek V2/V3/V3.2, GLM-5, Kimi K2, MiniCPM3, Mistral 4:
+  // their modeling files); HF's rope utilities and every other family do not (Ministral 3, Qwen, Llama ...). Not a
+  // config key: the model table sets it per family (docs/config.md).
+  bool mscale_softmax = true;
   bool operator==(const Yarn&) const = default;
 };
 

@@ -250,6 +250,8 @@ class ModelReader {
     g.encoding = k.encoding;
     if (k.encoding == PositionEncoding::Rope) {
       rope_->read_rope(k, g, pairing_, head_dim_, rope_offset_);
+      // YaRN's mscale² on the softmax scale is the family's attention code, not the rope's (kMscaleSoftmax).
+      if (auto* yarn = std::get_if<scaling::Yarn>(&g.spec.scaling)) yarn->mscale_softmax = flag(detail::kMscaleSoftmax);
     } else if (k.encoding == PositionEncoding::Alibi) {
       const std::vector<float> s = alibi_slopes(num_heads());
       g.alibi_slopes.assign(s.begin(), s.end());

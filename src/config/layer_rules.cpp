@@ -316,19 +316,28 @@ LayerKinds deepseek_v4_layers(const FamilyView& family) {
   const auto kind = [](const std::string& type) {
     return LayerKind{type, true, kRope, true, false, type == "sliding_attention" ? "main" : "compress"};
   };
-  if (const auto listed = family.listed_types()) {
+  // HF DeepseekV4Config keeps the first num_hidden_layers entries of layer_types / compress_ratios: real configs
+  // list one more, for the multi-token-prediction layer (DeepSeek-V4-Flash: 44 ratios for 43 layers). Fewer entries
+  // than layers is an error; without a layer count every entry is a layer.
+  const auto first_layers = [&](const Value& v, std::size_t size) {
+    if (family.num_layers > 0 && size < std::size_t(family.num_layers)) family.check_length(v, size);
+    return family.num_layers > 0 ? std::size_t(family.num_layers) : size;
+  };
+  if (const Value v = family.key("layer_types")) {
+    const std::vector<std::string> listed = family.strings(v);
     LayerKinds out{{}, family.num_layers};
-    for (const std::string& t : *listed) out.kinds.push_back(kind(t));
+    for (std::size_t i = 0; i < first_layers(v, listed.size()); ++i) out.kinds.push_back(kind(listed[i]));
     return out;
   }
   if (const Value v = family.key("compress_ratios")) {
     const std::vector<int> ratios = family.r.ints(v);
-    family.check_length(v, ratios.size());
     LayerKinds out{{}, family.num_layers};
+    const std::size_t layers = first_layers(v, ratios.size());
     for (std::size_t i = 0; i < ratios.size(); ++i) {
-      const int m = ratios[i];
+      const int m = ratios[i];  // every entry, the MTP layer's too: HF maps each through its table
       if (m != 0 && m != 4 && m != 128)
         family.r.fail(fmt::format("{}[{}]", v.path, i), (*v.node)[i], "must be 0, 4 or 128");
+      if (i >= layers) continue;
       out.kinds.push_back(kind(m == 0   ? "sliding_attention"
                                : m == 4 ? "compressed_sparse_attention"
                                         : "heavily_compressed_attention"));

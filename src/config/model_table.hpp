@@ -40,6 +40,9 @@ inline constexpr unsigned kNtkAlpha = 1u << 13;  // "dynamic" with "alpha": HunY
 // A DSA indexer rotary per layer (IndexerRope), rotate_half (DeepSeek V3.2) or interleaved (GLM-5), on layers whose
 // indexer_types entry is "full" (GLM-5; DeepSeek V3.2 runs it on every layer).
 inline constexpr unsigned kIndexerHalf = 1u << 14;
+// The attention multiplies its softmax scale by YaRN's mscale(factor, mscale_all_dim)² (scaling::Yarn::mscale_softmax):
+// DeepSeek-style MLA attention and Mistral 4. Without the flag a YaRN spec's softmax_scale_mult stays 1.
+inline constexpr unsigned kMscaleSoftmax = 1u << 16;
 inline constexpr unsigned kIndexerInterleaved = 1u << 15;
 
 // Where a family's q/k head width comes from.

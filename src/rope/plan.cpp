@@ -165,7 +165,7 @@ struct Planner {
     } else {
       plan.cos_sin_scale = yarn_get_mscale(f);
     }
-    if (has_mscale_all_dim) {
+    if (has_mscale_all_dim && s.mscale_softmax) {
       const double m = yarn_get_mscale(f, *s.mscale_all_dim);
       plan.softmax_scale_mult = m * m;
     }
