@@ -763,6 +763,32 @@ static void test_position_ids(void) {
   CHECK(count == 2 && ranges[0] == 23 && ranges[1] == 24 && ranges[2] == 21 && ranges[3] == 22, "ranges");
   const int64_t not_path[] = {2};
   CHECK_ERROR(rk_rejected_slot_ranges(parents, 4, not_path, 1, 0, ranges, 4, &count), "accepted[0] = 2");
+
+  /* M-RoPE: text, a 4 × 6 image (6 merged tokens), text; the text after it continues at 2 + max(4, 6) / 2. */
+  const int32_t types[] = {0, 0, 1, 1, 1, 1, 1, 1, 0};
+  const int64_t image[] = {1, 4, 6};
+  rk_mrope_input in = {1, 9, types, NULL, image, 1, NULL, 0, NULL, 2, 2};
+  int64_t mpos[27], deltas[1];
+  CHECK_OK(rk_mrope_position_ids(RK_MROPE_QWEN2_VL, RK_MROPE_TOKEN_TYPES, &in, mpos, 27, deltas, 1));
+  CHECK(mpos[8] == 5 && mpos[9 + 2] == 2 && mpos[18 + 3] == 3 && deltas[0] == -3, "mrope ids (t %lld, delta %lld)",
+        (long long)mpos[8], (long long)deltas[0]);
+  CHECK_ERROR(rk_mrope_position_ids(RK_MROPE_QWEN2_VL, RK_MROPE_TOKEN_TYPES, &in, mpos, 20, deltas, 1),
+              "capacity = 20");
+  const int64_t odd_image[] = {1, 5, 6};
+  in.image_grid_thw = odd_image;
+  CHECK_ERROR(rk_mrope_position_ids(RK_MROPE_QWEN2_VL, RK_MROPE_TOKEN_TYPES, &in, mpos, 27, deltas, 1),
+              "spatial_merge_size = 2");
+  CHECK_ERROR(rk_mrope_position_ids((rk_mrope_family)9, RK_MROPE_TOKEN_TYPES, &in, mpos, 27, deltas, 1), "family = 9");
+
+  /* A vision encoder's patches: block-major over 2 × 2 merge blocks. */
+  const int64_t grid[] = {1, 2, 4};
+  int64_t vpos[16];
+  CHECK_OK(rk_vision_position_ids(grid, 1, 2, vpos, 16, &count));
+  const int64_t hw[] = {0, 0, 1, 1, 0, 0, 1, 1, /* w */ 0, 1, 0, 1, 2, 3, 2, 3};
+  CHECK(count == 16 && memcmp(vpos, hw, sizeof hw) == 0, "vision ids (count %zu)", count);
+  CHECK_ERROR(rk_vision_position_ids(grid, 1, 3, vpos, 16, &count), "spatial_merge_size = 3");
+  const rk_positions axial = rk_positions_axial(vpos, 8, 2);
+  CHECK(axial.axes == 2 && axial.count == 8, "axial view");
 }
 
 int main(void) {

@@ -94,6 +94,9 @@ typedef struct rk_positions {
 
 rk_positions rk_positions_i64(const int64_t* data, int64_t count);
 rk_positions rk_positions_i32(const int32_t* data, int64_t count);
+/* axes streams of count positions each, stream after stream (M-RoPE: 3; a vision encoder's axial RoPE: one per
+ * axis). */
+rk_positions rk_positions_axial(const int64_t* data, int64_t count, int axes);
 
 /* ---- a model's plan and its specs (ropekit/config.hpp, ropekit/spec.hpp) ------------------------- */
 
@@ -372,6 +375,42 @@ rk_status rk_tree_positions(const int64_t* parents, size_t nodes, int64_t root_p
  * capacity counts ranges. */
 rk_status rk_rejected_slot_ranges(const int64_t* parents, size_t nodes, const int64_t* accepted, size_t accepted_count,
                                   int64_t base_slot, int64_t* ranges, size_t capacity, size_t* count);
+
+/* clang-format off */
+typedef RK_ENUM(rk_mrope_family) {
+  RK_MROPE_QWEN2_VL = 0, RK_MROPE_QWEN2_5_VL = 1, RK_MROPE_QWEN3_VL = 2, RK_MROPE_GLM4V = 3
+} rk_mrope_family;
+typedef RK_ENUM(rk_mrope_rule) {
+  RK_MROPE_TOKEN_TYPES = 0, /* transformers 5 (mm_token_type_ids) */
+  RK_MROPE_TOKEN_SCAN = 1   /* transformers 4.57 and the engines that copied it */
+} rk_mrope_rule;
+/* clang-format on */
+
+/* ropekit::MropeInput: token_types [batch × seq] (0 text, 1 image, 2 video), attention_mask NULL or [batch × seq]
+ * (0 = padding), image/video grids as (t, h, w) triples, second_per_grid_ts NULL or one per video. */
+typedef struct rk_mrope_input {
+  int64_t batch, seq;
+  const int32_t* token_types;
+  const uint8_t* attention_mask;
+  const int64_t* image_grid_thw;
+  size_t images;
+  const int64_t* video_grid_thw;
+  size_t videos;
+  const double* second_per_grid_ts;
+  int64_t spatial_merge_size; /* 2 in every released model */
+  int64_t tokens_per_second;  /* Qwen2.5-VL: 2 */
+} rk_mrope_input;
+
+/* ropekit::mrope_position_ids (Hugging Face's get_rope_index): positions [3 × batch × seq] (t, h, w rows; capacity
+ * counts values), deltas [batch] (deltas_capacity counts values). */
+rk_status rk_mrope_position_ids(rk_mrope_family family, rk_mrope_rule rule, const rk_mrope_input* input,
+                                int64_t* positions, size_t capacity, int64_t* deltas, size_t deltas_capacity);
+
+/* ropekit::vision_position_ids (get_vision_position_ids of the Qwen-VL / GLM-4V ViTs): grids (t, h, w) triples;
+ * out receives the h stream then the w stream (2 × count values; *count = values written); view them with
+ * rk_positions_axial(out, *count / 2, 2). */
+rk_status rk_vision_position_ids(const int64_t* grid_thw, size_t grids, int64_t spatial_merge_size, int64_t* out,
+                                 size_t capacity, size_t* count);
 
 #ifdef __cplusplus
 }

@@ -289,6 +289,7 @@ rk_heads rk_bhsd(void* data, rk_dtype dtype, int64_t batch, int64_t seq, int64_t
 
 rk_positions rk_positions_i64(const int64_t* data, int64_t count) { return {data, RK_I64, count, 1}; }
 rk_positions rk_positions_i32(const int32_t* data, int64_t count) { return {data, RK_I32, count, 1}; }
+rk_positions rk_positions_axial(const int64_t* data, int64_t count, int axes) { return {data, RK_I64, count, axes}; }
 
 rk_status rk_model_from_config_json(const char* json, size_t length, rk_model** out) {
   return guarded([&] {
@@ -715,6 +716,65 @@ rk_status rk_packed_positions(const int64_t* cu_seqlens, size_t cu_count, const 
   return guarded([&] {
     write_out(packed_positions(c_span(cu_seqlens, cu_count, "cu_seqlens"), offsets_span(start_offsets, cu_count)), out,
               capacity, count, "out");
+  });
+}
+
+rk_status rk_mrope_position_ids(rk_mrope_family family, rk_mrope_rule rule, const rk_mrope_input* in,
+                                int64_t* positions, size_t capacity, int64_t* deltas, size_t deltas_capacity) {
+  return guarded([&] {
+    if (in == nullptr) throw Error("input is NULL");
+    if (in->batch < 1 || in->seq < 0 || in->seq > kPositionLimit / in->batch) {
+      throw Error(fmt::format("input.batch = {}, input.seq = {}: batch must be at least 1 and seq at least 0",
+                              in->batch, in->seq));
+    }
+    const auto tokens = static_cast<std::size_t>(in->batch * in->seq);
+    auto grids = [](const std::int64_t* thw, std::size_t n, const char* name) {
+      if (n > 0 && thw == nullptr) throw Error(fmt::format("{} is NULL with {} grids", name, n));
+      std::vector<VisionGrid> out;
+      for (std::size_t i = 0; i < n; ++i) out.push_back({thw[3 * i], thw[3 * i + 1], thw[3 * i + 2]});
+      return out;
+    };
+    if (tokens > 0 && in->token_types == nullptr) throw Error("input.token_types is NULL");
+    if (static_cast<int>(family) < 0 || static_cast<int>(family) > 3) {
+      throw Error(fmt::format("family = {}: not an rk_mrope_family", static_cast<int>(family)));
+    }
+    if (rule != RK_MROPE_TOKEN_TYPES && rule != RK_MROPE_TOKEN_SCAN) {
+      throw Error(fmt::format("rule = {}: not an rk_mrope_rule", static_cast<int>(rule)));
+    }
+    const std::vector<VisionGrid> images = grids(in->image_grid_thw, in->images, "input.image_grid_thw");
+    const std::vector<VisionGrid> videos = grids(in->video_grid_thw, in->videos, "input.video_grid_thw");
+    if (capacity < 3 * tokens || positions == nullptr) {
+      throw Error(fmt::format("capacity = {}: positions needs {} values", capacity, 3 * tokens));
+    }
+    if (deltas_capacity < static_cast<std::size_t>(in->batch) || deltas == nullptr) {
+      throw Error(fmt::format("deltas_capacity = {}: deltas needs {} values", deltas_capacity, in->batch));
+    }
+    const MropeInput input{
+        .batch = in->batch,
+        .seq = in->seq,
+        .token_types = {in->token_types, tokens},
+        .attention_mask = in->attention_mask ? std::span<const std::uint8_t>(in->attention_mask, tokens)
+                                             : std::span<const std::uint8_t>(),
+        .image_grids = images,
+        .video_grids = videos,
+        .second_per_grid_ts = in->second_per_grid_ts ? std::span<const double>(in->second_per_grid_ts, in->videos)
+                                                     : std::span<const double>(),
+        .spatial_merge_size = in->spatial_merge_size,
+        .tokens_per_second = in->tokens_per_second};
+    mrope_position_ids(static_cast<MropeFamily>(static_cast<int>(family)),
+                       rule == RK_MROPE_TOKEN_TYPES ? MropeIndexing::TokenTypes : MropeIndexing::TokenScan, input,
+                       std::span<std::int64_t>(positions, 3 * tokens),
+                       std::span<std::int64_t>(deltas, static_cast<std::size_t>(in->batch)));
+  });
+}
+
+rk_status rk_vision_position_ids(const int64_t* grid_thw, size_t grids, int64_t spatial_merge_size, int64_t* out,
+                                 size_t capacity, size_t* count) {
+  return guarded([&] {
+    if (grids > 0 && grid_thw == nullptr) throw Error(fmt::format("grid_thw is NULL with {} grids", grids));
+    std::vector<VisionGrid> g;
+    for (std::size_t i = 0; i < grids; ++i) g.push_back({grid_thw[3 * i], grid_thw[3 * i + 1], grid_thw[3 * i + 2]});
+    write_out(vision_position_ids(g, spatial_merge_size), out, capacity, count, "out");
   });
 }
 
