@@ -10,6 +10,7 @@ FlashInfer conventions. PyTorch integration (autograd, nn.Module, HF-signature h
 """
 from ._ropekit import (  # noqa: F401  (the compiled core)
     Error,
+    __version__,
     KvCache,
     Model,
     PagedKvCache,

@@ -470,6 +470,7 @@ PYBIND11_MODULE(_ropekit, m) {
   using namespace ropekit::python;
   namespace py = pybind11;
   m.doc() = "ropekit: rotary position embeddings that match Hugging Face, with accurate angles (C++ core)";
+  m.attr("__version__") = ROPEKIT_VERSION;
 
   static py::exception<Error> error(m, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {

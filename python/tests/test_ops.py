@@ -1,0 +1,111 @@
+"""ropekit's torch.library operators (ropekit.ops): the kernel's bits through torch.ops, opcheck, autograd as the
+transpose rotation, torch.compile(fullgraph=True) with the same bits as eager, and ropekit.Error from the fake
+implementation inside a compiled graph. Skipped where PyTorch has no torch.library.custom_op (Debian's 1.13)."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ops = pytest.importorskip("ropekit.ops", reason="PyTorch >= 2.4 needed for torch.library.custom_op")
+
+import ropekit  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rope():
+    return ropekit.Rope.from_preset("llama-3.1-8b")
+
+
+def _qk(layout, dtype, seed=0, batch=2, seq=5, hq=4, hk=2, d=128):
+    g = torch.Generator().manual_seed(seed)
+    shape = {"bshd": lambda h: (batch, seq, h, d), "bhsd": lambda h: (batch, h, seq, d),
+             "thd": lambda h: (batch * seq, h, d)}[layout]
+    return (torch.randn(shape(hq), generator=g).to(dtype), torch.randn(shape(hk), generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("direction", ["forward", "inverse", "backward"])
+def test_ops_give_the_kernels_bits(rope, layout, dtype, direction):
+    h = ops.handle(rope)
+    q, k = _qk(layout, dtype)
+    positions = torch.tensor([3, 1, 4, 1, 5] * 2 if layout == "thd" else [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+    for angles in ("accurate", "hf"):
+        want_q, want_k = rope.apply(q, k, positions, layout=layout, inplace=False, direction=direction, angles=angles)
+        got_q, got_k = torch.ops.ropekit.rotate(q, k, positions, h, layout, direction, angles)
+        assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+        q2, k2 = q.clone(), k.clone()
+        torch.ops.ropekit.rotate_(q2, k2, positions, h, layout, direction, angles)
+        assert torch.equal(q2, want_q) and torch.equal(k2, want_k)
+    (only_q,) = torch.ops.ropekit.rotate(q, None, None, h, layout, direction, "accurate")
+    assert torch.equal(only_q, rope.apply(q, None, None, layout=layout, inplace=False, direction=direction))
+
+
+def test_opcheck(rope):
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.float32)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    torch.library.opcheck(torch.ops.ropekit.rotate.default, (q, k, positions, h, "bshd", "forward", "accurate"))
+    torch.library.opcheck(torch.ops.ropekit.rotate.default, (q, None, None, h, "bhsd", "backward", "hf"))
+    torch.library.opcheck(torch.ops.ropekit.rotate_.default, (q.clone(), k.clone(), positions, h, "bshd", "forward",
+                                                              "accurate"))
+
+
+def test_backward_is_the_transpose_rotation(rope):
+    """<R q, g> = <q, Rᵀ g> for the forward rotation (magnitude included); autograd's gradient is Rᵀ g."""
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.float32, seed=3)
+    positions = torch.tensor([[0, 100, 2000, 30000, 7], [1, 1, 1, 1, 1]])
+    q.requires_grad_(True)
+    k.requires_grad_(True)
+    gq, gk = _qk("bshd", torch.float32, seed=4)
+    out_q, out_k = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
+    ((out_q * gq).sum() + (out_k * gk).sum()).backward()
+    want_q, want_k = rope.apply(gq, gk, positions, layout="bshd", inplace=False, direction="backward")
+    assert torch.equal(q.grad, want_q) and torch.equal(k.grad, want_k)
+    lhs = float((out_q.detach().double() * gq.double()).sum())
+    rhs = float((q.detach().double() * q.grad.double()).sum())
+    assert abs(lhs - rhs) <= 1e-5 * max(1.0, abs(lhs))
+
+
+def test_compiled_graph_keeps_the_ops_and_the_bits(rope):
+    h = ops.handle(rope)
+
+    def attention_scores(q, k, positions):
+        q, k = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
+        return torch.einsum("bshd,bthd->bhst", q, k.repeat_interleave(2, dim=2))
+
+    q, k = _qk("bshd", torch.float32, seed=5)
+    positions = torch.arange(5).expand(2, 5)
+    eager = attention_scores(q, k, positions)
+    explanation = torch._dynamo.explain(attention_scores)(q, k, positions)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    compiled = torch.compile(attention_scores, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, positions), eager)
+
+    # Inductor (the default backend, C++ codegen on the CPU) around the op: the op's outputs bit for bit, and the
+    # in-place op inside a compiled graph.
+    def rotate_then_scale(q, k, positions):
+        q2, k2 = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "hf")
+        torch.ops.ropekit.rotate_(q2, k2, positions, h, "bshd", "inverse", "hf")
+        return q2 * 2, k2 + 1
+
+    want = rotate_then_scale(q, k, positions)
+    got = torch.compile(rotate_then_scale, fullgraph=True)(q, k, positions)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
+    h = ops.handle(rope)
+
+    def f(q, k):
+        return torch.ops.ropekit.rotate(q, k, None, h, "bshd", "forward", "accurate")
+
+    q, k = _qk("bshd", torch.float32, d=64)
+    with pytest.raises(ropekit.Error, match="head_dim = 64"):
+        f(q, k)
+    with pytest.raises(Exception, match="head_dim = 64"):
+        torch.compile(f, fullgraph=True, backend="aot_eager")(q, k)
+    with pytest.raises(ropekit.Error, match='layout = "nhd"'):
+        torch.ops.ropekit.rotate(q, k, None, h, "nhd", "forward", "accurate")
+    with pytest.raises(ropekit.Error, match="rope = 12345"):
+        torch.ops.ropekit.rotate(q, k, None, 12345, "bshd", "forward", "accurate")
