@@ -5,6 +5,8 @@
 #            then clang-tidy on its compile commands against the recorded baseline (scripts/tidy.sh)
 #   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
+#   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
+#            package index, in build/torch-venv (scripts/test-torch.sh)
 # and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
 # data/): a clone alone passes. After a change, the quick tier is `cmake --workflow --preset quick`.
 set -euo pipefail
@@ -22,5 +24,6 @@ part release cmake --workflow --preset release
 part tidy ./scripts/tidy.sh
 part dev cmake --workflow --preset dev
 part fuzz cmake --workflow --preset fuzz
+part torch ./scripts/test-torch.sh
 echo "test.sh: every part passed in $SECONDS s:"
 printf '  %s\n' "${timings[@]}"

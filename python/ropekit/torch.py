@@ -24,7 +24,7 @@ from ._ropekit import Error, Rope
 
 __all__ = [
     "RotaryFunction", "apply_rotary", "RotaryEmbedding", "rotate_half", "apply_rotary_pos_emb",
-    "apply_multimodal_rotary_pos_emb",
+    "apply_multimodal_rotary_pos_emb", "patch",
 ]
 
 
@@ -199,3 +199,59 @@ def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch
     cos = torch.cat([m[i % 3] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1).unsqueeze(unsqueeze_dim)
     sin = torch.cat([m[i % 3] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1).unsqueeze(unsqueeze_dim)
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+class _PatchedRotary(torch.nn.Module):
+    """Stands in for a Hugging Face model's rotary module: forward(x, position_ids[, layer_type]) → (cos, sin) from
+    ropekit's plan — one RotaryEmbedding per RoPE layer type (Gemma 3's sliding and full layers)."""
+
+    def __init__(self, ropes, angles: str, original: torch.nn.Module):
+        super().__init__()
+        self.angles = angles
+        self.by_type = torch.nn.ModuleDict({t: RotaryEmbedding(r, angles=angles) for t, r in ropes.items()})
+        # What HF code may read off the module it replaced.
+        for attr in ("rope_type", "max_seq_len_cached", "original_max_seq_len", "config"):
+            if hasattr(original, attr):
+                setattr(self, attr, getattr(original, attr))
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None):
+        if layer_type is None:
+            if len(self.by_type) != 1:
+                raise Error(f"layer_type: the model has RoPE layer types {', '.join(self.by_type)}; pass one")
+            return next(iter(self.by_type.values()))(x, position_ids)
+        if layer_type not in self.by_type:
+            raise Error(f'layer_type = "{layer_type}": the model\'s RoPE layer types are {", ".join(self.by_type)}')
+        return self.by_type[layer_type](x, position_ids)
+
+
+def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
+    """Replaces a loaded Hugging Face model's text rotary modules (every `*RotaryEmbedding` outside its vision
+    tower) by ropekit's, planned from the model's own config by ropekit's model table. angles="hf": Hugging Face's
+    float32 expression on ropekit's inv_freq — the model's logits bit for bit (tests: python/tests/test_hf_models.py);
+    angles="accurate": cos/sin of the exact angles, correctly rounded. The attention's rotation expression is left as
+    the model's own (HF's q·cos + rotate_half(q)·sin): ropekit supplies the angles. Refuses (ropekit.Error) a model
+    whose model_type is not in ropekit's model table, instead of guessing its pairing. Returns the model."""
+    from . import model_positions  # the compiled module's reader
+
+    if angles not in ("accurate", "hf"):
+        raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
+    config = model.config.to_dict()
+    plan = model_positions(config)
+    for warning in plan["warnings"]:
+        if "not in ropekit's model table" in warning:
+            raise Error(f"patch: {warning.split(': ', 1)[-1]}")
+    ropes = Rope.from_config(config)
+    if not isinstance(ropes, dict):
+        ropes = {None: ropes}
+    replaced = 0
+    for name, module in list(model.named_modules()):
+        if not type(module).__name__.endswith("RotaryEmbedding") or "vision" in name.lower() \
+                or "Vision" in type(module).__name__:
+            continue
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, _PatchedRotary({t or "default": r for t, r in ropes.items()}, angles, module))
+        replaced += 1
+    if replaced == 0:
+        raise Error(f"patch: no rotary module found in {type(model).__name__}")
+    return model

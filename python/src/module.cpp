@@ -385,9 +385,9 @@ py::tuple cos_sin(const PyRope& self, py::handle positions_obj, std::string_view
   }
   std::int64_t count = 1;
   for (const auto s : shape) count *= s;
-  const PositionsBuffer buffer =
-      read_positions(pos.attr("reshape")(axes > 1 ? py::make_tuple(axes, 1, count) : py::make_tuple(1, count)), 1,
-                     count, axes, "positions", "cos_sin");
+  const PositionsBuffer buffer = read_positions(
+      pos.attr("reshape")(axes > 1 ? py::tuple(py::make_tuple(axes, 1, count)) : py::tuple(py::make_tuple(1, count))),
+      1, count, axes, "positions", "cos_sin");
   const std::int64_t pairs = rope.spec().num_pairs();
   const std::int64_t width = hf ? 2 * pairs : pairs;
   shape.push_back(width);
