@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""ropekit's torch.library operator against Hugging Face's RoPE expression, eager and under torch.compile.
+
+  build/torch-venv/bin/python bench/python/bench_torch_ops.py [--threads N] [--repeats R]
+  (scripts/test-torch.sh makes build/torch-venv with the wheel installed)
+
+Peers, same tensors, torch.set_num_threads(threads):
+  hf eager     HF's apply_rotary_pos_emb: q·cos + rotate_half(q)·sin for q and k, cos/sin precomputed
+               (the expression's best case: the rotary module's own cost left out)
+  hf compiled  the same function under torch.compile (Inductor's fused C++ kernel on the CPU: the real peer)
+  ropekit op   torch.ops.ropekit.rotate (out of place, like the expression: new q, k), eager and inside a
+               compiled function
+Shapes: prefill 512 tokens × (32 q + 8 k) heads × 128 lanes in [batch, seq, heads, dim] (fp32 and bf16), decode
+1 token of the same heads. Reported: µs per call (median of `repeats` timings of a loop of ~50 ms), the ratio of
+each peer to the op, and the op's per-call overhead = (op eager − the same C++ call prepared once and run in a loop).
+Targets (issue 40): prefill ≥ 2× the compiled expression and ≥ 5× eager; overhead ≤ 3 µs eager, ≈ 0 added inside a
+compiled graph.
+"""
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+import ropekit
+import ropekit.torch
+import ropekit.ops
+from ropekit import _ropekit
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("model name", "cpu family", "model\t")):
+                pass
+        fields = {}
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            fields.setdefault(k.strip(), v.strip())
+        return f"{fields.get('model name')} (family {fields.get('cpu family')} model {fields.get('model')})"
+    except OSError:
+        return platform.processor()
+
+
+def timed(fn, repeats):
+    fn()
+    n = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if time.perf_counter() - t > 0.05:
+            break
+        n *= 2
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        samples.append((time.perf_counter() - t) / n * 1e6)
+    return statistics.median(samples)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def hf_apply(q, k, cos, sin):
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [batch, seq, 1, dim] for [batch, seq, heads, dim]
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    ropekit.set_default_threads(args.threads)
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    h = ropekit.ops.handle(rope)
+    print(f"# {cpu_model()}, torch {torch.__version__}, ropekit {ropekit.__version__} ({ropekit.simd_target()}), "
+          f"threads {args.threads}")
+    print("| case | hf eager µs | hf compiled µs | ropekit op µs | op in compiled fn µs | C++ loop µs | "
+          "eager / op | compiled / op | op overhead µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    hf_compiled = torch.compile(hf_apply, fullgraph=True, dynamic=False)
+
+    def op(q, k, pos):
+        return torch.ops.ropekit.rotate(q, k, pos, h, "bshd", "forward", "hf")
+
+    op_compiled = torch.compile(op, fullgraph=True, dynamic=False)
+    for name, seq in (("prefill 512", 512), ("decode 1", 1)):
+        for dtype in (torch.float32, torch.bfloat16):
+            g = torch.Generator().manual_seed(0)
+            q = torch.randn(1, seq, 32, 128, generator=g).to(dtype)
+            k = torch.randn(1, seq, 8, 128, generator=g).to(dtype)
+            pos = torch.arange(4096 - seq, 4096)[None] if seq == 1 else torch.arange(seq)[None]
+            cos, sin = (t.to(dtype) for t in ropekit.torch.RotaryEmbedding(rope, angles="hf")(q, pos))
+            t_eager = timed(lambda: hf_apply(q, k, cos, sin), args.repeats)
+            t_comp = timed(lambda: hf_compiled(q, k, cos, sin), args.repeats)
+            t_op = timed(lambda: op(q, k, pos), args.repeats)
+            t_opc = timed(lambda: op_compiled(q, k, pos), args.repeats)
+            # The C++ loop: the same rotation prepared once, in place (the op copies q, k first: out of place).
+            qc, kc = q.clone(), k.clone()
+            t_cpp = _ropekit._time_apply(rope, qc, kc, pos, "bshd", 2000 if seq == 1 else 50, args.threads) / 1e3
+            dt = "fp32" if dtype == torch.float32 else "bf16"
+            print(f"| {name} {dt} | {t_eager:.1f} | {t_comp:.1f} | {t_op:.1f} | {t_opc:.1f} | {t_cpp:.2f} | "
+                  f"{t_eager / t_op:.2f} | {t_comp / t_op:.2f} | {t_op - t_cpp:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
