@@ -12,6 +12,8 @@ Operators (CPU tensors; float32 / bfloat16 / float16 storage, float32 arithmetic
         -> Tensor[]                       out of place: [q'] or [q', k']; differentiable (the backward is the
                                           transpose rotation, direction "backward", exact to the same contract)
     ropekit::rotate_(Tensor(a!) q, Tensor(b!)? k, ...) -> ()     in place
+    ropekit::rotate_with_cache_(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int rope,
+        str layout) -> ()                 vLLM's rotary_embedding call shape: an engine's own float32 cos/sin cache
 
 Each has a fake (meta) implementation that checks what the real one checks and raises ropekit.Error with the same
 field and value, so shapes flow through torch.compile without running the kernel and bad input fails inside a
@@ -32,7 +34,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"ropekit.ops needs PyTorch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "ropekit.torch.apply_rotary works without the operators")
 
-__all__ = ["handle", "rope_of", "rotate", "rotate_", "LAYOUTS", "DIRECTIONS", "ANGLES"]
+__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "LAYOUTS", "DIRECTIONS", "ANGLES"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
 DIRECTIONS = ("forward", "inverse", "backward")
@@ -183,3 +185,61 @@ def _rotate_backward(ctx, grads):
 
 
 torch.library.register_autograd("ropekit::rotate", _rotate_backward, setup_context=_rotate_setup, lib=_lib)
+
+
+# ---- An engine's cos/sin cache: vLLM's rotary_embedding, as an operator ---------------------------------------------
+#
+#   torch.ops.ropekit.rotate_with_cache_(positions, query, key, cos_sin_cache, rope, layout)
+#
+# Rotates query and key in place with the coefficients of `cos_sin_cache` (vLLM's / FlashInfer's float32
+# [max_position, rotary_dim] layout: the cos half then the sin half of each row), value for value — what
+# Rope.import_cos_sin_cache + Rope.apply(..., table=) do, the cache imported once per (storage, shape, version) and
+# reused while the tensor is unchanged (its in-place version counter moves on any write). query and key may be
+# [tokens, heads, head_dim] ("thd"), vLLM's flattened [tokens, heads · head_dim], or any layout Rope.apply takes.
+_lib.define("rotate_with_cache_(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, "
+            "int rope, str layout) -> ()")
+_TABLES: dict = {}
+_MAX_TABLES = 8
+
+
+def _table(r: Rope, rope: int, cache: torch.Tensor):
+    key = (rope, cache.data_ptr(), tuple(cache.shape), cache._version)
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) >= _MAX_TABLES:
+            _TABLES.pop(next(iter(_TABLES)))
+        table = r.import_cos_sin_cache(cache.detach())
+        _TABLES[key] = table
+    return table
+
+
+def _check_cache(positions, query, key, cache, rope, layout):
+    r, head_dim = _entry(rope)
+    if cache.dtype != torch.float32 or cache.dim() != 2:
+        raise Error(f"cos_sin_cache: {cache.dim()} dimensions of {cache.dtype}: must be float32 "
+                    "[max_position, rotary_dim]")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise Error(f"positions: dtype {positions.dtype}: must be int32 or int64")
+    views = []
+    for name, t in (("query", query), ("key", key)):
+        if t is not None and layout == "thd" and t.dim() == 2:
+            if t.shape[-1] % head_dim != 0:
+                raise Error(f"{name}: {t.shape[-1]} lanes per token: not a multiple of head_dim = {head_dim}")
+            t = t.view(t.shape[0], -1, head_dim)  # vLLM's flattened heads
+        views.append(t)
+    _check(views[0], views[1], positions, rope, layout, "forward", "accurate")
+    return r, views
+
+
+def _rotate_with_cache_cpu(positions, query, key, cache, rope, layout):
+    r, (q, k) = _check_cache(positions, query, key, cache, rope, layout)
+    r.apply(q, k, positions, layout=layout, inplace=True, table=_table(r, rope, cache))
+
+
+def _rotate_with_cache_fake(positions, query, key, cache, rope, layout):
+    _check_cache(positions, query, key, cache, rope, layout)
+
+
+_lib.impl("rotate_with_cache_", _rotate_with_cache_cpu, "CPU")
+torch.library.register_fake("ropekit::rotate_with_cache_", _rotate_with_cache_fake, lib=_lib)
+rotate_with_cache_ = torch.ops.ropekit.rotate_with_cache_

@@ -109,3 +109,35 @@ def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
         torch.ops.ropekit.rotate(q, k, None, h, "nhd", "forward", "accurate")
     with pytest.raises(ropekit.Error, match="rope = 12345"):
         torch.ops.ropekit.rotate(q, k, None, 12345, "bshd", "forward", "accurate")
+
+
+def test_rotate_with_an_engines_cache_is_vllms_rotary_embedding(rope):
+    """vLLM's call shape: positions [tokens], query/key [tokens, heads · head_dim], cos_sin_cache float32
+    [max_position, rotary_dim]. The cache's own coefficients are used (a perturbed cache gives other bits), the
+    import is reused while the tensor is unchanged and redone after an in-place write."""
+    h = ops.handle(rope)
+    cache = torch.from_numpy(rope.cos_sin_cache(64))
+    positions = torch.tensor([5, 0, 63, 7])
+    g = torch.Generator().manual_seed(9)
+    query, key = torch.randn(4, 32 * 128, generator=g), torch.randn(4, 8 * 128, generator=g)
+    want_q, want_k = rope.apply(query.view(4, 32, 128), key.view(4, 8, 128), positions, layout="thd", inplace=False)
+    q, k = query.clone(), key.clone()
+    torch.ops.ropekit.rotate_with_cache_(positions, q, k, cache, h, "thd")
+    assert torch.equal(q.view(4, 32, 128), want_q) and torch.equal(k.view(4, 8, 128), want_k)
+    cache[7, 0] += 0.5  # an in-place write: the next call imports the changed cache
+    q2 = query.clone()
+    torch.ops.ropekit.rotate_with_cache_(positions, q2, None, cache, h, "thd")
+    assert not torch.equal(q2, q) and torch.equal(q2[:3], q[:3])
+    torch.library.opcheck(torch.ops.ropekit.rotate_with_cache_.default,
+                          (positions, query.clone(), key.clone(), cache, h, "thd"))
+    compiled = torch.compile(lambda p, a, b, c: torch.ops.ropekit.rotate_with_cache_(p, a, b, c, h, "thd"),
+                             fullgraph=True, backend="aot_eager")
+    q3, k3 = query.clone(), key.clone()
+    compiled(positions, q3, k3, cache)
+    q4, k4 = query.clone(), key.clone()
+    torch.ops.ropekit.rotate_with_cache_(positions, q4, k4, cache, h, "thd")
+    assert torch.equal(q3, q2) and torch.equal(q3, q4) and torch.equal(k3, k4)
+    with pytest.raises(ropekit.Error, match="cos_sin_cache"):
+        torch.ops.ropekit.rotate_with_cache_(positions, query.clone(), None, cache.double(), h, "thd")
+    with pytest.raises(ropekit.Error, match="not a multiple of head_dim"):
+        torch.ops.ropekit.rotate_with_cache_(positions, torch.randn(4, 100), None, cache, h, "thd")
