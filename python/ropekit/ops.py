@@ -14,6 +14,8 @@ Operators (CPU tensors; float32 / bfloat16 / float16 storage, float32 arithmetic
     ropekit::rotate_(Tensor(a!) q, Tensor(b!)? k, ...) -> ()     in place
     ropekit::rotate_with_cache_(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int rope,
         str layout) -> ()                 vLLM's rotary_embedding call shape: an engine's own float32 cos/sin cache
+    ropekit::attention(Tensor q, Tensor k, Tensor v, Tensor? q_positions, Tensor? k_positions, int rope, str layout,
+        bool causal, int window, float? softmax_scale, str angles) -> Tensor     attention with RoPE fused (forward)
 
 Each has a fake (meta) implementation that checks what the real one checks and raises ropekit.Error with the same
 field and value, so shapes flow through torch.compile without running the kernel and bad input fails inside a
@@ -34,7 +36,8 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"ropekit.ops needs PyTorch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "ropekit.torch.apply_rotary works without the operators")
 
-__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "LAYOUTS", "DIRECTIONS", "ANGLES"]
+__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "attention", "LAYOUTS", "DIRECTIONS",
+           "ANGLES"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
 DIRECTIONS = ("forward", "inverse", "backward")
@@ -243,3 +246,51 @@ def _rotate_with_cache_fake(positions, query, key, cache, rope, layout):
 _lib.impl("rotate_with_cache_", _rotate_with_cache_cpu, "CPU")
 torch.library.register_fake("ropekit::rotate_with_cache_", _rotate_with_cache_fake, lib=_lib)
 rotate_with_cache_ = torch.ops.ropekit.rotate_with_cache_
+
+
+# ---- Attention with RoPE fused into its tile loads, as an operator --------------------------------------------------
+#
+#   torch.ops.ropekit.attention(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale,
+#                               angles) -> Tensor
+#
+# ropekit.attention (float32 output of q's shape with v's head width; GQA when q's heads are a multiple of k's);
+# rope = 0 for attention without RoPE. Forward only: no autograd kernel (ropekit's attention has no backward).
+_lib.define("attention(Tensor q, Tensor k, Tensor v, Tensor? q_positions, Tensor? k_positions, int rope, str layout, "
+            "bool causal, int window, float? softmax_scale, str angles) -> Tensor")
+
+
+def _attention_check(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles):
+    r = _check(q, k, q_positions, rope, layout, "forward", angles) if rope else None
+    if rope == 0:
+        if layout not in LAYOUTS:
+            raise Error(f'layout = "{layout}": one of {", ".join(LAYOUTS)}')
+        if q.shape[-1] != k.shape[-1]:
+            raise Error(f"k: head_dim = {k.shape[-1]}: q has {q.shape[-1]}")
+    rank = 3 if layout == "thd" else 4
+    if v.dim() != rank or v.dtype != k.dtype:
+        raise Error(f"v: {v.dim()} dimensions of {v.dtype}: layout \"{layout}\" needs {rank}, k's dtype {k.dtype}")
+    heads = 1 if layout == "bhsd" else rank - 2
+    if k.shape[heads] == 0 or q.shape[heads] % k.shape[heads] != 0:
+        raise Error(f"q: {q.shape[heads]} heads: must be a multiple of k's {k.shape[heads]} (GQA)")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise Error(f"v: shape {tuple(v.shape)}: must match k's {tuple(k.shape)} but for its head width")
+    if window < 0:
+        raise Error(f"window = {window}: must be >= 0 (0 = none)")
+    return r
+
+
+def _attention_cpu(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles):
+    r = _attention_check(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles)
+    from . import attention as _attention
+    return _attention(q, k, v, r, q_positions, k_positions, layout=layout, causal=causal, window=window,
+                      softmax_scale=softmax_scale, angles=angles)
+
+
+def _attention_fake(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles):
+    _attention_check(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles)
+    return torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32, device=q.device)
+
+
+_lib.impl("attention", _attention_cpu, "CPU")
+torch.library.register_fake("ropekit::attention", _attention_fake, lib=_lib)
+attention = torch.ops.ropekit.attention

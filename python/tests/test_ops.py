@@ -141,3 +141,26 @@ def test_rotate_with_an_engines_cache_is_vllms_rotary_embedding(rope):
         torch.ops.ropekit.rotate_with_cache_(positions, query.clone(), None, cache.double(), h, "thd")
     with pytest.raises(ropekit.Error, match="not a multiple of head_dim"):
         torch.ops.ropekit.rotate_with_cache_(positions, torch.randn(4, 100), None, cache, h, "thd")
+
+
+def test_attention_operator(rope):
+    """torch.ops.ropekit.attention = ropekit.attention (the same call), GQA, with and without RoPE; opcheck; inside
+    torch.compile(fullgraph) with the eager bits; bad shapes raise ropekit.Error from the fake too."""
+    h = ops.handle(rope)
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 6, hh, 128, generator=g) for hh in (4, 2, 2))
+    pos = torch.arange(6)[None]
+    want = ropekit.attention(q, k, v, rope, pos, pos, layout="bshd", causal=True)
+    got = torch.ops.ropekit.attention(q, k, v, pos, pos, h, "bshd", True, 0, None, "accurate")
+    assert torch.equal(got, want) and got.dtype == torch.float32
+    plain = torch.ops.ropekit.attention(q, k, v, None, None, 0, "bshd", True, 0, None, "accurate")
+    assert torch.equal(plain, ropekit.attention(q, k, v, None, layout="bshd", causal=True))
+    torch.library.opcheck(torch.ops.ropekit.attention.default, (q, k, v, pos, pos, h, "bshd", True, 3, 0.1, "hf"))
+    f = torch.compile(lambda a, b, c: torch.ops.ropekit.attention(a, b, c, pos, pos, h, "bshd", True, 0, None,
+                                                                  "accurate"), fullgraph=True)
+    assert torch.equal(f(q, k, v), want)
+    with pytest.raises(ropekit.Error, match="multiple of k's 4"):
+        torch.ops.ropekit.attention(k, q, q, pos, pos, h, "bshd", True, 0, None, "accurate")
+    with pytest.raises(Exception, match="multiple of k's 4"):
+        torch.compile(lambda a, b: torch.ops.ropekit.attention(a, b, b, pos, pos, h, "bshd", True, 0, None,
+                                                               "accurate"), fullgraph=True)(k, q)
