@@ -17,9 +17,8 @@ Targets (issue 40): prefill ≥ 2× the compiled expression and ≥ 5× eager; o
 compiled graph.
 """
 import argparse
-import platform
-import statistics
-import time
+import os
+import sys
 
 import torch
 
@@ -28,38 +27,23 @@ import ropekit.torch
 import ropekit.ops
 from ropekit import _ropekit
 
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith(("model name", "cpu family", "model\t")):
-                pass
-        fields = {}
-        for line in open("/proc/cpuinfo"):
-            k, _, v = line.partition(":")
-            fields.setdefault(k.strip(), v.strip())
-        return f"{fields.get('model name')} (family {fields.get('cpu family')} model {fields.get('model')})"
-    except OSError:
-        return platform.processor()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_python import per_call  # noqa: E402  (the same timing loop as the binding's benchmark)
 
 
 def timed(fn, repeats):
+    """µs per call: bench_python.per_call's median of `repeats` loops of at least 50 ms."""
     fn()
-    n = 1
-    while True:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t > 0.05:
-            break
-        n *= 2
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(samples)
+    return per_call(fn, repeats)[0] * 1e6
+
+
+def cpu_model():
+    """The CPU's identity as issue 42 asks every table to carry: vendor model name, family and model."""
+    fields = {}
+    for line in open("/proc/cpuinfo"):
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return f"{fields.get('model name')} (family {fields.get('cpu family')} model {fields.get('model')})"
 
 
 def rotate_half(x):
