@@ -1,0 +1,92 @@
+// src/cuda/device_math.hpp — the scalar reference's arithmetic, written once for the host compiler and nvcc.
+//
+// Every function is ROPEKIT_HD (__host__ __device__ under nvcc, plain inline otherwise) and uses only integer bit
+// operations and explicitly rounded float32 operations, so that a kernel body gives the same bits on the CPU (where
+// the test suite runs it over the whole launch grid) and on a GPU: fmul/fadd round to nearest even once (nvcc:
+// __fmul_rn/__fadd_rn, which the compiler never contracts; host: the build's -ffp-contract=off), fma is one fused
+// multiply-add (__fmaf_rn / std::fma). The codecs equal ropekit/dtype.hpp's bit for bit (tests/cuda_host_test.cpp:
+// every bf16 and fp16 pattern, and the rounding boundaries).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define ROPEKIT_HD __host__ __device__ inline
+#else
+#include <cmath>
+#define ROPEKIT_HD inline
+#endif
+
+namespace ropekit::cuda {
+
+ROPEKIT_HD std::uint32_t bits_of(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+ROPEKIT_HD float float_of(std::uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+ROPEKIT_HD float fmul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ROPEKIT_HD float fadd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ROPEKIT_HD float fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// bf16: the top half of a float32; rounding to nearest even, NaN kept quiet with its sign (ropekit/dtype.hpp).
+ROPEKIT_HD float bf16_load(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
+ROPEKIT_HD std::uint16_t bf16_store(float x) {
+  std::uint32_t b = bits_of(x);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((b >> 16) | 0x0040u);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return static_cast<std::uint16_t>(b >> 16);
+}
+
+// IEEE binary16, correctly rounded (nearest, ties to even), as the host compiler's _Float16 conversion.
+ROPEKIT_HD float f16_load(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN (payload kept)
+  if (exponent != 0) return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  // Zero and subnormals: mantissa · 2^-24, exact in float32.
+  const float magnitude = fmul(static_cast<float>(mantissa), 5.9604644775390625e-8f);
+  return float_of(sign | bits_of(magnitude));
+}
+ROPEKIT_HD std::uint16_t f16_store(float x) {
+  const std::uint32_t b = bits_of(x);
+  const std::uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
+  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520 rounds to infinity
+  if (a < 0x38800000u) {
+    // |x| < 2^-14: a multiple of 2^-24 (subnormals). Float32's spacing in [0.5, 1) is 2^-24, so |x| + 0.5 rounds
+    // |x| to it, ties to even, and the multiple is the sum's low bits.
+    const float sum = fadd(float_of(a), 0.5f);
+    return static_cast<std::uint16_t>(sign | (bits_of(sum) - 0x3f000000u));
+  }
+  // Normal: rebias the exponent (127 → 15) and round 23 mantissa bits to 10 at bit 13, ties to even (a carry moves
+  // into the exponent, as it should; 65504 + half a spacing and above were taken above).
+  const std::uint32_t rounded = a + 0xc8000fffu + ((a >> 13) & 1u);
+  return static_cast<std::uint16_t>(sign | (rounded >> 13));
+}
+
+}  // namespace ropekit::cuda

@@ -1,0 +1,115 @@
+// src/cuda/rotate_body.hpp — the CUDA rotation kernel's per-thread body, over explicit block and thread indices.
+//
+// One thread per (row, pair): row = (token, head) as the call shape orders them (q's heads, then k's, per token),
+// pair j of the pair map. The thread reads its token's position in the pair's stream, the table's cos/sin of that
+// position, forms the coefficients and rotates its two lanes exactly as the scalar reference does
+// (src/rope/reference.cpp: c = cos·m, s = sin·m·sign; a' = fma(a, c, −(b·s)), b' = fma(b, c, a·s); one rounding to
+// storage); out of place it also copies its share of the pass-through lanes. The body is plain data in, plain data
+// out: the host runs it over the whole grid in every test run (src/cuda/host_grid.cpp), a GPU runs it as a kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_math.hpp"
+
+namespace ropekit::cuda {
+
+enum class Storage : std::uint8_t { F32 = 0, BF16 = 1, F16 = 2 };
+
+struct View {  // one tensor's rows: element strides
+  char* data = nullptr;
+  std::int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+};
+
+struct RotateShape {
+  View q_in, q_out, k_in, k_out;  // out.data == in.data: in place
+  Storage storage = Storage::F32;
+  int element_size = 4;
+  // The pair map: lane_a[j], lane_b[j], axis[j] for j < pairs; lanes ≥ rotary_dim pass through.
+  const std::int32_t* lane_a = nullptr;
+  const std::int32_t* lane_b = nullptr;
+  const std::uint8_t* axis = nullptr;
+  int pairs = 0, rotary_dim = 0, head_dim = 0;
+  // Positions: axes streams of `tokens` each, int32 or int64.
+  const void* positions = nullptr;
+  bool positions_i64 = true;
+  // The table: rows of `pairs` float32 values per position.
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  float magnitude = 1.0f, sin_sign = 1.0f;
+  std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
+
+  ROPEKIT_HD std::int64_t rows() const { return tokens * (q_heads + k_heads); }
+  ROPEKIT_HD std::int64_t threads() const { return rows() * pairs; }
+};
+
+ROPEKIT_HD float load(const RotateShape& s, const char* p) {
+  switch (s.storage) {
+    case Storage::BF16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_load(v);
+    }
+    case Storage::F16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_load(v);
+    }
+    default: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+  }
+}
+
+ROPEKIT_HD void store(const RotateShape& s, char* p, float x) {
+  if (s.storage == Storage::F32) {
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  const std::uint16_t v = s.storage == Storage::BF16 ? bf16_store(x) : f16_store(x);
+  std::memcpy(p, &v, 2);
+}
+
+ROPEKIT_HD std::int64_t position(const RotateShape& s, int axis, std::int64_t token) {
+  const std::int64_t i = axis * s.tokens + token;
+  return s.positions_i64 ? static_cast<const std::int64_t*>(s.positions)[i]
+                         : static_cast<const std::int32_t*>(s.positions)[i];
+}
+
+// The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
+ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
+  const std::int64_t g = block * block_dim + thread;
+  if (g >= s.threads()) return;
+  const std::int64_t row = g / s.pairs;
+  const int j = static_cast<int>(g % s.pairs);
+  const std::int64_t heads = s.q_heads + s.k_heads;
+  const std::int64_t token = row / heads, h = row % heads;
+  const bool is_q = h < s.q_heads;
+  const View& in = is_q ? s.q_in : s.k_in;
+  const View& out = is_q ? s.q_out : s.k_out;
+  const std::int64_t head = is_q ? h : h - s.q_heads;
+  const std::int64_t b = token / s.seq, t = token % s.seq;
+  const std::int64_t offset = (b * in.batch_stride + t * in.seq_stride + head * in.head_stride) * s.element_size;
+  const std::int64_t out_offset = (b * out.batch_stride + t * out.seq_stride + head * out.head_stride) * s.element_size;
+  const char* src = in.data + offset;
+  char* dst = out.data + out_offset;
+
+  const std::int64_t p = position(s, s.axis[j], token);
+  const float c = fmul(s.cos[p * s.pairs + j], s.magnitude);
+  const float sn = fmul(fmul(s.sin[p * s.pairs + j], s.magnitude), s.sin_sign);
+  const int la = s.lane_a[j], lb = s.lane_b[j];
+  const float xa = load(s, src + la * s.element_size), xb = load(s, src + lb * s.element_size);
+  const float ya = fma(xa, c, -fmul(xb, sn));
+  const float yb = fma(xb, c, fmul(xa, sn));
+  store(s, dst + la * s.element_size, ya);
+  store(s, dst + lb * s.element_size, yb);
+  if (dst != src) {
+    for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs) {
+      std::memcpy(dst + lane * s.element_size, src + lane * s.element_size, static_cast<std::size_t>(s.element_size));
+    }
+  }
+}
+
+}  // namespace ropekit::cuda

@@ -1,0 +1,29 @@
+// The CUDA rotation kernel: the per-thread body of rotate_body.hpp, one thread per (row, pair). Compiled with
+// -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and PTX. The host runs the same
+// body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this (tests/cuda_device_test.cpp,
+// scripts/gpu-check.sh).
+#include <cuda_runtime.h>
+
+#include "cuda/rotate_body.hpp"
+#include "cuda/rotate_kernel.hpp"
+
+namespace ropekit::cuda {
+namespace {
+
+__global__ void rotate_kernel(RotateShape shape) {
+  rotate_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                static_cast<int>(blockDim.x));
+}
+
+}  // namespace
+
+int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim) {
+  const std::int64_t blocks = (device_shape.threads() + block_dim - 1) / block_dim;
+  if (blocks == 0) return 0;
+  if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+  rotate_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
+                  static_cast<cudaStream_t>(stream)>>>(device_shape);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace ropekit::cuda

@@ -1,0 +1,14 @@
+// src/cuda/rotate_kernel.hpp — the host side of the CUDA rotation kernel (built when the CUDA toolkit is found:
+// ROPEKIT_CUDA). Internal: the public device API (device pointers, an explicit device and stream) is issue 41's next
+// step.
+#pragma once
+
+#include "cuda/rotate_body.hpp"
+
+namespace ropekit::cuda {
+
+// Launches the kernel over `device_shape` (every pointer in it a device pointer) on `stream` (a cudaStream_t; null:
+// the default stream), blocks of block_dim threads. Returns the cudaError_t of the launch (0: launched).
+int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim = 256);
+
+}  // namespace ropekit::cuda
