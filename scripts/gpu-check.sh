@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device checks of issue 41, as one prepared run on a machine with an NVIDIA GPU (minutes, not hours):
 # configures and builds the CUDA build for sm_90 only (build/gpu), runs the CUDA tests (ctest -L cuda: the rotation
-# kernel over the case table against the scalar reference, bit for bit), runs them again under compute-sanitizer's
+# kernel over the rotation case table against the scalar reference, bit for bit: table and accurate on-the-fly angles), runs them again under compute-sanitizer's
 # memcheck when it is installed, and writes a summary (GPU, driver, CUDA, each step's result and time) and the logs to
 # the results folder given as the first argument (default build/gpu-results). The host-side checks of the same kernel
 # bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
@@ -34,4 +34,4 @@ if command -v compute-sanitizer > /dev/null; then
 else
   echo "memcheck     compute-sanitizer not installed" | tee -a "$summary"
 fi
-grep -h "table cases" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"
+grep -h "equal the reference" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"

@@ -90,7 +90,7 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
     // Blocks of 96 threads: not a multiple of any case's pair count, so blocks straddle rows and the last block is
     // partial.
     if (!detail::rotate_on_host_grid(call.job(), 96)) {
-      ++skipped;  // on-the-fly angles: not yet in the CUDA body
+      ++skipped;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table is used there)
       continue;
     }
     expect_same_bits(got.q, want.q, "q");
@@ -99,9 +99,11 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
     expect_same_bits(got.k_out, want.k_out, "k_out");
     ++ran;
   }
-  std::printf("CUDA body on the host: %d table cases equal the reference (%d on-the-fly cases not yet covered)\n", ran,
-              skipped);
-  EXPECT_GT(ran, 250);
+  std::printf(
+      "CUDA body on the host: %d cases (table and accurate on-the-fly angles) equal the reference; %d "
+      "HfCompat-on-the-fly cases left to the CPU\n",
+      ran, skipped);
+  EXPECT_GT(ran, 600);
 }
 
 }  // namespace

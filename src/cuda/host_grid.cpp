@@ -1,6 +1,7 @@
 // The host's run of the CUDA rotation body over the launch grid (host_grid.hpp).
 #include "cuda/host_grid.hpp"
 
+#include "rope/angles.hpp"
 #include "ropekit/table.hpp"
 
 namespace ropekit::detail {
@@ -11,7 +12,9 @@ cuda::View view_of(const Heads& h) { return {static_cast<char*>(h.data), h.batch
 }  // namespace
 
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
-  if (job.table == nullptr) return false;
+  // On the fly, only the accurate angles: HfCompat's are libm's cos/sin of a float32 angle, which a GPU's math
+  // library does not reproduce bit for bit (such calls take a table).
+  if (job.table == nullptr && (job.angles == nullptr || job.angles->mode() != AngleMode::Accurate)) return false;
   const PairMap& map = *job.map;
   lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
   lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
@@ -39,8 +42,13 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
   s.head_dim = map.head_dim;
   s.positions = a.positions.data;
   s.positions_i64 = a.positions.type == IndexType::I64;
-  s.cos = job.table->cos_row(0);
-  s.sin = job.table->sin_row(0);
+  if (job.table != nullptr) {
+    s.cos = job.table->cos_row(0);
+    s.sin = job.table->sin_row(0);
+  } else {
+    s.turns_hi = job.angles->turns_hi();
+    s.turns_lo = job.angles->turns_lo();
+  }
   s.magnitude = job.magnitude;
   s.sin_sign = job.sin_sign;
   s.tokens = job.tokens;

@@ -13,9 +13,9 @@
 
 namespace ropekit::detail {
 
-// The kernel's plain-data shape of a prepared call whose angles come from a table (the on-the-fly angles are not
-// yet in the CUDA body: false, and `out` untouched, for such a job). `lanes` holds the pair map's arrays the shape
-// points into.
+// The kernel's plain-data shape of a prepared call: angles from its table, or accurate angles on the fly (HfCompat on
+// the fly is libm's cos/sin, which a GPU does not reproduce: false, and `out` untouched, for such a job). `lanes`
+// holds the pair map's arrays the shape points into.
 struct CudaLanes {
   std::vector<std::int32_t> lane_a, lane_b;
   std::vector<std::uint8_t> axis;

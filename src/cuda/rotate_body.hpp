@@ -8,11 +8,90 @@
 // out: the host runs it over the whole grid in every test run (src/cuda/host_grid.cpp), a GPU runs it as a kernel.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "cuda/device_math.hpp"
+#include "rope/turn_constants.hpp"  // the Taylor coefficients and 2π the turn reduction uses
 
 namespace ropekit::cuda {
+
+// sincos_turns-inl.h's arithmetic on one double: the operation sequence the scalar reference and every SIMD target
+// run, with each operation explicitly rounded once on the device (__dmul_rn, __dadd_rn, __fma_rn, rint).
+struct DeviceOps {
+  using V = double;
+  using U = std::uint64_t;
+  using M = bool;
+  static ROPEKIT_HD V Set(double c) { return c; }
+  static ROPEKIT_HD V Mul(V a, V b) {
+#if defined(__CUDA_ARCH__)
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+  }
+  static ROPEKIT_HD V Add(V a, V b) {
+#if defined(__CUDA_ARCH__)
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+  }
+  static ROPEKIT_HD V Sub(V a, V b) { return Add(a, -b); }
+  static ROPEKIT_HD V MulAdd(V a, V b, V c) {
+#if defined(__CUDA_ARCH__)
+    return __fma_rn(a, b, c);
+#else
+    return std::fma(a, b, c);
+#endif
+  }
+  static ROPEKIT_HD V MulSub(V a, V b, V c) { return MulAdd(a, b, -c); }
+  static ROPEKIT_HD V Round(V a) {
+#if defined(__CUDA_ARCH__)
+    return rint(a);  // nearest, ties to even
+#else
+    return std::nearbyint(a);
+#endif
+  }
+  static ROPEKIT_HD U Bits(V a) {
+    U u;
+    std::memcpy(&u, &a, 8);
+    return u;
+  }
+  static ROPEKIT_HD U Increment(U k) { return k + 1; }
+  static ROPEKIT_HD M Bit0(U k) { return (k & 1) != 0; }
+  static ROPEKIT_HD U Bit1ToSign(U k) { return (k << 62) & (U{1} << 63); }
+  static ROPEKIT_HD V XorSign(V a, U sign) {
+    const U u = Bits(a) ^ sign;
+    V v;
+    std::memcpy(&v, &u, 8);
+    return v;
+  }
+  static ROPEKIT_HD V Select(M m, V yes, V no) { return m ? yes : no; }
+};
+
+namespace turns {
+#if defined(__CUDACC__)
+__device__ constexpr std::array<double, 8> kSinTaylorDevice = detail::kSinTaylor;
+__device__ constexpr std::array<double, 8> kCosTaylorDevice = detail::kCosTaylor;
+#endif
+#undef ROPEKIT_TURNS_FN
+#undef ROPEKIT_TURNS_SIN
+#undef ROPEKIT_TURNS_COS
+#define ROPEKIT_TURNS_FN ROPEKIT_HD
+#if defined(__CUDA_ARCH__)
+#define ROPEKIT_TURNS_SIN kSinTaylorDevice
+#define ROPEKIT_TURNS_COS kCosTaylorDevice
+#else
+#define ROPEKIT_TURNS_SIN detail::kSinTaylor
+#define ROPEKIT_TURNS_COS detail::kCosTaylor
+#endif
+#include "rope/sincos_turns-inl.h"
+#undef ROPEKIT_TURNS_FN
+#undef ROPEKIT_TURNS_SIN
+#undef ROPEKIT_TURNS_COS
+}  // namespace turns
 
 enum class Storage : std::uint8_t { F32 = 0, BF16 = 1, F16 = 2 };
 
@@ -33,9 +112,12 @@ struct RotateShape {
   // Positions: axes streams of `tokens` each, int32 or int64.
   const void* positions = nullptr;
   bool positions_i64 = true;
-  // The table: rows of `pairs` float32 values per position.
+  // The table: rows of `pairs` float32 values per position — or, where cos is null, the accurate angles on the fly
+  // from each pair's turns per position as hi + lo (rope/angles.hpp's AngleEvaluator).
   const float* cos = nullptr;
   const float* sin = nullptr;
+  const double* turns_hi = nullptr;
+  const double* turns_lo = nullptr;
   float magnitude = 1.0f, sin_sign = 1.0f;
   std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
 
@@ -97,8 +179,18 @@ ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thre
   char* dst = out.data + out_offset;
 
   const std::int64_t p = position(s, s.axis[j], token);
-  const float c = fmul(s.cos[p * s.pairs + j], s.magnitude);
-  const float sn = fmul(fmul(s.sin[p * s.pairs + j], s.magnitude), s.sin_sign);
+  float cos_p, sin_p;
+  if (s.cos != nullptr) {
+    cos_p = s.cos[p * s.pairs + j];
+    sin_p = s.sin[p * s.pairs + j];
+  } else {
+    double cd, sd;
+    turns::SinCosOfTurns<DeviceOps>(static_cast<double>(p), s.turns_hi[j], s.turns_lo[j], cd, sd);
+    cos_p = static_cast<float>(cd);  // one rounding to nearest, as the reference's row
+    sin_p = static_cast<float>(sd);
+  }
+  const float c = fmul(cos_p, s.magnitude);
+  const float sn = fmul(fmul(sin_p, s.magnitude), s.sin_sign);
   const int la = s.lane_a[j], lb = s.lane_b[j];
   const float xa = load(s, src + la * s.element_size), xb = load(s, src + lb * s.element_size);
   const float ya = fma(xa, c, -fmul(xb, sn));

@@ -22,17 +22,29 @@
 // set), Bit1ToSign (bit 1 moved to the sign bit, the rest cleared), XorSign (the value with its bits
 // XOR-ed with a sign mask), Select(m, yes, no).
 
+// How the functions are declared: inline, or __host__ __device__ inline where the CUDA kernel body includes this
+// (src/cuda/rotate_body.hpp defines it first).
+#ifndef ROPEKIT_TURNS_FN
+#define ROPEKIT_TURNS_FN inline
+#endif
+// The Taylor coefficients it reads (a device copy in the CUDA kernel's device pass: host variables are not there).
+#ifndef ROPEKIT_TURNS_SIN
+#define ROPEKIT_TURNS_SIN detail::kSinTaylor
+#define ROPEKIT_TURNS_COS detail::kCosTaylor
+#endif
+
 // k[0]·x^(N−1) + … + k[N−1] by Horner's rule, one fma per step (unrolled: the steps are a pack).
 template <class Ops, std::size_t N, std::size_t... I>
-inline typename Ops::V HornerOf(typename Ops::V x, const std::array<double, N>& k, std::index_sequence<I...>) {
+ROPEKIT_TURNS_FN typename Ops::V HornerOf(typename Ops::V x, const std::array<double, N>& k,
+                                          std::index_sequence<I...>) {
   typename Ops::V r = Ops::Set(k[0]);
   ((r = Ops::MulAdd(r, x, Ops::Set(k[I + 1]))), ...);
   return r;
 }
 
 template <class Ops>
-inline void SinCosOfTurns(typename Ops::V p, typename Ops::V hi, typename Ops::V lo, typename Ops::V& cos_out,
-                          typename Ops::V& sin_out) {
+ROPEKIT_TURNS_FN void SinCosOfTurns(typename Ops::V p, typename Ops::V hi, typename Ops::V lo, typename Ops::V& cos_out,
+                                    typename Ops::V& sin_out) {
   using V = typename Ops::V;
   const V ph = Ops::Mul(p, hi);
   const V pe = Ops::MulSub(p, hi, ph);
@@ -49,8 +61,8 @@ inline void SinCosOfTurns(typename Ops::V p, typename Ops::V hi, typename Ops::V
   const V x2 = Ops::Mul(x, x);
 
   constexpr std::size_t kSin = detail::kSinTaylor.size(), kCos = detail::kCosTaylor.size();
-  const V s = HornerOf<Ops>(x2, detail::kSinTaylor, std::make_index_sequence<kSin - 1>());
-  const V c = HornerOf<Ops>(x2, detail::kCosTaylor, std::make_index_sequence<kCos - 1>());
+  const V s = HornerOf<Ops>(x2, ROPEKIT_TURNS_SIN, std::make_index_sequence<kSin - 1>());
+  const V c = HornerOf<Ops>(x2, ROPEKIT_TURNS_COS, std::make_index_sequence<kCos - 1>());
   const V sin_x = Ops::MulAdd(Ops::Mul(x, x2), s, x);
   const V cos_x = Ops::MulAdd(x2, c, Ops::Set(1.0));
 
