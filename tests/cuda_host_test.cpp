@@ -54,6 +54,24 @@ TEST(CudaHost, CodecsEqualTheLibrarysOnEveryPattern) {
   }
 }
 
+TEST(CudaHost, Fp8CodecEqualsTheLibrarysOnEveryPattern) {
+  for (std::uint32_t b = 0; b < 0x100; ++b) {
+    const float got = cuda::e4m3_load(static_cast<std::uint8_t>(b)), want = e4m3_to_float(static_cast<std::uint8_t>(b));
+    ASSERT_TRUE(std::memcmp(&got, &want, 4) == 0 || both_nan(got, want)) << b;
+  }
+  // Stores: every e4m3 value, the midpoints to its neighbours and one float32 ulp either side, the saturation
+  // boundary, infinities, NaNs, then random float32 bit patterns.
+  std::vector<float> probes = {448.0f, 464.0f, 480.0f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN, -0.0f, 0.0f};
+  for (std::uint32_t b = 0; b < 0x7f; ++b) {
+    const float v = e4m3_to_float(static_cast<std::uint8_t>(b)), next = e4m3_to_float(static_cast<std::uint8_t>(b + 1));
+    const float mid = v + (next - v) / 2;
+    for (const float x : {v, -v, mid, -mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) probes.push_back(x);
+  }
+  std::mt19937 rng(11);
+  for (int i = 0; i < 1'000'000; ++i) probes.push_back(cuda::float_of(static_cast<std::uint32_t>(rng())));
+  for (const float x : probes) ASSERT_EQ(cuda::e4m3_store(x), float_to_e4m3(x)) << x;
+}
+
 void expect_same_bits(const cases::Tensor& got, const cases::Tensor& want, const char* name) {
   ASSERT_EQ(got.size, want.size) << name;
   const std::size_t es = std::size_t(element_size(got.dtype));

@@ -89,4 +89,24 @@ ROPEKIT_HD std::uint16_t f16_store(float x) {
   return static_cast<std::uint16_t>(sign | (rounded >> 13));
 }
 
+// fp8 E4M3 (the KV cache's storage, ropekit/dtype.hpp): saturating round to nearest even, every NaN to 0x7f; exact
+// widening. The same steps as float_to_e4m3 / e4m3_to_float, for the fused append's kernel body.
+ROPEKIT_HD float e4m3_load(std::uint8_t b) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+  const std::uint32_t exponent = (b >> 3) & 0xfu, mantissa = b & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return float_of(0x7fc00000u);                                  // NaN
+  if (exponent == 0) return float_of(sign | bits_of(fmul(static_cast<float>(mantissa), 0.001953125f)));  // m·2^-9
+  return float_of(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+ROPEKIT_HD std::uint8_t e4m3_store(float x) {
+  const std::uint32_t b = bits_of(x);
+  const std::uint32_t a = b & 0x7fffffffu;
+  std::uint32_t normal = (a + ((a >> 20) & 1u) + (0x7ffffu - (120u << 23))) >> 20;
+  normal = normal < 0x7eu ? normal : 0x7eu;
+  const std::uint32_t subnormal = bits_of(fadd(float_of(a), 16384.0f)) - 0x46800000u;
+  std::uint32_t out = a < 0x3c800000u ? subnormal : normal;
+  out |= (b >> 24) & 0x80u;
+  return static_cast<std::uint8_t>(a > 0x7f800000u ? 0x7fu : out);
+}
+
 }  // namespace ropekit::cuda
