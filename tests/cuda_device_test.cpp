@@ -14,6 +14,7 @@
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 #include "ropekit/table.hpp"
+#include "same_bits.hpp"
 
 namespace {
 
@@ -43,30 +44,6 @@ struct DeviceCopy {
     }
   }
 };
-
-bool both_nan(float a, float b) { return std::isnan(a) && std::isnan(b); }
-
-void expect_same_bits(const cases::Tensor& got, const cases::Tensor& want, const char* name) {
-  ASSERT_EQ(got.size, want.size) << name;
-  const std::size_t es = std::size_t(element_size(got.dtype));
-  for (std::size_t i = 0; i < got.size; i += es) {
-    if (std::memcmp(got.data() + i, want.data() + i, es) == 0) continue;
-    std::uint16_t x = 0, y = 0;
-    float a = 0, b = 0;
-    if (got.dtype == DType::F32) {
-      std::memcpy(&a, got.data() + i, 4);
-      std::memcpy(&b, want.data() + i, 4);
-    } else {
-      std::memcpy(&x, got.data() + i, 2);
-      std::memcpy(&y, want.data() + i, 2);
-      a = got.dtype == DType::BF16 ? bf16_to_float(x) : f16_to_float(x);
-      b = got.dtype == DType::BF16 ? bf16_to_float(y) : f16_to_float(y);
-    }
-    if (both_nan(a, b)) continue;
-    ADD_FAILURE() << name << " differs at byte " << i << " of its buffer";
-    return;
-  }
-}
 
 TEST(CudaDevice, RotationKernelEqualsTheReference) {
   int devices = 0;
@@ -129,10 +106,7 @@ TEST(CudaDevice, RotationKernelEqualsTheReference) {
     k.back(got.k.storage.data());
     q_out.back(got.q_out.storage.data());
     k_out.back(got.k_out.storage.data());
-    expect_same_bits(got.q, want.q, "q");
-    expect_same_bits(got.k, want.k, "k");
-    expect_same_bits(got.q_out, want.q_out, "q_out");
-    expect_same_bits(got.k_out, want.k_out, "k_out");
+    same_bits::expect_same_rotation(got, want);
     ++ran;
   }
   std::printf("%s: %d cases (table and accurate on-the-fly angles) equal the reference\n", prop.name, ran);

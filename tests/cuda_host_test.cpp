@@ -14,6 +14,7 @@
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
+#include "same_bits.hpp"
 
 namespace {
 
@@ -72,28 +73,6 @@ TEST(CudaHost, Fp8CodecEqualsTheLibrarysOnEveryPattern) {
   for (const float x : probes) ASSERT_EQ(cuda::e4m3_store(x), float_to_e4m3(x)) << x;
 }
 
-void expect_same_bits(const cases::Tensor& got, const cases::Tensor& want, const char* name) {
-  ASSERT_EQ(got.size, want.size) << name;
-  const std::size_t es = std::size_t(element_size(got.dtype));
-  for (std::size_t i = 0; i < got.size; i += es) {
-    if (std::memcmp(got.data() + i, want.data() + i, es) == 0) continue;
-    float a = 0, b = 0;
-    if (got.dtype == DType::F32) {
-      std::memcpy(&a, got.data() + i, 4);
-      std::memcpy(&b, want.data() + i, 4);
-    } else {
-      std::uint16_t x, y;
-      std::memcpy(&x, got.data() + i, 2);
-      std::memcpy(&y, want.data() + i, 2);
-      a = got.dtype == DType::BF16 ? bf16_to_float(x) : f16_to_float(x);
-      b = got.dtype == DType::BF16 ? bf16_to_float(y) : f16_to_float(y);
-    }
-    if (both_nan(a, b)) continue;
-    ADD_FAILURE() << name << " differs at byte " << i << " of its buffer";
-    return;
-  }
-}
-
 TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
   int ran = 0, skipped = 0;
   std::uint32_t seed = 0;
@@ -111,10 +90,7 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
       ++skipped;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table is used there)
       continue;
     }
-    expect_same_bits(got.q, want.q, "q");
-    expect_same_bits(got.k, want.k, "k");
-    expect_same_bits(got.q_out, want.q_out, "q_out");
-    expect_same_bits(got.k_out, want.k_out, "k_out");
+    same_bits::expect_same_rotation(got, want);
     ++ran;
   }
   std::printf(

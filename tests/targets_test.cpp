@@ -34,6 +34,7 @@
 #include "rope/call_shape.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
+#include "same_bits.hpp"
 #include "targets.hpp"
 
 namespace {
@@ -67,38 +68,14 @@ std::vector<std::pair<std::uint32_t, Case>> selected(std::initializer_list<Op> o
   return out;
 }
 
-bool is_nan(DType dt, const std::byte* p) {
-  if (dt == DType::F32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return std::isnan(f);
-  }
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return std::isnan(dt == DType::BF16 ? bf16_to_float(h) : f16_to_float(h));
-}
-
-// Whole buffers, guards included, must be bit-identical — except that a NaN may carry another sign or
-// payload (IEEE 754 leaves NaN propagation open, and an FMA's operand order picks it).
-void expect_same_bits(const Tensor& got, const Tensor& want, const char* name) {
-  ASSERT_EQ(got.size, want.size) << name;
-  const std::size_t es = std::size_t(element_size(got.dtype));
-  for (std::size_t i = 0; i < got.size; i += es) {
-    if (std::memcmp(got.data() + i, want.data() + i, es) == 0) continue;
-    if (is_nan(got.dtype, got.data() + i) && is_nan(want.dtype, want.data() + i)) continue;
-    ADD_FAILURE() << name << " differs at byte " << i << " of its buffer";
-    return;
-  }
-}
+using same_bits::expect_same_bits;
+using same_bits::is_nan;
 
 void expect_reference_bits(Workload& got, Workload& want) {
   const RotateCall reference = want.prepare();
   detail::rotate_rows_reference(reference.job(), 0, reference.rows());
   got.run();
-  expect_same_bits(got.q, want.q, "q");
-  expect_same_bits(got.k, want.k, "k");
-  expect_same_bits(got.q_out, want.q_out, "q_out");
-  expect_same_bits(got.k_out, want.k_out, "k_out");
+  same_bits::expect_same_rotation(got, want);
 }
 
 class Rotation : public targets::AgainstReference {};

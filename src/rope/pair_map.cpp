@@ -3,6 +3,16 @@
 namespace ropekit {
 namespace {
 
+// Consecutive sections, section 0 first: the one that holds pair j (M-RoPE sectioned, axial RoPE).
+std::uint8_t section_of(const std::vector<int>& sections, int pair) {
+  int end = 0;
+  for (std::size_t axis = 0; axis < sections.size(); ++axis) {
+    end += sections[axis];
+    if (pair < end) return static_cast<std::uint8_t>(axis);
+  }
+  return static_cast<std::uint8_t>(sections.size() - 1);  // unreachable for a validated spec
+}
+
 // Which M-RoPE position stream (0 = t, 1 = h, 2 = w) drives pair j.
 std::uint8_t mrope_axis(const MRope& mrope, int pair) {
   const std::vector<int>& s = mrope.sections;
@@ -13,22 +23,7 @@ std::uint8_t mrope_axis(const MRope& mrope, int pair) {
     return 0;
   }
   // HF Qwen2-VL apply_multimodal_rotary_pos_emb: consecutive chunks of the frequency axis.
-  int end = 0;
-  for (std::size_t axis = 0; axis < s.size(); ++axis) {
-    end += s[axis];
-    if (pair < end) return static_cast<std::uint8_t>(axis);
-  }
-  return static_cast<std::uint8_t>(s.size() - 1);  // unreachable for a validated spec
-}
-
-// Axial RoPE: consecutive sections, axis 0 first.
-std::uint8_t axial_axis(const Axial& axial, int pair) {
-  int end = 0;
-  for (std::size_t axis = 0; axis < axial.sections.size(); ++axis) {
-    end += axial.sections[axis];
-    if (pair < end) return static_cast<std::uint8_t>(axis);
-  }
-  return static_cast<std::uint8_t>(axial.sections.size() - 1);  // unreachable for a validated spec
+  return section_of(s, pair);
 }
 
 }  // namespace
@@ -45,7 +40,7 @@ PairMap make_pair_map(const Spec& spec) {
     const bool interleaved = spec.pairing == Pairing::Interleaved;
     map.lane_a.push_back(interleaved ? 2 * j : j);
     map.lane_b.push_back(interleaved ? 2 * j + 1 : j + pairs);
-    map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : spec.axial ? axial_axis(*spec.axial, j) : 0);
+    map.axis.push_back(spec.mrope ? mrope_axis(*spec.mrope, j) : spec.axial ? section_of(spec.axial->sections, j) : 0);
   }
   return map;
 }

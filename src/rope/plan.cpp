@@ -71,7 +71,10 @@ struct Planner {
   int d() const { return spec.rotary_dim; }
   int pairs() const { return spec.num_pairs(); }
 
-  void operator()(const scaling::None&) const { plan.inv_freq = default_inv_freq(spec.base, d(), pairs()); }
+  // Axial (vision) RoPE combines only with None (Spec::validate): its frequencies are planned here.
+  void operator()(const scaling::None&) const {
+    plan.inv_freq = spec.axial ? axial_inv_freq(spec) : default_inv_freq(spec.base, d(), pairs());
+  }
 
   // HF: inv_freq /= factor.
   void operator()(const scaling::Linear& s) const {
@@ -246,7 +249,6 @@ Plan make_plan(const Spec& spec, std::optional<std::int64_t> current_length) {
   Plan plan;
   plan.current_length = current_length;
   std::visit(Planner{spec, current_length, plan}, spec.scaling);
-  if (spec.axial) plan.inv_freq = axial_inv_freq(spec);
   for (std::size_t i = 0; i < plan.inv_freq.size(); ++i) {
     if (!std::isfinite(plan.inv_freq[i]) || plan.inv_freq[i] < 0.0) {
       throw Error(fmt::format("{} scaling produced inv_freq[{}] = {} for base {}: check its parameters",

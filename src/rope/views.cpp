@@ -72,37 +72,31 @@ Heads lanes(const Heads& view, int first, int count) {
 
 namespace {
 
+// `axes` streams of equal length, one after the other (`what` names them in the error).
 template <class T>
-Positions make_mrope_positions(std::span<const T> p, IndexType type) {
-  if (p.size() % 3 != 0) {
-    throw Error(
-        fmt::format("M-RoPE positions hold {} values: must be 3 streams (t, h, w) of equal "
-                    "length",
-                    p.size()));
-  }
-  return {p.data(), type, static_cast<std::int64_t>(p.size() / 3), 3};
-}
-
-template <class T>
-Positions make_axial_positions(std::span<const T> p, int axes, IndexType type) {
+Positions make_streams(std::span<const T> p, int axes, IndexType type, const char* what) {
   if (axes < 1 || axes > kMaxAxialAxes) {
-    throw Error(fmt::format("axial positions: axes = {}: must be in [1, {}]", axes, kMaxAxialAxes));
+    throw Error(fmt::format("{}: axes = {}: must be in [1, {}]", what, axes, kMaxAxialAxes));
   }
   if (p.size() % static_cast<std::size_t>(axes) != 0) {
-    throw Error(fmt::format("axial positions hold {} values: must be {} streams of equal length", p.size(), axes));
+    throw Error(fmt::format("{} hold {} values: must be {} streams of equal length", what, p.size(), axes));
   }
   return {p.data(), type, static_cast<std::int64_t>(p.size() / static_cast<std::size_t>(axes)), axes};
 }
 
 }  // namespace
 
-Positions mrope_positions(std::span<const std::int64_t> p) { return make_mrope_positions(p, IndexType::I64); }
-Positions mrope_positions(std::span<const std::int32_t> p) { return make_mrope_positions(p, IndexType::I32); }
+Positions mrope_positions(std::span<const std::int64_t> p) {
+  return make_streams(p, 3, IndexType::I64, "M-RoPE positions (t, h, w)");
+}
+Positions mrope_positions(std::span<const std::int32_t> p) {
+  return make_streams(p, 3, IndexType::I32, "M-RoPE positions (t, h, w)");
+}
 Positions axial_positions(std::span<const std::int64_t> p, int axes) {
-  return make_axial_positions(p, axes, IndexType::I64);
+  return make_streams(p, axes, IndexType::I64, "axial positions");
 }
 Positions axial_positions(std::span<const std::int32_t> p, int axes) {
-  return make_axial_positions(p, axes, IndexType::I32);
+  return make_streams(p, axes, IndexType::I32, "axial positions");
 }
 
 }  // namespace ropekit
