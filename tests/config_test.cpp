@@ -341,6 +341,8 @@ TEST(ConfigFamilies, DsaIndexerRopeIsASecondRopePerLayer) {
   glm5.erase("index_topk_pattern");
   glm5["indexer_types"] = {"full", "shared"};
   EXPECT_ERROR(read(glm5), "indexer_types", "each of 6 layers");
+  glm5["indexer_types"] = {"full", "shared", "full", "both", "full", "full"};
+  EXPECT_ERROR(read(glm5), "indexer_types[3]", "\"both\"");
   glm5.erase("indexer_types");
   glm5["index_head_dim"] = 32;
   EXPECT_ERROR(read(glm5), "index_head_dim = 32");

@@ -194,8 +194,9 @@ class ModelReader {
                   fmt::format("must list \"full\" or \"shared\" for each of {} layers", plans.size()));
         }
         for (std::size_t i = 0; i < plans.size(); ++i) {
-          const std::string t = r_.string({&(*types.node)[i], fmt::format("{}[{}]", types.path, i)});
-          if (t != "full" && t != "shared") r_.fail(types.path, (*types.node)[i], "entries are \"full\" or \"shared\"");
+          const Value entry{&(*types.node)[i], fmt::format("{}[{}]", types.path, i)};
+          const std::string t = r_.string(entry);
+          if (t != "full" && t != "shared") r_.fail(entry.path, *entry.node, "must be \"full\" or \"shared\"");
           full[i] = t == "full";
         }
       } else if (Value pattern = r_.model_key("index_topk_pattern")) {
