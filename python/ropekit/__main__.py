@@ -18,8 +18,8 @@ def main(argv=None):
         import torch
         try:
             import importlib
-            importlib.import_module("ropekit.ops")
-            line += f"; torch {torch.__version__}: torch.ops.ropekit registered"
+            ops = importlib.import_module("ropekit.ops")
+            line += f"; torch {torch.__version__}: torch.ops.ropekit registered, {ops.BACKEND}"
         except ImportError:
             line += f"; torch {torch.__version__}: no custom operators (PyTorch >= 2.4 needed)"
     except ImportError:

@@ -26,10 +26,13 @@ and ropekit.torch keeps working without the operators.
 """
 from __future__ import annotations
 
+import ctypes
+import os
 from typing import List, Optional
 
 import torch
 
+from . import _ropekit
 from ._ropekit import Error, Rope
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -37,7 +40,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
                       "ropekit.torch.apply_rotary works without the operators")
 
 __all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "attention", "LAYOUTS", "DIRECTIONS",
-           "ANGLES"]
+           "ANGLES", "BACKEND"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
 DIRECTIONS = ("forward", "inverse", "backward")
@@ -45,8 +48,35 @@ ANGLES = ("accurate", "hf")
 _TRANSPOSE = {"forward": "backward", "backward": "forward"}
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-# Ropes by handle. A Rope is immutable (ropekit/rope.hpp), so a handle always means the same numbers; handles stay
-# valid for the life of the process (a model holds a handful).
+
+def _load_cpp_operators():
+    """rotate and rotate_ registered in C++ (python/torch_ops/ops.cpp): (True, why) when the library is here, was
+    built against this very PyTorch and binds to this extension; else (False, why) and the Python registration below
+    gives the same operators (the same bits, slower per call). ROPEKIT_TORCH_OPS=python forces the latter."""
+    if os.environ.get("ROPEKIT_TORCH_OPS", "") == "python":
+        return False, "python (ROPEKIT_TORCH_OPS=python)"
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        with open(os.path.join(here, "_torch_ops.txt")) as f:
+            built_for = f.read().strip()
+    except OSError:
+        return False, ("python (this ropekit was built without PyTorch; pip install --no-build-isolation in this "
+                       "environment builds the C++ operators)")
+    if built_for != torch.__version__:
+        return False, f"python (the C++ operators were built for torch {built_for}; this is torch {torch.__version__})"
+    path = os.path.join(here, "_torch_ops.so")
+    torch.ops.load_library(path)
+    rc = ctypes.CDLL(path).ropekit_torch_bind(ctypes.c_void_p(_ropekit._torch_abi()))
+    if rc != 0:  # the library registered its operators already: they cannot be defined again from Python
+        raise ImportError(f"{path}: built for the extension ABI {rc}, this extension has "
+                          f"{_ropekit._TORCH_ABI_VERSION}: rebuild ropekit")
+    return True, f"c++ ({os.path.basename(path)}, torch {built_for})"
+
+
+_CPP, BACKEND = _load_cpp_operators()
+
+# Ropes by handle (python/src/torch_abi.cpp keeps the registry the C++ operators read): a handle names the same Rope
+# for the life of the process (a model holds a handful).
 _ROPES: dict = {}
 
 
@@ -54,7 +84,7 @@ def handle(rope: Rope) -> int:
     """The int the operators take for `rope` (registered once; the same Rope gives the same handle)."""
     if not isinstance(rope, Rope):
         raise Error(f"rope: expected a ropekit.Rope, got {type(rope).__name__}")
-    key = id(rope)
+    key = _ropekit._torch_handle(rope)
     if key not in _ROPES:
         _ROPES[key] = (rope, rope.spec["head_dim"])  # Rope.spec builds a dict: read once, not per call
     return key
@@ -90,7 +120,9 @@ def _check(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch
         if t.dim() != rank:
             raise Error(f"{name}: {t.dim()} dimensions: layout \"{layout}\" needs {rank}")
         if t.shape[-1] != head_dim:
-            raise Error(f"{name}: head_dim = {t.shape[-1]}: the rope's spec has head_dim = {head_dim}")
+            # The core's words (python/src/arrays.cpp), so eager calls and compiled graphs say the same.
+            raise Error(f"{name}: shape {tuple(t.shape)} has head_dim {t.shape[-1]} (last axis); this Rope's head_dim "
+                        f"is {head_dim}")
     if k is not None and k.dtype != q.dtype:
         raise Error(f"k: dtype {k.dtype} differs from q's {q.dtype}")
     if positions is not None and positions.dtype not in (torch.int32, torch.int64):
@@ -109,11 +141,12 @@ def _outputs(q: torch.Tensor, k: Optional[torch.Tensor]) -> List[torch.Tensor]:
 # Defined with torch.library.Library, not torch.library.custom_op: the same schema, fake and autograd registrations,
 # but the call goes straight to the CPU kernel below — custom_op's Python wrapper cost about 17 µs per call here
 # (docs/performance.md), more than the decode step's rotation itself.
-_lib = torch.library.Library("ropekit", "DEF")
-_lib.define("rotate(Tensor q, Tensor? k, Tensor? positions, int rope, str layout, str direction, str angles) "
-            "-> Tensor[]")
-_lib.define("rotate_(Tensor(a!) q, Tensor(b!)? k, Tensor? positions, int rope, str layout, str direction, "
-            "str angles) -> ()")
+_lib = torch.library.Library("ropekit", "FRAGMENT")
+if not _CPP:
+    _lib.define("rotate(Tensor q, Tensor? k, Tensor? positions, int rope, str layout, str direction, str angles) "
+                "-> Tensor[]")
+    _lib.define("rotate_(Tensor(a!) q, Tensor(b!)? k, Tensor? positions, int rope, str layout, str direction, "
+                "str angles) -> ()")
 
 
 # Below this many elements a copy then the in-place kernel is cheaper than the binding allocating the outputs
@@ -142,8 +175,9 @@ def _rotate_inplace_cpu(q, k, positions, rope, layout, direction, angles):
     r.apply(q, k, positions, layout=layout, inplace=True, direction=direction, angles=angles)
 
 
-_lib.impl("rotate", _rotate_cpu, "CPU")
-_lib.impl("rotate_", _rotate_inplace_cpu, "CPU")
+if not _CPP:
+    _lib.impl("rotate", _rotate_cpu, "CPU")
+    _lib.impl("rotate_", _rotate_inplace_cpu, "CPU")
 
 
 def _rotate_fake(q, k, positions, rope, layout, direction, angles):
@@ -187,7 +221,8 @@ def _rotate_backward(ctx, grads):
     return out[0], (out[1] if ctx.has_k else None), None, None, None, None, None
 
 
-torch.library.register_autograd("ropekit::rotate", _rotate_backward, setup_context=_rotate_setup, lib=_lib)
+if not _CPP:  # the C++ library registers its own autograd kernel (the same transpose rotation)
+    torch.library.register_autograd("ropekit::rotate", _rotate_backward, setup_context=_rotate_setup, lib=_lib)
 
 
 # ---- An engine's cos/sin cache: vLLM's rotary_embedding, as an operator ---------------------------------------------

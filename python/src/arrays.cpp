@@ -298,16 +298,26 @@ std::string expected_shapes(std::int64_t batch, std::int64_t seq, int axes) {
 
 }  // namespace
 
+RotateArgs rotation_views(const Rope& rope, const Array* q, const Array* k, const Array* q_out, const Array* k_out,
+                          std::string_view layout_text) {
+  const Layout layout = parse_layout(layout_text);
+  const int head_dim = rope.spec().head_dim;
+  if (q == nullptr && k == nullptr) throw Error("q and k are both None");
+  RotateArgs args;
+  if (q != nullptr) args.q = heads_view(*q, layout, head_dim, "q");
+  if (k != nullptr) args.k = heads_view(*k, layout, head_dim, "k");
+  if (q != nullptr && k != nullptr && (args.q.batch != args.k.batch || args.q.seq != args.k.seq)) {
+    throw Error(fmt::format("q {} and k {} hold different tokens (layout \"{}\"): batch and seq must agree",
+                            q->shape_text(), k->shape_text(), layout_text));
+  }
+  if (q != nullptr && q_out != nullptr) args.q_out = heads_view(*q_out, layout, head_dim, "q_out");
+  if (k != nullptr && k_out != nullptr) args.k_out = heads_view(*k_out, layout, head_dim, "k_out");
+  return args;
+}
+
 PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
                                std::string_view for_what) {
-  PositionsBuffer out;
-  const std::int64_t tokens = batch * seq;
-  if (object.is_none()) {
-    out.owned.resize(static_cast<std::size_t>(axes * tokens));
-    for (std::int64_t i = 0; i < axes * tokens; ++i) out.owned[static_cast<std::size_t>(i)] = i % seq;
-    out.view = {out.owned.data(), IndexType::I64, tokens, axes};
-    return out;
-  }
+  if (object.is_none()) return map_positions(nullptr, IndexType::I64, {}, batch, seq, axes, name, for_what);
   // Integer data, C-contiguous: a NumPy array as it is, a torch tensor through its data pointer, else
   // numpy.asarray (lists, ints, non-contiguous arrays).
   const void* data = nullptr;
@@ -345,6 +355,22 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
     data = a.data();
     held = a;
   }
+  PositionsBuffer mapped = map_positions(data, type, shape, batch, seq, axes, name, for_what);
+  if (mapped.owned.empty()) mapped.keep = held;  // a view of the caller's data
+  return mapped;
+}
+
+PositionsBuffer map_positions(const void* data, IndexType type, const std::vector<std::int64_t>& shape,
+                              std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
+                              std::string_view for_what) {
+  PositionsBuffer out;
+  const std::int64_t tokens = batch * seq;
+  if (data == nullptr) {  // None: 0, 1, …, seq−1 in every batch row
+    out.owned.resize(static_cast<std::size_t>(axes * tokens));
+    for (std::int64_t i = 0; i < axes * tokens; ++i) out.owned[static_cast<std::size_t>(i)] = i % seq;
+    out.view = {out.owned.data(), IndexType::I64, tokens, axes};
+    return out;
+  }
   // Shape → how the values map onto the tokens.
   std::vector<std::int64_t> rest = shape;
   if (axes > 1) {
@@ -372,7 +398,6 @@ PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64
                             fmt::join(shape, ", "), tokens, batch, seq, for_what, expected_shapes(batch, seq, axes)));
   }
   if (direct) {
-    out.keep = held;
     out.view = {data, type, tokens, axes};
     return out;
   }

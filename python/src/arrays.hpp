@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ropekit/rope.hpp"
 #include "ropekit/tensor.hpp"
 
 namespace ropekit::python {
@@ -59,6 +60,12 @@ std::string_view to_string(Layout layout);
 // `name`: the rank the layout needs, the head_dim axis (its size and stride 1).
 Heads heads_view(const Array& array, Layout layout, int head_dim, std::string_view name);
 
+// The views of one rotation (Rope.apply and the PyTorch operators): q and k (either may be null, not both) and
+// their outputs (null: in place) in `layout`, checked against the rope's head_dim and against each other (the same
+// tokens). Positions, direction and threads are the caller's to set. No Python.
+RotateArgs rotation_views(const Rope& rope, const Array* q, const Array* k, const Array* q_out, const Array* k_out,
+                          std::string_view layout);
+
 // Positions for `batch` × `seq` tokens with `axes` streams, from None (0, 1, …, seq−1 in every batch
 // row), an int32/int64 NumPy array or torch tensor, an int or a sequence of ints. Accepted shapes
 // (after a leading 3 for M-RoPE): [batch, seq], [1, seq] and [seq] (the last two broadcast over the
@@ -70,6 +77,13 @@ struct PositionsBuffer {
 };
 PositionsBuffer read_positions(py::handle object, std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
                                std::string_view for_what);
+
+// The same mapping from integer data already read (C-contiguous, `shape` as given, M-RoPE's leading streams
+// included): a view of `data` when it holds one value per token, else a broadcast copy in `owned`; data = null is
+// None (0, 1, …, seq−1 in every batch row). No Python.
+PositionsBuffer map_positions(const void* data, IndexType type, const std::vector<std::int64_t>& shape,
+                              std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
+                              std::string_view for_what);
 
 // An int64 NumPy array of `values` with `shape` (no copy of the vector's data is kept elsewhere).
 py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vector<py::ssize_t> shape);

@@ -15,6 +15,8 @@ void bind_consumers(pybind11::module_& m);
 
 // Position ids beyond one text stream: packing, context-parallel shards, draft trees (positions.cpp).
 void bind_positions(pybind11::module_& m);
+// The handle registry and the C table the PyTorch operator library calls (torch_abi.h); `error` is ropekit.Error.
+void bind_torch_abi(pybind11::module_& m, pybind11::handle error);
 
 // The C++ side of the Python benchmark: the same call as Rope.apply(q, k, positions, layout=...)
 // (in place, forward, accurate angles) prepared and run `iterations` times in a C++ loop; returns the

@@ -29,26 +29,6 @@ AngleMode parse_angles(std::string_view text) {
                   text));
 }
 
-PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin)
-    : origin_(std::move(origin)),
-      accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
-
-std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
-  if (mode == AngleMode::Accurate) return accurate_;
-  if (!hf_) hf_ = std::make_shared<const Rope>(accurate_->spec(), accurate_->plan(), AngleMode::HfCompat);
-  return hf_;
-}
-
-bool PyRope::set_current_length(std::int64_t n) {
-  auto next = std::make_shared<const Rope>(accurate_->spec(), AngleMode::Accurate, n);
-  const bool changed = needs_rerotation(accurate_->plan(), next->plan());
-  accurate_ = std::move(next);
-  hf_.reset();  // rebuilt from the new plan on first use
-  return changed;
-}
-
-namespace {
-
 Direction parse_direction(std::string_view text) {
   if (text == "forward") return Direction::Forward;
   if (text == "inverse") return Direction::Inverse;
@@ -58,6 +38,28 @@ Direction parse_direction(std::string_view text) {
                   "1/cos_sin_scale) or \"backward\" (the transpose: gradients)",
                   text));
 }
+
+PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin)
+    : origin_(std::move(origin)),
+      accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
+
+std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
+  const std::lock_guard lock(mutex_);
+  if (mode == AngleMode::Accurate) return accurate_;
+  if (!hf_) hf_ = std::make_shared<const Rope>(accurate_->spec(), accurate_->plan(), AngleMode::HfCompat);
+  return hf_;
+}
+
+bool PyRope::set_current_length(std::int64_t n) {
+  auto next = std::make_shared<const Rope>(spec(), AngleMode::Accurate, n);
+  const std::lock_guard lock(mutex_);
+  const bool changed = needs_rerotation(accurate_->plan(), next->plan());
+  accurate_ = std::move(next);
+  hf_.reset();  // rebuilt from the new plan on first use
+  return changed;
+}
+
+namespace {
 
 Pairing parse_pairing(std::string_view text) {
   if (text == "half" || text == "neox" || text == "rotate_half") return Pairing::Half;
@@ -279,36 +281,27 @@ PyCosSinTable import_cache(const PyRope& self, py::handle cache_obj) {
 py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
                  std::string_view layout_text, bool inplace, std::string_view direction, std::string_view angles,
                  std::string_view dtype, int threads, const PyCosSinTable* table) {
-  const Layout layout = parse_layout(layout_text);
   const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
   const Rope& rope = *rope_held;
-  const int head_dim = rope.spec().head_dim;
   const bool has_q = !q_obj.is_none(), has_k = !k_obj.is_none();
   if (!has_q && !has_k) throw Error("apply: q and k are both None");
-  Array q, k;
-  Heads qv, kv;
-  if (has_q) q = float_array(q_obj, "q", dtype), qv = heads_view(q, layout, head_dim, "q");
-  if (has_k) k = float_array(k_obj, "k", dtype), kv = heads_view(k, layout, head_dim, "k");
-  const Heads& first = has_q ? qv : kv;
-  if (has_q && has_k && (qv.batch != kv.batch || qv.seq != kv.seq)) {
-    throw Error(fmt::format("q {} and k {} hold different tokens (layout \"{}\"): batch and seq must agree",
-                            q.shape_text(), k.shape_text(), layout_text));
-  }
-  RotateArgs args;
-  args.direction = parse_direction(direction);
-  args.threads = threads;
-  Array q_out, k_out;
+  Array q, k, q_out, k_out;
+  if (has_q) q = float_array(q_obj, "q", dtype);
+  if (has_k) k = float_array(k_obj, "k", dtype);
   if (inplace) {
     if (has_q && !q.writable)
       throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
     if (has_k && !k.writable)
       throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
   } else {
-    if (has_q) q_out = empty_like(q, "q_out"), args.q_out = heads_view(q_out, layout, head_dim, "q_out");
-    if (has_k) k_out = empty_like(k, "k_out"), args.k_out = heads_view(k_out, layout, head_dim, "k_out");
+    if (has_q) q_out = empty_like(q, "q_out");
+    if (has_k) k_out = empty_like(k, "k_out");
   }
-  args.q = qv;
-  args.k = kv;
+  RotateArgs args = rotation_views(rope, has_q ? &q : nullptr, has_k ? &k : nullptr, inplace ? nullptr : &q_out,
+                                   inplace ? nullptr : &k_out, layout_text);
+  args.direction = parse_direction(direction);
+  args.threads = threads;
+  const Heads& first = has_q ? args.q : args.k;
   const PositionsBuffer pos = read_positions(positions_obj, first.batch, first.seq, rope.pair_map().num_axes,
                                              "positions", fmt::format("q/k (layout \"{}\")", layout_text));
   args.positions = pos.view;
@@ -617,4 +610,5 @@ PYBIND11_MODULE(_ropekit, m) {
 
   bind_consumers(m);
   bind_positions(m);
+  bind_torch_abi(m, error);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,7 @@
 namespace ropekit::python {
 
 AngleMode parse_angles(std::string_view text);
+Direction parse_direction(std::string_view text);
 
 // An engine's cos/sin cache imported (Rope.import_cos_sin_cache) for the table= arguments of Rope.apply,
 // attention and the caches: its values, copied once.
@@ -41,6 +43,9 @@ class PyRope {
 
  private:
   std::string origin_;
+  // The PyTorch operators read the Ropes without the GIL (torch_abi.cpp): the lazily built hf_ and a
+  // set_current_length on another thread are ordered by this lock.
+  mutable std::mutex mutex_;
   std::shared_ptr<const Rope> accurate_;
   mutable std::shared_ptr<const Rope> hf_;
 };

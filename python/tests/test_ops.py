@@ -1,6 +1,8 @@
 """ropekit's torch.library operators (ropekit.ops): the kernel's bits through torch.ops, opcheck, autograd as the
 transpose rotation, torch.compile(fullgraph=True) with the same bits as eager, and ropekit.Error from the fake
 implementation inside a compiled graph. Skipped where PyTorch has no torch.library.custom_op (Debian's 1.13)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -38,6 +40,31 @@ def test_ops_give_the_kernels_bits(rope, layout, dtype, direction):
         assert torch.equal(q2, want_q) and torch.equal(k2, want_k)
     (only_q,) = torch.ops.ropekit.rotate(q, None, None, h, layout, direction, "accurate")
     assert torch.equal(only_q, rope.apply(q, None, None, layout=layout, inplace=False, direction=direction))
+
+
+def test_the_expected_operator_backend_is_loaded():
+    """The test command builds the C++ operator library and says so (ROPEKIT_EXPECT_OPS=c++): a library that failed to
+    build or load must fail here, not fall back to the Python registration unnoticed."""
+    expect = os.environ.get("ROPEKIT_EXPECT_OPS")
+    if not expect:
+        pytest.skip("ROPEKIT_EXPECT_OPS not set")
+    assert ops.BACKEND.startswith(expect), ops.BACKEND
+
+
+def test_empty_and_strided_tensors(rope):
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.float32, seq=0)
+    got_q, got_k = torch.ops.ropekit.rotate(q, k, torch.zeros((2, 0), dtype=torch.int64), h, "bshd", "forward",
+                                            "accurate")
+    assert got_q.shape == q.shape and got_k.shape == k.shape
+    # A transposed view in (bhsd memory read as bshd) and a non-contiguous positions tensor.
+    q, k = _qk("bhsd", torch.bfloat16, seed=7)
+    positions = torch.tensor([[3, 9], [1, 2], [4, 6], [1, 5], [5, 3]]).t()
+    qv, kv = q.transpose(1, 2), k.transpose(1, 2)
+    want = rope.apply(qv, kv, positions.contiguous(), layout="bshd", inplace=False)
+    got = torch.ops.ropekit.rotate(qv, kv, positions, h, "bshd", "forward", "accurate")
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert got[0].is_contiguous()
 
 
 def test_opcheck(rope):
@@ -101,14 +128,40 @@ def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
         return torch.ops.ropekit.rotate(q, k, None, h, "bshd", "forward", "accurate")
 
     q, k = _qk("bshd", torch.float32, d=64)
-    with pytest.raises(ropekit.Error, match="head_dim = 64"):
+    with pytest.raises(ropekit.Error, match="has head_dim 64"):
         f(q, k)
-    with pytest.raises(Exception, match="head_dim = 64"):
+    with pytest.raises(Exception, match="has head_dim 64"):
         torch.compile(f, fullgraph=True, backend="aot_eager")(q, k)
     with pytest.raises(ropekit.Error, match='layout = "nhd"'):
         torch.ops.ropekit.rotate(q, k, None, h, "nhd", "forward", "accurate")
     with pytest.raises(ropekit.Error, match="rope = 12345"):
         torch.ops.ropekit.rotate(q, k, None, 12345, "bshd", "forward", "accurate")
+
+
+def test_each_class_of_bad_input_is_a_ropekit_error_eagerly(rope):
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.float32)
+    cases = [
+        ((q.double(), k, None, h, "bshd", "forward", "accurate"), "q: dtype"),
+        ((q, k.half(), None, h, "bshd", "forward", "accurate"), "k: dtype"),
+        ((q, k, torch.zeros(2, 5), h, "bshd", "forward", "accurate"), "positions: dtype"),
+        ((q, k, torch.zeros(2, 4, dtype=torch.int64), h, "bshd", "forward", "accurate"), "positions: shape"),
+        ((q, k[:, :4], None, h, "bshd", "forward", "accurate"), "different tokens"),
+        ((q, k, None, h, "bshd", "sideways", "accurate"), 'direction = "sideways"'),
+        ((q, k, None, h, "bshd", "forward", "exact"), 'angles = "exact"'),
+        ((q[..., :64], k, None, h, "bshd", "forward", "accurate"), "has head_dim 64"),
+        ((q[0], k[0], None, h, "bshd", "forward", "accurate"), "dimensions"),
+        ((q, k, None, -3, "bshd", "forward", "accurate"), "rope = -3"),
+    ]
+    for args, match in cases:
+        for op in (torch.ops.ropekit.rotate, torch.ops.ropekit.rotate_):
+            with pytest.raises(ropekit.Error, match=match):
+                op(*args)
+    # The inverse rotation has no transpose to differentiate through.
+    q.requires_grad_(True)
+    (out,) = torch.ops.ropekit.rotate(q, None, None, h, "bshd", "inverse", "accurate")
+    with pytest.raises(ropekit.Error, match='direction = "inverse"'):
+        out.sum().backward()
 
 
 def test_rotate_with_an_engines_cache_is_vllms_rotary_embedding(rope):
