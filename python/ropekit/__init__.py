@@ -34,6 +34,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     pixtral_position_ids,
     presets,
     rejected_slot_ranges,
+    rotate_and_cache,
     scaling_variants,
     set_default_threads,
     set_simd_target,

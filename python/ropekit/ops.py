@@ -14,6 +14,10 @@ Operators (CPU tensors; float32 / bfloat16 / float16 storage, float32 arithmetic
     ropekit::rotate_(Tensor(a!) q, Tensor(b!)? k, ...) -> ()     in place
     ropekit::rotate_with_cache_(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int rope,
         str layout) -> ()                 vLLM's rotary_embedding call shape: an engine's own float32 cos/sin cache
+    ropekit::rotate_and_cache_(Tensor positions, Tensor(a!)? query, Tensor(b!) key, Tensor? value, Tensor slot_mapping,
+        Tensor(c!) key_cache, Tensor(d!)? value_cache, int rope, str cache_layout, float k_scale, float v_scale,
+        str angles) -> ()                the fused rotate-and-append into a paged KV cache (vLLM's rotary_embedding
+                                          + reshape_and_cache; fp8 e4m3 caches with a scale)
     ropekit::attention(Tensor q, Tensor k, Tensor v, Tensor? q_positions, Tensor? k_positions, int rope, str layout,
         bool causal, int window, float? softmax_scale, str angles) -> Tensor     attention with RoPE fused (forward)
 
@@ -39,7 +43,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"ropekit.ops needs PyTorch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "ropekit.torch.apply_rotary works without the operators")
 
-__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "attention", "LAYOUTS", "DIRECTIONS",
+__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "rotate_and_cache_", "attention", "LAYOUTS", "DIRECTIONS",
            "ANGLES", "BACKEND"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
@@ -281,6 +285,83 @@ def _rotate_with_cache_fake(positions, query, key, cache, rope, layout):
 _lib.impl("rotate_with_cache_", _rotate_with_cache_cpu, "CPU")
 torch.library.register_fake("ropekit::rotate_with_cache_", _rotate_with_cache_fake, lib=_lib)
 rotate_with_cache_ = torch.ops.ropekit.rotate_with_cache_
+
+
+# ---- The fused rotate-and-append into a paged KV cache, as an operator ------------------------------------------------
+#
+#   torch.ops.ropekit.rotate_and_cache_(positions, query, key, value, slot_mapping, key_cache, value_cache, rope,
+#                                       cache_layout, k_scale, v_scale, angles)
+#
+# What an engine runs for each batch of new tokens (vLLM's rotary_embedding + reshape_and_cache in one pass;
+# ropekit/append.hpp): query ([tokens, heads, head_dim], or vLLM's flattened [tokens, heads · head_dim]; may be None)
+# and key ([tokens, kv_heads, head_dim], or flattened) rotated in place, and the rotated key and the value written to
+# the cache slots of slot_mapping (int32/int64, −1: not cached) in key_cache / value_cache — [pages, page_size,
+# kv_heads, dim] for cache_layout "nhd", [pages, kv_heads, page_size, dim] for "hnd" — of float32, bfloat16, float16
+# or float8_e4m3fn (stored = e4m3(x / scale), k_scale and v_scale; 1 for the other types). value and value_cache may
+# both be None (a keys-only cache). The bits of rotate_, then a conversion to the cache type, then a copy.
+_lib.define("rotate_and_cache_(Tensor positions, Tensor(a!)? query, Tensor(b!) key, Tensor? value, "
+            "Tensor slot_mapping, Tensor(c!) key_cache, Tensor(d!)? value_cache, int rope, str cache_layout, "
+            "float k_scale, float v_scale, str angles) -> ()")
+
+
+def _unflatten(t: Optional[torch.Tensor], name: str, head_dim: int) -> Optional[torch.Tensor]:
+    if t is None or t.dim() != 2:
+        return t
+    if t.shape[-1] % head_dim != 0:
+        raise Error(f"{name}: {t.shape[-1]} lanes per token: not a multiple of head_dim = {head_dim}")
+    return t.view(t.shape[0], -1, head_dim)  # vLLM's flattened heads
+
+
+_CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+
+
+def _rotate_and_cache_check(positions, query, key, value, slot_mapping, key_cache, value_cache, rope, cache_layout,
+                            k_scale, v_scale, angles):
+    """What the binding checks first (shapes and types), for the fake implementation and before the real call."""
+    r, head_dim = _entry(rope)
+    if cache_layout not in ("nhd", "hnd"):
+        raise Error(f'cache_layout = "{cache_layout}": "nhd" ([pages, page_size, kv_heads, dim]) or "hnd" '
+                    "([pages, kv_heads, page_size, dim])")
+    if angles not in ANGLES:
+        raise Error(f'angles = "{angles}": one of {", ".join(ANGLES)}')
+    query, key = _unflatten(query, "query", head_dim), _unflatten(key, "key", head_dim)
+    if (value is None) != (value_cache is None):
+        raise Error("value and value_cache: give both (keys and values) or neither (a keys-only cache, MLA)")
+    for name, t in (("key_cache", key_cache), ("value_cache", value_cache)):
+        if t is None:
+            continue
+        if t.dtype not in _CACHE_DTYPES:
+            raise Error(f"{name}: dtype {t.dtype} is not a cache type (float32, bfloat16, float16, float8_e4m3fn)")
+        if t.dim() != 4:
+            raise Error(f"{name}: {t.dim()} dimensions; a paged cache is [pages, page_size, kv_heads, dim] or "
+                        "[pages, kv_heads, page_size, dim]")
+    if value is not None and value.dim() == 2:
+        value = value.view(value.shape[0], key.shape[1], -1)
+    _check(query if query is not None else key, key, None, rope, "thd", "forward", angles)
+    if key.dim() != 3:
+        raise Error(f"key: {key.dim()} dimensions; [tokens, kv_heads, head_dim] (or flattened) expected")
+    for name, t in (("positions", positions), ("slot_mapping", slot_mapping)):
+        if t.dtype not in (torch.int32, torch.int64):
+            raise Error(f"{name}: dtype {t.dtype}: must be int32 or int64")
+    return r, query, key, value
+
+
+def _rotate_and_cache_cpu(positions, query, key, value, slot_mapping, key_cache, value_cache, rope, cache_layout,
+                          k_scale, v_scale, angles):
+    r, query, key, value = _rotate_and_cache_check(positions, query, key, value, slot_mapping, key_cache, value_cache,
+                                                   rope, cache_layout, k_scale, v_scale, angles)
+    from . import rotate_and_cache
+    rotate_and_cache(r, key_cache, value_cache, key, value, slot_mapping, query=query, positions=positions,
+                     cache_layout=cache_layout, k_scale=k_scale, v_scale=v_scale, angles=angles)
+
+
+def _rotate_and_cache_fake(*args):
+    _rotate_and_cache_check(*args)
+
+
+_lib.impl("rotate_and_cache_", _rotate_and_cache_cpu, "CPU")
+torch.library.register_fake("ropekit::rotate_and_cache_", _rotate_and_cache_fake, lib=_lib)
+rotate_and_cache_ = torch.ops.ropekit.rotate_and_cache_
 
 
 # ---- Attention with RoPE fused into its tile loads, as an operator --------------------------------------------------

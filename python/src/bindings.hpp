@@ -15,6 +15,9 @@ void bind_consumers(pybind11::module_& m);
 
 // Position ids beyond one text stream: packing, context-parallel shards, draft trees (positions.cpp).
 void bind_positions(pybind11::module_& m);
+// ropekit.rotate_and_cache: the fused rotate-and-append into a paged KV cache (append.cpp).
+void bind_append(pybind11::module_& m);
+
 // The handle registry and the C table the PyTorch operator library calls (torch_abi.h); `error` is ropekit.Error.
 void bind_torch_abi(pybind11::module_& m, pybind11::handle error);
 

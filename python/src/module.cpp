@@ -611,4 +611,5 @@ PYBIND11_MODULE(_ropekit, m) {
   bind_consumers(m);
   bind_positions(m);
   bind_torch_abi(m, error);
+  bind_append(m);
 }

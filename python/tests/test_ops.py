@@ -196,6 +196,91 @@ def test_rotate_with_an_engines_cache_is_vllms_rotary_embedding(rope):
         torch.ops.ropekit.rotate_with_cache_(positions, torch.randn(4, 100), None, cache, h, "thd")
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("cache_layout", ["nhd", "hnd"])
+def test_rotate_and_cache_is_rotate_then_convert_then_store(rope, cache_dtype, cache_layout):
+    """The fused append against its definition: rotate (the operator's own bits), convert each stored element to the
+    cache type (fp8: e4m3(x / scale), torch's round-to-nearest-even conversion), copy to the token's slot; every
+    other cache entry untouched."""
+    h = ops.handle(rope)
+    g = torch.Generator().manual_seed(11)
+    tokens, heads, kv_heads, d, pages, page_size = 7, 4, 2, 128, 5, 4
+    query = torch.randn(tokens, heads, d, generator=g).to(torch.bfloat16)
+    key = torch.randn(tokens, kv_heads, d, generator=g).to(torch.bfloat16)
+    value = torch.randn(tokens, kv_heads, 64, generator=g).to(torch.bfloat16)
+    positions = torch.tensor([5, 900, 3, 70000, 12, 12, 1])
+    slots = torch.tensor([3, 17, -1, 0, 8, 19, 4], dtype=torch.int32)  # −1: padding, not cached
+    k_scale, v_scale = (0.03, 0.02) if cache_dtype == torch.float8_e4m3fn else (1.0, 1.0)
+    shape = (lambda dim: (pages, page_size, kv_heads, dim)) if cache_layout == "nhd" else \
+        (lambda dim: (pages, kv_heads, page_size, dim))
+    key_cache = torch.randn(shape(d), generator=g).to(cache_dtype)
+    value_cache = torch.randn(shape(64), generator=g).to(cache_dtype)
+    want_q, want_k = rope.apply(query, key, positions, layout="thd", inplace=False)
+    want_kc, want_vc = key_cache.clone(), value_cache.clone()
+    for t, slot in enumerate(slots.tolist()):
+        if slot < 0:
+            continue
+        page, entry = divmod(slot, page_size)
+        kk = (want_k[t].float() / k_scale).to(cache_dtype)
+        vv = (value[t].float() / v_scale).to(cache_dtype)
+        if cache_layout == "nhd":
+            want_kc[page, entry], want_vc[page, entry] = kk, vv
+        else:
+            want_kc[page, :, entry], want_vc[page, :, entry] = kk, vv
+    q2, k2 = query.clone(), key.clone()
+    torch.ops.ropekit.rotate_and_cache_(positions, q2, k2, value, slots, key_cache, value_cache, h, cache_layout,
+                                        k_scale, v_scale, "accurate")
+    assert torch.equal(q2, want_q) and torch.equal(k2, want_k)
+    bits = (lambda t: t.view(torch.uint8)) if cache_dtype == torch.float8_e4m3fn else (lambda t: t)
+    assert torch.equal(bits(key_cache), bits(want_kc)) and torch.equal(bits(value_cache), bits(want_vc))
+
+
+def test_rotate_and_cache_flattened_compiled_and_bad_input(rope):
+    h = ops.handle(rope)
+    g = torch.Generator().manual_seed(12)
+    query = torch.randn(3, 4 * 128, generator=g)  # vLLM's flattened [tokens, heads · head_dim]
+    key = torch.randn(3, 2 * 128, generator=g)
+    value = torch.randn(3, 2 * 128, generator=g)
+    positions = torch.tensor([0, 1, 2])
+    slots = torch.tensor([2, 0, 1])
+
+    def step(query, key, value, key_cache, value_cache):
+        torch.ops.ropekit.rotate_and_cache_(positions, query, key, value, slots, key_cache, value_cache, h, "nhd",
+                                            1.0, 1.0, "hf")
+        return query * 1, key_cache + 0
+
+    caches = [torch.zeros(1, 4, 2, 128) for _ in range(2)]
+    torch.library.opcheck(torch.ops.ropekit.rotate_and_cache_.default,
+                          (positions, query.clone(), key.clone(), value, slots, caches[0].clone(), caches[1].clone(), h,
+                           "nhd", 1.0, 1.0, "accurate"))
+    eager = step(query.clone(), key.clone(), value, *[c.clone() for c in caches])
+    compiled = torch.compile(step, fullgraph=True)(query.clone(), key.clone(), value, *[c.clone() for c in caches])
+    assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+    want_q, want_k = rope.apply(query.view(3, 4, 128), key.view(3, 2, 128), positions, layout="thd", inplace=False,
+                                angles="hf")
+    assert torch.equal(eager[0].view(3, 4, 128), want_q) and torch.equal(eager[1][0, 2], want_k[0])
+
+    def call(**change):
+        args = dict(positions=positions, query=query.clone(), key=key.clone(), value=value, slot_mapping=slots,
+                    key_cache=caches[0].clone(), value_cache=caches[1].clone(), rope=h, cache_layout="nhd",
+                    k_scale=1.0, v_scale=1.0, angles="accurate")
+        args.update(change)
+        torch.ops.ropekit.rotate_and_cache_(*args.values())
+
+    with pytest.raises(ropekit.Error, match='cache_layout = "bnhd"'):
+        call(cache_layout="bnhd")
+    with pytest.raises(ropekit.Error, match="key_cache: dtype torch.float64"):
+        call(key_cache=caches[0].double())
+    with pytest.raises(ropekit.Error, match="slot"):
+        call(slot_mapping=torch.tensor([2, 0, 4]))  # slot 4 of a 4-slot cache
+    with pytest.raises(ropekit.Error, match="give both"):
+        call(value=None)
+    with pytest.raises(ropekit.Error, match="k_scale"):
+        call(k_scale=0.5)  # a float32 cache stores values as they are: scale 1
+    with pytest.raises(ropekit.Error, match="not a multiple of head_dim"):
+        call(key=torch.randn(3, 200))
+
+
 def test_attention_operator(rope):
     """torch.ops.ropekit.attention = ropekit.attention (the same call), GQA, with and without RoPE; opcheck; inside
     torch.compile(fullgraph) with the eager bits; bad shapes raise ropekit.Error from the fake too."""

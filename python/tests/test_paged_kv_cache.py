@@ -75,3 +75,36 @@ def test_bad_input():
         ropekit.PagedKvCache(rope, 2, 4, 2, 2, dtype="int8")
     with pytest.raises(ropekit.Error, match="layout"):
         ropekit.PagedKvCache(rope, 2, 4, 2, 2, layout="bshd")
+
+
+def test_rotate_and_cache_on_numpy_arrays():
+    """ropekit.rotate_and_cache with NumPy: the float16 cache holds NumPy's own rounding (round to nearest even) of
+    the rotated key, at each token's slot; the key itself rotated in place; fp8 caches as uint8 bits need
+    cache_dtype."""
+    rope = ropekit.Rope.from_preset("llama-3.1-8b")
+    rng = np.random.default_rng(3)
+    key = rng.standard_normal((5, 2, 128)).astype(np.float32)
+    value = rng.standard_normal((5, 2, 32)).astype(np.float32)
+    positions = np.array([9, 4, 1000, 0, 77])
+    slots = np.array([6, -1, 0, 3, 1], dtype=np.int64)
+    key_cache = np.full((2, 4, 2, 128), 7.0, dtype=np.float16)
+    value_cache = np.full((2, 4, 2, 32), 7.0, dtype=np.float16)
+    want_k = rope.apply(key, None, positions[None], layout="thd", inplace=False)
+    k = key.copy()
+    ropekit.rotate_and_cache(rope, key_cache, value_cache, k, value, slots, positions=positions)
+    np.testing.assert_array_equal(k, want_k)
+    for t, slot in enumerate(slots):
+        page, entry = divmod(int(slot), 4)
+        if slot >= 0:
+            np.testing.assert_array_equal(key_cache[page, entry], want_k[t].astype(np.float16))
+            np.testing.assert_array_equal(value_cache[page, entry], value[t].astype(np.float16))
+    assert (key_cache[1, 1] == 7.0).all() and (key_cache[0, 2] == 7.0).all()  # slots 5 and 2: no token
+    with pytest.raises(ropekit.Error, match="cache_dtype"):
+        ropekit.rotate_and_cache(rope, np.zeros((2, 4, 2, 128), np.uint8), np.zeros((2, 4, 2, 32), np.uint8), key,
+                                 value, slots)
+    ropekit.rotate_and_cache(rope, np.zeros((2, 4, 2, 128), np.uint8), np.zeros((2, 4, 2, 32), np.uint8), key, value,
+                             slots, cache_dtype="f8e4m3", k_scale=0.05, v_scale=0.05)
+    with pytest.raises(ropekit.Error, match="slot_mapping is None"):
+        ropekit.rotate_and_cache(rope, key_cache, value_cache, key, value, None)
+    with pytest.raises(ropekit.Error, match="C-contiguous"):
+        ropekit.rotate_and_cache(rope, key_cache[:, ::2], value_cache, key, value, slots)
