@@ -43,7 +43,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"ropekit.ops needs PyTorch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "ropekit.torch.apply_rotary works without the operators")
 
-__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "rotate_and_cache_", "attention", "LAYOUTS", "DIRECTIONS",
+__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "rotate_and_cache_", "cos_sin", "attention", "LAYOUTS", "DIRECTIONS",
            "ANGLES", "BACKEND"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
@@ -82,6 +82,7 @@ _CPP, BACKEND = _load_cpp_operators()
 # Ropes by handle (python/src/torch_abi.cpp keeps the registry the C++ operators read): a handle names the same Rope
 # for the life of the process (a model holds a handful).
 _ROPES: dict = {}
+_SHAPES: dict = {}  # handle → (rotary_dim, position streams)
 
 
 def handle(rope: Rope) -> int:
@@ -90,7 +91,10 @@ def handle(rope: Rope) -> int:
         raise Error(f"rope: expected a ropekit.Rope, got {type(rope).__name__}")
     key = _ropekit._torch_handle(rope)
     if key not in _ROPES:
-        _ROPES[key] = (rope, rope.spec["head_dim"])  # Rope.spec builds a dict: read once, not per call
+        spec = rope.spec  # Rope.spec builds a dict: read once, not per call
+        _ROPES[key] = (rope, spec["head_dim"])
+        streams = 3 if spec["mrope_section"] is not None else len(spec["axial_sections"] or [None])
+        _SHAPES[key] = (spec["rotary_dim"], streams)
     return key
 
 
@@ -362,6 +366,48 @@ def _rotate_and_cache_fake(*args):
 _lib.impl("rotate_and_cache_", _rotate_and_cache_cpu, "CPU")
 torch.library.register_fake("ropekit::rotate_and_cache_", _rotate_and_cache_fake, lib=_lib)
 rotate_and_cache_ = torch.ops.ropekit.rotate_and_cache_
+
+
+# ---- cos/sin at positions, as an operator ---------------------------------------------------------------------------
+#
+#   torch.ops.ropekit.cos_sin(positions, rope, angles) -> (cos, sin)
+#
+# Rope.cos_sin(positions, layout="hf", angles=...) as float32 tensors of shape positions.shape + [rotary_dim]
+# (M-RoPE / axial: the leading streams axis consumed), magnitude included: what a rotary module returns. An operator so
+# that ropekit.torch.RotaryEmbedding(angles="accurate") and a model patched with it compile without a graph break.
+_lib.define("cos_sin(Tensor positions, int rope, str angles) -> (Tensor, Tensor)")
+
+
+def _cos_sin_shape(positions, rope, angles):
+    r, _ = _entry(rope)
+    if angles not in ANGLES:
+        raise Error(f'angles = "{angles}": one of {", ".join(ANGLES)}')
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise Error(f"positions: dtype {positions.dtype}: must be int32 or int64")
+    rotary_dim, axes = _SHAPES[rope]
+    shape = tuple(positions.shape)
+    if axes > 1:
+        if not shape or shape[0] != axes:
+            raise Error(f"positions: shape {shape}; the spec needs {axes} position streams first")
+        shape = shape[1:]
+    return r, shape + (rotary_dim,)
+
+
+def _cos_sin_cpu(positions, rope, angles):
+    r, _ = _cos_sin_shape(positions, rope, angles)
+    cos, sin = r.cos_sin(positions.detach(), layout="hf", angles=angles)
+    return torch.from_numpy(cos), torch.from_numpy(sin)
+
+
+def _cos_sin_fake(positions, rope, angles):
+    _, shape = _cos_sin_shape(positions, rope, angles)
+    return (torch.empty(shape, dtype=torch.float32, device=positions.device),
+            torch.empty(shape, dtype=torch.float32, device=positions.device))
+
+
+_lib.impl("cos_sin", _cos_sin_cpu, "CPU")
+torch.library.register_fake("ropekit::cos_sin", _cos_sin_fake, lib=_lib)
+cos_sin = torch.ops.ropekit.cos_sin
 
 
 # ---- Attention with RoPE fused into its tile loads, as an operator --------------------------------------------------

@@ -22,6 +22,11 @@ import torch
 
 from ._ropekit import Error, Rope
 
+try:  # the torch.library operators (PyTorch >= 2.4); Debian's 1.13 keeps the NumPy path
+    from . import ops as _ops
+except ImportError:
+    _ops = None
+
 __all__ = [
     "RotaryFunction", "apply_rotary", "RotaryEmbedding", "rotate_half", "apply_rotary_pos_emb",
     "apply_multimodal_rotary_pos_emb", "patch",
@@ -107,6 +112,8 @@ class RotaryEmbedding(torch.nn.Module):
         self.rope = _rope_of(config, layer_type, pairing)
         self.angles = angles
         self.attention_scaling = self.rope.cos_sin_scale
+        self._spec = self.rope.spec  # the same for the Rope's life (set_current_length changes the plan only)
+        self._handle = _ops.handle(self.rope) if _ops is not None else None  # outside forward: traced code
         self.register_buffer("inv_freq", torch.from_numpy(self.rope.inv_freq).to(device), persistent=False)
         # Length-dependent plans follow Hugging Face's dynamic_rope_update unless follow_length=False (then only
         # set_current_length changes them): LongRoPE takes the long factors when max(position_ids) + 1 exceeds
@@ -134,7 +141,15 @@ class RotaryEmbedding(torch.nn.Module):
         return cos.reshape(*lead, -1, cos.shape[-1]), sin.reshape(*lead, -1, sin.shape[-1])
 
     def _accurate(self, position_ids: torch.Tensor):
-        spec = self.rope.spec
+        spec = self._spec
+        if _ops is not None:
+            # Through the operator: no graph break under torch.compile (a NumPy round trip would be one).
+            h = self._handle
+            pos = position_ids.cpu()
+            if spec["mrope_section"] is not None and not spec["mrope_interleaved"]:
+                outs = [_ops.cos_sin(torch.stack([pos[a]] * 3), h, "accurate") for a in range(3)]
+                return torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])
+            return _ops.cos_sin(pos, h, "accurate")
         pos = position_ids.detach().cpu().numpy()
         if spec["mrope_section"] is not None and not spec["mrope_interleaved"]:
             # Each stream's own cos/sin (Qwen2-VL's module output): all three streams at stream a.
@@ -162,7 +177,7 @@ class RotaryEmbedding(torch.nn.Module):
         if self.angles == "hf":
             cos, sin = self._hf(position_ids)
         else:
-            cos, sin = (torch.from_numpy(a) for a in self._accurate(position_ids))
+            cos, sin = (torch.as_tensor(a) for a in self._accurate(position_ids))
         return cos.to(device=x.device, dtype=x.dtype), sin.to(device=x.device, dtype=x.dtype)
 
 

@@ -104,6 +104,23 @@ def test_patched_model_under_torch_compile():
     assert torch.equal(got, want)
 
 
+def test_patched_model_with_accurate_angles_compiles_without_a_graph_break_of_its_own():
+    """angles="accurate" forms cos/sin through torch.ops.ropekit.cos_sin: the patched model has the graph breaks the
+    model has (none of its own), and compiled it stays within the accurate angles' bound of HF compiled."""
+    config = _configs()["qwen2.5-yarn"]
+    reference, patched = _model(config), rt.patch(_model(config), angles="accurate")
+    ids = torch.randint(0, config.vocab_size, (1, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        breaks = [torch._dynamo.explain(m)(ids).graph_break_count for m in (reference, patched)]
+        assert breaks[1] == breaks[0], breaks
+        want = torch.compile(reference)(ids).logits
+        got = torch.compile(patched)(ids).logits
+        eager = patched(ids).logits
+    moved = float((got - want).abs().max())
+    assert 0 < moved <= 2e-6 * float(want.abs().max()), moved
+    assert float((got - eager).abs().max()) <= 2e-6 * float(want.abs().max())
+
+
 def test_patch_refuses_a_model_type_it_does_not_know():
     from transformers import LlamaConfig
     model = _model(LlamaConfig(**SMALL))
