@@ -1,15 +1,21 @@
-// The CUDA rotation kernel on a GPU (label cuda; skipped where no GPU is present): every case of the rotation case
-// table (angles from its table, or accurate on the fly) uploaded, rotated by the kernel, downloaded, and compared with
-// the scalar reference bit for bit, guard regions included — the same comparison tests/cuda_host_test.cpp makes for the
-// host's run of the same body.
+// The CUDA kernels on a GPU (label cuda; skipped where no GPU is present): every case of the rotation case table
+// (angles from its table, or accurate on the fly) uploaded, rotated by the kernel, downloaded, and compared with the
+// scalar reference bit for bit, guard regions included; the fused append's and the K-shift's cases against the CPU's
+// AppendCall and PagedKvCache byte for byte — the same comparisons tests/cuda_host_test.cpp makes for the host's run
+// of the same bodies.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
 
+#include "attention/attention_internal.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda/rotate_kernel.hpp"
+#include "cuda_append_cases.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
@@ -111,6 +117,204 @@ TEST(CudaDevice, RotationKernelEqualsTheReference) {
   }
   std::printf("%s: %d cases (table and accurate on-the-fly angles) equal the reference\n", prop.name, ran);
   EXPECT_GT(ran, 600);
+}
+
+// Host memory regions mirrored on the device: any pointer into a region maps to the same offset in its copy.
+struct Mirror {
+  std::vector<std::unique_ptr<DeviceCopy>> copies;
+  void add(const void* data, std::size_t bytes) {
+    if (data != nullptr && bytes > 0) copies.push_back(std::make_unique<DeviceCopy>(data, bytes));
+  }
+  template <class T>
+  T* map(T* p) const {
+    if (p == nullptr) return nullptr;
+    const auto* b = reinterpret_cast<const std::byte*>(p);
+    for (const auto& c : copies) {
+      if (b >= c->host && b < c->host + c->size) return c->map(p);
+    }
+    ADD_FAILURE() << "a pointer outside every mirrored region";
+    return nullptr;
+  }
+  cuda::View map(cuda::View v) const {
+    v.data = map(v.data);
+    return v;
+  }
+  // The rotation's shape: its views, lanes, positions, table or turns.
+  void map(cuda::RotateShape& s) const {
+    s.q_in = map(s.q_in);
+    s.q_out = map(s.q_out);
+    s.k_in = map(s.k_in);
+    s.k_out = map(s.k_out);
+    s.lane_a = map(s.lane_a);
+    s.lane_b = map(s.lane_b);
+    s.axis = map(s.axis);
+    s.positions = map(s.positions);
+    s.cos = map(s.cos);
+    s.sin = map(s.sin);
+    s.turns_hi = map(s.turns_hi);
+    s.turns_lo = map(s.turns_lo);
+  }
+};
+
+// The angle sources of a rotation shape: the lanes, the table (whole) or the turns.
+void add_angles(Mirror& m, const cuda::RotateShape& s, const detail::CudaLanes& lanes, const detail::RotateJob& job) {
+  m.add(lanes.lane_a.data(), lanes.lane_a.size() * 4);
+  m.add(lanes.lane_b.data(), lanes.lane_b.size() * 4);
+  m.add(lanes.axis.data(), lanes.axis.size());
+  if (job.table != nullptr) {
+    const std::size_t bytes = std::size_t(job.table->num_positions()) * std::size_t(job.table->num_pairs()) * 4;
+    m.add(s.cos, bytes);
+    m.add(s.sin, bytes);
+  } else {
+    m.add(s.turns_hi, std::size_t(s.pairs) * 8);
+    m.add(s.turns_lo, std::size_t(s.pairs) * 8);
+  }
+}
+
+bool have_device() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+TEST(CudaDevice, AppendKernelEqualsTheCpu) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  using namespace cuda_cases;
+  int ran = 0;
+  for (const Spec& spec : append_specs()) {
+    const Rope rope(spec);
+    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
+      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+          for (const Variant variant : kVariants) {
+            for (const bool far : {false, true}) {
+              SCOPED_TRACE(::testing::Message()
+                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << (spec.mrope ? " mrope " : " ")
+                           << to_string(storage) << "->" << to_string(cache) << " " << to_string(layout) << " variant "
+                           << int(variant) << (far ? " far" : ""));
+              const AppendCase c{spec, storage, cache, layout, variant, far};
+              AppendBuffers want(c), got(c);
+              prepare_append(rope, want.args, want.cache).run();
+              const AppendCall call = prepare_append(rope, got.args, got.cache);
+              const detail::AppendJob job = detail::AppendAccess::job(call);
+              detail::CudaLanes lanes;
+              cuda::AppendShape a;
+              ASSERT_TRUE(detail::make_cuda_append_shape(job, lanes, a));
+              Mirror m;
+              for (Memory* buffer : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+                m.add(buffer->bytes.data(), buffer->bytes.size());
+              add_angles(m, a.rot, lanes, *job.rotation);
+              m.add(got.pos.data(), got.pos.size() * 8);
+              m.add(job.slots.data(), job.slots.size() * 8);
+              m.add(job.q_weight.data(), job.q_weight.size() * 4);
+              m.add(job.k_weight.data(), job.k_weight.size() * 4);
+              ASSERT_EQ(a.rot.positions, static_cast<const void*>(got.pos.data())) << "int64 positions, read in place";
+              m.map(a.rot);
+              a.k_out = m.map(a.k_out);
+              a.k_nope = m.map(a.k_nope);
+              a.v = m.map(a.v);
+              a.slots = m.map(a.slots);
+              a.cache_k = m.map(a.cache_k);
+              a.cache_v = m.map(a.cache_v);
+              a.q_weight = m.map(a.q_weight);
+              a.k_weight = m.map(a.k_weight);
+              ASSERT_EQ(cuda::launch_append(a, nullptr, 96), 0);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              // The eight buffers were mirrored first; the angles, slots and weights were only read.
+              for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+              for (Memory AppendBuffers::*b :
+                   {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out,
+                    &AppendBuffers::k_nope, &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
+                ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
+              }
+              ++ran;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("fused append kernel: %d cases equal the CPU's AppendCall byte for byte\n", ran);
+  EXPECT_EQ(ran, 720);
+}
+
+TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const Spec spec{.head_dim = 64,
+                  .rotary_dim = 32,
+                  .base = 10000.0,
+                  .pairing = Pairing::Interleaved,
+                  .scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 32}};
+  const Rope rope(spec, AngleMode::Accurate, 16), grown(spec, AngleMode::Accurate, 4096);
+  int ran = 0;
+  for (const CacheDType dtype : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+    for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+      for (const bool rerotate : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << to_string(dtype) << " " << to_string(layout) << (rerotate ? " rerotate" : " shift"));
+        const std::int64_t kv = 2, d = 64, page_size = 4, n = 12;
+        PagedKvCache cache(rope, {.num_pages = 4,
+                                  .page_size = page_size,
+                                  .kv_heads = kv,
+                                  .dtype = dtype,
+                                  .layout = layout,
+                                  .k_scale = dtype == CacheDType::F8E4M3 ? 0.3f : 1.0f,
+                                  .max_sequences = 1});
+        cuda_cases::Memory k(std::size_t(n * kv * d) * 4, 31, DType::F32),
+            v(std::size_t(n * kv * d) * 4, 32, DType::F32);
+        std::vector<std::int64_t> pos(n);
+        for (std::int64_t t = 0; t < n; ++t) pos[std::size_t(t)] = 100 + 3 * t;
+        const std::vector<std::int32_t> seq_of(n, 0);
+        cache.append(rope, seq_of,
+                     {.k = bshd(k.data(), DType::F32, 1, n, kv, d),
+                      .v = bshd(v.data(), DType::F32, 1, n, kv, d),
+                      .positions = positions(pos)});
+        const PagedCache& pc = cache.cache();
+        const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * kv * d * element_size(dtype));
+        std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+        std::vector<std::int64_t> slots;
+        for (std::int64_t e = 0; e < n; ++e)
+          slots.push_back(std::int64_t(cache.pages(0)[std::size_t(e / page_size)]) * page_size + e % page_size);
+        std::vector<float> rows(std::size_t(n * kv * d));
+        const auto turns = [&](const Rope& r, std::span<const std::int64_t> at, Direction direction) {
+          return r.prepare(
+              {.k = bshd(rows.data(), DType::F32, 1, n, kv, d), .positions = positions(at), .direction = direction});
+        };
+        const std::vector<std::int64_t> steps(std::size_t(n), 77);
+        std::vector<RotateCall> calls;
+        if (rerotate) {
+          calls.push_back(turns(rope, pos, Direction::Inverse));
+          calls.push_back(turns(grown, pos, Direction::Forward));
+          ASSERT_TRUE(cache.rerotate(0, rope, grown));
+        } else {
+          calls.push_back(turns(rope, steps, Direction::Inverse));
+          cache.seq_add(0, -1, -1, -77);
+        }
+        std::vector<const detail::RotateJob*> jobs;
+        for (const RotateCall& call : calls) jobs.push_back(&call.job());
+        PagedCache copy = pc;
+        copy.k = mine.data();
+        detail::CudaLanes lanes;
+        cuda::KShiftShape s;
+        ASSERT_TRUE(detail::make_cuda_kshift_shape(jobs, copy, slots, lanes, s));
+        Mirror m;
+        m.add(mine.data(), mine.size());
+        m.add(slots.data(), slots.size() * 8);
+        m.add(pos.data(), pos.size() * 8);
+        m.add(steps.data(), steps.size() * 8);
+        for (int c = 0; c < s.num_calls; ++c) add_angles(m, s.calls[c], lanes, *jobs[std::size_t(c)]);
+        for (int c = 0; c < s.num_calls; ++c) m.map(s.calls[c]);
+        s.slots = m.map(s.slots);
+        s.cache.cache_k = m.map(s.cache.cache_k);
+        ASSERT_EQ(cuda::launch_kshift(s, nullptr, 96), 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        m.copies.front()->back(mine.data());
+        ASSERT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0);
+        ++ran;
+      }
+    }
+  }
+  std::printf("K-shift kernel: %d cases equal the CPU's PagedKvCache byte for byte\n", ran);
+  EXPECT_EQ(ran, 16);
 }
 
 }  // namespace

@@ -2,15 +2,22 @@
 // logic): bit for bit against the scalar reference over the rotation case table (both pairings, partial rotary,
 // M-RoPE and axial streams, fp32/bf16/fp16, forward/inverse/backward, in and out of place, strided and offset
 // views, guards included), and the device codecs against ropekit/dtype.hpp over every bf16 and fp16 pattern and
-// the float32 rounding boundaries. No GPU or CUDA toolkit is needed: the same bodies compile under nvcc.
+// the float32 rounding boundaries; the fused append's body against the CPU's AppendCall over storage and cache types,
+// page layouts, slot mappings and page tables, live keys, QK-norm (per head and across heads), MLA entries and
+// M-RoPE, every byte of every buffer compared, guards included. No GPU or CUDA toolkit is needed: the same bodies
+// compile under nvcc.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <vector>
 
+#include "attention/attention_internal.hpp"
 #include "cuda/device_math.hpp"
 #include "cuda/host_grid.hpp"
+#include "cuda_append_cases.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
@@ -19,6 +26,7 @@
 namespace {
 
 using namespace ropekit;
+using namespace ropekit::cuda_cases;
 
 bool both_nan(float a, float b) { return std::isnan(a) && std::isnan(b); }
 
@@ -98,6 +106,162 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
       "HfCompat-on-the-fly cases left to the CPU\n",
       ran, skipped);
   EXPECT_GT(ran, 600);
+}
+
+// ---- the fused append
+// ------------------------------------------------------------------------------------------------
+
+// The body's conversion into an fp8 cache divides by the scale (the CPU's x / scale, not x · (1 / scale)): inputs
+// whose quotient lands on either side of every e4m3 rounding boundary, for scales that are not powers of two.
+TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
+  cuda::AppendShape shape;
+  shape.cache = cuda::CacheStorage::E4M3;
+  shape.cache_element_size = 1;
+  int checked = 0;
+  for (const float scale : {0.3f, 0.07f, 1.7f, 0.013f}) {
+    for (std::uint32_t b = 0; b < 0x7e; ++b) {
+      const float lo = e4m3_to_float(static_cast<std::uint8_t>(b)),
+                  hi = e4m3_to_float(static_cast<std::uint8_t>(b + 1));
+      const float tie = lo + (hi - lo) / 2;
+      float x = tie * scale;
+      for (int step = 0; step < 8; ++step, x = std::nextafter(x, 1e30f)) {
+        for (const float v : {x, -x}) {
+          std::uint8_t got = 0;
+          cuda::to_cache(shape, cuda::Storage::F32, reinterpret_cast<const char*>(&v), scale,
+                         reinterpret_cast<char*>(&got));
+          ASSERT_EQ(got, float_to_e4m3(v / scale)) << v << " / " << scale;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 8000);
+}
+
+TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
+  int ran = 0;
+  for (const Spec& spec : append_specs()) {
+    const Rope rope(spec);
+    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
+      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+          for (const Variant variant : kVariants) {
+            for (const bool far : {false, true}) {
+              const AppendCase c{spec, storage, cache, layout, variant, far};
+              SCOPED_TRACE(::testing::Message()
+                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << (spec.mrope ? " mrope " : " ")
+                           << to_string(storage) << "->" << to_string(cache) << " " << to_string(layout) << " variant "
+                           << int(variant) << (far ? " far" : ""));
+              AppendBuffers want(c), got(c);
+              prepare_append(rope, want.args, want.cache).run();
+              const AppendCall call = prepare_append(rope, got.args, got.cache);
+              // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial.
+              ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96));
+              const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
+                  {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+                  {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+                  {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+              for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+              ++ran;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte\n", ran);
+  EXPECT_EQ(ran, 720);
+}
+
+// ---- the K-shift and re-rotation -----------------------------------------------------------------------------------
+
+// The CPU's PagedKvCache turns its own entries (shift_entries: R(δ), magnitude 1; rerotate: un-rotate under the old
+// plan, rotate under the new); the body turns a copy of the same key memory at the same slots. Every key byte
+// compared, untouched entries included.
+TEST(CudaHost, KShiftBodyOverTheLaunchGridEqualsTheCpu) {
+  const Spec half{.head_dim = 64,
+                  .rotary_dim = 64,
+                  .base = 10000.0,
+                  .pairing = Pairing::Half,
+                  .scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 32}};
+  Spec partial = half;
+  partial.rotary_dim = 32;
+  partial.pairing = Pairing::Interleaved;
+  int ran = 0;
+  for (const Spec& spec : {half, partial}) {
+    const Rope rope(spec, AngleMode::Accurate, 16), grown(spec, AngleMode::Accurate, 4096);
+    for (const CacheDType dtype : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+      for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+        for (const std::int64_t delta : {std::int64_t{5}, std::int64_t{-37}, std::int64_t{0}}) {  // 0: rerotate
+          SCOPED_TRACE(::testing::Message() << to_string(spec.pairing) << " r=" << spec.rotary_dim << " "
+                                            << to_string(dtype) << " " << to_string(layout) << " delta " << delta);
+          const std::int64_t kv = 2, d = 64, page_size = 4;
+          PagedKvCache cache(rope, {.num_pages = 6,
+                                    .page_size = page_size,
+                                    .kv_heads = kv,
+                                    .dtype = dtype,
+                                    .layout = layout,
+                                    .k_scale = dtype == CacheDType::F8E4M3 ? 0.3f : 1.0f,
+                                    .v_scale = dtype == CacheDType::F8E4M3 ? 0.07f : 1.0f,
+                                    .max_sequences = 2});
+          // Sequences 0 and 1 appended in turns, so their pages interleave.
+          Memory k(std::size_t(9 * kv * d) * 4, 21, DType::F32), v(std::size_t(9 * kv * d) * 4, 22, DType::F32);
+          std::vector<std::int64_t> pos(9);
+          for (std::int64_t t = 0; t < 9; ++t) pos[std::size_t(t)] = 40 + t;
+          for (std::int64_t first = 0; first < 9; first += 3) {
+            for (const int seq : {0, 1}) {
+              const std::vector<std::int32_t> seq_of(3, seq);
+              auto* kt = reinterpret_cast<float*>(k.data()) + first * kv * d;
+              auto* vt = reinterpret_cast<float*>(v.data()) + first * kv * d;
+              cache.append(rope, seq_of,
+                           {.k = bshd(kt, DType::F32, 1, 3, kv, d),
+                            .v = bshd(vt, DType::F32, 1, 3, kv, d),
+                            .positions = positions(std::span(pos).subspan(std::size_t(first), 3))});
+            }
+          }
+          const PagedCache& pc = cache.cache();
+          const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * kv * d * element_size(dtype));
+          std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+          // Entries [2, 7) of sequence 0: their slots, and the calls that turn them.
+          std::vector<std::int64_t> slots;
+          for (std::int64_t e = 2; e < 7; ++e)
+            slots.push_back(std::int64_t(cache.pages(0)[std::size_t(e / page_size)]) * page_size + e % page_size);
+          // Each call only lends its coefficients (never run): rows to describe, one per entry and head.
+          std::vector<float> rows(std::size_t(9 * kv * d));
+          const auto turns = [&](const Rope& r, std::span<const std::int64_t> at, Direction direction) {
+            return r.prepare({.k = bshd(rows.data(), DType::F32, 1, std::int64_t(at.size()), kv, d),
+                              .positions = positions(at),
+                              .direction = direction});
+          };
+          std::vector<std::int64_t> at;
+          std::vector<RotateCall> calls;
+          if (delta != 0) {
+            at.assign(slots.size(), delta < 0 ? -delta : delta);
+            calls.push_back(turns(rope, at, delta < 0 ? Direction::Inverse : Direction::Forward));
+            cache.shift_entries(0, 2, 7, delta);
+          } else {
+            // Re-rotation of the whole of sequence 0 from the short plan to the grown one.
+            slots.clear();
+            for (std::int64_t e = 0; e < 9; ++e)
+              slots.push_back(std::int64_t(cache.pages(0)[std::size_t(e / page_size)]) * page_size + e % page_size);
+            at.assign(pos.begin(), pos.end());
+            calls.push_back(turns(rope, at, Direction::Inverse));
+            calls.push_back(turns(grown, at, Direction::Forward));
+            ASSERT_TRUE(cache.rerotate(0, rope, grown));
+          }
+          std::vector<const detail::RotateJob*> jobs;
+          for (const RotateCall& c : calls) jobs.push_back(&c.job());
+          PagedCache copy = pc;
+          copy.k = mine.data();
+          ASSERT_TRUE(detail::kshift_on_host_grid(jobs, copy, slots, 96));
+          ASSERT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0);
+          ++ran;
+        }
+      }
+    }
+  }
+  std::printf("CUDA K-shift body on the host: %d cases equal the CPU's PagedKvCache byte for byte\n", ran);
+  EXPECT_EQ(ran, 48);
 }
 
 }  // namespace

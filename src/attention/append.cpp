@@ -640,6 +640,18 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
   return call;
 }
 
+detail::AppendJob detail::AppendAccess::job(const AppendCall& call) {
+  if (!call.r_) return {};
+  const AppendCall::Resolved& r = *call.r_;
+  return {.rotation = &r.rotation.job(),
+          .args = &r.args,
+          .cache = &r.cache,
+          .slots = r.slots,
+          .q_weight = r.q_weight,
+          .k_weight = r.k_weight,
+          .rotate_keys = r.rotate_keys};
+}
+
 void detail::AppendAccess::run_once(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
                                     std::shared_ptr<const Table> table) {
   // The resolved call on the stack, and the slots in this thread's vector from the previous call: a

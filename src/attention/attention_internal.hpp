@@ -97,6 +97,9 @@ struct AppendAccess {
   // prepare(...).run() without the call object: resolved on the stack, the plan not pinned (ropekit::append).
   static void run_once(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
                        std::shared_ptr<const Table> table = nullptr);
+  // The resolved call as a backend reads it (rope/call_shape.hpp); points into `call`. An empty job (null
+  // rotation) for a moved-from call.
+  static AppendJob job(const AppendCall& call);
 };
 
 }  // namespace ropekit::detail

@@ -53,6 +53,44 @@ ROPEKIT_HD float fma(float a, float b, float c) {
 #endif
 }
 
+ROPEKIT_HD float fdiv(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// Double precision, each operation rounded once (the QK-norm's sum of squares and root).
+ROPEKIT_HD double dadd(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+ROPEKIT_HD double dmul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+ROPEKIT_HD double ddiv(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+ROPEKIT_HD double dsqrt(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
 // bf16: the top half of a float32; rounding to nearest even, NaN kept quiet with its sign (ropekit/dtype.hpp).
 ROPEKIT_HD float bf16_load(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
 ROPEKIT_HD std::uint16_t bf16_store(float x) {

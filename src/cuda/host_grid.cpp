@@ -69,4 +69,98 @@ bool rotate_on_host_grid(const RotateJob& job, int block_dim) {
   return true;
 }
 
+namespace {
+
+cuda::Storage storage_of(DType dtype) {
+  return dtype == DType::F32 ? cuda::Storage::F32 : dtype == DType::BF16 ? cuda::Storage::BF16 : cuda::Storage::F16;
+}
+
+// The cache's geometry, type and scales into the shape.
+void set_cache(const PagedCache& cache, cuda::AppendShape& a) {
+  a.cache_k = static_cast<char*>(cache.k);
+  a.cache_v = static_cast<char*>(cache.v);
+  a.cache = cache.dtype == CacheDType::F32    ? cuda::CacheStorage::F32
+            : cache.dtype == CacheDType::BF16 ? cuda::CacheStorage::BF16
+            : cache.dtype == CacheDType::F16  ? cuda::CacheStorage::F16
+                                              : cuda::CacheStorage::E4M3;
+  a.cache_element_size = static_cast<int>(element_size(cache.dtype));
+  a.hnd = cache.layout == PageLayout::HND;
+  a.page_size = cache.page_size;
+  a.kv_heads = cache.kv_heads;
+  a.key_lanes = cache.head_dim;
+  a.value_lanes = cache.v_head_dim;
+  a.k_scale = cache.k_scale;
+  a.v_scale = cache.v_scale;
+}
+
+}  // namespace
+
+bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& a) {
+  a = {};
+  if (job.rotation == nullptr || !make_cuda_shape(*job.rotation, lanes, a.rot)) return false;
+  const AppendArgs& args = *job.args;
+  const PagedCache& cache = *job.cache;
+  set_cache(cache, a);
+  // The rotation was prepared over q and k as read; the append writes q to q_out (or in place) and the keys to
+  // k_out and the cache.
+  if (!args.q.empty()) a.rot.q_out = args.q_out.empty() ? a.rot.q_in : view_of(args.q_out);
+  a.keep_k = !args.k_out.empty();
+  if (a.keep_k) a.k_out = view_of(args.k_out);
+  a.rotate_keys = job.rotate_keys;
+  a.slots = job.slots.data();
+  a.k_offset = args.k_offset;
+  if (!args.k_nope.empty()) {
+    a.k_nope = view_of(args.k_nope);
+    a.k_nope_storage = storage_of(args.k_nope.dtype);
+    a.k_nope_offset = args.k_nope_offset;
+    a.k_nope_dim = args.k_nope_dim;
+  }
+  if (!args.v.empty()) {
+    a.v = view_of(args.v);
+    a.v_storage = storage_of(args.v.dtype);
+  }
+  a.q_weight = job.q_weight.empty() ? nullptr : job.q_weight.data();
+  a.k_weight = job.k_weight.empty() ? nullptr : job.k_weight.data();
+  a.eps = args.norm.eps;
+  a.across_heads = args.norm.across_heads;
+  return true;
+}
+
+bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const PagedCache& cache,
+                            std::span<const std::int64_t> slots, CudaLanes& lanes, cuda::KShiftShape& k) {
+  k = {};
+  if (calls.empty() || calls.size() > 2) return false;
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    if (!make_cuda_shape(*calls[c], lanes, k.calls[c])) return false;  // the lanes: the same pair map each time
+  }
+  k.num_calls = static_cast<int>(calls.size());
+  k.slots = slots.data();
+  k.entries = static_cast<std::int64_t>(slots.size());
+  set_cache(cache, k.cache);
+  return true;
+}
+
+bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCache& cache,
+                         std::span<const std::int64_t> slots, int block_dim) {
+  CudaLanes lanes;
+  cuda::KShiftShape shape;
+  if (!make_cuda_kshift_shape(calls, cache, slots, lanes, shape)) return false;
+  const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    for (int thread = 0; thread < block_dim; ++thread) cuda::kshift_thread(shape, block, thread, block_dim);
+  }
+  return true;
+}
+
+bool append_on_host_grid(const AppendJob& job, int block_dim) {
+  CudaLanes lanes;
+  cuda::AppendShape shape;
+  if (!make_cuda_append_shape(job, lanes, shape)) return false;
+  const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    for (int thread = 0; thread < block_dim; ++thread) cuda::append_thread(shape, block, thread, block_dim);
+  }
+  return true;
+}
+
 }  // namespace ropekit::detail

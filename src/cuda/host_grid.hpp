@@ -6,8 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "cuda/append_body.hpp"
+#include "cuda/kshift_body.hpp"
 #include "cuda/rotate_body.hpp"
 #include "rope/call_shape.hpp"
 
@@ -25,5 +28,22 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
 // block order. False when the job has no CUDA shape (make_cuda_shape).
 bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256);
+
+// The fused append's kernel shape of a resolved append (AppendAccess::job): false for HfCompat angles on the fly,
+// as for the rotation.
+bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& out);
+
+// Runs the append body over every (block, thread) of its launch grid, in block order: what AppendCall::run writes.
+bool append_on_host_grid(const AppendJob& job, int block_dim = 256);
+
+// The K-shift's kernel shape: the key entries at `slots` of `cache` turned by `calls` in order (one: a K-shift, R(δ)
+// with magnitude 1; two: a re-rotation's un-rotate and rotate), entry i being token i of each call. `lanes` holds
+// the pair map (the calls share it). False for HfCompat angles on the fly.
+bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const PagedCache& cache,
+                            std::span<const std::int64_t> slots, CudaLanes& lanes, cuda::KShiftShape& out);
+
+// Runs the K-shift body over its launch grid on the host.
+bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCache& cache,
+                         std::span<const std::int64_t> slots, int block_dim = 256);
 
 }  // namespace ropekit::detail

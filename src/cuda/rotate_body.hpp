@@ -160,6 +160,24 @@ ROPEKIT_HD std::int64_t position(const RotateShape& s, int axis, std::int64_t to
                          : static_cast<const std::int32_t*>(s.positions)[i];
 }
 
+// Token `token`'s coefficients for pair j: c = cos·m, s = sin·m·sign (the reference's, from the table's row or the
+// accurate angle of the exact turn).
+ROPEKIT_HD void coefficients(const RotateShape& s, std::int64_t token, int j, float& c, float& sn) {
+  const std::int64_t p = position(s, s.axis[j], token);
+  float cos_p, sin_p;
+  if (s.cos != nullptr) {
+    cos_p = s.cos[p * s.pairs + j];
+    sin_p = s.sin[p * s.pairs + j];
+  } else {
+    double cd, sd;
+    turns::SinCosOfTurns<DeviceOps>(static_cast<double>(p), s.turns_hi[j], s.turns_lo[j], cd, sd);
+    cos_p = static_cast<float>(cd);  // one rounding to nearest, as the reference's row
+    sin_p = static_cast<float>(sd);
+  }
+  c = fmul(cos_p, s.magnitude);
+  sn = fmul(fmul(sin_p, s.magnitude), s.sin_sign);
+}
+
 // The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
 ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
   const std::int64_t g = block * block_dim + thread;
@@ -178,19 +196,8 @@ ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thre
   const char* src = in.data + offset;
   char* dst = out.data + out_offset;
 
-  const std::int64_t p = position(s, s.axis[j], token);
-  float cos_p, sin_p;
-  if (s.cos != nullptr) {
-    cos_p = s.cos[p * s.pairs + j];
-    sin_p = s.sin[p * s.pairs + j];
-  } else {
-    double cd, sd;
-    turns::SinCosOfTurns<DeviceOps>(static_cast<double>(p), s.turns_hi[j], s.turns_lo[j], cd, sd);
-    cos_p = static_cast<float>(cd);  // one rounding to nearest, as the reference's row
-    sin_p = static_cast<float>(sd);
-  }
-  const float c = fmul(cos_p, s.magnitude);
-  const float sn = fmul(fmul(sin_p, s.magnitude), s.sin_sign);
+  float c, sn;
+  coefficients(s, token, j, c, sn);
   const int la = s.lane_a[j], lb = s.lane_b[j];
   const float xa = load(s, src + la * s.element_size), xb = load(s, src + lb * s.element_size);
   const float ya = fma(xa, c, -fmul(xb, sn));

@@ -1,9 +1,12 @@
-// The CUDA rotation kernel: the per-thread body of rotate_body.hpp, one thread per (row, pair). Compiled with
+// The CUDA kernels: rotation (rotate_body.hpp, one thread per (row, pair)), the fused rotate-and-append
+// (append_body.hpp) and the K-shift (kshift_body.hpp), each the per-thread body the host runs over the same grid. Compiled with
 // -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and PTX. The host runs the same
 // body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this (tests/cuda_device_test.cpp,
 // scripts/gpu-check.sh).
 #include <cuda_runtime.h>
 
+#include "cuda/append_body.hpp"
+#include "cuda/kshift_body.hpp"
 #include "cuda/rotate_body.hpp"
 #include "cuda/rotate_kernel.hpp"
 
@@ -15,7 +18,41 @@ __global__ void rotate_kernel(RotateShape shape) {
                 static_cast<int>(blockDim.x));
 }
 
+__global__ void append_kernel(AppendShape shape) {
+  append_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                static_cast<int>(blockDim.x));
+}
+
+__global__ void kshift_kernel(KShiftShape shape) {
+  kshift_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                static_cast<int>(blockDim.x));
+}
+
+// Blocks for `threads` threads; 0 when there is nothing to do, −1 past the grid's x limit.
+std::int64_t blocks_for(std::int64_t threads, int block_dim) {
+  const std::int64_t blocks = (threads + block_dim - 1) / block_dim;
+  return blocks > 0x7fffffff ? -1 : blocks;
+}
+
 }  // namespace
+
+int launch_append(const AppendShape& device_shape, void* stream, int block_dim) {
+  const std::int64_t blocks = blocks_for(device_shape.threads(), block_dim);
+  if (blocks == 0) return 0;
+  if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
+  append_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
+                  static_cast<cudaStream_t>(stream)>>>(device_shape);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim) {
+  const std::int64_t blocks = blocks_for(device_shape.threads(), block_dim);
+  if (blocks == 0) return 0;
+  if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
+  kshift_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
+                  static_cast<cudaStream_t>(stream)>>>(device_shape);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim) {
   const std::int64_t blocks = (device_shape.threads() + block_dim - 1) / block_dim;

@@ -1,8 +1,10 @@
-// src/cuda/rotate_kernel.hpp — the host side of the CUDA rotation kernel (built when the CUDA toolkit is found:
-// ROPEKIT_CUDA). Internal: the public device API (device pointers, an explicit device and stream) is issue 41's next
-// step.
+// src/cuda/rotate_kernel.hpp — the host side of the CUDA kernels (rotation, fused append, K-shift) (built when the CUDA
+// toolkit is found: ROPEKIT_CUDA). Internal: the public device API (device pointers, an explicit device and stream) is
+// issue 41's next step.
 #pragma once
 
+#include "cuda/append_body.hpp"
+#include "cuda/kshift_body.hpp"
 #include "cuda/rotate_body.hpp"
 
 namespace ropekit::cuda {
@@ -10,5 +12,9 @@ namespace ropekit::cuda {
 // Launches the kernel over `device_shape` (every pointer in it a device pointer) on `stream` (a cudaStream_t; null:
 // the default stream), blocks of block_dim threads. Returns the cudaError_t of the launch (0: launched).
 int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim = 256);
+// The fused rotate-and-append over `device_shape` (slots resolved, every pointer a device pointer).
+int launch_append(const AppendShape& device_shape, void* stream, int block_dim = 256);
+// The K-shift / re-rotation of cached keys over `device_shape`.
+int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim = 256);
 
 }  // namespace ropekit::cuda

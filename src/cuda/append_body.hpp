@@ -1,0 +1,266 @@
+// src/cuda/append_body.hpp — the CUDA fused rotate-and-append's per-thread body (ropekit/append.hpp's semantics), over
+// explicit block and thread indices, like the rotation's (rotate_body.hpp).
+//
+// The launch grid is four segments, one after the other:
+//   pairs   one thread per (token, row, pair) for the rows that are not QK-normed: a query row's pair rotated into
+//           q_out (or in place); a key row's pair rotated, rounded to k's storage type (the live key, kept in k_out
+//           when given), then converted to the cache type and stored in the token's key entry; pair j also carries
+//           the pass-through lanes rotary_dim + j, + 2·pairs, ... of its row.
+//   normed  one thread per (token, tensor, norm group) for QK-normed heads: the RMSNorm's sum of squares in double in
+//           lane order (the CPU's order: a parallel reduction would round differently), then each head's lanes
+//           normed, rotated in float32 and rounded once — the CPU path's bits (AppendCall, QkNorm).
+//   values  one thread per (token, kv head, lane) of v: converted into the value entry.
+//   nope    one thread per (token, kv head, lane) of k_nope (MLA): converted into the key entry at k_nope_offset.
+// A token without a slot (−1) writes no entry; its query and live key are still rotated. Conversions are the
+// scalar reference's (convert_to_cache_reference): the same type copied, else widened exactly and rounded once
+// (fp8: e4m3(x / scale)). The slots come resolved (prepare_append on the host resolves slot mappings and page
+// tables alike).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "cuda/device_math.hpp"
+#include "cuda/rotate_body.hpp"
+
+namespace ropekit::cuda {
+
+enum class CacheStorage : std::uint8_t { F32 = 0, BF16 = 1, F16 = 2, E4M3 = 3 };  // the first three as Storage
+
+struct AppendShape {
+  RotateShape rot;  // q: rot.q_in → rot.q_out; keys read from rot.k_in (rot.k_out unused); coefficients, positions
+  View k_out;       // the live rotated keys, when keep_k
+  bool keep_k = false;
+  bool rotate_keys = true;  // false: keys stored as given
+  const std::int64_t* slots = nullptr;
+  // The cache.
+  char* cache_k = nullptr;
+  char* cache_v = nullptr;
+  CacheStorage cache = CacheStorage::F32;
+  int cache_element_size = 4;
+  bool hnd = false;
+  std::int64_t page_size = 1, kv_heads = 0;
+  int key_lanes = 0, value_lanes = 0;  // elements per key / value entry
+  float k_scale = 1.0f, v_scale = 1.0f;
+  int k_offset = 0;
+  // MLA's unrotated part and the values.
+  View k_nope;
+  Storage k_nope_storage = Storage::F32;
+  int k_nope_offset = 0, k_nope_dim = 0;
+  View v;
+  Storage v_storage = Storage::F32;
+  // QK-norm: weight + weight_offset per lane (across_heads: per head and lane); null: not normed.
+  const float* q_weight = nullptr;
+  const float* k_weight = nullptr;
+  float eps = 1e-6f;
+  bool across_heads = false;
+
+  ROPEKIT_HD std::int64_t pair_q_heads() const { return q_weight != nullptr ? 0 : rot.q_heads; }
+  ROPEKIT_HD std::int64_t pair_k_heads() const { return k_weight != nullptr ? 0 : rot.k_heads; }
+  ROPEKIT_HD std::int64_t pair_threads() const { return rot.tokens * (pair_q_heads() + pair_k_heads()) * rot.pairs; }
+  ROPEKIT_HD std::int64_t q_groups() const {
+    return q_weight == nullptr || rot.q_heads == 0 ? 0 : across_heads ? 1 : rot.q_heads;
+  }
+  ROPEKIT_HD std::int64_t k_groups() const { return k_weight == nullptr ? 0 : across_heads ? 1 : rot.k_heads; }
+  ROPEKIT_HD std::int64_t norm_threads() const { return rot.tokens * (q_groups() + k_groups()); }
+  ROPEKIT_HD std::int64_t value_threads() const { return v.data == nullptr ? 0 : rot.tokens * kv_heads * value_lanes; }
+  ROPEKIT_HD std::int64_t nope_threads() const {
+    return k_nope.data == nullptr ? 0 : rot.tokens * kv_heads * k_nope_dim;
+  }
+  ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
+};
+
+ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
+
+ROPEKIT_HD float load_as(Storage st, const char* p) {
+  if (st == Storage::F32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return st == Storage::BF16 ? bf16_load(v) : f16_load(v);
+}
+
+ROPEKIT_HD void store_as(Storage st, char* p, float x) {
+  if (st == Storage::F32) {
+    std::memcpy(p, &x, 4);
+    return;
+  }
+  const std::uint16_t v = st == Storage::BF16 ? bf16_store(x) : f16_store(x);
+  std::memcpy(p, &v, 2);
+}
+
+// One element of storage type `from` (its bits at src) into the cache's type at dst.
+ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, const char* src, float scale, char* dst) {
+  if (a.cache != CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(from)) {
+    std::memcpy(dst, src, static_cast<std::size_t>(storage_size(from)));
+    return;
+  }
+  const float x = load_as(from, src);  // exact
+  if (a.cache == CacheStorage::E4M3) {
+    const std::uint8_t e = e4m3_store(fdiv(x, scale));
+    std::memcpy(dst, &e, 1);
+  } else {
+    store_as(static_cast<Storage>(a.cache), dst, x);
+  }
+}
+
+// Element `lane` of the entry of kv head `head` in `slot` (append.hpp's NHD / HND addressing).
+ROPEKIT_HD char* entry(const AppendShape& a, char* base, std::int64_t slot, std::int64_t head, int lanes, int lane) {
+  std::int64_t e;
+  if (!a.hnd) {
+    e = (slot * a.kv_heads + head) * lanes;
+  } else {
+    const std::int64_t page = slot / a.page_size, in_page = slot % a.page_size;
+    e = ((page * a.kv_heads + head) * a.page_size + in_page) * lanes;
+  }
+  return base + (e + lane) * a.cache_element_size;
+}
+
+ROPEKIT_HD char* row(const View& v, const RotateShape& s, std::int64_t token, std::int64_t head, int element_size) {
+  const std::int64_t b = token / s.seq, t = token % s.seq;
+  return v.data + (b * v.batch_stride + t * v.seq_stride + head * v.head_stride) * element_size;
+}
+
+// A key element rotated (or as given) in k's storage, at `bits`: kept in k_out and stored in the entry.
+ROPEKIT_HD void put_key(const AppendShape& a, std::int64_t token, std::int64_t head, std::int64_t slot, int lane,
+                        const char* bits) {
+  const int es = a.rot.element_size;
+  if (a.keep_k) std::memcpy(row(a.k_out, a.rot, token, head, es) + lane * es, bits, static_cast<std::size_t>(es));
+  if (slot >= 0)
+    to_cache(a, a.rot.storage, bits, a.k_scale, entry(a, a.cache_k, slot, head, a.key_lanes, a.k_offset + lane));
+}
+
+ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
+  const RotateShape& s = a.rot;
+  const std::int64_t qh = a.pair_q_heads(), heads = qh + a.pair_k_heads();
+  const std::int64_t r = g / s.pairs;
+  const int j = static_cast<int>(g % s.pairs);
+  const std::int64_t token = r / heads, h = r % heads;
+  const int es = s.element_size, la = s.lane_a[j], lb = s.lane_b[j];
+  if (h < qh) {  // a query row, as the rotation kernel does it
+    const char* src = row(s.q_in, s, token, h, es);
+    char* dst = row(s.q_out, s, token, h, es);
+    float c, sn;
+    coefficients(s, token, j, c, sn);
+    const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
+    store_as(s.storage, dst + la * es, fma(xa, c, -fmul(xb, sn)));
+    store_as(s.storage, dst + lb * es, fma(xb, c, fmul(xa, sn)));
+    if (dst != src) {
+      for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
+        std::memcpy(dst + lane * es, src + lane * es, static_cast<std::size_t>(es));
+    }
+    return;
+  }
+  const std::int64_t head = h - qh, slot = a.slots[token];
+  if (slot < 0 && !a.keep_k) return;  // nothing of this key is written
+  const char* src = row(s.k_in, s, token, head, es);
+  char bits_a[4], bits_b[4];
+  if (a.rotate_keys) {
+    float c, sn;
+    coefficients(s, token, j, c, sn);
+    const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
+    store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));  // rounded to k's storage: the live key's bits
+    store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
+  } else {
+    std::memcpy(bits_a, src + la * es, static_cast<std::size_t>(es));
+    std::memcpy(bits_b, src + lb * es, static_cast<std::size_t>(es));
+  }
+  put_key(a, token, head, slot, la, bits_a);
+  put_key(a, token, head, slot, lb, bits_b);
+  for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
+    put_key(a, token, head, slot, lane, src + lane * es);
+}
+
+// RMSNorm of one group (one head, or every head of the token: across_heads) of q or k, rotated in float32 and
+// rounded once to storage.
+ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
+  const RotateShape& s = a.rot;
+  const std::int64_t per_token = a.q_groups() + a.k_groups();
+  const std::int64_t token = g / per_token, u = g % per_token;
+  const bool is_q = u < a.q_groups();
+  const std::int64_t group = is_q ? u : u - a.q_groups();
+  const std::int64_t first = a.across_heads ? 0 : group,
+                     last = a.across_heads ? (is_q ? s.q_heads : s.k_heads) : group + 1;
+  const float* weight = is_q ? a.q_weight : a.k_weight;
+  const View& in = is_q ? s.q_in : s.k_in;
+  const int es = s.element_size, d = s.head_dim;
+  const std::int64_t slot = is_q ? -1 : a.slots[token];
+  if (!is_q && slot < 0 && !a.keep_k) return;
+  double sum = 0.0;  // float products are exact in double; the sum is rounded in lane order, as the CPU's loop
+  for (std::int64_t h = first; h < last; ++h) {
+    const char* src = row(in, s, token, h, es);
+    for (int l = 0; l < d; ++l) {
+      const double x = load_as(s.storage, src + l * es);
+      sum = dadd(sum, dmul(x, x));
+    }
+  }
+  const double lanes = static_cast<double>((last - first) * d);
+  const float r = static_cast<float>(ddiv(1.0, dsqrt(dadd(ddiv(sum, lanes), static_cast<double>(a.eps)))));
+  for (std::int64_t h = first; h < last; ++h) {
+    const char* src = row(in, s, token, h, es);
+    const std::int64_t w0 = a.across_heads ? (h - first) * d : 0;
+    const auto normed = [&](int l) { return fmul(fmul(load_as(s.storage, src + l * es), r), weight[w0 + l]); };
+    char* dst = is_q ? row(s.q_out, s, token, h, es) : nullptr;
+    // Pass-through lanes first: the pairs' lanes are then the only ones read after being written in place.
+    for (int l = s.rotary_dim; l < d; ++l) {
+      char bits[4];
+      store_as(s.storage, bits, normed(l));
+      if (is_q) {
+        std::memcpy(dst + l * es, bits, static_cast<std::size_t>(es));
+      } else {
+        put_key(a, token, h, slot, l, bits);
+      }
+    }
+    for (int j = 0; j < s.pairs; ++j) {
+      float c, sn;
+      coefficients(s, token, j, c, sn);
+      const int la = s.lane_a[j], lb = s.lane_b[j];
+      const float xa = normed(la), xb = normed(lb);
+      char bits_a[4], bits_b[4];
+      store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));
+      store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
+      if (is_q) {
+        std::memcpy(dst + la * es, bits_a, static_cast<std::size_t>(es));
+        std::memcpy(dst + lb * es, bits_b, static_cast<std::size_t>(es));
+      } else {
+        put_key(a, token, h, slot, la, bits_a);
+        put_key(a, token, h, slot, lb, bits_b);
+      }
+    }
+  }
+}
+
+// The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
+ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
+  std::int64_t g = block * block_dim + thread;
+  if (g < a.pair_threads()) return pair_thread(a, g);
+  g -= a.pair_threads();
+  if (g < a.norm_threads()) return norm_thread(a, g);
+  g -= a.norm_threads();
+  const RotateShape& s = a.rot;
+  if (g < a.value_threads()) {
+    const std::int64_t token = g / (a.kv_heads * a.value_lanes), head = g / a.value_lanes % a.kv_heads;
+    const int lane = static_cast<int>(g % a.value_lanes);
+    const std::int64_t slot = a.slots[token];
+    if (slot < 0) return;
+    const int es = storage_size(a.v_storage);
+    to_cache(a, a.v_storage, row(a.v, s, token, head, es) + lane * es, a.v_scale,
+             entry(a, a.cache_v, slot, head, a.value_lanes, lane));
+    return;
+  }
+  g -= a.value_threads();
+  if (g < a.nope_threads()) {
+    const std::int64_t token = g / (a.kv_heads * a.k_nope_dim), head = g / a.k_nope_dim % a.kv_heads;
+    const int lane = static_cast<int>(g % a.k_nope_dim);
+    const std::int64_t slot = a.slots[token];
+    if (slot < 0) return;
+    const int es = storage_size(a.k_nope_storage);
+    to_cache(a, a.k_nope_storage, row(a.k_nope, s, token, head, es) + lane * es, a.k_scale,
+             entry(a, a.cache_k, slot, head, a.key_lanes, a.k_nope_offset + lane));
+  }
+}
+
+}  // namespace ropekit::cuda
