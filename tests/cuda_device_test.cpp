@@ -18,6 +18,7 @@
 #include "cuda_append_cases.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
+#include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
 #include "ropekit/table.hpp"
 #include "same_bits.hpp"
@@ -174,6 +175,66 @@ void add_angles(Mirror& m, const cuda::RotateShape& s, const detail::CudaLanes& 
 bool have_device() {
   int devices = 0;
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+// The public device API (ropekit/cuda.hpp) over the rotation case table: DeviceRope::rotate of device copies on a
+// stream of our own, against the scalar reference bit for bit (a table of 64 positions, so that most cases take both
+// angle sources); then a bad position reported by check() and its rows left as they were.
+TEST(CudaDevice, DeviceRopeRotatesLikeTheReference) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  int ran = 0;
+  std::uint32_t seed = 0;
+  for (const cases::Case& c : cases::eval_cases()) {
+    ++seed;
+    if (c.op != cases::Op::Rotate) continue;
+    SCOPED_TRACE(c.name());
+    cases::Workload got(c, seed), want(c, seed);
+    const RotateCall reference = want.prepare();
+    detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+    if (got.rope().angle_mode() == AngleMode::HfCompat && c.angles != cases::Angles::Table) continue;
+    const cuda::DeviceRope gpu(got.rope(), 0, got.rope().angle_mode() == AngleMode::HfCompat ? 1 << 20 : 64);
+    RotateArgs args = got.rotate_args();
+    Mirror m;
+    for (cases::Tensor* t : {&got.q, &got.k, &got.q_out, &got.k_out}) m.add(t->storage.data(), t->storage.size());
+    const auto& pos = got.rotation_positions();
+    m.add(pos.data(), pos.size() * 8);
+    const auto map_heads = [&](Heads h) {
+      h.data = m.map(h.data);
+      return h;
+    };
+    if (args.q.data) args.q = map_heads(args.q);
+    if (args.k.data) args.k = map_heads(args.k);
+    if (args.q_out.data) args.q_out = map_heads(args.q_out);
+    if (args.k_out.data) args.k_out = map_heads(args.k_out);
+    args.positions.data = m.map(args.positions.data);
+    gpu.rotate(args, {.device = 0, .stream = stream});
+    gpu.check({.device = 0, .stream = stream});
+    for (std::size_t i = 0; i < 4; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    same_bits::expect_same_rotation(got, want);
+    ++ran;
+  }
+  std::printf("DeviceRope::rotate: %d cases equal the reference\n", ran);
+  EXPECT_GT(ran, 600);
+  // A position of 2^47 on token 1: reported, its rows unwritten, the other tokens rotated.
+  const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
+  const cuda::DeviceRope gpu(rope, 0, 16);
+  std::vector<float> q(3 * 2 * 64, 1.0f);
+  const std::vector<std::int64_t> pos = {5, std::int64_t{1} << 47, 7};
+  DeviceCopy dq(q.data(), q.size() * 4), dp(pos.data(), pos.size() * 8);
+  gpu.rotate({.q = bshd(dq.device, DType::F32, 1, 3, 2, 64), .positions = {dp.device, IndexType::I64, 3}},
+             {.device = 0, .stream = stream});
+  try {
+    gpu.check({.device = 0, .stream = stream});
+    ADD_FAILURE() << "no error for position 2^47";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 1"), std::string::npos) << e.what();
+  }
+  dq.back(q.data());
+  for (int l = 0; l < 2 * 64; ++l) EXPECT_EQ(q[std::size_t(2 * 64 + l)], 1.0f);
+  gpu.check({.device = 0, .stream = stream});  // cleared
+  cudaStreamDestroy(stream);
 }
 
 TEST(CudaDevice, AppendKernelEqualsTheCpu) {

@@ -18,7 +18,9 @@
 #include "cuda/device_math.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda_append_cases.hpp"
+#include "expect_error.hpp"
 #include "lib/cases.hpp"
+#include "rope/angles.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/ropekit.hpp"
 #include "same_bits.hpp"
@@ -106,6 +108,102 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
       "HfCompat-on-the-fly cases left to the CPU\n",
       ran, skipped);
   EXPECT_GT(ran, 600);
+}
+
+// ---- what the device API adds to the rotation body --------------------------------------------------------------
+
+// The device API gives the body both angle sources (the table's rows below table_positions, the turns above) and an
+// error word for positions the host never saw. Rows from either source are the reference's bits; a position outside
+// [0, 2^47), or past the table with no turns, leaves its token's rows unwritten and records the first such token.
+TEST(CudaHost, TableAndTurnsTogetherAndTheErrorWord) {
+  const Spec spec{.head_dim = 64,
+                  .rotary_dim = 48,
+                  .base = 500000.0,
+                  .pairing = Pairing::Half,
+                  .scaling = scaling::Yarn{.factor = 8.0, .original_max_position_embeddings = 128}};
+  const Rope rope(spec);
+  const std::int64_t tokens = 9, heads = 3, d = 64;
+  std::vector<std::int64_t> pos = {0, 1, 99, 100, 101, 4096, 70000, 1'000'000'007, (std::int64_t{1} << 47) - 1};
+  std::vector<float> q(std::size_t(tokens * heads * d)), want, got;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : q) x = normal(rng);
+  want = q;
+  rope.apply({.q = bshd(want.data(), DType::F32, 1, tokens, heads, d), .positions = positions(pos)});
+  // The shape of an on-the-fly call, then the table's rows for positions [0, 100) added beside the turns.
+  got = q;
+  const RotateCall call =
+      rope.prepare({.q = bshd(got.data(), DType::F32, 1, tokens, heads, d), .positions = positions(pos)});
+  detail::CudaLanes lanes;
+  cuda::RotateShape shape;
+  detail::fill_cuda_views(call.job(), shape);
+  const PairMap& map = rope.pair_map();
+  lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
+  lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
+  lanes.axis.assign(map.axis.begin(), map.axis.end());
+  shape.lane_a = lanes.lane_a.data();
+  shape.lane_b = lanes.lane_b.data();
+  shape.axis = lanes.axis.data();
+  const int pairs = map.num_pairs();
+  std::vector<float> cos(std::size_t(100 * pairs)), sin(cos.size());
+  const std::shared_ptr<const Table> table = rope.table(100);  // what DeviceRope uploads: the Rope's own rows
+  for (std::int64_t p = 0; p < 100; ++p) {
+    std::copy(table->cos_row(p), table->cos_row(p) + pairs, cos.begin() + p * pairs);
+    std::copy(table->sin_row(p), table->sin_row(p) + pairs, sin.begin() + p * pairs);
+  }
+  shape.cos = cos.data();
+  shape.sin = sin.data();
+  shape.table_positions = 100;
+  ASSERT_EQ(call.job().table, nullptr) << "an on-the-fly call (positions up to 2^47 - 1)";
+  shape.turns_hi = call.job().angles->turns_hi();
+  shape.turns_lo = call.job().angles->turns_lo();
+  unsigned long long error = 0;
+  shape.error = &error;
+  const auto run = [&] {
+    for (std::int64_t g = 0; g < shape.threads(); g += 96)
+      for (int t = 0; t < 96; ++t) cuda::rotate_thread(shape, g / 96, t, 96);
+  };
+  run();
+  EXPECT_EQ(error, 0u);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+  // Bad positions: 2^47 at token 2, −1 at token 6; their rows stay as they were, the first in grid order is recorded.
+  got = q;
+  std::vector<std::int64_t> bad = pos;
+  bad[2] = std::int64_t{1} << 47;
+  bad[6] = -1;
+  shape.positions = bad.data();
+  run();
+  EXPECT_EQ(error, 3u);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::size_t row = std::size_t(t * heads * d);
+    const bool untouched = std::memcmp(got.data() + row, q.data() + row, std::size_t(heads * d) * 4) == 0;
+    const bool rotated = std::memcmp(got.data() + row, want.data() + row, std::size_t(heads * d) * 4) == 0;
+    EXPECT_TRUE(t == 2 || t == 6 ? untouched : rotated) << "token " << t;
+  }
+  // No turns (HfCompat's case): positions past the table are refused the same way.
+  error = 0;
+  got = q;
+  shape.positions = pos.data();
+  shape.turns_hi = shape.turns_lo = nullptr;
+  run();
+  EXPECT_EQ(error, 4u);  // token 3, position 100: the first past the table
+}
+
+TEST(CudaHost, DeviceApiRefusesWhatThisMachineCannotDo) {
+  const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
+  std::printf("CUDA backend built: %s; devices: %d\n", cuda::built() ? "yes" : "no", cuda::device_count());
+  if (!cuda::built()) {
+    EXPECT_EQ(cuda::device_count(), 0);
+    EXPECT_ERROR(cuda::DeviceRope(rope, 0), "built without the CUDA backend");
+    return;
+  }
+  EXPECT_ERROR(cuda::DeviceRope(rope, -1), "device = -1");
+  EXPECT_ERROR(cuda::DeviceRope(rope, cuda::device_count()), "device = ", "CUDA device");
+  if (cuda::device_count() > 0) {
+    EXPECT_ERROR(cuda::DeviceRope(rope, 0, -5), "table_positions = -5");
+    const Rope hf(rope.spec(), AngleMode::HfCompat);
+    EXPECT_ERROR(cuda::DeviceRope(hf, 0, 0), "table_positions = 0", "HfCompat");
+  }
 }
 
 // ---- the fused append

@@ -8,6 +8,7 @@
 #include "ropekit/config.hpp"
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/cpu.hpp"
+#include "ropekit/cuda.hpp"
 #include "ropekit/dtype.hpp"
 #include "ropekit/encodings.hpp"
 #include "ropekit/error.hpp"

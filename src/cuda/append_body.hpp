@@ -144,7 +144,7 @@ ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
     const char* src = row(s.q_in, s, token, h, es);
     char* dst = row(s.q_out, s, token, h, es);
     float c, sn;
-    coefficients(s, token, j, c, sn);
+    if (!coefficients(s, token, j, c, sn)) return;
     const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
     store_as(s.storage, dst + la * es, fma(xa, c, -fmul(xb, sn)));
     store_as(s.storage, dst + lb * es, fma(xb, c, fmul(xa, sn)));
@@ -160,7 +160,7 @@ ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
   char bits_a[4], bits_b[4];
   if (a.rotate_keys) {
     float c, sn;
-    coefficients(s, token, j, c, sn);
+    if (!coefficients(s, token, j, c, sn)) return;
     const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
     store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));  // rounded to k's storage: the live key's bits
     store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
@@ -216,7 +216,7 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
     }
     for (int j = 0; j < s.pairs; ++j) {
       float c, sn;
-      coefficients(s, token, j, c, sn);
+      if (!coefficients(s, token, j, c, sn)) return;
       const int la = s.lane_a[j], lb = s.lane_b[j];
       const float xa = normed(la), xb = normed(lb);
       char bits_a[4], bits_b[4];

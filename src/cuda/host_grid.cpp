@@ -11,14 +11,8 @@ cuda::View view_of(const Heads& h) { return {static_cast<char*>(h.data), h.batch
 
 }  // namespace
 
-bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
-  // On the fly, only the accurate angles: HfCompat's are libm's cos/sin of a float32 angle, which a GPU's math
-  // library does not reproduce bit for bit (such calls take a table).
-  if (job.table == nullptr && (job.angles == nullptr || job.angles->mode() != AngleMode::Accurate)) return false;
+void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
   const PairMap& map = *job.map;
-  lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
-  lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
-  lanes.axis.assign(map.axis.begin(), map.axis.end());
   const RotateArgs& a = job.args;
   s = {};
   if (job.q_heads > 0) {
@@ -34,27 +28,39 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
               : dtype == DType::BF16 ? cuda::Storage::BF16
                                      : cuda::Storage::F16;
   s.element_size = static_cast<int>(element_size(dtype));
-  s.lane_a = lanes.lane_a.data();
-  s.lane_b = lanes.lane_b.data();
-  s.axis = lanes.axis.data();
   s.pairs = map.num_pairs();
   s.rotary_dim = map.rotary_dim;
   s.head_dim = map.head_dim;
   s.positions = a.positions.data;
   s.positions_i64 = a.positions.type == IndexType::I64;
-  if (job.table != nullptr) {
-    s.cos = job.table->cos_row(0);
-    s.sin = job.table->sin_row(0);
-  } else {
-    s.turns_hi = job.angles->turns_hi();
-    s.turns_lo = job.angles->turns_lo();
-  }
   s.magnitude = job.magnitude;
   s.sin_sign = job.sin_sign;
   s.tokens = job.tokens;
   s.seq = job.seq;
   s.q_heads = job.q_heads;
   s.k_heads = job.k_heads;
+}
+
+bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
+  // On the fly, only the accurate angles: HfCompat's are libm's cos/sin of a float32 angle, which a GPU's math
+  // library does not reproduce bit for bit (such calls take a table).
+  if (job.table == nullptr && (job.angles == nullptr || job.angles->mode() != AngleMode::Accurate)) return false;
+  fill_cuda_views(job, s);
+  const PairMap& map = *job.map;
+  lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
+  lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
+  lanes.axis.assign(map.axis.begin(), map.axis.end());
+  s.lane_a = lanes.lane_a.data();
+  s.lane_b = lanes.lane_b.data();
+  s.axis = lanes.axis.data();
+  if (job.table != nullptr) {
+    s.cos = job.table->cos_row(0);
+    s.sin = job.table->sin_row(0);
+    s.table_positions = job.table->num_positions();
+  } else {
+    s.turns_hi = job.angles->turns_hi();
+    s.turns_lo = job.angles->turns_lo();
+  }
   return true;
 }
 

@@ -1,4 +1,5 @@
-// src/cuda/host_grid.hpp — the CUDA rotation kernel's body run by the host over its whole launch grid.
+// src/cuda/host_grid.hpp — the CUDA kernels' bodies run by the host over their whole launch grids, and the shapes
+// they take made from the core's prepared calls.
 //
 // The ordinary test suite calls this on every machine (no GPU or CUDA toolkit needed): the same per-thread body a
 // GPU runs (src/cuda/rotate_body.hpp), every (block, thread) of the launch, against the scalar reference bit for bit
@@ -24,6 +25,9 @@ struct CudaLanes {
   std::vector<std::uint8_t> axis;
 };
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& out);
+// The shape's views, storage, dimensions, positions and coefficients' magnitude and sign from a prepared call; the
+// pair map and the angles left for the caller (the device API points them at its device copies).
+void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
 
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
 // block order. False when the job has no CUDA shape (make_cuda_shape).

@@ -56,7 +56,7 @@ ROPEKIT_HD void kshift_thread(const KShiftShape& k, std::int64_t block, int thre
   float xa = load_key(k, key + la * es), xb = load_key(k, key + lb * es);
   for (int c = 0; c < k.num_calls; ++c) {
     float co, sn;
-    coefficients(k.calls[c], i, j, co, sn);
+    if (!coefficients(k.calls[c], i, j, co, sn)) return;
     const float ya = fma(xa, co, -fmul(xb, sn)), yb = fma(xb, co, fmul(xa, sn));
     xa = ya;
     xb = yb;

@@ -120,6 +120,13 @@ struct RotateShape {
   const double* turns_lo = nullptr;
   float magnitude = 1.0f, sin_sign = 1.0f;
   std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
+  // Rows of the table cover positions [0, table_positions); past them the turns give the angle (the same bits:
+  // the table's rows are those angles). A shape made from a CPU call has one source or the other.
+  std::int64_t table_positions = 0;
+  // Set by the device API, whose positions the host never reads: a position outside [0, 2^47), or past the table
+  // with no turns (HfCompat), leaves its token's rows unwritten and records token + 1 here (the first to get there).
+  // Null: the positions were checked before the launch.
+  unsigned long long* error = nullptr;
 
   ROPEKIT_HD std::int64_t rows() const { return tokens * (q_heads + k_heads); }
   ROPEKIT_HD std::int64_t threads() const { return rows() * pairs; }
@@ -160,12 +167,28 @@ ROPEKIT_HD std::int64_t position(const RotateShape& s, int axis, std::int64_t to
                          : static_cast<const std::int32_t*>(s.positions)[i];
 }
 
+// Records the first token whose position could not be rotated (RotateShape::error).
+ROPEKIT_HD void report(const RotateShape& s, std::int64_t token) {
+#if defined(__CUDA_ARCH__)
+  atomicCAS(s.error, 0ull, static_cast<unsigned long long>(token) + 1);
+#else
+  if (*s.error == 0) *s.error = static_cast<unsigned long long>(token) + 1;
+#endif
+}
+
+// 2^47: the accuracy contract's limit on positions (ropekit/spec.hpp's kPositionLimit).
+constexpr std::int64_t kDevicePositionLimit = std::int64_t{1} << 47;
+
 // Token `token`'s coefficients for pair j: c = cos·m, s = sin·m·sign (the reference's, from the table's row or the
-// accurate angle of the exact turn).
-ROPEKIT_HD void coefficients(const RotateShape& s, std::int64_t token, int j, float& c, float& sn) {
+// accurate angle of the exact turn). False, with the token reported, for a position the shape cannot rotate.
+ROPEKIT_HD bool coefficients(const RotateShape& s, std::int64_t token, int j, float& c, float& sn) {
   const std::int64_t p = position(s, s.axis[j], token);
+  if (s.error != nullptr && (p < 0 || p >= kDevicePositionLimit || (p >= s.table_positions && s.turns_hi == nullptr))) {
+    report(s, token);
+    return false;
+  }
   float cos_p, sin_p;
-  if (s.cos != nullptr) {
+  if (s.cos != nullptr && p < s.table_positions) {
     cos_p = s.cos[p * s.pairs + j];
     sin_p = s.sin[p * s.pairs + j];
   } else {
@@ -176,6 +199,7 @@ ROPEKIT_HD void coefficients(const RotateShape& s, std::int64_t token, int j, fl
   }
   c = fmul(cos_p, s.magnitude);
   sn = fmul(fmul(sin_p, s.magnitude), s.sin_sign);
+  return true;
 }
 
 // The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
@@ -197,7 +221,7 @@ ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thre
   char* dst = out.data + out_offset;
 
   float c, sn;
-  coefficients(s, token, j, c, sn);
+  if (!coefficients(s, token, j, c, sn)) return;
   const int la = s.lane_a[j], lb = s.lane_b[j];
   const float xa = load(s, src + la * s.element_size), xb = load(s, src + lb * s.element_size);
   const float ya = fma(xa, c, -fmul(xb, sn));

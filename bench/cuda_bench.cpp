@@ -1,0 +1,154 @@
+// cuda_bench — ropekit::cuda::DeviceRope::rotate on a GPU against a device-to-device copy of the same bytes measured
+// in the same run (issue 41's ceiling), in place, over issue 41's shapes: FlashInfer's published prefill (2 × 8192
+// tokens, 32 q + 8 k heads × 128, θ = 5e5), 512 and 65,536 tokens, fp32 / bf16 / fp16, both pairings, angles from the
+// table or on the fly; decode (1 token per sequence, batch 1 to 256) against the launch latency (an empty kernel's
+// round trip is not measured here: the ratio to the copy of the same bytes is reported, and µs per call).
+//
+//   build/gpu/bench/cuda_bench [--json FILE]         (scripts/gpu-check.sh runs it and keeps the JSON)
+//
+// Each figure: the median of 9 timings (CUDA events) of a loop of calls lasting at least 20 ms, after a warm-up;
+// the copy of the same bytes (q and k read and written: cudaMemcpyAsync D2D of q+k) is timed interleaved.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ropekit/cuda.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace {
+
+using namespace ropekit;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// µs per call of fn, the median of 9 loops of at least 20 ms each.
+template <class F>
+double time_us(cudaStream_t stream, F&& fn) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  fn();
+  check(cudaStreamSynchronize(stream), "warm-up");
+  int n = 1;
+  for (;;) {  // calls per loop for ≥ 20 ms
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < n; ++i) fn();
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    if (ms >= 20.0f || n >= (1 << 20)) break;
+    n *= 2;
+  }
+  std::vector<double> us;
+  for (int r = 0; r < 9; ++r) {
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < n; ++i) fn();
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    us.push_back(double(ms) * 1e3 / n);
+  }
+  std::sort(us.begin(), us.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return us[us.size() / 2];
+}
+
+struct Row {
+  std::string name;
+  double us, copy_us, gbps, fraction;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--json") json = argv[i + 1];
+  if (cuda::device_count() == 0) {
+    std::printf("cuda_bench: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "stream");
+  std::vector<Row> rows;
+  const auto run = [&](const std::string& name, const Rope& rope, std::int64_t table, DType dtype, std::int64_t batch,
+                       std::int64_t seq, std::int64_t first_position) {
+    const cuda::DeviceRope gpu(rope, 0, table);
+    const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq;
+    const std::size_t es = element_size(dtype), q_bytes = std::size_t(tokens * hq * d) * es,
+                      k_bytes = std::size_t(tokens * hk * d) * es;
+    void *q, *k, *scratch, *pos;
+    check(cudaMalloc(&q, q_bytes), "q");
+    check(cudaMalloc(&k, k_bytes), "k");
+    check(cudaMalloc(&scratch, q_bytes + k_bytes), "copy target");
+    check(cudaMemset(q, 0, q_bytes), "q");
+    check(cudaMemset(k, 0, k_bytes), "k");
+    std::vector<std::int64_t> host_pos(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) host_pos[std::size_t(t)] = first_position + t % seq;
+    check(cudaMalloc(&pos, std::size_t(tokens) * 8), "positions");
+    check(cudaMemcpy(pos, host_pos.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
+    const RotateArgs args{.q = bshd(q, dtype, batch, seq, hq, d),
+                          .k = bshd(k, dtype, batch, seq, hk, d),
+                          .positions = {pos, IndexType::I64, tokens}};
+    const double us = time_us(stream, [&] { gpu.rotate(args, {.device = 0, .stream = stream}); });
+    const double copy_us = time_us(stream, [&] {
+      cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes, k, k_bytes, cudaMemcpyDeviceToDevice, stream);
+    });
+    gpu.check({.device = 0, .stream = stream});
+    const double bytes = 2.0 * double(q_bytes + k_bytes);
+    rows.push_back({name, us, copy_us, bytes / us / 1e3, copy_us / us});
+    std::printf("%-58s %10.2f µs  copy %10.2f µs  %8.1f GB/s  %.2f of the copy\n", name.c_str(), us, copy_us,
+                bytes / us / 1e3, copy_us / us);
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(scratch);
+    cudaFree(pos);
+  };
+  std::printf("# %s, compute %d.%d, %s\n", prop.name, prop.major, prop.minor, "ropekit cuda_bench (in place)");
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+    const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
+    for (const DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+      for (const auto& [batch, seq] : {std::pair<std::int64_t, std::int64_t>{2, 8192}, {1, 512}, {1, 65536}}) {
+        for (const bool table : {true, false}) {
+          run(fmt::format("prefill {}x{} {} {} {}", batch, seq, to_string(dtype), to_string(pairing),
+                          table ? "table" : "on the fly"),
+              rope, table ? 65536 : 0, dtype, batch, seq, 0);
+        }
+      }
+    }
+    for (const std::int64_t batch : {1, 16, 64, 256}) {
+      run(fmt::format("decode batch {} bf16 {} table", batch, to_string(pairing)), rope, 65536, DType::BF16, batch, 1,
+          4095);
+    }
+  }
+  if (!json.empty()) {
+    std::FILE* f = std::fopen(json.c_str(), "w");
+    if (f == nullptr) return 1;
+    std::fprintf(f, "{\"device\": \"%s\", \"rows\": [\n", prop.name);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(f, "  {\"name\": \"%s\", \"us\": %.3f, \"copy_us\": %.3f, \"gbps\": %.1f, \"fraction\": %.3f}%s\n",
+                   r.name.c_str(), r.us, r.copy_us, r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}

@@ -1,0 +1,74 @@
+// ropekit/cuda.hpp — RoPE on NVIDIA GPUs with the CPU's bits: a Rope's angles on one device, and rotations of
+// device memory on the caller's stream.
+//
+//   ropekit::cuda::DeviceRope gpu(rope, /*device=*/0, /*table_positions=*/8192);
+//   gpu.rotate({.q = ropekit::bshd(q_dev, ropekit::DType::BF16, batch, seq, 32, 128),
+//               .k = ropekit::bshd(k_dev, ropekit::DType::BF16, batch, seq, 8, 128),
+//               .positions = {pos_dev, ropekit::IndexType::I64, batch * seq}},
+//              {.device = 0, .stream = stream});          // asynchronous on `stream`
+//   gpu.check({.device = 0, .stream = stream});           // waits; ropekit::Error if a position was out of range
+//
+// Numerics: bit-identical to Rope::apply on the CPU for every storage type (fp32/bf16/fp16, float32 arithmetic, one
+// rounding), both pairings, partial rotary, M-RoPE and axial streams, forward/inverse/backward, in and out of place:
+// the kernel runs the scalar reference's operation sequence with every rounding explicit (no contraction, nvcc
+// -fmad=false), and the same body is run by the host over the whole launch grid in every test run
+// (tests/cuda_host_test.cpp) and by the GPU where one is at hand (tests/cuda_device_test.cpp). Angles: the table's
+// rows for positions below table_positions, above them the accurate angle on the fly (the CPU's double turn
+// reduction and polynomials, compiled for the device) — the same bits either way, valid to 2^47. A HfCompat Rope's
+// angles are libm's cos/sin of a float32 angle, which a GPU does not reproduce: its table must cover every position.
+//
+// Memory and streams: every pointer in the arguments is a device pointer on `device` (the positions too); the host
+// reads none of them. The device and stream are always the caller's, never guessed from a pointer; each call is
+// asynchronous on that stream and allocates nothing. A DeviceRope owns its device copies (pair map, table, turns, one
+// error word) and may be used from several host threads and streams at once.
+//
+// Errors, on the host before anything is launched (ropekit::Error): a build without the CUDA backend, a device that
+// does not exist, a CUDA error (named), and everything Rope::apply checks about the views (shapes, strides, dtypes,
+// overlaps, counts). On the device: a position outside [0, 2^47), or past the table of a HfCompat Rope, leaves its
+// token's rows unwritten and is reported by the next check() (the first such token of any call since the last check).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "ropekit/rope.hpp"
+
+namespace ropekit::cuda {
+
+// True when this library was built with the CUDA backend (ROPEKIT_CUDA: nvcc found at configure time).
+bool built();
+// The CUDA devices this process sees (0 without the backend, a driver or a device).
+int device_count();
+
+struct Stream {
+  int device = 0;
+  void* stream = nullptr;  // a cudaStream_t; null: the device's legacy default stream
+};
+
+class DeviceRope {
+ public:
+  // Uploads rope's pair map, the cos/sin of positions [0, table_positions) and, for the accurate angles, the per-pair
+  // turns to `device`. Errors: no CUDA backend, device outside [0, device_count()), table_positions outside
+  // [0, 2^47), a HfCompat rope without a table, a CUDA allocation or copy that fails.
+  DeviceRope(const Rope& rope, int device, std::int64_t table_positions = 0);
+  ~DeviceRope();
+  DeviceRope(DeviceRope&&) noexcept;
+  DeviceRope& operator=(DeviceRope&&) noexcept;
+  DeviceRope(const DeviceRope&) = delete;
+  DeviceRope& operator=(const DeviceRope&) = delete;
+
+  int device() const;
+  std::int64_t table_positions() const;
+
+  // Rope::apply(args) on device memory, launched on `stream` (stream.device must be this DeviceRope's device).
+  void rotate(const RotateArgs& args, const Stream& stream) const;
+  // Waits for `stream`; throws ropekit::Error naming the first token whose position could not be rotated by any
+  // call since the last check (and clears the record).
+  void check(const Stream& stream) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ropekit::cuda

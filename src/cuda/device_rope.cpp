@@ -1,0 +1,234 @@
+// The device API (ropekit/cuda.hpp): a Rope's pair map, table and turns on one device, and rotations of device
+// memory on the caller's stream. The views are checked by the core's own prepare (with host positions of the same
+// count standing in for the device's, which the host never reads); the kernel is the host-verified body of
+// rotate_body.hpp. Without the CUDA backend every entry point says so.
+#include "ropekit/cuda.hpp"
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <vector>
+
+#include "cuda/host_grid.hpp"
+#include "rope/angles.hpp"
+#include "ropekit/error.hpp"
+
+#if ROPEKIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/rotate_kernel.hpp"
+#endif
+
+namespace ropekit::cuda {
+
+#if ROPEKIT_HAVE_CUDA
+namespace {
+
+void check_cuda(cudaError_t status, std::string_view what) {
+  if (status != cudaSuccess) {
+    throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorName(status), cudaGetErrorString(status)));
+  }
+}
+
+// `device` current for the scope; the caller's current device restored after (the API never leaves it changed).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), fmt::format("cudaSetDevice({})", device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Device memory holding a copy of host data (or zeros).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const void* host, std::size_t bytes, std::string_view what) : bytes_(bytes) {
+    if (bytes == 0) return;
+    check_cuda(cudaMalloc(&data_, bytes), fmt::format("cudaMalloc of {} bytes for {}", bytes, what));
+    const cudaError_t status =
+        host != nullptr ? cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice) : cudaMemset(data_, 0, bytes);
+    if (status != cudaSuccess) {
+      cudaFree(data_);
+      check_cuda(status, fmt::format("copying {} to the device", what));
+    }
+  }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace
+
+bool built() { return true; }
+
+int device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+#else
+bool built() { return false; }
+int device_count() { return 0; }
+#endif
+
+struct DeviceRope::State {
+  Rope rope;  // the host's copy: its prepare checks each call's views
+  int device = 0;
+  std::int64_t table_positions = 0;
+  int pairs = 0;
+#if ROPEKIT_HAVE_CUDA
+  DeviceBuffer lane_a, lane_b, axis, cos, sin, turns_hi, turns_lo, error;
+#endif
+};
+
+DeviceRope::DeviceRope(const Rope& rope, int device, std::int64_t table_positions) {
+#if ROPEKIT_HAVE_CUDA
+  const int devices = device_count();
+  if (device < 0 || device >= devices) {
+    throw Error(
+        fmt::format("device = {}: this process sees {} CUDA device{}", device, devices, devices == 1 ? "" : "s"));
+  }
+  if (table_positions < 0 || table_positions >= kDevicePositionLimit) {
+    throw Error(fmt::format("table_positions = {}: must be in [0, 2^47)", table_positions));
+  }
+  const AngleMode mode = rope.angle_mode();
+  if (mode == AngleMode::HfCompat && table_positions == 0) {
+    throw Error(
+        "table_positions = 0: a HfCompat Rope's angles (libm's cos/sin of a float32 angle) are not reproduced on a "
+        "GPU; give the table every position the calls will use");
+  }
+  state_ = std::make_unique<State>(State{Rope(rope.spec(), rope.plan(), mode), device, table_positions, 0});
+  State& s = *state_;
+  const PairMap& map = rope.pair_map();
+  s.pairs = map.num_pairs();
+  const detail::AngleEvaluator angles(rope.plan().inv_freq, mode);
+  std::vector<float> cos(std::size_t(table_positions) * std::size_t(s.pairs)), sin(cos.size());
+  for (std::int64_t p = 0; p < table_positions; ++p) {
+    angles.row(p, cos.data() + p * s.pairs, sin.data() + p * s.pairs);
+  }
+  const std::vector<std::int32_t> lane_a(map.lane_a.begin(), map.lane_a.end()),
+      lane_b(map.lane_b.begin(), map.lane_b.end());
+  const std::vector<std::uint8_t> axis(map.axis.begin(), map.axis.end());
+  const DeviceGuard guard(device);
+  s.lane_a = DeviceBuffer(lane_a.data(), lane_a.size() * 4, "the pair map");
+  s.lane_b = DeviceBuffer(lane_b.data(), lane_b.size() * 4, "the pair map");
+  s.axis = DeviceBuffer(axis.data(), axis.size(), "the pair map");
+  s.cos = DeviceBuffer(cos.data(), cos.size() * 4, "the cos table");
+  s.sin = DeviceBuffer(sin.data(), sin.size() * 4, "the sin table");
+  if (mode == AngleMode::Accurate) {
+    s.turns_hi = DeviceBuffer(angles.turns_hi(), std::size_t(s.pairs) * 8, "the turns");
+    s.turns_lo = DeviceBuffer(angles.turns_lo(), std::size_t(s.pairs) * 8, "the turns");
+  }
+  s.error = DeviceBuffer(nullptr, 8, "the error word");
+#else
+  (void)rope;
+  (void)device;
+  (void)table_positions;
+  throw Error("ropekit::cuda::DeviceRope: this ropekit was built without the CUDA backend (ROPEKIT_CUDA=OFF)");
+#endif
+}
+
+DeviceRope::~DeviceRope() {
+#if ROPEKIT_HAVE_CUDA
+  if (state_) {
+    // Freed on the device they were allocated on.
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess) {
+      cudaSetDevice(state_->device);
+      state_.reset();
+      cudaSetDevice(previous);
+    }
+  }
+#endif
+}
+DeviceRope::DeviceRope(DeviceRope&&) noexcept = default;
+DeviceRope& DeviceRope::operator=(DeviceRope&&) noexcept = default;
+
+int DeviceRope::device() const { return state_ ? state_->device : -1; }
+std::int64_t DeviceRope::table_positions() const { return state_ ? state_->table_positions : 0; }
+
+void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
+  if (!state_) throw Error("DeviceRope::rotate: a moved-from DeviceRope");
+  const State& s = *state_;
+  if (stream.device != s.device) {
+    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device, s.device));
+  }
+  if (args.positions.type != IndexType::I32 && args.positions.type != IndexType::I64) {
+    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(args.positions.type)));
+  }
+  if (args.positions.count < 0 || args.positions.axes < 1) {
+    throw Error(fmt::format("positions: count = {}, axes = {}: must be >= 0 and >= 1", args.positions.count,
+                            args.positions.axes));
+  }
+  if (args.positions.data == nullptr && args.positions.count > 0) throw Error("positions.data is null");
+  // The views checked by the core's prepare, with host zeros standing in for the device's positions (same count and
+  // streams): shapes, strides, dtypes, overlaps and counts are refused exactly as Rope::apply refuses them.
+  thread_local std::vector<std::int64_t> zeros;
+  zeros.assign(std::size_t(args.positions.count * args.positions.axes), 0);
+  RotateArgs host = args;
+  host.positions = {zeros.data(), IndexType::I64, args.positions.count, args.positions.axes};
+  const RotateCall call = s.rope.prepare(host);
+  RotateShape shape;
+  detail::fill_cuda_views(call.job(), shape);
+#if ROPEKIT_HAVE_CUDA
+  shape.positions = args.positions.data;
+  shape.positions_i64 = args.positions.type == IndexType::I64;
+  shape.lane_a = s.lane_a.as<const std::int32_t>();
+  shape.lane_b = s.lane_b.as<const std::int32_t>();
+  shape.axis = s.axis.as<const std::uint8_t>();
+  shape.cos = s.table_positions > 0 ? s.cos.as<const float>() : nullptr;
+  shape.sin = s.table_positions > 0 ? s.sin.as<const float>() : nullptr;
+  shape.table_positions = s.table_positions;
+  shape.turns_hi = s.turns_hi.as<const double>();
+  shape.turns_lo = s.turns_lo.as<const double>();
+  shape.error = s.error.as<unsigned long long>();
+  const DeviceGuard guard(s.device);
+  check_cuda(static_cast<cudaError_t>(launch_rotate(shape, stream.stream)), "launching the rotation");
+#endif
+}
+
+void DeviceRope::check(const Stream& stream) const {
+  if (!state_) throw Error("DeviceRope::check: a moved-from DeviceRope");
+#if ROPEKIT_HAVE_CUDA
+  const State& s = *state_;
+  if (stream.device != s.device) {
+    throw Error(fmt::format("stream.device = {}: this DeviceRope is on device {}", stream.device, s.device));
+  }
+  const DeviceGuard guard(s.device);
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.stream)), "waiting for the stream");
+  unsigned long long word = 0;
+  check_cuda(cudaMemcpy(&word, s.error.as<void>(), 8, cudaMemcpyDeviceToHost), "reading the error word");
+  if (word != 0) {
+    check_cuda(cudaMemset(s.error.as<void>(), 0, 8), "clearing the error word");
+    throw Error(
+        fmt::format("token {} of a rotation since the last check: its position is outside [0, 2^47){}; its "
+                    "rows were not written",
+                    word - 1,
+                    s.rope.angle_mode() == AngleMode::HfCompat
+                        ? fmt::format(" or past the table's {} positions (HfCompat)", s.table_positions)
+                        : ""));
+  }
+#else
+  (void)stream;
+#endif
+}
+
+}  // namespace ropekit::cuda
