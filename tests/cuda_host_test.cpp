@@ -271,6 +271,46 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   EXPECT_EQ(ran, 720);
 }
 
+// What the device append changes in the body's inputs, run on the host: int32 slots read as the device gives them,
+// a slot outside the cache reported and treated as padding, and the norm weights' offset added by the body.
+TEST(CudaHost, AppendBodyWithTheDeviceApisInputs) {
+  const Rope rope(append_specs()[0]);
+  for (const Variant variant : {Variant::Plain, Variant::NormPerHead}) {
+    SCOPED_TRACE(int(variant));
+    const AppendCase c{rope.spec(), DType::BF16, CacheDType::F8E4M3, PageLayout::HND, variant, false};
+    AppendBuffers want(c), got(c);
+    want.slot_map[4] = -1;  // what the bad slot below must amount to
+    want.args.slots = slot_mapping(want.slot_map);
+    append(rope, want.args, want.cache);
+    got.args.slots = slot_mapping(got.slot_map);
+    const AppendCall call = prepare_append(rope, got.args, got.cache);
+    detail::CudaLanes lanes;
+    cuda::AppendShape shape;
+    ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+    std::vector<std::int32_t> slots(got.slot_map.begin(), got.slot_map.end());
+    slots[4] = std::int32_t(AppendBuffers::kPages * AppendBuffers::kPageSize);  // one past the cache
+    shape.slots = slots.data();
+    shape.slots_i64 = false;
+    unsigned long long error = 0;
+    shape.rot.error = &error;
+    if (variant == Variant::NormPerHead) {  // the caller's weights, the offset added by the body
+      shape.q_weight = got.q_weight.data();
+      shape.k_weight = got.k_weight.data();
+      shape.add_weight_offset = true;
+      shape.weight_offset = got.args.norm.weight_offset;
+    }
+    for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
+      for (int t = 0; t < 96; ++t) cuda::append_thread(shape, b, t, 96);
+    EXPECT_EQ(error, 5u);
+    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
+                                                                       {"k", &AppendBuffers::k},
+                                                                       {"k_out", &AppendBuffers::k_out},
+                                                                       {"cache.k", &AppendBuffers::kc},
+                                                                       {"cache.v", &AppendBuffers::vc}};
+    for (const auto& [name, m] : buffers) EXPECT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+  }
+}
+
 // ---- the K-shift and re-rotation -----------------------------------------------------------------------------------
 
 // The CPU's PagedKvCache turns its own entries (shift_entries: R(δ), magnitude 1; rerotate: un-rotate under the old

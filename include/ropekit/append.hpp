@@ -45,6 +45,7 @@
 #include <variant>
 #include <vector>
 
+#include "ropekit/cuda.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/tensor.hpp"
 
@@ -190,5 +191,19 @@ void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, s
 
 // The slot each token of `args` writes (−1: none), as prepare_append resolves and checks it.
 std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache);
+
+namespace cuda {
+
+// ropekit::append on a GPU (ropekit/cuda.hpp's conventions): args' views, positions and slot mapping and the cache's
+// pages are device pointers on rope.device(); launched on `stream`; the bits of ropekit::append on the CPU (the
+// kernel body is checked against AppendCall on every case of tests/cuda_host_test.cpp). QK-norm weights are device
+// arrays too (weight_offset added on the device, in float32, as prepare_append adds it). The slots must be a
+// SlotMapping (vLLM's; a page table is resolved on the host and has no device form yet). Checked on the host: all
+// that prepare_append checks but the positions' and slots' values; on the device a slot outside [−1, cache.slots())
+// writes no entry for its token and a position out of range leaves its rows unwritten, and rope.check(stream)
+// reports the first such token. Two tokens given one slot: one of them wins (as vLLM's reshape_and_cache).
+void append(const DeviceRope& rope, const AppendArgs& args, const PagedCache& cache, const Stream& stream);
+
+}  // namespace cuda
 
 }  // namespace ropekit

@@ -33,6 +33,10 @@
 
 #include "ropekit/rope.hpp"
 
+namespace ropekit::detail {
+struct DeviceAccess;  // src/cuda/device_access.hpp: the engine's device append reads a DeviceRope's device copies
+}  // namespace ropekit::detail
+
 namespace ropekit::cuda {
 
 // True when this library was built with the CUDA backend (ROPEKIT_CUDA: nvcc found at configure time).
@@ -67,8 +71,12 @@ class DeviceRope {
   void check(const Stream& stream) const;
 
  private:
+  friend struct detail::DeviceAccess;
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// ropekit::cuda::append (the fused rotate-and-append on device memory) is declared with the host one, in
+// ropekit/append.hpp (the engine component).
 
 }  // namespace ropekit::cuda

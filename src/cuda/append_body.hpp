@@ -31,15 +31,16 @@ struct AppendShape {
   RotateShape rot;  // q: rot.q_in → rot.q_out; keys read from rot.k_in (rot.k_out unused); coefficients, positions
   View k_out;       // the live rotated keys, when keep_k
   bool keep_k = false;
-  bool rotate_keys = true;  // false: keys stored as given
-  const std::int64_t* slots = nullptr;
+  bool rotate_keys = true;      // false: keys stored as given
+  const void* slots = nullptr;  // one per token, int64 or int32; −1: not cached
+  bool slots_i64 = true;
   // The cache.
   char* cache_k = nullptr;
   char* cache_v = nullptr;
   CacheStorage cache = CacheStorage::F32;
   int cache_element_size = 4;
   bool hnd = false;
-  std::int64_t page_size = 1, kv_heads = 0;
+  std::int64_t page_size = 1, kv_heads = 0, num_pages = 0;
   int key_lanes = 0, value_lanes = 0;  // elements per key / value entry
   float k_scale = 1.0f, v_scale = 1.0f;
   int k_offset = 0;
@@ -52,6 +53,10 @@ struct AppendShape {
   // QK-norm: weight + weight_offset per lane (across_heads: per head and lane); null: not normed.
   const float* q_weight = nullptr;
   const float* k_weight = nullptr;
+  // The device API's weights are the caller's: weight_offset is added to each in float32 (as prepare_append forms
+  // them). A shape made from a resolved call has the sums already (add_weight_offset false).
+  bool add_weight_offset = false;
+  float weight_offset = 0.0f;
   float eps = 1e-6f;
   bool across_heads = false;
 
@@ -71,6 +76,18 @@ struct AppendShape {
 };
 
 ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
+
+// Token t's slot; −1 (not cached) also for a slot outside the cache, which is reported when the shape carries an
+// error word (the device API: the host never read the slots).
+ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
+  const std::int64_t slot =
+      a.slots_i64 ? static_cast<const std::int64_t*>(a.slots)[token] : static_cast<const std::int32_t*>(a.slots)[token];
+  if (a.rot.error != nullptr && (slot < -1 || slot >= a.page_size * a.num_pages)) {
+    report(a.rot, token);
+    return -1;
+  }
+  return slot;
+}
 
 ROPEKIT_HD float load_as(Storage st, const char* p) {
   if (st == Storage::F32) {
@@ -154,7 +171,7 @@ ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
     }
     return;
   }
-  const std::int64_t head = h - qh, slot = a.slots[token];
+  const std::int64_t head = h - qh, slot = slot_of(a, token);
   if (slot < 0 && !a.keep_k) return;  // nothing of this key is written
   const char* src = row(s.k_in, s, token, head, es);
   char bits_a[4], bits_b[4];
@@ -187,7 +204,7 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   const float* weight = is_q ? a.q_weight : a.k_weight;
   const View& in = is_q ? s.q_in : s.k_in;
   const int es = s.element_size, d = s.head_dim;
-  const std::int64_t slot = is_q ? -1 : a.slots[token];
+  const std::int64_t slot = is_q ? -1 : slot_of(a, token);
   if (!is_q && slot < 0 && !a.keep_k) return;
   double sum = 0.0;  // float products are exact in double; the sum is rounded in lane order, as the CPU's loop
   for (std::int64_t h = first; h < last; ++h) {
@@ -202,7 +219,10 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   for (std::int64_t h = first; h < last; ++h) {
     const char* src = row(in, s, token, h, es);
     const std::int64_t w0 = a.across_heads ? (h - first) * d : 0;
-    const auto normed = [&](int l) { return fmul(fmul(load_as(s.storage, src + l * es), r), weight[w0 + l]); };
+    const auto normed = [&](int l) {
+      return fmul(fmul(load_as(s.storage, src + l * es), r),
+                  a.add_weight_offset ? fadd(weight[w0 + l], a.weight_offset) : weight[w0 + l]);
+    };
     char* dst = is_q ? row(s.q_out, s, token, h, es) : nullptr;
     // Pass-through lanes first: the pairs' lanes are then the only ones read after being written in place.
     for (int l = s.rotary_dim; l < d; ++l) {
@@ -244,7 +264,7 @@ ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thre
   if (g < a.value_threads()) {
     const std::int64_t token = g / (a.kv_heads * a.value_lanes), head = g / a.value_lanes % a.kv_heads;
     const int lane = static_cast<int>(g % a.value_lanes);
-    const std::int64_t slot = a.slots[token];
+    const std::int64_t slot = slot_of(a, token);
     if (slot < 0) return;
     const int es = storage_size(a.v_storage);
     to_cache(a, a.v_storage, row(a.v, s, token, head, es) + lane * es, a.v_scale,
@@ -255,7 +275,7 @@ ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thre
   if (g < a.nope_threads()) {
     const std::int64_t token = g / (a.kv_heads * a.k_nope_dim), head = g / a.k_nope_dim % a.kv_heads;
     const int lane = static_cast<int>(g % a.k_nope_dim);
-    const std::int64_t slot = a.slots[token];
+    const std::int64_t slot = slot_of(a, token);
     if (slot < 0) return;
     const int es = storage_size(a.k_nope_storage);
     to_cache(a, a.k_nope_storage, row(a.k_nope, s, token, head, es) + lane * es, a.k_scale,

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/device_access.hpp"
 #include "cuda/host_grid.hpp"
 #include "rope/angles.hpp"
 #include "ropekit/error.hpp"
@@ -188,18 +189,10 @@ void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
   const RotateCall call = s.rope.prepare(host);
   RotateShape shape;
   detail::fill_cuda_views(call.job(), shape);
-#if ROPEKIT_HAVE_CUDA
   shape.positions = args.positions.data;
   shape.positions_i64 = args.positions.type == IndexType::I64;
-  shape.lane_a = s.lane_a.as<const std::int32_t>();
-  shape.lane_b = s.lane_b.as<const std::int32_t>();
-  shape.axis = s.axis.as<const std::uint8_t>();
-  shape.cos = s.table_positions > 0 ? s.cos.as<const float>() : nullptr;
-  shape.sin = s.table_positions > 0 ? s.sin.as<const float>() : nullptr;
-  shape.table_positions = s.table_positions;
-  shape.turns_hi = s.turns_hi.as<const double>();
-  shape.turns_lo = s.turns_lo.as<const double>();
-  shape.error = s.error.as<unsigned long long>();
+  detail::DeviceAccess::angles(*this, shape);
+#if ROPEKIT_HAVE_CUDA
   const DeviceGuard guard(s.device);
   check_cuda(static_cast<cudaError_t>(launch_rotate(shape, stream.stream)), "launching the rotation");
 #endif
@@ -232,3 +225,45 @@ void DeviceRope::check(const Stream& stream) const {
 }
 
 }  // namespace ropekit::cuda
+
+namespace ropekit::detail {
+
+const Rope& DeviceAccess::rope(const cuda::DeviceRope& gpu) {
+  if (!gpu.state_) throw Error("a moved-from DeviceRope");
+  return gpu.state_->rope;
+}
+
+void DeviceAccess::angles(const cuda::DeviceRope& gpu, cuda::RotateShape& shape) {
+  if (!gpu.state_) throw Error("a moved-from DeviceRope");
+#if ROPEKIT_HAVE_CUDA
+  const cuda::DeviceRope::State& s = *gpu.state_;
+  shape.lane_a = s.lane_a.as<const std::int32_t>();
+  shape.lane_b = s.lane_b.as<const std::int32_t>();
+  shape.axis = s.axis.as<const std::uint8_t>();
+  shape.cos = s.table_positions > 0 ? s.cos.as<const float>() : nullptr;
+  shape.sin = s.table_positions > 0 ? s.sin.as<const float>() : nullptr;
+  shape.table_positions = s.table_positions;
+  shape.turns_hi = s.turns_hi.as<const double>();
+  shape.turns_lo = s.turns_lo.as<const double>();
+  shape.error = s.error.as<unsigned long long>();
+#else
+  (void)shape;
+#endif
+}
+
+void DeviceAccess::launch_append(const cuda::DeviceRope& gpu, const cuda::AppendShape& shape,
+                                 const cuda::Stream& stream) {
+  if (!gpu.state_) throw Error("a moved-from DeviceRope");
+  if (stream.device != gpu.state_->device) {
+    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device,
+                            gpu.state_->device));
+  }
+#if ROPEKIT_HAVE_CUDA
+  const cuda::DeviceGuard guard(gpu.state_->device);
+  cuda::check_cuda(static_cast<cudaError_t>(cuda::launch_append(shape, stream.stream)), "launching the append");
+#else
+  (void)shape;
+#endif
+}
+
+}  // namespace ropekit::detail

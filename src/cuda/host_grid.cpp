@@ -92,6 +92,7 @@ void set_cache(const PagedCache& cache, cuda::AppendShape& a) {
   a.cache_element_size = static_cast<int>(element_size(cache.dtype));
   a.hnd = cache.layout == PageLayout::HND;
   a.page_size = cache.page_size;
+  a.num_pages = cache.num_pages;
   a.kv_heads = cache.kv_heads;
   a.key_lanes = cache.head_dim;
   a.value_lanes = cache.v_head_dim;
@@ -114,6 +115,7 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
   if (a.keep_k) a.k_out = view_of(args.k_out);
   a.rotate_keys = job.rotate_keys;
   a.slots = job.slots.data();
+  a.slots_i64 = true;
   a.k_offset = args.k_offset;
   if (!args.k_nope.empty()) {
     a.k_nope = view_of(args.k_nope);

@@ -1,0 +1,19 @@
+// src/cuda/device_access.hpp — what the engine's device append (src/attention/device_append.cpp) reads of a
+// DeviceRope: its host Rope (whose prepare checks the views), its device copies (pair map, table, turns, error word)
+// and the launch on its device. Internal.
+#pragma once
+
+#include "cuda/append_body.hpp"
+#include "ropekit/cuda.hpp"
+
+namespace ropekit::detail {
+
+struct DeviceAccess {
+  static const Rope& rope(const cuda::DeviceRope& gpu);
+  // Points the shape's pair map, table rows, turns and error word at the DeviceRope's device copies.
+  static void angles(const cuda::DeviceRope& gpu, cuda::RotateShape& shape);
+  // Launches the fused append on gpu's device and `stream` (errors: a CUDA error, named; no backend).
+  static void launch_append(const cuda::DeviceRope& gpu, const cuda::AppendShape& shape, const cuda::Stream& stream);
+};
+
+}  // namespace ropekit::detail
