@@ -4,6 +4,8 @@
 // (doubles round-trip); every bad input must exit 2 with one stderr line naming the problem.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -526,6 +528,28 @@ TEST(Cli, VerifyPassesOnPresetsAndPrintsEachCheck) {
   const Result text = run({"verify", "--preset", "llama-3.1-8b"});
   EXPECT_NE(text.out.find("PASS  relative_position"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("Hugging Face's float32 angles"), std::string::npos);
+}
+
+// bench names the host on every JSON line and in its tables, and --summary groups the cases (issue 42). One small
+// decode case, quick: the figures are not checked, only what is printed about them.
+TEST(Cli, BenchNamesTheHostAndSummarizesGroups) {
+  const ropekit::CpuIdentity& cpu = ropekit::cpu_identity();
+#if defined(__x86_64__)
+  EXPECT_TRUE(cpu.vendor == "GenuineIntel" || cpu.vendor == "AuthenticAMD") << cpu.vendor;
+  EXPECT_GE(cpu.family, 6);
+  EXPECT_FALSE(cpu.name.empty());
+#endif
+  const Result r = run({"bench", "--quick", "--json", "--summary", "--filter",
+                        "decode/half128/fp32/bshd/inplace/forward/table", "--filter", "t1/step"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto first = r.out.substr(0, r.out.find('\n'));
+  const nlohmann::json line = nlohmann::json::parse(first);
+  EXPECT_EQ(line["cpu"]["vendor"], cpu.vendor);
+  EXPECT_EQ(line["cpu"]["family"], cpu.family);
+  EXPECT_EQ(line["cpu"]["model"], cpu.model);
+  EXPECT_NE(r.out.find(fmt::format("family {} model {}", cpu.family, cpu.model)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode step 128 table inplace fp32 t1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("min - median - max"), std::string::npos) << r.out;
 }
 
 TEST(Cli, HelpExitsZero) {

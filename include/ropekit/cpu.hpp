@@ -39,4 +39,16 @@ std::vector<std::string> simd_targets();
 // target. Calls already prepared keep the target they were prepared with.
 void set_simd_target(std::string_view name);
 
+// The CPU this process runs on, as benchmarks must name it (kernel speed differs by vendor and core: issue 42) and
+// as the dispatch reads it: the CPUID vendor string ("GenuineIntel", "AuthenticAMD"), the display family and model
+// (extended fields folded in: Zen 4 is family 25, model 17 on the EPYC hosts here), and the brand string. Elsewhere
+// than x86: vendor and name from /proc/cpuinfo where it says, family and model 0.
+struct CpuIdentity {
+  std::string vendor;
+  int family = 0;
+  int model = 0;
+  std::string name;
+};
+const CpuIdentity& cpu_identity();
+
 }  // namespace ropekit

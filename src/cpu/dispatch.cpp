@@ -9,6 +9,11 @@
 #endif
 
 #include <atomic>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "ropekit/cpu.hpp"
 
 namespace ropekit::cpu {
 namespace {
@@ -22,6 +27,54 @@ bool cpu_has_avx512_bf16() {
 #else
   return false;
 #endif
+}
+
+// CPUID leaves 0, 1 and 0x80000002-4: vendor, display family and model, brand string.
+CpuIdentity read_identity() {
+  CpuIdentity id;
+#if HWY_ARCH_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) != 0) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    id.vendor = vendor;
+  }
+  if (__get_cpuid(1, &a, &b, &c, &d) != 0) {
+    const int family = static_cast<int>((a >> 8) & 0xf), model = static_cast<int>((a >> 4) & 0xf);
+    const int ext_family = static_cast<int>((a >> 20) & 0xff), ext_model = static_cast<int>((a >> 16) & 0xf);
+    id.family = family == 0xf ? family + ext_family : family;
+    id.model = family == 0x6 || family == 0xf ? (ext_model << 4) + model : model;
+  }
+  unsigned top = 0;
+  if (__get_cpuid(0x80000000u, &top, &b, &c, &d) != 0 && top >= 0x80000004u) {
+    char brand[49] = {};
+    for (unsigned leaf = 0; leaf < 3; ++leaf) {
+      __get_cpuid(0x80000002u + leaf, &a, &b, &c, &d);
+      std::memcpy(brand + leaf * 16, &a, 4);
+      std::memcpy(brand + leaf * 16 + 4, &b, 4);
+      std::memcpy(brand + leaf * 16 + 8, &c, 4);
+      std::memcpy(brand + leaf * 16 + 12, &d, 4);
+    }
+    id.name = brand;
+    const auto first = id.name.find_first_not_of(' ');
+    id.name = first == std::string::npos ? "" : id.name.substr(first, id.name.find_last_not_of(' ') - first + 1);
+  }
+#else
+  std::ifstream info("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(info, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    if (id.vendor.empty() && (key == "CPU implementer" || key == "vendor_id")) id.vendor = value;
+    if (id.name.empty() && (key == "model name" || key == "Model")) id.name = value;
+  }
+#endif
+  return id;
 }
 
 std::size_t dispatch_index(std::int64_t target) {
@@ -53,6 +106,19 @@ std::vector<Target> find_targets() {
 std::atomic<int> g_selected{0};
 
 }  // namespace
+
+}  // namespace ropekit::cpu
+
+namespace ropekit {
+
+const CpuIdentity& cpu_identity() {
+  static const CpuIdentity id = cpu::read_identity();
+  return id;
+}
+
+}  // namespace ropekit
+
+namespace ropekit::cpu {
 
 const std::vector<Target>& available_targets() {
   // The CPU does not change while the process runs; ropekit never mocks Highway's target set.
