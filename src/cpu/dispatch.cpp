@@ -134,4 +134,11 @@ void select_target(int index) { g_selected.store(index < 0 ? 0 : index, std::mem
 
 Selection current_selection() { return current_target().selection; }
 
+bool software_row_prefetch(const CpuIdentity& cpu) { return !(cpu.vendor == "AuthenticAMD" && cpu.family == 25); }
+
+bool software_row_prefetch() {
+  static const bool prefetch = software_row_prefetch(cpu_identity());
+  return prefetch;
+}
+
 }  // namespace ropekit::cpu

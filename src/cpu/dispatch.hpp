@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "ropekit/cpu.hpp"
+
 namespace ropekit::cpu {
 
 // What a call reads once, at the top: the entry of the target's Highway kernels in a HWY_EXPORT
@@ -37,6 +39,15 @@ const std::vector<Target>& available_targets();
 const Target& current_target();
 // Restricts calls to available_targets()[index]; -1 = the best (the first) again.
 void select_target(int index);
+// The memory policy's one CPU-dependent choice (issue 42): whether large rotations prefetch ahead of their rows in
+// software. Yes on the Intel cores it was tuned on (bf16 prefill in place 0.68–0.77 → 0.85–0.96 of the stream);
+// no on AMD family 25 (Zen 3 / Zen 4), whose hardware prefetchers do better alone — on the Zen 4 EPYC (model 17) the
+// 4096-token prefill rows went from 2 to 23 of 48 cases at 0.85 of the ceiling with the software prefetch off
+// (docs/performance.md). A pure function of the identity, so that it can be tested for any CPU.
+bool software_row_prefetch(const CpuIdentity& cpu);
+// software_row_prefetch(cpu_identity()), read once.
+bool software_row_prefetch();
+
 // current_target().selection: one relaxed load and an index.
 Selection current_selection();
 inline std::size_t current_index() { return current_selection().index; }

@@ -53,7 +53,7 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
   // Rows of a call this small are in L1/L2 (a decode step's q and k were just written by their
   // projection); there the prefetches only cost (fp32 decode steps 0.39-0.48 -> 0.35-0.46 of memcpy).
   constexpr std::int64_t kPrefetchFromBytes = std::int64_t{1} << 20;
-  job.prefetch_rows = job.bytes_moved >= kPrefetchFromBytes;
+  job.prefetch_rows = job.bytes_moved >= kPrefetchFromBytes && software_row_prefetch();
   const Selection target = current_selection();
   return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
                                                            target.native_bf16);
