@@ -439,6 +439,37 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     }
   }
   std::printf("K-shift kernel: %d cases equal the CPU's PagedKvCache byte for byte\n", ran);
+  // The public device K-shift on the last configuration's cache: R(−77) of every entry, against seq_add's.
+  {
+    const Rope plain(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
+    const cuda::DeviceRope gpu(plain, 0, 0);
+    PagedKvCache cpu(plain,
+                     {.num_pages = 4, .page_size = 4, .kv_heads = 2, .dtype = CacheDType::BF16, .max_sequences = 1});
+    cuda_cases::Memory kk(12 * 2 * 64 * 4, 51, DType::F32), vv(12 * 2 * 64 * 4, 52, DType::F32);
+    std::vector<std::int64_t> pos(12);
+    for (std::int64_t t = 0; t < 12; ++t) pos[std::size_t(t)] = 500 + t;
+    cpu.append(plain, std::vector<std::int32_t>(12, 0),
+               {.k = bshd(kk.data(), DType::F32, 1, 12, 2, 64),
+                .v = bshd(vv.data(), DType::F32, 1, 12, 2, 64),
+                .positions = positions(pos)});
+    const PagedCache& pc = cpu.cache();
+    const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * 2 * 64 * 2);
+    std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+    std::vector<std::int64_t> slots;
+    for (std::int64_t e = 0; e < 12; ++e) slots.push_back(std::int64_t(cpu.pages(0)[std::size_t(e / 4)]) * 4 + e % 4);
+    cpu.seq_add(0, -1, -1, -77);
+    Mirror m;
+    m.add(mine.data(), mine.size());
+    m.add(slots.data(), slots.size() * 8);
+    PagedCache dc = pc;
+    dc.k = m.map(mine.data());
+    dc.v = nullptr;
+    dc.v_head_dim = 0;
+    cuda::shift(gpu, dc, {m.map(slots.data()), IndexType::I64, 12}, -77, {.device = 0, .stream = nullptr});
+    gpu.check({.device = 0, .stream = nullptr});
+    m.copies.front()->back(mine.data());
+    EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::shift";
+  }
   EXPECT_EQ(ran, 16);
 }
 

@@ -402,4 +402,56 @@ TEST(CudaHost, KShiftBodyOverTheLaunchGridEqualsTheCpu) {
   EXPECT_EQ(ran, 48);
 }
 
+// What the device K-shift changes in the body's inputs (ropekit::cuda::shift): one position for every entry (|δ|),
+// int32 slots read as the device gives them, −1 skipped, a slot outside the cache reported and skipped.
+TEST(CudaHost, KShiftBodyWithTheDeviceApisInputs) {
+  const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half};
+  const Rope rope(spec);
+  const std::int64_t kv = 2, d = 64, page_size = 4, n = 9;
+  PagedKvCache cache(rope, {.num_pages = 4,
+                            .page_size = page_size,
+                            .kv_heads = kv,
+                            .dtype = CacheDType::F16,
+                            .layout = PageLayout::HND,
+                            .max_sequences = 1});
+  Memory k(std::size_t(n * kv * d) * 4, 41, DType::F32), v(std::size_t(n * kv * d) * 4, 42, DType::F32);
+  std::vector<std::int64_t> pos(n);
+  for (std::int64_t t = 0; t < n; ++t) pos[std::size_t(t)] = 300 + t;
+  const std::vector<std::int32_t> seq_of(n, 0);
+  cache.append(rope, seq_of,
+               {.k = bshd(k.data(), DType::F32, 1, n, kv, d),
+                .v = bshd(v.data(), DType::F32, 1, n, kv, d),
+                .positions = positions(pos)});
+  const PagedCache& pc = cache.cache();
+  const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * kv * d * 2);
+  std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+  std::vector<std::int32_t> slots;
+  for (std::int64_t e = 2; e < 7; ++e) slots.push_back(cache.pages(0)[std::size_t(e / page_size)] * 4 + int(e % 4));
+  slots.insert(slots.begin() + 2, -1);  // skipped
+  slots.push_back(999);                 // outside the cache: reported, skipped
+  cache.shift_entries(0, 2, 7, -37);
+  std::vector<float> rows(std::size_t(n * kv * d));
+  const std::vector<std::int64_t> steps(slots.size(), 37);
+  const RotateCall turn = rope.prepare({.k = bshd(rows.data(), DType::F32, 1, std::int64_t(steps.size()), kv, d),
+                                        .positions = positions(steps),
+                                        .direction = Direction::Inverse});
+  const detail::RotateJob* jobs[] = {&turn.job()};
+  PagedCache copy = pc;
+  copy.k = mine.data();
+  const std::vector<std::int64_t> unused(slots.begin(), slots.end());
+  detail::CudaLanes lanes;
+  cuda::KShiftShape shape;
+  ASSERT_TRUE(detail::make_cuda_kshift_shape(jobs, copy, unused, lanes, shape));
+  shape.calls[0].positions = nullptr;
+  shape.calls[0].uniform_position = 37;
+  shape.slots = slots.data();
+  shape.slots_i64 = false;
+  unsigned long long error = 0;
+  shape.calls[0].error = &error;
+  for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
+    for (int t = 0; t < 96; ++t) cuda::kshift_thread(shape, b, t, 96);
+  EXPECT_EQ(error, slots.size());  // the last entry's index + 1
+  EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0);
+}
+
 }  // namespace

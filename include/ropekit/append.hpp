@@ -204,6 +204,17 @@ namespace cuda {
 // reports the first such token. Two tokens given one slot: one of them wins (as vLLM's reshape_and_cache).
 void append(const DeviceRope& rope, const AppendArgs& args, const PagedCache& cache, const Stream& stream);
 
+// The K-shift of an engine's own paged cache on a GPU (PagedKvCache::seq_add's rotation): the key entries at `slots`
+// (a device slot mapping, int32 or int64; −1 skips an entry) turned in place by R(delta) — the pure rotation,
+// magnitude 1: f32/bf16/f16 entries rounded once to storage, fp8 entries widened × k_scale and stored
+// e4m3(x / k_scale) — the CPU's bits (the kernel body equals PagedKvCache's on every case of
+// tests/cuda_host_test.cpp). The key entries hold the rope's head_dim lanes from lane 0. Errors on the host: |delta|
+// outside [0, 2^47), a cache that fails validate() or has no keys, cache.head_dim ≠ the rope's, a HfCompat rope
+// whose table does not cover |delta|, a bad slot mapping; on the device a slot outside the cache (other than −1) is
+// reported by rope.check(stream).
+void shift(const DeviceRope& rope, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
+           const Stream& stream);
+
 }  // namespace cuda
 
 }  // namespace ropekit

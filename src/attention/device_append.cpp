@@ -1,4 +1,5 @@
-// ropekit::cuda::append (ropekit/append.hpp): the fused rotate-and-append on device memory. The host never reads the
+// ropekit::cuda::append and ropekit::cuda::shift (ropekit/append.hpp): the fused rotate-and-append and the K-shift
+// on device memory. The host never reads the
 // device's positions or slots: prepare_append checks everything else, with host stand-ins of the same counts (zeros
 // for positions, −1 for slots: every token "padding", so no slot is resolved), and the kernel checks the values,
 // reporting through the DeviceRope's error word.
@@ -64,6 +65,50 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   shape.add_weight_offset = true;
   shape.weight_offset = args.norm.weight_offset;
   detail::DeviceAccess::launch_append(gpu, shape, stream);
+}
+
+void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
+           const Stream& stream) {
+  const Rope& rope = detail::DeviceAccess::rope(gpu);
+  cache.validate();
+  if (cache.k == nullptr) throw Error("cache.k is null: a K-shift turns the cache's keys");
+  if (cache.head_dim != rope.spec().head_dim) {
+    throw Error(fmt::format("cache.head_dim = {}: the K-shift turns whole key entries of the rope's head_dim = {}",
+                            cache.head_dim, rope.spec().head_dim));
+  }
+  if (slots.type != IndexType::I32 && slots.type != IndexType::I64) {
+    throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(slots.type)));
+  }
+  if (slots.count < 0) throw Error(fmt::format("slots.count = {}: must be >= 0", slots.count));
+  if (slots.data == nullptr && slots.count > 0) throw Error("slots.data is null");
+  const std::int64_t steps = delta < 0 ? -delta : delta;
+  if (delta <= -kDevicePositionLimit || delta >= kDevicePositionLimit) {
+    throw Error(fmt::format("delta = {}: |delta| must be below 2^47", delta));
+  }
+  if (delta == 0 || slots.count == 0) return;
+  KShiftShape k;
+  RotateShape& turn = k.calls[0];
+  const PairMap& map = rope.pair_map();
+  turn.pairs = map.num_pairs();
+  turn.rotary_dim = map.rotary_dim;
+  turn.head_dim = map.head_dim;
+  turn.tokens = slots.count;
+  // R(δ) with magnitude 1: the angle of |δ|, the sine's sign flipped for a shift back (Direction::Inverse of a unit
+  // rope, as PagedKvCache turns its entries).
+  turn.magnitude = 1.0f;
+  turn.sin_sign = delta < 0 ? -1.0f : 1.0f;
+  turn.uniform_position = steps;
+  detail::DeviceAccess::angles(gpu, turn);
+  if (turn.turns_hi == nullptr && steps >= turn.table_positions) {
+    throw Error(
+        fmt::format("delta = {}: past this HfCompat DeviceRope's table of {} positions", delta, turn.table_positions));
+  }
+  k.num_calls = 1;
+  k.slots = slots.data;
+  k.slots_i64 = slots.type == IndexType::I64;
+  k.entries = slots.count;
+  detail::set_cuda_cache(cache, k.cache);
+  detail::DeviceAccess::launch_kshift(gpu, k, stream);
 }
 
 }  // namespace ropekit::cuda

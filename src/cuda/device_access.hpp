@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cuda/append_body.hpp"
+#include "cuda/kshift_body.hpp"
 #include "ropekit/cuda.hpp"
 
 namespace ropekit::detail {
@@ -14,6 +15,10 @@ struct DeviceAccess {
   static void angles(const cuda::DeviceRope& gpu, cuda::RotateShape& shape);
   // Launches the fused append on gpu's device and `stream` (errors: a CUDA error, named; no backend).
   static void launch_append(const cuda::DeviceRope& gpu, const cuda::AppendShape& shape, const cuda::Stream& stream);
+  // Launches the K-shift likewise.
+  static void launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShiftShape& shape, const cuda::Stream& stream);
+  // The table's row count on the device (0: angles on the fly only).
+  static std::int64_t table_positions(const cuda::DeviceRope& gpu);
 };
 
 }  // namespace ropekit::detail

@@ -266,4 +266,21 @@ void DeviceAccess::launch_append(const cuda::DeviceRope& gpu, const cuda::Append
 #endif
 }
 
+void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShiftShape& shape,
+                                 const cuda::Stream& stream) {
+  if (!gpu.state_) throw Error("a moved-from DeviceRope");
+  if (stream.device != gpu.state_->device) {
+    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device,
+                            gpu.state_->device));
+  }
+#if ROPEKIT_HAVE_CUDA
+  const cuda::DeviceGuard guard(gpu.state_->device);
+  cuda::check_cuda(static_cast<cudaError_t>(cuda::launch_kshift(shape, stream.stream)), "launching the K-shift");
+#else
+  (void)shape;
+#endif
+}
+
+std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }
+
 }  // namespace ropekit::detail

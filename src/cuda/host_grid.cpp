@@ -81,8 +81,9 @@ cuda::Storage storage_of(DType dtype) {
   return dtype == DType::F32 ? cuda::Storage::F32 : dtype == DType::BF16 ? cuda::Storage::BF16 : cuda::Storage::F16;
 }
 
-// The cache's geometry, type and scales into the shape.
-void set_cache(const PagedCache& cache, cuda::AppendShape& a) {
+}  // namespace
+
+void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& a) {
   a.cache_k = static_cast<char*>(cache.k);
   a.cache_v = static_cast<char*>(cache.v);
   a.cache = cache.dtype == CacheDType::F32    ? cuda::CacheStorage::F32
@@ -100,14 +101,12 @@ void set_cache(const PagedCache& cache, cuda::AppendShape& a) {
   a.v_scale = cache.v_scale;
 }
 
-}  // namespace
-
 bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& a) {
   a = {};
   if (job.rotation == nullptr || !make_cuda_shape(*job.rotation, lanes, a.rot)) return false;
   const AppendArgs& args = *job.args;
   const PagedCache& cache = *job.cache;
-  set_cache(cache, a);
+  set_cuda_cache(cache, a);
   // The rotation was prepared over q and k as read; the append writes q to q_out (or in place) and the keys to
   // k_out and the cache.
   if (!args.q.empty()) a.rot.q_out = args.q_out.empty() ? a.rot.q_in : view_of(args.q_out);
@@ -143,8 +142,9 @@ bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const Paged
   }
   k.num_calls = static_cast<int>(calls.size());
   k.slots = slots.data();
+  k.slots_i64 = true;
   k.entries = static_cast<std::int64_t>(slots.size());
-  set_cache(cache, k.cache);
+  set_cuda_cache(cache, k.cache);
   return true;
 }
 

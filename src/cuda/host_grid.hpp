@@ -46,6 +46,9 @@ bool append_on_host_grid(const AppendJob& job, int block_dim = 256);
 bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const PagedCache& cache,
                             std::span<const std::int64_t> slots, CudaLanes& lanes, cuda::KShiftShape& out);
 
+// The cache's geometry, type and scales as the kernel shapes hold them.
+void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& out);
+
 // Runs the K-shift body over its launch grid on the host.
 bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCache& cache,
                          std::span<const std::int64_t> slots, int block_dim = 256);

@@ -19,7 +19,8 @@ namespace ropekit::cuda {
 struct KShiftShape {
   RotateShape calls[2];  // coefficients only: positions (one per entry), table or turns, magnitude, sign; lanes
   int num_calls = 1;
-  const std::int64_t* slots = nullptr;  // each entry's slot
+  const void* slots = nullptr;  // each entry's slot, int64 or int32 (−1: skipped)
+  bool slots_i64 = true;
   std::int64_t entries = 0;
   AppendShape cache;  // the cache's geometry, type and k_scale (cache_k, cache, hnd, page_size, kv_heads, key_lanes)
 
@@ -51,7 +52,15 @@ ROPEKIT_HD void kshift_thread(const KShiftShape& k, std::int64_t block, int thre
   const int pairs = first.pairs;
   const int j = static_cast<int>(g % pairs);
   const std::int64_t head = g / pairs % k.cache.kv_heads, i = g / pairs / k.cache.kv_heads;
-  char* key = entry(k.cache, k.cache.cache_k, k.slots[i], head, k.cache.key_lanes, 0);
+  const std::int64_t slot =
+      k.slots_i64 ? static_cast<const std::int64_t*>(k.slots)[i] : static_cast<const std::int32_t*>(k.slots)[i];
+  if (slot < 0 || slot >= k.cache.page_size * k.cache.num_pages) {
+    // Only the device API's slots can be outside the cache (the host checked its own): −1 is "no entry", as in a
+    // slot mapping; anything else is reported.
+    if (slot != -1 && first.error != nullptr) report(first, i);
+    return;
+  }
+  char* key = entry(k.cache, k.cache.cache_k, slot, head, k.cache.key_lanes, 0);
   const int es = k.cache.cache_element_size, la = first.lane_a[j], lb = first.lane_b[j];
   float xa = load_key(k, key + la * es), xb = load_key(k, key + lb * es);
   for (int c = 0; c < k.num_calls; ++c) {

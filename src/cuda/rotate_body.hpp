@@ -109,9 +109,11 @@ struct RotateShape {
   const std::int32_t* lane_b = nullptr;
   const std::uint8_t* axis = nullptr;
   int pairs = 0, rotary_dim = 0, head_dim = 0;
-  // Positions: axes streams of `tokens` each, int32 or int64.
+  // Positions: axes streams of `tokens` each, int32 or int64 — or, where uniform_position >= 0, that one position for
+  // every token (the device K-shift: every entry turns by the same |δ|).
   const void* positions = nullptr;
   bool positions_i64 = true;
+  std::int64_t uniform_position = -1;
   // The table: rows of `pairs` float32 values per position — or, where cos is null, the accurate angles on the fly
   // from each pair's turns per position as hi + lo (rope/angles.hpp's AngleEvaluator).
   const float* cos = nullptr;
@@ -162,6 +164,7 @@ ROPEKIT_HD void store(const RotateShape& s, char* p, float x) {
 }
 
 ROPEKIT_HD std::int64_t position(const RotateShape& s, int axis, std::int64_t token) {
+  if (s.uniform_position >= 0) return s.uniform_position;
   const std::int64_t i = axis * s.tokens + token;
   return s.positions_i64 ? static_cast<const std::int64_t*>(s.positions)[i]
                          : static_cast<const std::int32_t*>(s.positions)[i];
