@@ -416,6 +416,16 @@ TEST(ModelPositions, BadPerLayerKeysNameTheKey) {
   exa.erase("layer_types");
   exa["sliding_window_pattern"] = "LLXG";
   expect_error(exa, "sliding_window_pattern = \"LLXG\"");
+  // config_fuzz's find: a chunked_attention layer type and no attention_chunk_size read a null node (UBSan; the
+  // CLI segfaulted on this config).
+  const json olmo = {{"model_type", "olmo2"},
+                     {"hidden_size", 4096},
+                     {"num_attention_heads", 32},
+                     {"num_hidden_layers", 2},
+                     {"layer_types", {"chunked_attention", "full_attention"}},
+                     {"rope_theta", 500000},
+                     {"max_position_embeddings", 8192}};
+  expect_error(olmo, "attention_chunk_size (layer_types has chunked_attention layers) is missing");
   json smol = json::parse(text_of("smollm3-3b"));
   smol["no_rope_layers"][0] = 2;
   expect_error(smol, "no_rope_layers[0] = 2: must be 0 or 1");

@@ -245,6 +245,8 @@ class ModelReader {
     }
     if (k.chunked) {
       const Value v = r_.model_key("attention_chunk_size");
+      // Found by config_fuzz: a chunked_attention layer type with no chunk size read a null node.
+      if (!v) r_.missing("attention_chunk_size (layer_types has chunked_attention layers)");
       g.attention_chunk = r_.integer(v);
       if (*g.attention_chunk <= 0) r_.fail(v.path, *v.node, "must be > 0");
     }
