@@ -1,8 +1,8 @@
 // The CUDA kernels: rotation (rotate_body.hpp, one thread per (row, pair)), the fused rotate-and-append
-// (append_body.hpp) and the K-shift (kshift_body.hpp), each the per-thread body the host runs over the same grid. Compiled with
-// -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and PTX. The host runs the same
-// body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this (tests/cuda_device_test.cpp,
-// scripts/gpu-check.sh).
+// (append_body.hpp) and the K-shift (kshift_body.hpp), each the per-thread body the host runs over the same grid.
+// Compiled with -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and PTX. The host
+// runs the same body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this
+// (tests/cuda_device_test.cpp, scripts/gpu-check.sh).
 #include <cuda_runtime.h>
 
 #include "cuda/append_body.hpp"
