@@ -3,6 +3,8 @@
 // and the variants (live keys, page tables, QK-norm per head and across heads, MLA entries).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <optional>
 #include <random>
@@ -151,5 +153,30 @@ inline std::vector<Spec> append_specs() {
 
 inline constexpr Variant kVariants[] = {Variant::Plain, Variant::Outputs, Variant::NormPerHead, Variant::NormAcross,
                                         Variant::Mla};
+
+// Every append case once — 3 specs × 3 storages × 4 cache types × 2 layouts × 5 variants × near / far positions =
+// 720 — each under a SCOPED_TRACE naming it: fn(rope, case), one Rope per spec (the host run of the body and the
+// GPU runs of the kernel and of ropekit::cuda::append go through the same list).
+template <class F>
+void for_each_append_case(F&& fn) {
+  for (const Spec& spec : append_specs()) {
+    const Rope rope(spec);
+    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
+      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
+        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
+          for (const Variant variant : kVariants) {
+            for (const bool far : {false, true}) {
+              SCOPED_TRACE(::testing::Message()
+                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << (spec.mrope ? " mrope " : " ")
+                           << to_string(storage) << "->" << to_string(cache) << " " << to_string(layout) << " variant "
+                           << int(variant) << (far ? " far" : ""));
+              fn(rope, AppendCase{spec, storage, cache, layout, variant, far});
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace ropekit::cuda_cases

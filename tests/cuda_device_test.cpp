@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -241,59 +242,43 @@ TEST(CudaDevice, AppendKernelEqualsTheCpu) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   using namespace cuda_cases;
   int ran = 0;
-  for (const Spec& spec : append_specs()) {
-    const Rope rope(spec);
-    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
-      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
-        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
-          for (const Variant variant : kVariants) {
-            for (const bool far : {false, true}) {
-              SCOPED_TRACE(::testing::Message()
-                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << (spec.mrope ? " mrope " : " ")
-                           << to_string(storage) << "->" << to_string(cache) << " " << to_string(layout) << " variant "
-                           << int(variant) << (far ? " far" : ""));
-              const AppendCase c{spec, storage, cache, layout, variant, far};
-              AppendBuffers want(c), got(c);
-              prepare_append(rope, want.args, want.cache).run();
-              const AppendCall call = prepare_append(rope, got.args, got.cache);
-              const detail::AppendJob job = detail::AppendAccess::job(call);
-              detail::CudaLanes lanes;
-              cuda::AppendShape a;
-              ASSERT_TRUE(detail::make_cuda_append_shape(job, lanes, a));
-              Mirror m;
-              for (Memory* buffer : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
-                m.add(buffer->bytes.data(), buffer->bytes.size());
-              add_angles(m, a.rot, lanes, *job.rotation);
-              m.add(got.pos.data(), got.pos.size() * 8);
-              m.add(job.slots.data(), job.slots.size() * 8);
-              m.add(job.q_weight.data(), job.q_weight.size() * 4);
-              m.add(job.k_weight.data(), job.k_weight.size() * 4);
-              ASSERT_EQ(a.rot.positions, static_cast<const void*>(got.pos.data())) << "int64 positions, read in place";
-              m.map(a.rot);
-              a.k_out = m.map(a.k_out);
-              a.k_nope = m.map(a.k_nope);
-              a.v = m.map(a.v);
-              a.slots = m.map(a.slots);
-              a.cache_k = m.map(a.cache_k);
-              a.cache_v = m.map(a.cache_v);
-              a.q_weight = m.map(a.q_weight);
-              a.k_weight = m.map(a.k_weight);
-              ASSERT_EQ(cuda::launch_append(a, nullptr, 96), 0);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              // The eight buffers were mirrored first; the angles, slots and weights were only read.
-              for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
-              for (Memory AppendBuffers::*b :
-                   {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out,
-                    &AppendBuffers::k_nope, &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
-                ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
-              }
-              ++ran;
-            }
-          }
-        }
-      }
+  for_each_append_case([&](const Rope& rope, const AppendCase& c) {
+    AppendBuffers want(c), got(c);
+    prepare_append(rope, want.args, want.cache).run();
+    const AppendCall call = prepare_append(rope, got.args, got.cache);
+    const detail::AppendJob job = detail::AppendAccess::job(call);
+    detail::CudaLanes lanes;
+    cuda::AppendShape a;
+    ASSERT_TRUE(detail::make_cuda_append_shape(job, lanes, a));
+    Mirror m;
+    for (Memory* buffer : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+      m.add(buffer->bytes.data(), buffer->bytes.size());
+    add_angles(m, a.rot, lanes, *job.rotation);
+    m.add(got.pos.data(), got.pos.size() * 8);
+    m.add(job.slots.data(), job.slots.size() * 8);
+    m.add(job.q_weight.data(), job.q_weight.size() * 4);
+    m.add(job.k_weight.data(), job.k_weight.size() * 4);
+    ASSERT_EQ(a.rot.positions, static_cast<const void*>(got.pos.data())) << "int64 positions, read in place";
+    m.map(a.rot);
+    a.k_out = m.map(a.k_out);
+    a.k_nope = m.map(a.k_nope);
+    a.v = m.map(a.v);
+    a.slots = m.map(a.slots);
+    a.cache_k = m.map(a.cache_k);
+    a.cache_v = m.map(a.cache_v);
+    a.q_weight = m.map(a.q_weight);
+    a.k_weight = m.map(a.k_weight);
+    ASSERT_EQ(cuda::launch_append(a, nullptr, 96), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // The eight buffers were mirrored first; the angles, slots and weights were only read.
+    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    for (Memory AppendBuffers::*b :
+         {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out, &AppendBuffers::k_nope,
+          &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
+      ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
     }
-  }
+    ++ran;
+  });
   std::printf("fused append kernel: %d cases equal the CPU's AppendCall byte for byte\n", ran);
   EXPECT_EQ(ran, 720);
 }
@@ -306,57 +291,48 @@ TEST(CudaDevice, DeviceAppendEqualsTheCpu) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   int ran = 0;
-  for (const Spec& spec : append_specs()) {
-    const Rope rope(spec);
-    const cuda::DeviceRope gpu(rope, 0, 2048);
-    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
-      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
-        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
-          for (const Variant variant : kVariants) {
-            for (const bool far : {false, true}) {
-              SCOPED_TRACE(::testing::Message()
-                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << " " << to_string(storage) << "->"
-                           << to_string(cache) << " " << to_string(layout) << " variant " << int(variant));
-              const AppendCase c{spec, storage, cache, layout, variant, far};
-              AppendBuffers want(c), got(c);
-              want.args.slots = slot_mapping(want.slot_map);
-              append(rope, want.args, want.cache);
-              std::vector<std::int32_t> slots32(got.slot_map.begin(), got.slot_map.end());
-              const bool narrow = ran % 2 == 1;
-              Mirror m;
-              for (Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
-                m.add(b->bytes.data(), b->bytes.size());
-              m.add(got.pos.data(), got.pos.size() * 8);
-              m.add(got.slot_map.data(), got.slot_map.size() * 8);
-              m.add(slots32.data(), slots32.size() * 4);
-              m.add(got.q_weight.data(), got.q_weight.size() * 4);
-              m.add(got.k_weight.data(), got.k_weight.size() * 4);
-              AppendArgs args = got.args;
-              for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v})
-                h->data = m.map(h->data);
-              args.positions.data = m.map(args.positions.data);
-              args.slots = narrow ? SlotMapping{m.map(slots32.data()), IndexType::I32, AppendBuffers::kTokens}
-                                  : SlotMapping{m.map(got.slot_map.data()), IndexType::I64, AppendBuffers::kTokens};
-              if (!got.q_weight.empty()) args.norm.q_weight = {m.map(got.q_weight.data()), got.q_weight.size()};
-              if (!got.k_weight.empty()) args.norm.k_weight = {m.map(got.k_weight.data()), got.k_weight.size()};
-              PagedCache dc = got.cache;
-              dc.k = m.map(dc.k);
-              dc.v = m.map(dc.v);
-              cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
-              gpu.check({.device = 0, .stream = stream});
-              for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
-              for (Memory AppendBuffers::*b :
-                   {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out,
-                    &AppendBuffers::k_nope, &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
-                ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
-              }
-              ++ran;
-            }
-          }
-        }
-      }
+  // One DeviceRope per spec (the helper's Ropes may share an address, so the spec is the key).
+  std::unique_ptr<cuda::DeviceRope> gpu_owner;
+  std::optional<Spec> gpu_spec;
+  for_each_append_case([&](const Rope& rope, const AppendCase& c) {
+    if (!gpu_spec || !(*gpu_spec == rope.spec())) {
+      gpu_owner = std::make_unique<cuda::DeviceRope>(rope, 0, 2048);
+      gpu_spec = rope.spec();
     }
-  }
+    const cuda::DeviceRope& gpu = *gpu_owner;
+    AppendBuffers want(c), got(c);
+    want.args.slots = slot_mapping(want.slot_map);
+    append(rope, want.args, want.cache);
+    std::vector<std::int32_t> slots32(got.slot_map.begin(), got.slot_map.end());
+    const bool narrow = ran % 2 == 1;
+    Mirror m;
+    for (Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+      m.add(b->bytes.data(), b->bytes.size());
+    m.add(got.pos.data(), got.pos.size() * 8);
+    m.add(got.slot_map.data(), got.slot_map.size() * 8);
+    m.add(slots32.data(), slots32.size() * 4);
+    m.add(got.q_weight.data(), got.q_weight.size() * 4);
+    m.add(got.k_weight.data(), got.k_weight.size() * 4);
+    AppendArgs args = got.args;
+    for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v}) h->data = m.map(h->data);
+    args.positions.data = m.map(args.positions.data);
+    args.slots = narrow ? SlotMapping{m.map(slots32.data()), IndexType::I32, AppendBuffers::kTokens}
+                        : SlotMapping{m.map(got.slot_map.data()), IndexType::I64, AppendBuffers::kTokens};
+    if (!got.q_weight.empty()) args.norm.q_weight = {m.map(got.q_weight.data()), got.q_weight.size()};
+    if (!got.k_weight.empty()) args.norm.k_weight = {m.map(got.k_weight.data()), got.k_weight.size()};
+    PagedCache dc = got.cache;
+    dc.k = m.map(dc.k);
+    dc.v = m.map(dc.v);
+    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
+    gpu.check({.device = 0, .stream = stream});
+    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    for (Memory AppendBuffers::*b :
+         {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out, &AppendBuffers::k_nope,
+          &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
+      ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
+    }
+    ++ran;
+  });
   std::printf("ropekit::cuda::append: %d cases equal the CPU's append byte for byte\n", ran);
   EXPECT_EQ(ran, 720);
   cudaStreamDestroy(stream);

@@ -238,35 +238,19 @@ TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
 
 TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   int ran = 0;
-  for (const Spec& spec : append_specs()) {
-    const Rope rope(spec);
-    for (const DType storage : {DType::F32, DType::BF16, DType::F16}) {
-      for (const CacheDType cache : {CacheDType::F32, CacheDType::BF16, CacheDType::F16, CacheDType::F8E4M3}) {
-        for (const PageLayout layout : {PageLayout::NHD, PageLayout::HND}) {
-          for (const Variant variant : kVariants) {
-            for (const bool far : {false, true}) {
-              const AppendCase c{spec, storage, cache, layout, variant, far};
-              SCOPED_TRACE(::testing::Message()
-                           << to_string(spec.pairing) << " r=" << spec.rotary_dim << (spec.mrope ? " mrope " : " ")
-                           << to_string(storage) << "->" << to_string(cache) << " " << to_string(layout) << " variant "
-                           << int(variant) << (far ? " far" : ""));
-              AppendBuffers want(c), got(c);
-              prepare_append(rope, want.args, want.cache).run();
-              const AppendCall call = prepare_append(rope, got.args, got.cache);
-              // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial.
-              ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96));
-              const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
-                  {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
-                  {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
-                  {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
-              for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
-              ++ran;
-            }
-          }
-        }
-      }
-    }
-  }
+  for_each_append_case([&](const Rope& rope, const AppendCase& c) {
+    AppendBuffers want(c), got(c);
+    prepare_append(rope, want.args, want.cache).run();
+    const AppendCall call = prepare_append(rope, got.args, got.cache);
+    // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial.
+    ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96));
+    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
+        {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+        {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+        {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+    for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    ++ran;
+  });
   std::printf("CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte\n", ran);
   EXPECT_EQ(ran, 720);
 }

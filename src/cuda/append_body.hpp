@@ -75,8 +75,6 @@ struct AppendShape {
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
 };
 
-ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
-
 // Token t's slot; −1 (not cached) also for a slot outside the cache, which is reported when the shape carries an
 // error word (the device API: the host never read the slots).
 ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
@@ -87,26 +85,6 @@ ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
     return -1;
   }
   return slot;
-}
-
-ROPEKIT_HD float load_as(Storage st, const char* p) {
-  if (st == Storage::F32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
-  return st == Storage::BF16 ? bf16_load(v) : f16_load(v);
-}
-
-ROPEKIT_HD void store_as(Storage st, char* p, float x) {
-  if (st == Storage::F32) {
-    std::memcpy(p, &x, 4);
-    return;
-  }
-  const std::uint16_t v = st == Storage::BF16 ? bf16_store(x) : f16_store(x);
-  std::memcpy(p, &v, 2);
 }
 
 // One element of storage type `from` (its bits at src) into the cache's type at dst.
@@ -253,6 +231,20 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   }
 }
 
+// Lane `g % lanes` of kv head `g / lanes % kv_heads` of token `g / (lanes · kv_heads)`: copied from `src` (one
+// row of `lanes` elements per head) into the entry of `entry_lanes` elements at lane `first` — the values, and MLA's
+// k_nope in the key entry.
+ROPEKIT_HD void lane_thread(const AppendShape& a, std::int64_t g, int lanes, const View& src, Storage storage,
+                            float scale, char* base, int entry_lanes, int first) {
+  const std::int64_t token = g / (a.kv_heads * lanes), head = g / lanes % a.kv_heads;
+  const int lane = static_cast<int>(g % lanes);
+  const std::int64_t slot = slot_of(a, token);
+  if (slot < 0) return;
+  const int es = storage_size(storage);
+  to_cache(a, storage, row(src, a.rot, token, head, es) + lane * es, scale,
+           entry(a, base, slot, head, entry_lanes, first + lane));
+}
+
 // The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
 ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
   std::int64_t g = block * block_dim + thread;
@@ -260,26 +252,12 @@ ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thre
   g -= a.pair_threads();
   if (g < a.norm_threads()) return norm_thread(a, g);
   g -= a.norm_threads();
-  const RotateShape& s = a.rot;
   if (g < a.value_threads()) {
-    const std::int64_t token = g / (a.kv_heads * a.value_lanes), head = g / a.value_lanes % a.kv_heads;
-    const int lane = static_cast<int>(g % a.value_lanes);
-    const std::int64_t slot = slot_of(a, token);
-    if (slot < 0) return;
-    const int es = storage_size(a.v_storage);
-    to_cache(a, a.v_storage, row(a.v, s, token, head, es) + lane * es, a.v_scale,
-             entry(a, a.cache_v, slot, head, a.value_lanes, lane));
-    return;
+    return lane_thread(a, g, a.value_lanes, a.v, a.v_storage, a.v_scale, a.cache_v, a.value_lanes, 0);
   }
   g -= a.value_threads();
   if (g < a.nope_threads()) {
-    const std::int64_t token = g / (a.kv_heads * a.k_nope_dim), head = g / a.k_nope_dim % a.kv_heads;
-    const int lane = static_cast<int>(g % a.k_nope_dim);
-    const std::int64_t slot = slot_of(a, token);
-    if (slot < 0) return;
-    const int es = storage_size(a.k_nope_storage);
-    to_cache(a, a.k_nope_storage, row(a.k_nope, s, token, head, es) + lane * es, a.k_scale,
-             entry(a, a.cache_k, slot, head, a.key_lanes, a.k_nope_offset + lane));
+    lane_thread(a, g, a.k_nope_dim, a.k_nope, a.k_nope_storage, a.k_scale, a.cache_k, a.key_lanes, a.k_nope_offset);
   }
 }
 

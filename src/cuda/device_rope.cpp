@@ -251,34 +251,47 @@ void DeviceAccess::angles(const cuda::DeviceRope& gpu, cuda::RotateShape& shape)
 #endif
 }
 
+namespace {
+
+// A kernel launched on `device` and the caller's stream (which must be on that device).
+template <class Launch>
+void launch_on(const cuda::Stream& stream, std::string_view what, int device, Launch&& launch) {
+  if (stream.device != device) {
+    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device, device));
+  }
+#if ROPEKIT_HAVE_CUDA
+  const cuda::DeviceGuard guard(device);
+  cuda::check_cuda(static_cast<cudaError_t>(launch(stream.stream)), fmt::format("launching the {}", what));
+#else
+  (void)what;
+  (void)launch;
+#endif
+}
+
+}  // namespace
+
 void DeviceAccess::launch_append(const cuda::DeviceRope& gpu, const cuda::AppendShape& shape,
                                  const cuda::Stream& stream) {
   if (!gpu.state_) throw Error("a moved-from DeviceRope");
-  if (stream.device != gpu.state_->device) {
-    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device,
-                            gpu.state_->device));
-  }
+  launch_on(stream, "append", gpu.state_->device, [&](void* s) {
 #if ROPEKIT_HAVE_CUDA
-  const cuda::DeviceGuard guard(gpu.state_->device);
-  cuda::check_cuda(static_cast<cudaError_t>(cuda::launch_append(shape, stream.stream)), "launching the append");
+    return cuda::launch_append(shape, s);
 #else
-  (void)shape;
+    return (void)shape, (void)s, 0;
 #endif
+  });
 }
 
 void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShiftShape& shape,
                                  const cuda::Stream& stream) {
   if (!gpu.state_) throw Error("a moved-from DeviceRope");
-  if (stream.device != gpu.state_->device) {
-    throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device,
-                            gpu.state_->device));
-  }
+  launch_on(stream, "K-shift", gpu.state_->device, [&](void* s) {
 #if ROPEKIT_HAVE_CUDA
-  const cuda::DeviceGuard guard(gpu.state_->device);
-  cuda::check_cuda(static_cast<cudaError_t>(cuda::launch_kshift(shape, stream.stream)), "launching the K-shift");
+    return cuda::launch_kshift(shape, s);
 #else
-  (void)shape;
+    return (void)shape, (void)s, 0;
 #endif
+  });
 }
 
 std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }

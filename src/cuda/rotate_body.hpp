@@ -134,32 +134,27 @@ struct RotateShape {
   ROPEKIT_HD std::int64_t threads() const { return rows() * pairs; }
 };
 
-ROPEKIT_HD float load(const RotateShape& s, const char* p) {
-  switch (s.storage) {
-    case Storage::BF16: {
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return bf16_load(v);
-    }
-    case Storage::F16: {
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return f16_load(v);
-    }
-    default: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
+ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
+
+// One element of storage type `st` at p, widened exactly to float32 / rounded once from float32 (the codecs of
+// device_math.hpp). Every kernel body reads and writes its tensors through these two.
+ROPEKIT_HD float load_as(Storage st, const char* p) {
+  if (st == Storage::F32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
   }
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return st == Storage::BF16 ? bf16_load(v) : f16_load(v);
 }
 
-ROPEKIT_HD void store(const RotateShape& s, char* p, float x) {
-  if (s.storage == Storage::F32) {
+ROPEKIT_HD void store_as(Storage st, char* p, float x) {
+  if (st == Storage::F32) {
     std::memcpy(p, &x, 4);
     return;
   }
-  const std::uint16_t v = s.storage == Storage::BF16 ? bf16_store(x) : f16_store(x);
+  const std::uint16_t v = st == Storage::BF16 ? bf16_store(x) : f16_store(x);
   std::memcpy(p, &v, 2);
 }
 
@@ -226,11 +221,11 @@ ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thre
   float c, sn;
   if (!coefficients(s, token, j, c, sn)) return;
   const int la = s.lane_a[j], lb = s.lane_b[j];
-  const float xa = load(s, src + la * s.element_size), xb = load(s, src + lb * s.element_size);
+  const float xa = load_as(s.storage, src + la * s.element_size), xb = load_as(s.storage, src + lb * s.element_size);
   const float ya = fma(xa, c, -fmul(xb, sn));
   const float yb = fma(xb, c, fmul(xa, sn));
-  store(s, dst + la * s.element_size, ya);
-  store(s, dst + lb * s.element_size, yb);
+  store_as(s.storage, dst + la * s.element_size, ya);
+  store_as(s.storage, dst + lb * s.element_size, yb);
   if (dst != src) {
     for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs) {
       std::memcpy(dst + lane * s.element_size, src + lane * s.element_size, static_cast<std::size_t>(s.element_size));
