@@ -5,8 +5,9 @@
 # the fused append's 720 cases against the CPU's AppendCall and the K-shift's against PagedKvCache, bit for bit),
 # runs them again under compute-sanitizer's memcheck when it is installed, runs bench/cuda_bench (GB/s against a
 # device-to-device copy in the same run; JSON kept), and writes a summary (GPU, driver, CUDA, each step's result and
-# time) and the logs to the results folder given as the first argument (default build/gpu-results). The host-side checks of the same kernel
-# bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
+# time) and the logs to the results folder given as the first argument (default build/gpu-results); then the PyTorch
+# peers (bench/python/bench_cuda_torch.py) where the machine's torch sees the GPU. The host-side checks of the same
+# kernel bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/gpu-results}
@@ -26,16 +27,52 @@ step() {
   nvcc --version 2>&1 | tail -1
   lscpu | grep -m1 "Model name"
 } | tee -a "$summary"
+# The GPU machines reach no package archive, and their image has CUDA, CMake and ninja but not Debian's -dev
+# packages the library builds against. The caller carries them as .deb files in .gpudeps/ (ignored by git), made on a
+# Debian 12 machine with:
+#   mkdir -p .gpudeps && cd .gpudeps && apt-get download libhwy-dev libhwy1 libfmt-dev libfmt9 nlohmann-json3-dev \
+#     libgtest-dev libgmock-dev googletest libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev \
+#     pkgconf pkgconf-bin libpkgconf3 libgfortran5
+# (14 MiB); they are unpacked into a prefix of their own, never over /. The build leaves out the CLI (CLI11, PLplot).
+prefix_args=()
+if [ -d .gpudeps ] && ! { command -v pkg-config > /dev/null && pkg-config --exists libhwy fmt openblas; }; then
+  deps=/tmp/ropekit-gpudeps
+  mkdir -p "$deps"
+  for f in .gpudeps/*.deb; do
+    if command -v dpkg > /dev/null; then dpkg -x "$f" "$deps"; else ar p "$f" data.tar.xz | tar -xJ -C "$deps"; fi
+  done
+  lib=$deps/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # pkg-config's answers name /usr/...: the sysroot moves them into the prefix.
+  export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$deps/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$deps
+  command -v pkg-config > /dev/null || prefix_args+=(-DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkgconf")
+  prefix_args+=(-DCMAKE_PREFIX_PATH="$deps/usr")
+  echo "dependencies unpacked from .gpudeps into $deps" | tee -a "$summary"
+fi
 step configure cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DROPEKIT_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=OFF -DROPEKIT_BUILD_EXAMPLES=OFF || exit 1
-step build cmake --build build/gpu --target cuda_device_test cuda_host_test cuda_bench || exit 1
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=OFF -DROPEKIT_BUILD_EXAMPLES=OFF -DROPEKIT_BUILD_TOOLS=OFF \
+  "${prefix_args[@]}" || { tail -30 "$out/configure.log"; exit 1; }
+step build cmake --build build/gpu --target cuda_device_test cuda_host_test cuda_bench || { tail -40 "$out/build.log"; exit 1; }
 step host ctest --test-dir build/gpu -R CudaHost --output-on-failure -V
-step device ctest --test-dir build/gpu -L cuda --output-on-failure -V
-if command -v compute-sanitizer > /dev/null; then
-  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 build/gpu/tests/cuda_device_test
+step device ctest --test-dir build/gpu -L cuda --output-on-failure -V --timeout 120
+# ROPEKIT_GPU_QUICK=1: the tests and the benchmark only (a rerun after a fix, when device minutes are short).
+quick=${ROPEKIT_GPU_QUICK:-0}
+if [ "$quick" = 1 ]; then
+  echo "memcheck     skipped (ROPEKIT_GPU_QUICK=1)" | tee -a "$summary"
+elif command -v compute-sanitizer > /dev/null; then
+  step memcheck timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 build/gpu/tests/cuda_device_test
 else
   echo "memcheck     compute-sanitizer not installed" | tee -a "$summary"
 fi
-step bench build/gpu/bench/cuda_bench --json "$out/cuda_bench.json"
+step bench timeout 240 build/gpu/bench/cuda_bench --json "$out/cuda_bench.json"
+# The peers on the same GPU: Hugging Face's expression in PyTorch, eager and torch.compile (the device image's torch).
+if [ "$quick" = 1 ]; then
+  echo "torch        skipped (ROPEKIT_GPU_QUICK=1)" | tee -a "$summary"
+elif python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  step torch timeout 300 python3 bench/python/bench_cuda_torch.py --json "$out/torch_bench.json"
+else
+  echo "torch        no PyTorch with CUDA here" | tee -a "$summary"
+fi
 grep -h "equal the" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"
 grep "of the copy" "$out/bench.log" 2>/dev/null | tee -a "$summary"
