@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ropekit/append.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
 
@@ -136,6 +137,66 @@ int main(int argc, char** argv) {
       run(fmt::format("decode batch {} bf16 {} table", batch, to_string(pairing)), rope, 65536, DType::BF16, batch, 1,
           4095);
     }
+  }
+  // The fused rotate-and-append (ropekit::cuda::append): bf16 q rotated in place, bf16 k rotated into a bf16 NHD
+  // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
+  // v each read once and written once (to the cache for k and v).
+  const auto run_append = [&](const std::string& name, const Rope& rope, std::int64_t batch, std::int64_t seq,
+                              std::int64_t first_position) {
+    const cuda::DeviceRope gpu(rope, 0, 65536);
+    const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq, page_size = 16;
+    const std::int64_t pages = (tokens + page_size - 1) / page_size;
+    const std::size_t es = 2, q_bytes = std::size_t(tokens * hq * d) * es, k_bytes = std::size_t(tokens * hk * d) * es;
+    const std::size_t cache_bytes = std::size_t(pages * page_size * hk * d) * es;
+    void *q, *k, *v, *kc, *vc, *scratch, *pos, *slots;
+    check(cudaMalloc(&q, q_bytes), "q");
+    check(cudaMalloc(&k, k_bytes), "k");
+    check(cudaMalloc(&v, k_bytes), "v");
+    check(cudaMalloc(&kc, cache_bytes), "key cache");
+    check(cudaMalloc(&vc, cache_bytes), "value cache");
+    check(cudaMalloc(&scratch, q_bytes + 2 * k_bytes), "copy target");
+    for (void* b : {q, k, v}) check(cudaMemset(b, 0, b == q ? q_bytes : k_bytes), "inputs");
+    std::vector<std::int64_t> host_pos(static_cast<std::size_t>(tokens)), host_slots(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      host_pos[std::size_t(t)] = first_position + t % seq;
+      host_slots[std::size_t(t)] = t;
+    }
+    check(cudaMalloc(&pos, std::size_t(tokens) * 8), "positions");
+    check(cudaMalloc(&slots, std::size_t(tokens) * 8), "slots");
+    check(cudaMemcpy(pos, host_pos.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
+    check(cudaMemcpy(slots, host_slots.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "slots");
+    const AppendArgs args{.q = bshd(q, DType::BF16, batch, seq, hq, d),
+                          .k = bshd(k, DType::BF16, batch, seq, hk, d),
+                          .v = bshd(v, DType::BF16, batch, seq, hk, d),
+                          .positions = {pos, IndexType::I64, tokens},
+                          .slots = SlotMapping{slots, IndexType::I64, tokens}};
+    const PagedCache cache{.k = kc,
+                           .v = vc,
+                           .dtype = CacheDType::BF16,
+                           .layout = PageLayout::NHD,
+                           .num_pages = pages,
+                           .page_size = page_size,
+                           .kv_heads = hk,
+                           .head_dim = int(d),
+                           .v_head_dim = int(d)};
+    const double us = time_us(stream, [&] { cuda::append(gpu, args, cache, {.device = 0, .stream = stream}); });
+    const double copy_us = time_us(stream, [&] {
+      cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes, k, k_bytes, cudaMemcpyDeviceToDevice, stream);
+      cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes + k_bytes, v, k_bytes, cudaMemcpyDeviceToDevice, stream);
+    });
+    gpu.check({.device = 0, .stream = stream});
+    const double bytes = 2.0 * double(q_bytes + 2 * k_bytes);
+    rows.push_back({name, us, copy_us, bytes / us / 1e3, copy_us / us});
+    std::printf("%-58s %10.2f µs  copy %10.2f µs  %8.1f GB/s  %.2f of the copy\n", name.c_str(), us, copy_us,
+                bytes / us / 1e3, copy_us / us);
+    for (void* b : {q, k, v, kc, vc, scratch, pos, slots}) cudaFree(b);
+  };
+  {
+    const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
+    run_append("append prefill 1x8192 bf16 half -> bf16 NHD", rope, 1, 8192, 0);
+    for (const std::int64_t batch : {1, 64, 256})
+      run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD", batch), rope, batch, 1, 4095);
   }
   if (!json.empty()) {
     std::FILE* f = std::fopen(json.c_str(), "w");

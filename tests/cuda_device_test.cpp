@@ -19,6 +19,7 @@
 #include "cuda_append_cases.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
+#include "ropekit/append.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
 #include "ropekit/table.hpp"
@@ -181,6 +182,48 @@ bool have_device() {
 // The public device API (ropekit/cuda.hpp) over the rotation case table: DeviceRope::rotate of device copies on a
 // stream of our own, against the scalar reference bit for bit (a table of 64 positions, so that most cases take both
 // angle sources); then a bad position reported by check() and its rows left as they were.
+// The device's storage codecs (the hardware's cvt.rn for numbers, the software for NaNs) against the host's bit for
+// bit: every fp16 pattern widened; every float32 pattern of the form (hi << 16) | lo for the bf16/fp16 rounding
+// boundaries' neighbourhoods, and random patterns.
+TEST(CudaDevice, CodecsEqualTheHostsOnEveryPattern) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::uint32_t> in;
+  for (std::uint32_t hi = 0; hi < 0x10000; ++hi) {
+    for (const std::uint32_t lo :
+         {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u, 0xefffu, 0xf000u, 0xf001u, 0xffffu}) {
+      in.push_back(hi << 16 | lo);
+    }
+  }
+  std::uint32_t x = 12345;
+  for (int i = 0; i < 1'000'000; ++i) in.push_back(x = x * 1664525u + 1013904223u);
+  const std::size_t n = in.size();
+  DeviceCopy din(in.data(), n * 4);
+  std::vector<std::uint16_t> bf(n), f16(n);
+  std::vector<float> widened(n);
+  DeviceCopy dbf(bf.data(), n * 2), df16(f16.data(), n * 2), dw(widened.data(), n * 4);
+  ASSERT_EQ(
+      cuda::launch_codecs(reinterpret_cast<const std::uint32_t*>(din.device),
+                          reinterpret_cast<std::uint16_t*>(dbf.device), reinterpret_cast<std::uint16_t*>(df16.device),
+                          reinterpret_cast<float*>(dw.device), static_cast<std::int64_t>(n)),
+      0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dbf.back(bf.data());
+  df16.back(f16.data());
+  dw.back(widened.data());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n && bad < 10; ++i) {
+    const float v = cuda::float_of(in[i]);
+    const float w = cuda::f16_load(static_cast<std::uint16_t>(in[i]));
+    if (bf[i] != cuda::bf16_store(v) || f16[i] != cuda::f16_store(v) || cuda::bits_of(widened[i]) != cuda::bits_of(w)) {
+      ADD_FAILURE() << std::hex << "pattern 0x" << in[i] << ": device bf16 0x" << bf[i] << " host 0x"
+                    << cuda::bf16_store(v) << ", f16 0x" << f16[i] << " host 0x" << cuda::f16_store(v) << ", widened 0x"
+                    << cuda::bits_of(widened[i]) << " host 0x" << cuda::bits_of(w);
+      ++bad;
+    }
+  }
+  std::printf("storage codecs: %zu patterns equal the host's\n", n);
+}
+
 TEST(CudaDevice, DeviceRopeRotatesLikeTheReference) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   cudaStream_t stream = nullptr;
@@ -235,6 +278,37 @@ TEST(CudaDevice, DeviceRopeRotatesLikeTheReference) {
   dq.back(q.data());
   for (int l = 0; l < 2 * 64; ++l) EXPECT_EQ(q[std::size_t(2 * 64 + l)], 1.0f);
   gpu.check({.device = 0, .stream = stream});  // cleared
+  // A device pointer not aligned to its element: refused on the host, naming the field (the kernel reads whole
+  // elements, which a GPU faults on when misaligned), and nothing launched.
+  const auto refused = [&](auto&& call, const char* field) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for a misaligned " << field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  std::byte* odd = reinterpret_cast<std::byte*>(dq.device) + 2;  // 2-byte aligned: not a float32's 4
+  refused(
+      [&] {
+        gpu.rotate({.q = bshd(odd, DType::F32, 1, 1, 1, 64), .positions = {dp.device, IndexType::I64, 1}},
+                   {.device = 0, .stream = stream});
+      },
+      "q.data");
+  refused(
+      [&] {
+        gpu.rotate({.q = bshd(dq.device, DType::F32, 1, 1, 1, 64),
+                    .positions = {reinterpret_cast<std::byte*>(dp.device) + 4, IndexType::I64, 1}},
+                   {.device = 0, .stream = stream});
+      },
+      "positions.data");
+  PagedCache cache{.k = odd, .dtype = CacheDType::F32, .num_pages = 1, .page_size = 1, .kv_heads = 1, .head_dim = 64};
+  refused(
+      [&] {
+        cuda::shift(gpu, cache, {dp.device, IndexType::I64, 1}, 3, {.device = 0, .stream = stream});
+      },
+      "cache.k");
+  gpu.check({.device = 0, .stream = stream});
   cudaStreamDestroy(stream);
 }
 
@@ -402,6 +476,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
         m.add(slots.data(), slots.size() * 8);
         m.add(pos.data(), pos.size() * 8);
         m.add(steps.data(), steps.size() * 8);
+        m.add(rows.data(), rows.size() * 4);  // the calls' views (the K-shift reads only their coefficients)
         for (int c = 0; c < s.num_calls; ++c) add_angles(m, s.calls[c], lanes, *jobs[std::size_t(c)]);
         for (int c = 0; c < s.num_calls; ++c) m.map(s.calls[c]);
         s.slots = m.map(s.slots);

@@ -90,17 +90,27 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
     ++seed;
     if (c.op != cases::Op::Rotate) continue;
     SCOPED_TRACE(c.name());
-    cases::Workload got(c, seed), want(c, seed);
+    cases::Workload want(c, seed);
     const RotateCall reference = want.prepare();
     detail::rotate_rows_reference(reference.job(), 0, reference.rows());
-    const RotateCall call = got.prepare();
     // Blocks of 96 threads: not a multiple of any case's pair count, so blocks straddle rows and the last block is
-    // partial.
-    if (!detail::rotate_on_host_grid(call.job(), 96)) {
-      ++skipped;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table is used there)
+    // partial. Head groups: the launch's choice (these small cases: one row per thread), one group (a thread turns
+    // every row of its token, kRowsInFlight at a time) and three (rows h ≡ group mod 3).
+    bool supported = true;
+    for (const std::int64_t head_groups : {0, 1, 3}) {
+      SCOPED_TRACE(head_groups);
+      cases::Workload got(c, seed);
+      const RotateCall call = got.prepare();
+      if (!detail::rotate_on_host_grid(call.job(), 96, head_groups)) {
+        supported = false;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table is used there)
+        break;
+      }
+      same_bits::expect_same_rotation(got, want);
+    }
+    if (!supported) {
+      ++skipped;
       continue;
     }
-    same_bits::expect_same_rotation(got, want);
     ++ran;
   }
   std::printf(
@@ -239,16 +249,21 @@ TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
 TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   int ran = 0;
   for_each_append_case([&](const Rope& rope, const AppendCase& c) {
-    AppendBuffers want(c), got(c);
+    AppendBuffers want(c);
     prepare_append(rope, want.args, want.cache).run();
-    const AppendCall call = prepare_append(rope, got.args, got.cache);
-    // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial.
-    ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96));
-    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
-        {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
-        {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
-        {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
-    for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial. Pair rows in the launch's
+    // head groups (these small cases: one row per thread), in one group and in three.
+    for (const std::int64_t pair_groups : {0, 1, 3}) {
+      SCOPED_TRACE(pair_groups);
+      AppendBuffers got(c);
+      const AppendCall call = prepare_append(rope, got.args, got.cache);
+      ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups));
+      const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
+          {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+          {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+          {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+      for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    }
     ++ran;
   });
   std::printf("CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte\n", ran);

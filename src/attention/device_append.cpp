@@ -5,6 +5,7 @@
 // reporting through the DeviceRope's error word.
 #include <fmt/format.h>
 
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -35,6 +36,20 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
                             p.count, p.axes, device_slots.count));
   }
   if (p.data == nullptr && p.count > 0) throw Error("positions.data is null");
+  for (const auto& [field, h] : {std::pair<const char*, const Heads*>{"q.data", &args.q},
+                                 {"q_out.data", &args.q_out},
+                                 {"k.data", &args.k},
+                                 {"k_out.data", &args.k_out},
+                                 {"k_nope.data", &args.k_nope},
+                                 {"v.data", &args.v}}) {
+    detail::check_device_alignment(field, h->data, static_cast<std::size_t>(element_size(h->dtype)));
+  }
+  detail::check_device_alignment("positions.data", p.data, p.type == IndexType::I64 ? 8 : 4);
+  detail::check_device_alignment("slots.data", device_slots.data, device_slots.type == IndexType::I64 ? 8 : 4);
+  detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
+  detail::check_device_alignment("cache.v", cache.v, static_cast<std::size_t>(element_size(cache.dtype)));
+  detail::check_device_alignment("norm.q_weight", args.norm.q_weight.data(), 4);
+  detail::check_device_alignment("norm.k_weight", args.norm.k_weight.data(), 4);
   // Host stand-ins; the weights' values are never read by prepare_append beyond their count (the sums it forms are
   // the host's, unused here): stand-ins of the same lengths.
   thread_local std::vector<std::int64_t> zeros, padding;
@@ -81,6 +96,8 @@ void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& sl
   }
   if (slots.count < 0) throw Error(fmt::format("slots.count = {}: must be >= 0", slots.count));
   if (slots.data == nullptr && slots.count > 0) throw Error("slots.data is null");
+  detail::check_device_alignment("slots.data", slots.data, slots.type == IndexType::I64 ? 8 : 4);
+  detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
   const std::int64_t steps = delta < 0 ? -delta : delta;
   if (delta <= -kDevicePositionLimit || delta >= kDevicePositionLimit) {
     throw Error(fmt::format("delta = {}: |delta| must be below 2^47", delta));

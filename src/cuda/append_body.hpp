@@ -62,16 +62,19 @@ struct AppendShape {
 
   ROPEKIT_HD std::int64_t pair_q_heads() const { return q_weight != nullptr ? 0 : rot.q_heads; }
   ROPEKIT_HD std::int64_t pair_k_heads() const { return k_weight != nullptr ? 0 : rot.k_heads; }
-  ROPEKIT_HD std::int64_t pair_threads() const { return rot.tokens * (pair_q_heads() + pair_k_heads()) * rot.pairs; }
+  // The pair rows of a token split into pair_groups interleaved sets (rotate_body.hpp's head groups).
+  std::int64_t pair_groups = 1;
+  ROPEKIT_HD std::int64_t pair_threads() const {
+    return pair_q_heads() + pair_k_heads() == 0 ? 0 : rot.tokens * pair_groups * rot.pairs;
+  }
   ROPEKIT_HD std::int64_t q_groups() const {
     return q_weight == nullptr || rot.q_heads == 0 ? 0 : across_heads ? 1 : rot.q_heads;
   }
   ROPEKIT_HD std::int64_t k_groups() const { return k_weight == nullptr ? 0 : across_heads ? 1 : rot.k_heads; }
   ROPEKIT_HD std::int64_t norm_threads() const { return rot.tokens * (q_groups() + k_groups()); }
-  ROPEKIT_HD std::int64_t value_threads() const { return v.data == nullptr ? 0 : rot.tokens * kv_heads * value_lanes; }
-  ROPEKIT_HD std::int64_t nope_threads() const {
-    return k_nope.data == nullptr ? 0 : rot.tokens * kv_heads * k_nope_dim;
-  }
+  // One thread per (token, lane) of v and of k_nope, over every kv head.
+  ROPEKIT_HD std::int64_t value_threads() const { return v.data == nullptr ? 0 : rot.tokens * value_lanes; }
+  ROPEKIT_HD std::int64_t nope_threads() const { return k_nope.data == nullptr ? 0 : rot.tokens * k_nope_dim; }
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
 };
 
@@ -90,7 +93,7 @@ ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
 // One element of storage type `from` (its bits at src) into the cache's type at dst.
 ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, const char* src, float scale, char* dst) {
   if (a.cache != CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(from)) {
-    std::memcpy(dst, src, static_cast<std::size_t>(storage_size(from)));
+    copy_element(dst, src, storage_size(from));
     return;
   }
   const float x = load_as(from, src);  // exact
@@ -123,50 +126,70 @@ ROPEKIT_HD char* row(const View& v, const RotateShape& s, std::int64_t token, st
 ROPEKIT_HD void put_key(const AppendShape& a, std::int64_t token, std::int64_t head, std::int64_t slot, int lane,
                         const char* bits) {
   const int es = a.rot.element_size;
-  if (a.keep_k) std::memcpy(row(a.k_out, a.rot, token, head, es) + lane * es, bits, static_cast<std::size_t>(es));
+  if (a.keep_k) copy_element(row(a.k_out, a.rot, token, head, es) + lane * es, bits, es);
   if (slot >= 0)
     to_cache(a, a.rot.storage, bits, a.k_scale, entry(a, a.cache_k, slot, head, a.key_lanes, a.k_offset + lane));
 }
 
+// Pair j of the rows h ≡ group (mod pair_groups) of its token — its query rows, then its key rows — as the rotation
+// kernel does them (rotate_body.hpp): coefficients once, kRowsInFlight rows' loads issued before their stores.
 ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
   const RotateShape& s = a.rot;
   const std::int64_t qh = a.pair_q_heads(), heads = qh + a.pair_k_heads();
-  const std::int64_t r = g / s.pairs;
   const int j = static_cast<int>(g % s.pairs);
-  const std::int64_t token = r / heads, h = r % heads;
+  const std::int64_t r = g / s.pairs;
+  const std::int64_t token = r / a.pair_groups, group = r % a.pair_groups;
   const int es = s.element_size, la = s.lane_a[j], lb = s.lane_b[j];
-  if (h < qh) {  // a query row, as the rotation kernel does it
-    const char* src = row(s.q_in, s, token, h, es);
-    char* dst = row(s.q_out, s, token, h, es);
-    float c, sn;
-    if (!coefficients(s, token, j, c, sn)) return;
-    const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
-    store_as(s.storage, dst + la * es, fma(xa, c, -fmul(xb, sn)));
-    store_as(s.storage, dst + lb * es, fma(xb, c, fmul(xa, sn)));
-    if (dst != src) {
-      for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-        std::memcpy(dst + lane * es, src + lane * es, static_cast<std::size_t>(es));
+  // A key row writes its entry when the token has a slot, and its live key when k_out is kept.
+  std::int64_t first_key = group;
+  while (first_key < qh) first_key += a.pair_groups;
+  const bool key_rows = first_key < heads;
+  const std::int64_t slot = key_rows ? slot_of(a, token) : -1;
+  // Coefficients where a row of the thread is turned (a query row, or a key that is written rotated); a position that
+  // cannot be rotated leaves those rows unwritten, as it leaves the rotation's.
+  float c = 1.0f, sn = 0.0f;
+  bool turn = false;
+  if (group < qh || (key_rows && a.rotate_keys && (slot >= 0 || a.keep_k))) turn = coefficients(s, token, j, c, sn);
+  for (std::int64_t h0 = group; h0 < heads; h0 += kRowsInFlight * a.pair_groups) {
+    float xa[kRowsInFlight], xb[kRowsInFlight];
+    int n = 0;
+    for (std::int64_t h = h0; n < kRowsInFlight && h < heads; h += a.pair_groups, ++n) {
+      const char* src = h < qh ? row(s.q_in, s, token, h, es) : row(s.k_in, s, token, h - qh, es);
+      xa[n] = load_as(s.storage, src + la * es);
+      xb[n] = load_as(s.storage, src + lb * es);
     }
-    return;
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t h = h0 + i * a.pair_groups;
+      if (h < qh) {  // a query row
+        if (!turn) continue;
+        const char* src = row(s.q_in, s, token, h, es);
+        char* dst = row(s.q_out, s, token, h, es);
+        store_as(s.storage, dst + la * es, fma(xa[i], c, -fmul(xb[i], sn)));
+        store_as(s.storage, dst + lb * es, fma(xb[i], c, fmul(xa[i], sn)));
+        if (dst != src) {
+          for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
+            copy_element(dst + lane * es, src + lane * es, es);
+        }
+        continue;
+      }
+      if (slot < 0 && !a.keep_k) continue;  // nothing of this key is written
+      if (a.rotate_keys && !turn) continue;
+      const std::int64_t head = h - qh;
+      const char* src = row(s.k_in, s, token, head, es);
+      alignas(4) char bits_a[4], bits_b[4];
+      if (a.rotate_keys) {
+        store_as(s.storage, bits_a, fma(xa[i], c, -fmul(xb[i], sn)));  // rounded to k's storage: the live key's bits
+        store_as(s.storage, bits_b, fma(xb[i], c, fmul(xa[i], sn)));
+      } else {
+        copy_element(bits_a, src + la * es, es);
+        copy_element(bits_b, src + lb * es, es);
+      }
+      put_key(a, token, head, slot, la, bits_a);
+      put_key(a, token, head, slot, lb, bits_b);
+      for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
+        put_key(a, token, head, slot, lane, src + lane * es);
+    }
   }
-  const std::int64_t head = h - qh, slot = slot_of(a, token);
-  if (slot < 0 && !a.keep_k) return;  // nothing of this key is written
-  const char* src = row(s.k_in, s, token, head, es);
-  char bits_a[4], bits_b[4];
-  if (a.rotate_keys) {
-    float c, sn;
-    if (!coefficients(s, token, j, c, sn)) return;
-    const float xa = load_as(s.storage, src + la * es), xb = load_as(s.storage, src + lb * es);
-    store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));  // rounded to k's storage: the live key's bits
-    store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
-  } else {
-    std::memcpy(bits_a, src + la * es, static_cast<std::size_t>(es));
-    std::memcpy(bits_b, src + lb * es, static_cast<std::size_t>(es));
-  }
-  put_key(a, token, head, slot, la, bits_a);
-  put_key(a, token, head, slot, lb, bits_b);
-  for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-    put_key(a, token, head, slot, lane, src + lane * es);
 }
 
 // RMSNorm of one group (one head, or every head of the token: across_heads) of q or k, rotated in float32 and
@@ -204,10 +227,10 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
     char* dst = is_q ? row(s.q_out, s, token, h, es) : nullptr;
     // Pass-through lanes first: the pairs' lanes are then the only ones read after being written in place.
     for (int l = s.rotary_dim; l < d; ++l) {
-      char bits[4];
+      alignas(4) char bits[4];
       store_as(s.storage, bits, normed(l));
       if (is_q) {
-        std::memcpy(dst + l * es, bits, static_cast<std::size_t>(es));
+        copy_element(dst + l * es, bits, es);
       } else {
         put_key(a, token, h, slot, l, bits);
       }
@@ -217,12 +240,12 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
       if (!coefficients(s, token, j, c, sn)) return;
       const int la = s.lane_a[j], lb = s.lane_b[j];
       const float xa = normed(la), xb = normed(lb);
-      char bits_a[4], bits_b[4];
+      alignas(4) char bits_a[4], bits_b[4];
       store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));
       store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
       if (is_q) {
-        std::memcpy(dst + la * es, bits_a, static_cast<std::size_t>(es));
-        std::memcpy(dst + lb * es, bits_b, static_cast<std::size_t>(es));
+        copy_element(dst + la * es, bits_a, es);
+        copy_element(dst + lb * es, bits_b, es);
       } else {
         put_key(a, token, h, slot, la, bits_a);
         put_key(a, token, h, slot, lb, bits_b);
@@ -231,18 +254,23 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   }
 }
 
-// Lane `g % lanes` of kv head `g / lanes % kv_heads` of token `g / (lanes · kv_heads)`: copied from `src` (one
-// row of `lanes` elements per head) into the entry of `entry_lanes` elements at lane `first` — the values, and MLA's
-// k_nope in the key entry.
+// Lane `g % lanes` of every kv head of token `g / lanes`: copied from `src` (one row of `lanes` elements per head) into
+// the entry of `entry_lanes` elements at lane `first` — the values, and MLA's k_nope in the key entry. kRowsInFlight
+// heads' loads are issued before their stores.
 ROPEKIT_HD void lane_thread(const AppendShape& a, std::int64_t g, int lanes, const View& src, Storage storage,
                             float scale, char* base, int entry_lanes, int first) {
-  const std::int64_t token = g / (a.kv_heads * lanes), head = g / lanes % a.kv_heads;
+  const std::int64_t token = g / lanes;
   const int lane = static_cast<int>(g % lanes);
   const std::int64_t slot = slot_of(a, token);
   if (slot < 0) return;
   const int es = storage_size(storage);
-  to_cache(a, storage, row(src, a.rot, token, head, es) + lane * es, scale,
-           entry(a, base, slot, head, entry_lanes, first + lane));
+  for (std::int64_t h0 = 0; h0 < a.kv_heads; h0 += kRowsInFlight) {
+    alignas(4) char bits[kRowsInFlight][4];
+    const int n = static_cast<int>(a.kv_heads - h0 < kRowsInFlight ? a.kv_heads - h0 : kRowsInFlight);
+    for (int i = 0; i < n; ++i) copy_element(bits[i], row(src, a.rot, token, h0 + i, es) + lane * es, es);
+    for (int i = 0; i < n; ++i)
+      to_cache(a, storage, bits[i], scale, entry(a, base, slot, h0 + i, entry_lanes, first + lane));
+  }
 }
 
 // The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).

@@ -3,6 +3,8 @@
 // and the launch on its device. Internal.
 #pragma once
 
+#include <cstddef>
+
 #include "cuda/append_body.hpp"
 #include "cuda/kshift_body.hpp"
 #include "ropekit/cuda.hpp"
@@ -20,5 +22,10 @@ struct DeviceAccess {
   // The table's row count on the device (0: angles on the fly only).
   static std::int64_t table_positions(const cuda::DeviceRope& gpu);
 };
+
+// ropekit::Error naming `field` and the address when the device pointer p is not a multiple of `align` bytes: the
+// kernels read each element with one access of its width (rotate_body.hpp's load_raw), which a GPU faults on when
+// misaligned. Null passes (the prepare's checks say whether a view may be absent).
+void check_device_alignment(const char* field, const void* p, std::size_t align);
 
 }  // namespace ropekit::detail

@@ -5,13 +5,18 @@
 // the test suite runs it over the whole launch grid) and on a GPU: fmul/fadd round to nearest even once (nvcc:
 // __fmul_rn/__fadd_rn, which the compiler never contracts; host: the build's -ffp-contract=off), fma is one fused
 // multiply-add (__fmaf_rn / std::fma). The codecs equal ropekit/dtype.hpp's bit for bit (tests/cuda_host_test.cpp:
-// every bf16 and fp16 pattern, and the rounding boundaries).
+// every bf16 and fp16 pattern, and the rounding boundaries). On a GPU the bf16 and fp16 conversions of numbers are the
+// hardware's cvt.rn (one instruction, the same IEEE rounding to nearest even, subnormals kept: no -ftz), NaNs the
+// software's (the hardware makes every NaN canonical); tests/cuda_device_test.cpp checks them against the host's on
+// every pattern.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define ROPEKIT_HD __host__ __device__ inline
 #else
 #include <cmath>
@@ -96,8 +101,12 @@ ROPEKIT_HD float bf16_load(std::uint16_t b) { return float_of(static_cast<std::u
 ROPEKIT_HD std::uint16_t bf16_store(float x) {
   std::uint32_t b = bits_of(x);
   if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((b >> 16) | 0x0040u);
+#if defined(__CUDA_ARCH__)
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
   b += 0x7fffu + ((b >> 16) & 1u);
   return static_cast<std::uint16_t>(b >> 16);
+#endif
 }
 
 // IEEE binary16, correctly rounded (nearest, ties to even), as the host compiler's _Float16 conversion.
@@ -105,6 +114,9 @@ ROPEKIT_HD float f16_load(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
   if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN (payload kept)
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));  // exact
+#endif
   if (exponent != 0) return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   // Zero and subnormals: mantissa · 2^-24, exact in float32.
   const float magnitude = fmul(static_cast<float>(mantissa), 5.9604644775390625e-8f);
@@ -114,6 +126,9 @@ ROPEKIT_HD std::uint16_t f16_store(float x) {
   const std::uint32_t b = bits_of(x);
   const std::uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(x));
+#endif
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520 rounds to infinity
   if (a < 0x38800000u) {
     // |x| < 2^-14: a multiple of 2^-24 (subnormals). Float32's spacing in [0.5, 1) is 2^-24, so |x| + 0.5 rounds

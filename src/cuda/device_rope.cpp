@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -180,6 +181,13 @@ void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
                             args.positions.axes));
   }
   if (args.positions.data == nullptr && args.positions.count > 0) throw Error("positions.data is null");
+  detail::check_device_alignment("q.data", args.q.data, static_cast<std::size_t>(element_size(args.q.dtype)));
+  detail::check_device_alignment("q_out.data", args.q_out.data,
+                                 static_cast<std::size_t>(element_size(args.q_out.dtype)));
+  detail::check_device_alignment("k.data", args.k.data, static_cast<std::size_t>(element_size(args.k.dtype)));
+  detail::check_device_alignment("k_out.data", args.k_out.data,
+                                 static_cast<std::size_t>(element_size(args.k_out.dtype)));
+  detail::check_device_alignment("positions.data", args.positions.data, args.positions.type == IndexType::I64 ? 8 : 4);
   // The views checked by the core's prepare, with host zeros standing in for the device's positions (same count and
   // streams): shapes, strides, dtypes, overlaps and counts are refused exactly as Rope::apply refuses them.
   thread_local std::vector<std::int64_t> zeros;
@@ -295,5 +303,16 @@ void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShift
 }
 
 std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }
+
+}  // namespace ropekit::detail
+
+namespace ropekit::detail {
+
+void check_device_alignment(const char* field, const void* p, std::size_t align) {
+  if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % align != 0) {
+    throw Error(
+        fmt::format("{} = {}: a device pointer must be aligned to its element size ({} bytes)", field, p, align));
+  }
+}
 
 }  // namespace ropekit::detail

@@ -39,6 +39,7 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
   s.seq = job.seq;
   s.q_heads = job.q_heads;
   s.k_heads = job.k_heads;
+  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs, s.q_heads + s.k_heads);
 }
 
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
@@ -64,10 +65,11 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
   return true;
 }
 
-bool rotate_on_host_grid(const RotateJob& job, int block_dim) {
+bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_groups) {
   CudaLanes lanes;
   cuda::RotateShape shape;
   if (!make_cuda_shape(job, lanes, shape)) return false;
+  if (head_groups > 0) shape.head_groups = head_groups;
   const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
   for (std::int64_t block = 0; block < blocks; ++block) {
     for (int thread = 0; thread < block_dim; ++thread) cuda::rotate_thread(shape, block, thread, block_dim);
@@ -130,6 +132,7 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
   a.k_weight = job.k_weight.empty() ? nullptr : job.k_weight.data();
   a.eps = args.norm.eps;
   a.across_heads = args.norm.across_heads;
+  a.pair_groups = cuda::choose_head_groups(a.rot.tokens, a.rot.pairs, a.pair_q_heads() + a.pair_k_heads());
   return true;
 }
 
@@ -160,10 +163,11 @@ bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCac
   return true;
 }
 
-bool append_on_host_grid(const AppendJob& job, int block_dim) {
+bool append_on_host_grid(const AppendJob& job, int block_dim, std::int64_t pair_groups) {
   CudaLanes lanes;
   cuda::AppendShape shape;
   if (!make_cuda_append_shape(job, lanes, shape)) return false;
+  if (pair_groups > 0) shape.pair_groups = pair_groups;
   const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
   for (std::int64_t block = 0; block < blocks; ++block) {
     for (int thread = 0; thread < block_dim; ++thread) cuda::append_thread(shape, block, thread, block_dim);

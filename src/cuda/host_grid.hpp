@@ -30,15 +30,17 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
 
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
-// block order. False when the job has no CUDA shape (make_cuda_shape).
-bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256);
+// block order; head_groups > 0 overrides the launch's choice (cuda::choose_head_groups). False when the job has no
+// CUDA shape (make_cuda_shape).
+bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256, std::int64_t head_groups = 0);
 
 // The fused append's kernel shape of a resolved append (AppendAccess::job): false for HfCompat angles on the fly,
 // as for the rotation.
 bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& out);
 
 // Runs the append body over every (block, thread) of its launch grid, in block order: what AppendCall::run writes.
-bool append_on_host_grid(const AppendJob& job, int block_dim = 256);
+// pair_groups > 0 overrides the launch's choice of head groups for the pair rows.
+bool append_on_host_grid(const AppendJob& job, int block_dim = 256, std::int64_t pair_groups = 0);
 
 // The K-shift's kernel shape: the key entries at `slots` of `cache` turned by `calls` in order (one: a K-shift, R(δ)
 // with magnitude 1; two: a re-rotation's un-rotate and rotate), entry i being token i of each call. `lanes` holds

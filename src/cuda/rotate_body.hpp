@@ -122,6 +122,8 @@ struct RotateShape {
   const double* turns_lo = nullptr;
   float magnitude = 1.0f, sin_sign = 1.0f;
   std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
+  // A token's rows are split into head_groups interleaved sets, one thread per (token, set, pair) (choose_head_groups).
+  std::int64_t head_groups = 1;
   // Rows of the table cover positions [0, table_positions); past them the turns give the angle (the same bits:
   // the table's rows are those angles). A shape made from a CPU call has one source or the other.
   std::int64_t table_positions = 0;
@@ -131,31 +133,60 @@ struct RotateShape {
   unsigned long long* error = nullptr;
 
   ROPEKIT_HD std::int64_t rows() const { return tokens * (q_heads + k_heads); }
-  ROPEKIT_HD std::int64_t threads() const { return rows() * pairs; }
+  ROPEKIT_HD std::int64_t threads() const { return tokens * head_groups * pairs; }
 };
 
 ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
 
+// Raw element access. The device API checks on the host that every device pointer is aligned to its element size
+// (views' strides count elements), so a GPU reads and writes each element with one access of its width — a memcpy
+// from a char pointer of unknown alignment compiles to byte accesses there, 2–4× the memory instructions, which
+// measured at a quarter of the copy bandwidth on an H100. The host keeps memcpy: the CPU's views may be unaligned.
+template <class T>
+ROPEKIT_HD T load_raw(const char* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+
+template <class T>
+ROPEKIT_HD void store_raw(char* p, T v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<T*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof(T));
+#endif
+}
+
+// One element of `size` bytes (4, 2 or 1) copied as its bits.
+ROPEKIT_HD void copy_element(char* dst, const char* src, int size) {
+  if (size == 4) {
+    store_raw(dst, load_raw<std::uint32_t>(src));
+  } else if (size == 2) {
+    store_raw(dst, load_raw<std::uint16_t>(src));
+  } else {
+    *dst = *src;
+  }
+}
+
 // One element of storage type `st` at p, widened exactly to float32 / rounded once from float32 (the codecs of
 // device_math.hpp). Every kernel body reads and writes its tensors through these two.
 ROPEKIT_HD float load_as(Storage st, const char* p) {
-  if (st == Storage::F32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  std::uint16_t v;
-  std::memcpy(&v, p, 2);
+  if (st == Storage::F32) return load_raw<float>(p);
+  const std::uint16_t v = load_raw<std::uint16_t>(p);
   return st == Storage::BF16 ? bf16_load(v) : f16_load(v);
 }
 
 ROPEKIT_HD void store_as(Storage st, char* p, float x) {
   if (st == Storage::F32) {
-    std::memcpy(p, &x, 4);
+    store_raw(p, x);
     return;
   }
-  const std::uint16_t v = st == Storage::BF16 ? bf16_store(x) : f16_store(x);
-  std::memcpy(p, &v, 2);
+  store_raw(p, st == Storage::BF16 ? bf16_store(x) : f16_store(x));
 }
 
 ROPEKIT_HD std::int64_t position(const RotateShape& s, int axis, std::int64_t token) {
@@ -200,35 +231,67 @@ ROPEKIT_HD bool coefficients(const RotateShape& s, std::int64_t token, int j, fl
   return true;
 }
 
+// Rows a thread turns at once: their loads are issued before any store, so that a thread keeps that many rows' reads
+// in flight (the rows are distinct memory: the views are checked for overlaps on the host).
+constexpr int kRowsInFlight = 4;
+
+// Head groups for a launch: enough threads to fill a GPU (about 2^18 of them: 132 SMs × 2048) without splitting a
+// token's rows further than that needs. A thread computes its pair's coefficients once for all its rows, so fewer
+// groups mean fewer angle evaluations (the double-precision turn reduction on the fly) and table reads.
+ROPEKIT_HD int choose_head_groups(std::int64_t tokens, int pairs, std::int64_t heads) {
+  constexpr std::int64_t kFill = std::int64_t{1} << 18;
+  const std::int64_t per_group = tokens * pairs;
+  if (per_group <= 0 || heads <= 1) return 1;
+  const std::int64_t groups = (kFill + per_group - 1) / per_group;
+  return static_cast<int>(groups < heads ? groups : heads);
+}
+
 // The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
+// Thread g turns pair j = g mod pairs of the rows h ≡ group (mod head_groups) of its token (q's heads, then k's), so
+// that a warp's 32 threads read 32 consecutive pairs of one row (coalesced) and the pair's coefficients are formed
+// once per token, not once per row.
 ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
   const std::int64_t g = block * block_dim + thread;
   if (g >= s.threads()) return;
-  const std::int64_t row = g / s.pairs;
   const int j = static_cast<int>(g % s.pairs);
+  const std::int64_t r = g / s.pairs;
+  const std::int64_t token = r / s.head_groups, group = r % s.head_groups;
   const std::int64_t heads = s.q_heads + s.k_heads;
-  const std::int64_t token = row / heads, h = row % heads;
-  const bool is_q = h < s.q_heads;
-  const View& in = is_q ? s.q_in : s.k_in;
-  const View& out = is_q ? s.q_out : s.k_out;
-  const std::int64_t head = is_q ? h : h - s.q_heads;
   const std::int64_t b = token / s.seq, t = token % s.seq;
-  const std::int64_t offset = (b * in.batch_stride + t * in.seq_stride + head * in.head_stride) * s.element_size;
-  const std::int64_t out_offset = (b * out.batch_stride + t * out.seq_stride + head * out.head_stride) * s.element_size;
-  const char* src = in.data + offset;
-  char* dst = out.data + out_offset;
-
   float c, sn;
   if (!coefficients(s, token, j, c, sn)) return;
-  const int la = s.lane_a[j], lb = s.lane_b[j];
-  const float xa = load_as(s.storage, src + la * s.element_size), xb = load_as(s.storage, src + lb * s.element_size);
-  const float ya = fma(xa, c, -fmul(xb, sn));
-  const float yb = fma(xb, c, fmul(xa, sn));
-  store_as(s.storage, dst + la * s.element_size, ya);
-  store_as(s.storage, dst + lb * s.element_size, yb);
-  if (dst != src) {
-    for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs) {
-      std::memcpy(dst + lane * s.element_size, src + lane * s.element_size, static_cast<std::size_t>(s.element_size));
+  const int la = s.lane_a[j], lb = s.lane_b[j], es = s.element_size;
+  const auto src_of = [&](std::int64_t h) {
+    const bool is_q = h < s.q_heads;
+    const View& in = is_q ? s.q_in : s.k_in;
+    const std::int64_t head = is_q ? h : h - s.q_heads;
+    return in.data + (b * in.batch_stride + t * in.seq_stride + head * in.head_stride) * es;
+  };
+  const auto dst_of = [&](std::int64_t h) {
+    const bool is_q = h < s.q_heads;
+    const View& out = is_q ? s.q_out : s.k_out;
+    const std::int64_t head = is_q ? h : h - s.q_heads;
+    return out.data + (b * out.batch_stride + t * out.seq_stride + head * out.head_stride) * es;
+  };
+  for (std::int64_t h0 = group; h0 < heads; h0 += kRowsInFlight * s.head_groups) {
+    // Up to kRowsInFlight rows: every load, then every store.
+    float xa[kRowsInFlight], xb[kRowsInFlight];
+    int n = 0;
+    for (std::int64_t h = h0; n < kRowsInFlight && h < heads; h += s.head_groups, ++n) {
+      const char* src = src_of(h);
+      xa[n] = load_as(s.storage, src + la * es);
+      xb[n] = load_as(s.storage, src + lb * es);
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t h = h0 + i * s.head_groups;
+      char* dst = dst_of(h);
+      store_as(s.storage, dst + la * es, fma(xa[i], c, -fmul(xb[i], sn)));
+      store_as(s.storage, dst + lb * es, fma(xb[i], c, fmul(xa[i], sn)));
+      const char* src = src_of(h);
+      if (dst != src) {
+        for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
+          copy_element(dst + lane * es, src + lane * es, es);
+      }
     }
   }
 }

@@ -28,6 +28,16 @@ __global__ void kshift_kernel(KShiftShape shape) {
                 static_cast<int>(blockDim.x));
 }
 
+__global__ void codec_kernel(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened,
+                             std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = float_of(in[i]);
+  bf16[i] = bf16_store(x);
+  f16[i] = f16_store(x);
+  widened[i] = f16_load(static_cast<std::uint16_t>(in[i]));
+}
+
 // Blocks for `threads` threads; 0 when there is nothing to do, −1 past the grid's x limit.
 std::int64_t blocks_for(std::int64_t threads, int block_dim) {
   const std::int64_t blocks = (threads + block_dim - 1) / block_dim;
@@ -51,6 +61,13 @@ int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim) 
   if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
   kshift_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
                   static_cast<cudaStream_t>(stream)>>>(device_shape);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened, std::int64_t n) {
+  const std::int64_t blocks = blocks_for(n, 256);
+  if (blocks <= 0) return blocks == 0 ? 0 : static_cast<int>(cudaErrorInvalidConfiguration);
+  codec_kernel<<<static_cast<unsigned>(blocks), 256>>>(in, bf16, f16, widened, n);
   return static_cast<int>(cudaGetLastError());
 }
 
