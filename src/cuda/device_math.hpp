@@ -7,8 +7,8 @@
 // multiply-add (__fmaf_rn / std::fma). The codecs equal ropekit/dtype.hpp's bit for bit (tests/cuda_host_test.cpp:
 // every bf16 and fp16 pattern, and the rounding boundaries). On a GPU the bf16 and fp16 conversions of numbers are the
 // hardware's cvt.rn (one instruction, the same IEEE rounding to nearest even, subnormals kept: no -ftz), NaNs the
-// software's (the hardware makes every NaN canonical); tests/cuda_device_test.cpp checks them against the host's on
-// every pattern.
+// software's (the hardware makes every NaN canonical); tests/cuda_device_test.cpp checks them against the host's
+// around every bf16 and fp16 rounding boundary and on a million random patterns.
 #pragma once
 
 #include <cstdint>
