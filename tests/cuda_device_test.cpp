@@ -412,6 +412,67 @@ TEST(CudaDevice, DeviceAppendEqualsTheCpu) {
   cudaStreamDestroy(stream);
 }
 
+// ropekit::cuda::append with a page table in device memory (FlashInfer's addressing, read on the device) over the
+// append cases that carry one, against the CPU's append with the same table byte for byte; then a token whose batch
+// index is outside the batch: reported by check(), no entry written for it.
+TEST(CudaDevice, DeviceAppendReadsAPageTable) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  using namespace cuda_cases;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  int ran = 0;
+  for_each_append_case([&](const Rope& rope, const AppendCase& c) {
+    if (c.variant != Variant::Outputs) return;  // the cases with a page table
+    const cuda::DeviceRope gpu(rope, 0, 2048);
+    AppendBuffers want(c), got(c);
+    append(rope, want.args, want.cache);
+    Mirror m;
+    for (Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+      m.add(b->bytes.data(), b->bytes.size());
+    m.add(got.pos.data(), got.pos.size() * 8);
+    for (std::vector<std::int32_t>* v : {&got.indices, &got.indptr, &got.last, &got.batch_indices, &got.seq_positions})
+      m.add(v->data(), v->size() * 4);
+    AppendArgs args = got.args;
+    for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v}) h->data = m.map(h->data);
+    args.positions.data = m.map(args.positions.data);
+    const auto device_span = [&](std::vector<std::int32_t>& v) {
+      return std::span<const std::int32_t>(m.map(v.data()), v.size());
+    };
+    args.slots = PageTable{.indices = device_span(got.indices),
+                           .indptr = device_span(got.indptr),
+                           .last_page_len = device_span(got.last),
+                           .batch_indices = device_span(got.batch_indices),
+                           .seq_positions = device_span(got.seq_positions)};
+    PagedCache dc = got.cache;
+    dc.k = m.map(dc.k);
+    dc.v = m.map(dc.v);
+    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
+    gpu.check({.device = 0, .stream = stream});
+    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    for (Memory AppendBuffers::*b :
+         {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k_out, &AppendBuffers::kc, &AppendBuffers::vc}) {
+      ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
+    }
+    ++ran;
+    if (ran > 1) return;
+    // A batch index outside the batch on token 4 (the host never reads it): reported, the token's entries unwritten.
+    const std::int32_t outside = 2;
+    ASSERT_EQ(cudaMemcpy(const_cast<std::int32_t*>(std::get<PageTable>(args.slots).batch_indices.data()) + 4, &outside,
+                         4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
+    try {
+      gpu.check({.device = 0, .stream = stream});
+      ADD_FAILURE() << "no error for a batch index outside the batch";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token 4"), std::string::npos) << e.what();
+    }
+  });
+  std::printf("ropekit::cuda::append with a device page table: %d cases equal the CPU's append byte for byte\n", ran);
+  EXPECT_GT(ran, 0);
+  cudaStreamDestroy(stream);
+}
+
 TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   const Spec spec{.head_dim = 64,
@@ -520,6 +581,85 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     gpu.check({.device = 0, .stream = nullptr});
     m.copies.front()->back(mine.data());
     EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::shift";
+  }
+  // The public device re-rotation: a dynamic-NTK rope's table grown from 16 to 4096 positions (a new plan) applied to
+  // an fp8 cache, against PagedKvCache::rerotate's; then a slot past the cache, reported on to's error word.
+  {
+    const Spec spec{.head_dim = 64,
+                    .rotary_dim = 32,
+                    .base = 10000.0,
+                    .pairing = Pairing::Interleaved,
+                    .scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 32}};
+    const Rope rope(spec, AngleMode::Accurate, 16), grown(spec, AngleMode::Accurate, 4096);
+    const cuda::DeviceRope from(rope, 0, 16), to(grown, 0, 64);
+    PagedKvCache cpu(rope, {.num_pages = 4,
+                            .page_size = 4,
+                            .kv_heads = 2,
+                            .dtype = CacheDType::F8E4M3,
+                            .layout = PageLayout::HND,
+                            .k_scale = 0.3f,
+                            .max_sequences = 1});
+    cuda_cases::Memory kk(12 * 2 * 64 * 4, 53, DType::F32), vv(12 * 2 * 64 * 4, 54, DType::F32);
+    std::vector<std::int64_t> pos(12);
+    for (std::int64_t t = 0; t < 12; ++t) pos[std::size_t(t)] = 30 + 5 * t;
+    cpu.append(rope, std::vector<std::int32_t>(12, 0),
+               {.k = bshd(kk.data(), DType::F32, 1, 12, 2, 64),
+                .v = bshd(vv.data(), DType::F32, 1, 12, 2, 64),
+                .positions = positions(pos)});
+    const PagedCache& pc = cpu.cache();
+    const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * 2 * 64);
+    std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+    std::vector<std::int64_t> slots;
+    for (std::int64_t e = 0; e < 12; ++e) slots.push_back(std::int64_t(cpu.pages(0)[std::size_t(e / 4)]) * 4 + e % 4);
+    ASSERT_TRUE(cpu.rerotate(0, rope, grown));
+    Mirror m;
+    m.add(mine.data(), mine.size());
+    m.add(slots.data(), slots.size() * 8);
+    m.add(pos.data(), pos.size() * 8);
+    PagedCache dc = pc;
+    dc.k = m.map(mine.data());
+    dc.v = nullptr;
+    dc.v_head_dim = 0;
+    const cuda::Stream stream{.device = 0, .stream = nullptr};
+    cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12}, {m.map(pos.data()), IndexType::I64, 12},
+                   stream);
+    to.check(stream);
+    m.copies.front()->back(mine.data());
+    EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::rerotate";
+    // Refused on the host, naming what: positions of another count, a rope pairing its lanes otherwise.
+    const auto refused = [&](auto&& call, const char* what) {
+      try {
+        call();
+        ADD_FAILURE() << "no error: " << what;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      }
+    };
+    refused(
+        [&] {
+          cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12},
+                         {m.map(pos.data()), IndexType::I64, 11}, stream);
+        },
+        "positions: count = 11");
+    Spec half = spec;
+    half.pairing = Pairing::Half;
+    const cuda::DeviceRope other(Rope(half, AngleMode::Accurate, 4096), 0, 64);
+    refused(
+        [&] {
+          cuda::rerotate(from, other, dc, {m.map(slots.data()), IndexType::I64, 12},
+                         {m.map(pos.data()), IndexType::I64, 12}, stream);
+        },
+        "pair their lanes differently");
+    slots[3] = 16;  // one past the cache's 16 slots
+    m.copies[1] = std::make_unique<DeviceCopy>(slots.data(), slots.size() * 8);
+    cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12}, {m.map(pos.data()), IndexType::I64, 12},
+                   stream);
+    try {
+      to.check(stream);
+      ADD_FAILURE() << "no error for a slot past the cache";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("token 3"), std::string::npos) << e.what();
+    }
   }
   EXPECT_EQ(ran, 16);
 }

@@ -310,6 +310,80 @@ TEST(CudaHost, AppendBodyWithTheDeviceApisInputs) {
   }
 }
 
+// The device API's page table, read by the body (table_slot): the slots prepare_append resolves on the host, and for
+// each entry the host would refuse — a batch index outside the batch, an entry past its sequence, a page outside the
+// cache, a last page length out of range — the token writes no entry and is reported, the others written as usual.
+TEST(CudaHost, AppendBodyReadsAPageTable) {
+  const Rope rope(append_specs()[0]);
+  enum class Bad { None, Batch, Entry, Page, LastLen };
+  for (const Bad bad : {Bad::None, Bad::Batch, Bad::Entry, Bad::Page, Bad::LastLen}) {
+    SCOPED_TRACE(int(bad));
+    const AppendCase c{rope.spec(), DType::F16, CacheDType::BF16, PageLayout::NHD, Variant::Outputs, false};
+    AppendBuffers want(c), got(c);
+    ASSERT_TRUE(std::holds_alternative<PageTable>(got.args.slots));
+    std::vector<std::int64_t> slots = resolve_slots(want.args, want.cache);
+    // Token 4 is the first of sequence 1; LastLen makes sequence 1 longer than its pages allow (every token of it).
+    std::vector<std::int64_t> spoiled;
+    switch (bad) {
+      case Bad::None: break;
+      case Bad::Batch: got.batch_indices[4] = 2, spoiled = {4}; break;
+      case Bad::Entry: got.seq_positions[4] = 10, spoiled = {4}; break;
+      case Bad::Page: got.indices[std::size_t(got.indptr[1] + got.seq_positions[4] / 4)] = 5, spoiled = {4}; break;
+      case Bad::LastLen: got.last[1] = 5, spoiled = {3, 4, 5, 6}; break;
+    }
+    for (const std::int64_t t : spoiled) slots[std::size_t(t)] = -1;
+    // Page: the page's other entries belong to other tokens of sequence 1 too.
+    if (bad == Bad::Page) {
+      for (std::int64_t t = 3; t < AppendBuffers::kTokens; ++t) {
+        if (want.batch_indices[std::size_t(t)] == 1 &&
+            want.seq_positions[std::size_t(t)] / 4 == want.seq_positions[4] / 4)
+          slots[std::size_t(t)] = -1;
+      }
+    }
+    want.args.slots = slot_mapping(slots);
+    append(rope, want.args, want.cache);
+    // The host prepares with the good table (the device API prepares with stand-ins and never reads the values).
+    AppendBuffers host(c);
+    const AppendCall call = prepare_append(rope, host.args, host.cache);
+    detail::CudaLanes lanes;
+    cuda::AppendShape shape;
+    ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+    // Point the shape at got's buffers and its (possibly spoiled) table.
+    const auto moved = [&](const auto* p, Memory& from, Memory& to) {
+      return p == nullptr ? nullptr
+                          : to.data() + (reinterpret_cast<const std::byte*>(p) -
+                                         reinterpret_cast<const std::byte*>(from.data()));
+    };
+    shape.rot.q_in.data = reinterpret_cast<char*>(moved(shape.rot.q_in.data, host.q, got.q));
+    shape.rot.q_out.data = reinterpret_cast<char*>(moved(shape.rot.q_out.data, host.q_out, got.q_out));
+    shape.rot.k_in.data = reinterpret_cast<char*>(moved(shape.rot.k_in.data, host.k, got.k));
+    shape.k_out.data = reinterpret_cast<char*>(moved(shape.k_out.data, host.k_out, got.k_out));
+    shape.v.data = reinterpret_cast<char*>(moved(shape.v.data, host.v, got.v));
+    shape.cache_k = reinterpret_cast<char*>(moved(shape.cache_k, host.kc, got.kc));
+    shape.cache_v = reinterpret_cast<char*>(moved(shape.cache_v, host.vc, got.vc));
+    shape.rot.positions = got.pos.data();
+    shape.slots = nullptr;
+    shape.table = {got.indices.data(),
+                   got.indptr.data(),
+                   got.last.data(),
+                   got.batch_indices.data(),
+                   got.seq_positions.data(),
+                   std::int64_t(got.indptr.size()) - 1,
+                   std::int64_t(got.indices.size())};
+    unsigned long long error = 0;
+    shape.rot.error = &error;
+    for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
+      for (int t = 0; t < 96; ++t) cuda::append_thread(shape, b, t, 96);
+    EXPECT_EQ(error, spoiled.empty() ? 0u : static_cast<unsigned long long>(spoiled.front() + 1));
+    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
+                                                                       {"q_out", &AppendBuffers::q_out},
+                                                                       {"k_out", &AppendBuffers::k_out},
+                                                                       {"cache.k", &AppendBuffers::kc},
+                                                                       {"cache.v", &AppendBuffers::vc}};
+    for (const auto& [name, m] : buffers) EXPECT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+  }
+}
+
 // ---- the K-shift and re-rotation -----------------------------------------------------------------------------------
 
 // The CPU's PagedKvCache turns its own entries (shift_entries: R(δ), magnitude 1; rerotate: un-rotate under the old

@@ -197,10 +197,12 @@ namespace cuda {
 // ropekit::append on a GPU (ropekit/cuda.hpp's conventions): args' views, positions and slot mapping and the cache's
 // pages are device pointers on rope.device(); launched on `stream`; the bits of ropekit::append on the CPU (the
 // kernel body is checked against AppendCall on every case of tests/cuda_host_test.cpp). QK-norm weights are device
-// arrays too (weight_offset added on the device, in float32, as prepare_append adds it). The slots must be a
-// SlotMapping (vLLM's; a page table is resolved on the host and has no device form yet). Checked on the host: all
-// that prepare_append checks but the positions' and slots' values; on the device a slot outside [−1, cache.slots())
-// writes no entry for its token and a position out of range leaves its rows unwritten, and rope.check(stream)
+// arrays too (weight_offset added on the device, in float32, as prepare_append adds it). The slots: a SlotMapping
+// (vLLM's) or a PageTable (FlashInfer's) whose spans are device arrays, resolved on the device as prepare_append
+// resolves them on the host. Checked on the host: all that prepare_append checks but the values of the positions,
+// slots and page table (the spans' sizes are checked); on the device a token whose slot is outside [−1,
+// cache.slots()), or whose page-table entry prepare_append would refuse (batch index, indptr, last page length, entry
+// or page out of range), writes no entry, a position out of range leaves its rows unwritten, and rope.check(stream)
 // reports the first such token. Two tokens given one slot: one of them wins (as vLLM's reshape_and_cache).
 void append(const DeviceRope& rope, const AppendArgs& args, const PagedCache& cache, const Stream& stream);
 
@@ -214,6 +216,18 @@ void append(const DeviceRope& rope, const AppendArgs& args, const PagedCache& ca
 // reported by rope.check(stream).
 void shift(const DeviceRope& rope, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
            const Stream& stream);
+
+// The re-rotation of an engine's own paged cache on a GPU (PagedKvCache::rerotate's turn: a new scaling — a longer
+// YaRN or dynamic-NTK context, say — applied to keys already cached): the key entry at slots[i], rotated by `from` at
+// positions[i], is un-rotated by from (Direction::Inverse) and rotated by `to` at the same position in float32, then
+// rounded once to the cache's type (fp8: widened × k_scale, stored e4m3(x / k_scale)) — the CPU's bits (the body
+// equals PagedKvCache::rerotate's on every case of tests/cuda_host_test.cpp). positions: a device array, one per slot
+// (per axis for M-RoPE). Errors on the host: as shift's, ropes on different devices or pairing their lanes
+// differently, positions of another count or axes; on the device a slot outside the cache (other than −1) or a
+// position outside [0, 2^47) (or past an HfCompat rope's table) leaves its entry as it was and is reported by
+// to.check(stream).
+void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& cache, const SlotMapping& slots,
+              const Positions& positions, const Stream& stream);
 
 }  // namespace cuda
 

@@ -5,6 +5,7 @@
 // reporting through the DeviceRope's error word.
 #include <fmt/format.h>
 
+#include <span>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -18,15 +19,46 @@
 namespace ropekit::cuda {
 
 void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cache, const Stream& stream) {
-  if (!std::holds_alternative<SlotMapping>(args.slots)) {
-    throw Error(
-        "slots: a page table has no device form yet; give a SlotMapping (vLLM's slot_mapping, one slot per token)");
+  // The slots: a slot mapping, or a page table whose spans are device arrays (their sizes are the host's to check,
+  // their values the device's: table_slot). Either way the host prepares with stand-in slots of the same count.
+  SlotMapping device_slots;
+  DevicePageTable table;
+  if (const auto* m = std::get_if<SlotMapping>(&args.slots)) {
+    device_slots = *m;
+    if (device_slots.type != IndexType::I32 && device_slots.type != IndexType::I64) {
+      throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(device_slots.type)));
+    }
+    if (device_slots.data == nullptr && device_slots.count > 0) throw Error("slots.data is null");
+  } else {
+    const PageTable& t = std::get<PageTable>(args.slots);
+    if (t.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
+    const std::size_t batch = t.indptr.size() - 1;
+    if (t.last_page_len.size() != batch) {
+      throw Error(fmt::format("page_table.last_page_len has {} values: must have batch = {} (indptr has {})",
+                              t.last_page_len.size(), batch, t.indptr.size()));
+    }
+    if (t.batch_indices.size() != t.seq_positions.size()) {
+      throw Error(fmt::format("page_table.batch_indices / seq_positions have {} / {} values: one per token each",
+                              t.batch_indices.size(), t.seq_positions.size()));
+    }
+    for (const auto& [field, span] :
+         {std::pair<const char*, std::span<const std::int32_t>>{"page_table.indices", t.indices},
+          {"page_table.indptr", t.indptr},
+          {"page_table.last_page_len", t.last_page_len},
+          {"page_table.batch_indices", t.batch_indices},
+          {"page_table.seq_positions", t.seq_positions}}) {
+      if (span.data() == nullptr && !span.empty()) throw Error(fmt::format("{} is null", field));
+      detail::check_device_alignment(field, span.data(), 4);
+    }
+    table = {t.indices.data(),
+             t.indptr.data(),
+             t.last_page_len.data(),
+             t.batch_indices.data(),
+             t.seq_positions.data(),
+             static_cast<std::int64_t>(batch),
+             static_cast<std::int64_t>(t.indices.size())};
+    device_slots = {nullptr, IndexType::I64, static_cast<std::int64_t>(t.batch_indices.size())};
   }
-  const SlotMapping device_slots = std::get<SlotMapping>(args.slots);
-  if (device_slots.type != IndexType::I32 && device_slots.type != IndexType::I64) {
-    throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(device_slots.type)));
-  }
-  if (device_slots.data == nullptr && device_slots.count > 0) throw Error("slots.data is null");
   const Positions& p = args.positions;
   if (p.type != IndexType::I32 && p.type != IndexType::I64) {
     throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(p.type)));
@@ -75,6 +107,7 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   shape.rot.positions_i64 = p.type == IndexType::I64;
   shape.slots = device_slots.data;
   shape.slots_i64 = device_slots.type == IndexType::I64;
+  shape.table = table;
   shape.q_weight = args.norm.q_weight.empty() ? nullptr : args.norm.q_weight.data();
   shape.k_weight = args.norm.k_weight.empty() ? nullptr : args.norm.k_weight.data();
   shape.add_weight_offset = true;
@@ -82,14 +115,16 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   detail::DeviceAccess::launch_append(gpu, shape, stream);
 }
 
-void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
-           const Stream& stream) {
-  const Rope& rope = detail::DeviceAccess::rope(gpu);
+namespace {
+
+// What the K-shift and the re-rotation check on the host: the cache (validated, with keys of the rope's head_dim) and
+// the slot mapping (its type, count, pointer and alignment; its values are the device's).
+void check_turned_entries(const Rope& rope, const PagedCache& cache, const SlotMapping& slots, const char* what) {
   cache.validate();
-  if (cache.k == nullptr) throw Error("cache.k is null: a K-shift turns the cache's keys");
+  if (cache.k == nullptr) throw Error(fmt::format("cache.k is null: {} turns the cache's keys", what));
   if (cache.head_dim != rope.spec().head_dim) {
-    throw Error(fmt::format("cache.head_dim = {}: the K-shift turns whole key entries of the rope's head_dim = {}",
-                            cache.head_dim, rope.spec().head_dim));
+    throw Error(fmt::format("cache.head_dim = {}: {} turns whole key entries of the rope's head_dim = {}",
+                            cache.head_dim, what, rope.spec().head_dim));
   }
   if (slots.type != IndexType::I32 && slots.type != IndexType::I64) {
     throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(slots.type)));
@@ -98,6 +133,23 @@ void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& sl
   if (slots.data == nullptr && slots.count > 0) throw Error("slots.data is null");
   detail::check_device_alignment("slots.data", slots.data, slots.type == IndexType::I64 ? 8 : 4);
   detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
+}
+
+// A turn's pair geometry from the rope, over `entries` entries.
+void set_turn(const Rope& rope, std::int64_t entries, RotateShape& turn) {
+  const PairMap& map = rope.pair_map();
+  turn.pairs = map.num_pairs();
+  turn.rotary_dim = map.rotary_dim;
+  turn.head_dim = map.head_dim;
+  turn.tokens = entries;
+}
+
+}  // namespace
+
+void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
+           const Stream& stream) {
+  const Rope& rope = detail::DeviceAccess::rope(gpu);
+  check_turned_entries(rope, cache, slots, "a K-shift");
   const std::int64_t steps = delta < 0 ? -delta : delta;
   if (delta <= -kDevicePositionLimit || delta >= kDevicePositionLimit) {
     throw Error(fmt::format("delta = {}: |delta| must be below 2^47", delta));
@@ -105,11 +157,7 @@ void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& sl
   if (delta == 0 || slots.count == 0) return;
   KShiftShape k;
   RotateShape& turn = k.calls[0];
-  const PairMap& map = rope.pair_map();
-  turn.pairs = map.num_pairs();
-  turn.rotary_dim = map.rotary_dim;
-  turn.head_dim = map.head_dim;
-  turn.tokens = slots.count;
+  set_turn(rope, slots.count, turn);
   // R(δ) with magnitude 1: the angle of |δ|, the sine's sign flipped for a shift back (Direction::Inverse of a unit
   // rope, as PagedKvCache turns its entries).
   turn.magnitude = 1.0f;
@@ -126,6 +174,57 @@ void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& sl
   k.entries = slots.count;
   detail::set_cuda_cache(cache, k.cache);
   detail::DeviceAccess::launch_kshift(gpu, k, stream);
+}
+
+void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& cache, const SlotMapping& slots,
+              const Positions& positions, const Stream& stream) {
+  const Rope& old_rope = detail::DeviceAccess::rope(from);
+  const Rope& rope = detail::DeviceAccess::rope(to);
+  check_turned_entries(rope, cache, slots, "a re-rotation");
+  if (from.device() != to.device()) {
+    throw Error(fmt::format("from is on device {}, to on device {}: a re-rotation needs both on one device",
+                            from.device(), to.device()));
+  }
+  const PairMap &a = old_rope.pair_map(), &b = rope.pair_map();
+  if (a.head_dim != b.head_dim || a.rotary_dim != b.rotary_dim || a.lane_a != b.lane_a || a.lane_b != b.lane_b ||
+      a.axis != b.axis) {
+    throw Error(
+        fmt::format("from ({}, rotary_dim {}) and to ({}, rotary_dim {}) pair their lanes differently: a "
+                    "re-rotation changes the frequencies, not the layout",
+                    to_string(a.pairing), a.rotary_dim, to_string(b.pairing), b.rotary_dim));
+  }
+  if (positions.type != IndexType::I32 && positions.type != IndexType::I64) {
+    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(positions.type)));
+  }
+  if (positions.count != slots.count || positions.axes != b.num_axes) {
+    throw Error(fmt::format("positions: count = {}, axes = {}: must be one per slot ({}) in the rope's {} axes",
+                            positions.count, positions.axes, slots.count, b.num_axes));
+  }
+  if (positions.data == nullptr && positions.count > 0) throw Error("positions.data is null");
+  detail::check_device_alignment("positions.data", positions.data, positions.type == IndexType::I64 ? 8 : 4);
+  if (slots.count == 0) return;
+  // Un-rotate under from (Direction::Inverse: magnitude 1 / cos_sin_scale, the sine negated) and rotate under to
+  // (Forward), in float32, rounded once to the cache's type: PagedKvCache::rerotate's two calls, its bits.
+  KShiftShape k;
+  k.num_calls = 2;
+  const Rope* ropes[2] = {&old_rope, &rope};
+  const DeviceRope* gpus[2] = {&from, &to};
+  for (int c = 0; c < 2; ++c) {
+    RotateShape& turn = k.calls[c];
+    set_turn(*ropes[c], slots.count, turn);
+    const double m = ropes[c]->plan().cos_sin_scale;
+    turn.magnitude = static_cast<float>(c == 0 ? 1.0 / m : m);
+    turn.sin_sign = c == 0 ? -1.0f : 1.0f;
+    turn.positions = positions.data;
+    turn.positions_i64 = positions.type == IndexType::I64;
+    detail::DeviceAccess::angles(*gpus[c], turn);
+  }
+  k.calls[0].error = k.calls[1].error;  // every report on to's error word
+  k.slots = slots.data;
+  k.slots_i64 = slots.type == IndexType::I64;
+  k.entries = slots.count;
+  detail::set_cuda_cache(cache, k.cache);
+  detail::DeviceAccess::launch_kshift(to, k, stream);
 }
 
 }  // namespace ropekit::cuda

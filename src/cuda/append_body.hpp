@@ -14,7 +14,7 @@
 // A token without a slot (−1) writes no entry; its query and live key are still rotated. Conversions are the
 // scalar reference's (convert_to_cache_reference): the same type copied, else widened exactly and rounded once
 // (fp8: e4m3(x / scale)). The slots come resolved (prepare_append on the host resolves slot mappings and page
-// tables alike).
+// tables alike; the device API reads a page table on the device, table_slot).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,17 @@ namespace ropekit::cuda {
 
 enum class CacheStorage : std::uint8_t { F32 = 0, BF16 = 1, F16 = 2, E4M3 = 3 };  // the first three as Storage
 
+// ropekit::PageTable on the device: sequence b owns pages indices[indptr[b] .. indptr[b + 1]), the last holding
+// last_page_len[b] entries; token t goes to entry seq_positions[t] of sequence batch_indices[t].
+struct DevicePageTable {
+  const std::int32_t* indices = nullptr;
+  const std::int32_t* indptr = nullptr;
+  const std::int32_t* last_page_len = nullptr;
+  const std::int32_t* batch_indices = nullptr;
+  const std::int32_t* seq_positions = nullptr;
+  std::int64_t batch = 0, num_indices = 0;
+};
+
 struct AppendShape {
   RotateShape rot;  // q: rot.q_in → rot.q_out; keys read from rot.k_in (rot.k_out unused); coefficients, positions
   View k_out;       // the live rotated keys, when keep_k
@@ -34,6 +45,8 @@ struct AppendShape {
   bool rotate_keys = true;      // false: keys stored as given
   const void* slots = nullptr;  // one per token, int64 or int32; −1: not cached
   bool slots_i64 = true;
+  // Or, where table.indptr is set, FlashInfer's page table read on the device (ropekit::PageTable's addressing).
+  DevicePageTable table;
   // The cache.
   char* cache_k = nullptr;
   char* cache_v = nullptr;
@@ -78,9 +91,36 @@ struct AppendShape {
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
 };
 
+// Token t's slot through the page table, as prepare_append resolves it (fill_slots); −1 for anything the host would
+// refuse there — a batch index outside the batch, indptr out of order or past the indices, a last page length
+// outside [1, page_size] (0 for a sequence without pages), an entry past the sequence's, a page outside the cache —
+// reported on the error word.
+ROPEKIT_HD std::int64_t table_slot(const AppendShape& a, std::int64_t token) {
+  const DevicePageTable& p = a.table;
+  const std::int64_t b = p.batch_indices[token], e = p.seq_positions[token];
+  bool bad = b < 0 || b >= p.batch;
+  std::int64_t page = -1;
+  if (!bad) {
+    const std::int64_t first = p.indptr[b], last = p.indptr[b + 1], len = p.last_page_len[b];
+    bad = first < 0 || last < first || last > p.num_indices || (last > first ? len < 1 || len > a.page_size : len != 0);
+    const std::int64_t entries = last > first ? (last - first - 1) * a.page_size + len : 0;
+    bad = bad || e < 0 || e >= entries;
+    if (!bad) {
+      page = p.indices[first + e / a.page_size];
+      bad = page < 0 || page >= a.num_pages;
+    }
+  }
+  if (bad) {
+    if (a.rot.error != nullptr) report(a.rot, token);
+    return -1;
+  }
+  return page * a.page_size + e % a.page_size;
+}
+
 // Token t's slot; −1 (not cached) also for a slot outside the cache, which is reported when the shape carries an
 // error word (the device API: the host never read the slots).
 ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
+  if (a.table.indptr != nullptr) return table_slot(a, token);
   const std::int64_t slot =
       a.slots_i64 ? static_cast<const std::int64_t*>(a.slots)[token] : static_cast<const std::int32_t*>(a.slots)[token];
   if (a.rot.error != nullptr && (slot < -1 || slot >= a.page_size * a.num_pages)) {
