@@ -260,6 +260,7 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::s
 }  // namespace detail
 
 LlamaModel load_model_file(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) return load_hf_model(path);
   const std::vector<std::byte> bytes = detail::read_whole_file(path, "model");
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) return load_gguf_model(bytes, path.string());
   return load_llama2c(bytes, path.string());

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -67,6 +68,22 @@ void validate_config(const LlamaConfig& config, std::string_view origin, const C
 
 // The number of float32 values every tensor of `config` takes (without the classifier), checked.
 std::uint64_t weight_count(const LlamaConfig& config, std::string_view origin);
+
+// A safetensors container (Hugging Face's): an 8-byte little-endian header length, a JSON header naming each
+// tensor's dtype, shape and data_offsets, then the data. Parsed and checked — every offset inside the file, every
+// byte count equal to the shape's values times the dtype's size — without reading the data.
+struct SafetensorsTensor {
+  std::string dtype;  // "F32", "F16", "BF16", ... as the header says
+  std::vector<std::uint64_t> shape;
+  std::uint64_t offset = 0;  // of the first byte, from the start of the file
+  std::uint64_t count = 0;   // values
+  std::uint64_t bytes = 0;   // count × the dtype's size, offset + bytes ≤ the file's size
+};
+struct SafetensorsFile {
+  std::uint64_t data_start = 0;
+  std::map<std::string, SafetensorsTensor> tensors;
+};
+SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_view origin);
 
 // llama2.c's RoPE: interleaved pairs, base 10000, the whole head rotated (run.c).
 ModelPositions llama2c_rope(const LlamaConfig& config, std::string_view origin);

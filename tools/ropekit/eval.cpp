@@ -289,7 +289,8 @@ void add_eval(CLI::App& app, Streams io) {
                                  "the long-context lab: perplexity by target position for context-extension methods "
                                  "side by side (docs/lab.md)");
   auto o = std::make_shared<EvalCliOptions>();
-  cmd->add_option("--model", o->model, "llama2.c checkpoint or GGUF (llama)")->required();
+  cmd->add_option("--model", o->model, "llama2.c checkpoint, GGUF (llama) or Hugging Face model directory (llama)")
+      ->required();
   auto* input = cmd->add_option_group("input", "the tokens (exactly one)");
   input->add_option("--tokens", o->tokens, "int32 token ids (ropekit tokenize)");
   input->add_option("--text", o->text, "a UTF-8 text file, tokenized with --tokenizer");

@@ -1,0 +1,341 @@
+// Hugging Face model directories (config.json + safetensors, one file or shards with their index) for the runner:
+// the safetensors container read from memory maps, every offset, length, dtype and shape checked against the file,
+// and the Llama architecture's tensors widened to float32 (LlamaModel's storage).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lab/loader.hpp"
+#include "ropekit/config.hpp"
+#include "ropekit/dtype.hpp"
+#include "ropekit/error.hpp"
+
+namespace ropekit {
+namespace detail {
+
+SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_view origin) {
+  if (bytes.size() < 8) {
+    throw Error(
+        fmt::format("{}: {} bytes: a safetensors file starts with an 8-byte header length", origin, bytes.size()));
+  }
+  std::uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = header_size << 8 | std::to_integer<std::uint64_t>(bytes[std::size_t(i)]);
+  if (header_size > bytes.size() - 8) {
+    throw Error(fmt::format("{}: the header length at byte 0 is {}: past the file's {} bytes", origin, header_size,
+                            bytes.size()));
+  }
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, static_cast<std::size_t>(header_size));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(
+        fmt::format("{}: the JSON header (bytes 8 to {}) does not parse: {}", origin, 8 + header_size, e.what()));
+  }
+  if (!header.is_object()) throw Error(fmt::format("{}: the JSON header is not an object", origin));
+  SafetensorsFile file;
+  file.data_start = 8 + header_size;
+  const std::uint64_t data_size = bytes.size() - file.data_start;
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& info = item.value();
+    if (name == "__metadata__") continue;
+    const auto bad = [&](std::string_view what) { return Error(fmt::format("{}: tensor {}: {}", origin, name, what)); };
+    if (!info.is_object()) throw bad("its entry is not an object");
+    const auto dtype = info.find("dtype");
+    const auto shape = info.find("shape");
+    const auto offsets = info.find("data_offsets");
+    if (dtype == info.end() || !dtype->is_string()) throw bad("\"dtype\" is missing or not a string");
+    if (shape == info.end() || !shape->is_array()) throw bad("\"shape\" is missing or not an array");
+    if (offsets == info.end() || !offsets->is_array() || offsets->size() != 2) {
+      throw bad("\"data_offsets\" must be [begin, end]");
+    }
+    SafetensorsTensor t;
+    t.dtype = dtype->get<std::string>();
+    std::uint64_t count = 1;
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned()) throw bad("\"shape\" holds something other than non-negative integers");
+      t.shape.push_back(d.get<std::uint64_t>());
+      count = checked_mul(count, t.shape.back(), origin, name);
+    }
+    for (const auto& o : *offsets) {
+      if (!o.is_number_unsigned()) throw bad("\"data_offsets\" holds something other than non-negative integers");
+    }
+    const std::uint64_t begin = (*offsets)[0].get<std::uint64_t>(), end = (*offsets)[1].get<std::uint64_t>();
+    if (begin > end || end > data_size) {
+      throw bad(fmt::format("data_offsets [{}, {}] (bytes {} to {} of the file): outside the data's {} bytes", begin,
+                            end, file.data_start + begin, file.data_start + end, data_size));
+    }
+    const std::uint64_t element = t.dtype == "F64" || t.dtype == "I64" || t.dtype == "U64"                        ? 8
+                                  : t.dtype == "F32" || t.dtype == "I32" || t.dtype == "U32"                      ? 4
+                                  : t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "I16" || t.dtype == "U16" ? 2
+                                                                                                                  : 1;
+    if (checked_mul(count, element, origin, name) != end - begin) {
+      throw bad(fmt::format("{} values of {} need {} bytes; data_offsets [{}, {}] hold {}", count, t.dtype,
+                            count * element, begin, end, end - begin));
+    }
+    t.offset = file.data_start + begin;
+    t.count = count;
+    t.bytes = end - begin;
+    file.tensors.emplace(name, std::move(t));
+  }
+  return file;
+}
+
+}  // namespace detail
+
+namespace {
+
+// A read-only memory map of a whole file: the weights are read from the page cache as they are widened, never
+// copied into a buffer of the file's size.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path) : path_(path.string()) {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(fmt::format("{}: cannot open the file: {}", path_, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw Error(fmt::format("{}: not a regular file", path_));
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (data_ == MAP_FAILED) {
+        data_ = nullptr;
+        ::close(fd);
+        throw Error(fmt::format("{}: cannot map the file: {}", path_, std::strerror(errno)));
+      }
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open the file", path.string()));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The weight files of a directory, each mapped and parsed once, and where each tensor lives.
+class Weights {
+ public:
+  explicit Weights(const std::filesystem::path& dir) {
+    const auto index = dir / "model.safetensors.index.json";
+    if (std::filesystem::exists(index)) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(read_text(index));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(fmt::format("{}: does not parse: {}", index.string(), e.what()));
+      }
+      const auto map = j.find("weight_map");
+      if (map == j.end() || !map->is_object()) {
+        throw Error(fmt::format("{}: \"weight_map\" is missing or not an object", index.string()));
+      }
+      for (const auto& [name, file] : map->items()) {
+        if (!file.is_string())
+          throw Error(fmt::format("{}: weight_map[\"{}\"] is not a file name", index.string(), name));
+        const std::string f = file.get<std::string>();
+        if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
+          throw Error(fmt::format("{}: weight_map[\"{}\"] = \"{}\": not a file in the model's directory",
+                                  index.string(), name, f));
+        }
+        where_[name] = open(dir / f);
+      }
+    } else {
+      const auto single = dir / "model.safetensors";
+      if (!std::filesystem::exists(single)) {
+        throw Error(
+            fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there", dir.string()));
+      }
+      Shard* shard = open(single);
+      for (const auto& [name, t] : shard->file.tensors) where_[name] = shard;
+    }
+  }
+
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+
+  // Tensor `name` with shape exactly `shape`, widened to float32 (F32, F16, BF16), every value finite.
+  std::vector<float> tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const {
+    const auto it = where_.find(name);
+    if (it == where_.end()) throw Error(fmt::format("the tensor {} is missing from the model's safetensors", name));
+    const Shard& shard = *it->second;
+    const auto t = shard.file.tensors.find(name);
+    if (t == shard.file.tensors.end()) {
+      throw Error(fmt::format("{}: the tensor {} is not in it (the index says it is)", shard.map.path(), name));
+    }
+    const detail::SafetensorsTensor& info = t->second;
+    if (info.shape != shape) {
+      throw Error(fmt::format("{}: tensor {} has shape [{}]; config.json's hyper-parameters need [{}]",
+                              shard.map.path(), name, fmt::join(info.shape, ", "), fmt::join(shape, ", ")));
+    }
+    if (info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16") {
+      throw Error(fmt::format("{}: tensor {} has dtype {}: the runner reads F32, F16 and BF16 weights",
+                              shard.map.path(), name, info.dtype));
+    }
+    const std::byte* base = shard.map.bytes().data() + info.offset;
+    std::vector<float> out = detail::weight_vector(static_cast<std::size_t>(info.count));
+    out.resize(static_cast<std::size_t>(info.count));
+    if (info.dtype == "F32") {
+      std::memcpy(out.data(), base, out.size() * 4);
+    } else {
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, base + 2 * i, 2);
+        out[i] = info.dtype == "F16" ? f16_to_float(h) : bf16_to_float(h);
+      }
+    }
+    const std::uint64_t element = info.dtype == "F32" ? 4 : 2;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (!std::isfinite(out[i])) {
+        throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", shard.map.path(),
+                                name, i, info.offset + element * i, out[i]));
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Shard {
+    explicit Shard(const std::filesystem::path& path)
+        : map(path), file(detail::parse_safetensors(map.bytes(), map.path())) {}
+    MappedFile map;
+    detail::SafetensorsFile file;
+  };
+
+  Shard* open(const std::filesystem::path& path) {
+    const std::string key = path.string();
+    auto it = shards_.find(key);
+    if (it == shards_.end()) it = shards_.emplace(key, std::make_unique<Shard>(path)).first;
+    return it->second.get();
+  }
+
+  std::map<std::string, std::unique_ptr<Shard>> shards_;
+  std::map<std::string, Shard*> where_;
+};
+
+// config.json's integer `key` (or `fallback` when absent), in [0, 2^31).
+std::int64_t integer(const nlohmann::json& j, const std::string& origin, const char* key,
+                     std::optional<std::int64_t> fallback = std::nullopt) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    throw Error(fmt::format("{}: \"{}\" is missing", origin, key));
+  }
+  if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 2147483647) {
+    throw Error(fmt::format("{}: \"{}\" = {}: must be an integer in [0, 2^31)", origin, key, it->dump()));
+  }
+  return it->get<std::int64_t>();
+}
+
+}  // namespace
+
+LlamaModel load_hf_model(const std::filesystem::path& dir) {
+  const auto config_path = dir / "config.json";
+  const std::string origin = config_path.string();
+  const std::string text = read_text(config_path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: does not parse: {}", origin, e.what()));
+  }
+  if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
+  const std::string model_type = j.value("model_type", std::string());
+  if (model_type != "llama") {
+    throw Error(
+        fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
+                    "\"llama\" (the other families of issue 43 are to come)",
+                    origin, model_type));
+  }
+  for (const char* flag : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>()) {
+      throw Error(fmt::format("{}: {} = true: the runner's Llama has no biases", origin, flag));
+    }
+  }
+  if (const std::string act = j.value("hidden_act", std::string("silu")); act != "silu") {
+    throw Error(fmt::format("{}: hidden_act = \"{}\": the runner's feed-forward is SwiGLU (silu)", origin, act));
+  }
+  LlamaModel model;
+  model.source = fmt::format("hf {}", dir.string());
+  LlamaConfig& c = model.config;
+  c.dim = int(integer(j, origin, "hidden_size"));
+  c.hidden_dim = int(integer(j, origin, "intermediate_size"));
+  c.n_layers = int(integer(j, origin, "num_hidden_layers"));
+  c.n_heads = int(integer(j, origin, "num_attention_heads"));
+  c.n_kv_heads = int(integer(j, origin, "num_key_value_heads", c.n_heads));
+  c.vocab_size = int(integer(j, origin, "vocab_size"));
+  c.seq_len = integer(j, origin, "max_position_embeddings");
+  c.bos_id = int(integer(j, origin, "bos_token_id", 1));
+  const auto eps = j.find("rms_norm_eps");
+  c.norm_eps = eps == j.end() ? 1e-6f : eps->is_number() ? eps->get<float>() : -1.0f;
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
+    throw Error(fmt::format("{}: rms_norm_eps = {}: must be a positive number", origin, eps->dump()));
+  }
+  detail::validate_config(c, origin,
+                          {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                           "num_key_value_heads", "vocab_size", "max_position_embeddings"});
+  if (const std::int64_t head_dim = integer(j, origin, "head_dim", c.head_dim()); head_dim != c.head_dim()) {
+    throw Error(fmt::format("{}: head_dim = {}: the runner needs hidden_size / num_attention_heads = {}", origin,
+                            head_dim, c.head_dim()));
+  }
+  const auto tied = j.find("tie_word_embeddings");
+  c.shared_classifier = tied != j.end() && tied->is_boolean() && tied->get<bool>();
+  // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
+  model.rope = read_config(text, {}, origin);
+  const Spec& spec = model.rope.layer().spec;
+  if (spec.head_dim != c.head_dim() || model.rope.groups.size() != 1 || model.rope.groups[0].rope_offset != 0) {
+    throw Error(fmt::format("{}: the RoPE settings (head_dim {}) do not fit the model's head size {}", origin,
+                            spec.head_dim, c.head_dim()));
+  }
+  const Weights w(dir);
+  const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
+  const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
+  model.token_embedding = w.tensor("model.embed_tokens.weight", {vocab, dim});
+  model.layers.resize(std::size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    LlamaLayerWeights& layer = model.layers[std::size_t(l)];
+    const std::string p = fmt::format("model.layers.{}.", l);
+    layer.rms_att = w.tensor(p + "input_layernorm.weight", {dim});
+    layer.wq = w.tensor(p + "self_attn.q_proj.weight", {dim, dim});
+    layer.wk = w.tensor(p + "self_attn.k_proj.weight", {kv, dim});
+    layer.wv = w.tensor(p + "self_attn.v_proj.weight", {kv, dim});
+    layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, dim});
+    layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
+    layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
+    layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
+    layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
+  }
+  model.rms_final = w.tensor("model.norm.weight", {dim});
+  if (!c.shared_classifier) model.classifier = w.tensor("lm_head.weight", {vocab, dim});
+  return model;
+}
+
+}  // namespace ropekit

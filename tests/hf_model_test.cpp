@@ -1,0 +1,200 @@
+// Hugging Face model directories in the runner (issue 43, first slice: Llama): tiny random-weight checkpoints saved
+// by transformers and its own float32 logits for them (tests/data/hf_models/, scripts/golden_hf_models.py), read
+// through ropekit's safetensors reader and run by LlamaRunner; and every class of bad input the reader refuses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "lab/loader.hpp"
+#include "ropekit/model.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ropekit::Error;
+
+const fs::path kModels = fs::path(ROPEKIT_REPO_DIR) / "tests/data/hf_models";
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// Logits within 1e-5 of HF's float32 ones, relative to the position's largest |logit|: both sides compute in float32
+// from the same float32 weights (F16/BF16 files: widened exactly on both sides), in a different order of operations
+// (OpenBLAS's and ropekit's attention against torch's) — a few ulp of float32 per product through two layers.
+void expect_hf_logits(const std::string& name) {
+  SCOPED_TRACE(name);
+  const fs::path dir = kModels / name;
+  const ropekit::LlamaModel model = ropekit::load_model_file(dir);
+  std::ifstream meta_file(dir / "meta.json");
+  const nlohmann::json meta = nlohmann::json::parse(meta_file);
+  const std::vector<int> tokens = meta["tokens"].get<std::vector<int>>();
+  const std::vector<char> raw = read_bytes(dir / "logits.f32");
+  const std::size_t vocab = std::size_t(model.config.vocab_size), n = tokens.size();
+  ASSERT_EQ(raw.size(), n * vocab * 4);
+  std::vector<float> want(n * vocab), got(n * vocab);
+  std::memcpy(want.data(), raw.data(), raw.size());
+  std::vector<std::int64_t> positions(n);
+  for (std::size_t t = 0; t < n; ++t) positions[t] = std::int64_t(t);
+  ropekit::LlamaRunner runner(model, {.capacity = std::int64_t(n)});
+  runner.forward(ropekit::Rope(model.rope.layer().spec), tokens, positions, got);
+  double worst = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    float scale = 0, err = 0;
+    for (std::size_t v = 0; v < vocab; ++v) {
+      scale = std::max(scale, std::fabs(want[t * vocab + v]));
+      err = std::max(err, std::fabs(got[t * vocab + v] - want[t * vocab + v]));
+    }
+    ASSERT_GT(scale, 0.5f) << "position " << t << ": HF's logits are too small to say anything";
+    EXPECT_LE(err, 1e-5f * scale) << "position " << t;
+    worst = std::max(worst, double(err / scale));
+  }
+  std::printf("%s: %zu positions × %zu logits, worst error %.2e of the position's largest logit\n", name.c_str(), n,
+              vocab, worst);
+}
+
+TEST(HfModel, ShardedFloat32LlamaEqualsTransformers) {
+  expect_hf_logits("llama_f32");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "llama_f32");
+  EXPECT_FALSE(m.config.shared_classifier);
+  EXPECT_EQ(m.rope.layer().spec.pairing, ropekit::Pairing::Half);
+}
+
+TEST(HfModel, Bfloat16LlamaEqualsTransformers) { expect_hf_logits("llama_bf16"); }
+
+TEST(HfModel, Llama3ScalingTiedFloat16EqualsTransformers) {
+  expect_hf_logits("llama3_tied");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "llama3_tied");
+  EXPECT_TRUE(m.config.shared_classifier);
+  EXPECT_TRUE(m.classifier.empty());
+}
+
+// ---- bad input ------------------------------------------------------------------------------------------------
+
+// A copy of a model directory to spoil.
+struct Scratch {
+  fs::path dir;
+  explicit Scratch(const std::string& model) {
+    dir = fs::temp_directory_path() / ("ropekit-hf-" + model + "-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::copy(kModels / model, dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+  void edit_config(const std::function<void(nlohmann::json&)>& edit) const {
+    std::ifstream in(dir / "config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    edit(j);
+    std::ofstream(dir / "config.json") << j.dump();
+  }
+};
+
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
+  const Scratch s("llama_bf16");
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = "mistral"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"mistral\""});
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = "llama", j["attention_bias"] = true; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"attention_bias = true"});
+  s.edit_config([](nlohmann::json& j) { j.erase("attention_bias"), j["hidden_size"] = 80; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"head_dim = 16", "num_attention_heads = 20"});
+  s.edit_config([](nlohmann::json& j) { j["hidden_size"] = 64, j["intermediate_size"] = 100; });
+  expect_error([&] { ropekit::load_model_file(s.dir); },
+               {"model.safetensors", "model.layers.0.mlp.gate_proj.weight", "[96, 64]", "[100, 64]"});
+  s.edit_config([](nlohmann::json& j) { j["intermediate_size"] = 96, j["num_hidden_layers"] = -1; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"num_hidden_layers", "-1"});
+  s.edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 3; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.layers.2.", "missing"});
+  s.edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 2, j["head_dim"] = 32; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"head_dim = 32"});
+}
+
+TEST(HfModel, RefusesBrokenSafetensorsNamingFileTensorAndBytes) {
+  const Scratch s("llama_bf16");
+  const fs::path file = s.dir / "model.safetensors";
+  const std::vector<char> good = read_bytes(file);
+  std::uint64_t header = 0;
+  std::memcpy(&header, good.data(), 8);
+  // Truncated inside the data: the last tensor's offsets run past the file.
+  write_bytes(file, std::vector<char>(good.begin(), good.end() - 100));
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.safetensors", "data_offsets", "outside the data"});
+  // A header length past the file.
+  std::vector<char> bad = good;
+  const std::uint64_t huge = good.size();
+  std::memcpy(bad.data(), &huge, 8);
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"header length at byte 0", "past the file"});
+  // A header that is not JSON.
+  bad = good;
+  bad[8] = '[';
+  bad[9] = '}';
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"JSON header", "does not parse"});
+  // A dtype the runner does not read, and a byte count that disagrees with the shape.
+  const std::string text(good.data() + 8, std::size_t(header));
+  const std::size_t at = text.find("\"BF16\"");
+  ASSERT_NE(at, std::string::npos);
+  bad = good;
+  std::memcpy(bad.data() + 8 + at, "\"I16\" ", 6);
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"dtype I16", "F32, F16 and BF16"});
+  bad = good;
+  std::memcpy(bad.data() + 8 + at, "\"F32\" ", 6);
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"values of F32 need", "bytes"});
+  // A non-finite weight: named with its element and byte.
+  bad = good;
+  const auto parsed = ropekit::detail::parse_safetensors(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(good.data()), good.size()), "x");
+  const auto& norm = parsed.tensors.at("model.norm.weight");
+  bad[std::size_t(norm.offset) + 2] = char(0x80);
+  bad[std::size_t(norm.offset) + 3] = char(0x7f);  // bf16 0x7f80: +inf
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.norm.weight", "element 1", "must be finite"});
+  // No weights at all.
+  fs::remove(file);
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"neither model.safetensors"});
+}
+
+TEST(HfModel, RefusesABadShardIndex) {
+  const Scratch s("llama_f32");
+  std::ifstream in(s.dir / "model.safetensors.index.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  j["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors";
+  std::ofstream(s.dir / "model.safetensors.index.json") << j.dump();
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"weight_map[\"model.norm.weight\"]", "not a file in"});
+  // A shard that does not hold it.
+  const std::string first = "model-00001-of-00006.safetensors";
+  const std::string other = j["weight_map"]["model.norm.weight"] == first ? "model-00002-of-00006.safetensors" : first;
+  j["weight_map"]["model.norm.weight"] = other;
+  std::ofstream(s.dir / "model.safetensors.index.json") << j.dump();
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.norm.weight", "the index says it is"});
+}
+
+}  // namespace
