@@ -12,6 +12,8 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
   llama_bf16     the same architecture in bfloat16 weights, one file; its logits are HF's float32 forward of the
                  bf16 weights widened (exact), so the reader's widening is checked at the float32 bound
   llama3_tied    Llama 3 rope scaling (factor 8, original context 16), tied embeddings, float16 weights
+  mistral_window Mistral with a sliding window of 16 keys (48 tokens pass it), θ = 1e6, float32
+  qwen2_yarn_bias  Qwen2 (q/k/v biases), YaRN (factor 4, original context 16), tied embeddings, bfloat16
 """
 import argparse
 import json
@@ -20,14 +22,15 @@ import os
 import numpy as np
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
 TOKENS = 48
 
 
-def build(name, config, dtype, shard, out):
+def build(name, config, dtype, shard, out, cls=LlamaForCausalLM):
     torch.manual_seed(sum(map(ord, name)))  # a seed per model, stable across runs
-    model = LlamaForCausalLM(config).eval()
+    model = cls(config).eval()
     with torch.no_grad():
         for p in model.parameters():  # weights large enough that the logits spread over the vocabulary
             p.normal_(0.0, 0.15)
@@ -39,7 +42,7 @@ def build(name, config, dtype, shard, out):
     os.makedirs(path, exist_ok=True)
     model.to(dtype).save_pretrained(path, safe_serialization=True, max_shard_size=shard)
     # transformers' own reading of the files, widened to float32 (exact for bf16/fp16 weights)
-    loaded = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    loaded = cls.from_pretrained(path, dtype=torch.float32).eval()
     rng = np.random.default_rng(7)
     tokens = rng.integers(0, config.vocab_size, TOKENS).tolist()
     with torch.no_grad():
@@ -73,6 +76,12 @@ def main():
                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                           "original_max_position_embeddings": 16})
     build("llama3_tied", llama3, torch.float16, "10GB", a.out)
+    mistral = MistralConfig(**common, tie_word_embeddings=False, sliding_window=16, rope_theta=1000000.0)
+    build("mistral_window", mistral, torch.float32, "10GB", a.out, MistralForCausalLM)
+    qwen2 = Qwen2Config(**common, tie_word_embeddings=True,
+                        rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 16})
+    build("qwen2_yarn_bias", qwen2, torch.bfloat16, "10GB", a.out, Qwen2ForCausalLM)
 
 
 if __name__ == "__main__":

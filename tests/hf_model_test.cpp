@@ -86,6 +86,18 @@ TEST(HfModel, Llama3ScalingTiedFloat16EqualsTransformers) {
   EXPECT_TRUE(m.classifier.empty());
 }
 
+TEST(HfModel, MistralSlidingWindowEqualsTransformers) {
+  expect_hf_logits("mistral_window");
+  EXPECT_EQ(ropekit::load_model_file(kModels / "mistral_window").config.sliding_window, 16);
+}
+
+TEST(HfModel, Qwen2BiasesAndYarnEqualTransformers) {
+  expect_hf_logits("qwen2_yarn_bias");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "qwen2_yarn_bias");
+  EXPECT_FALSE(m.layers[0].bq.empty());
+  EXPECT_TRUE(std::holds_alternative<ropekit::scaling::Yarn>(m.rope.layer().spec.scaling));
+}
+
 // ---- bad input ------------------------------------------------------------------------------------------------
 
 // A copy of a model directory to spoil.
@@ -117,8 +129,10 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   const Scratch s("llama_bf16");
-  s.edit_config([](nlohmann::json& j) { j["model_type"] = "mistral"; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"mistral\""});
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = "gemma2"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"gemma2\""});
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2"; });  // a Qwen2 needs its biases
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"self_attn.q_proj.bias", "missing"});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "llama", j["attention_bias"] = true; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"attention_bias = true"});
   s.edit_config([](nlohmann::json& j) { j.erase("attention_bias"), j["hidden_size"] = 80; });

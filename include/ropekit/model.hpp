@@ -48,6 +48,7 @@ struct LlamaConfig {
   float norm_eps = 1e-5f;         // RMSNorm epsilon
   bool shared_classifier = true;  // the classifier is the token embedding
   int bos_id = 1;
+  std::int64_t sliding_window = 0;  // > 0: every layer attends to at most this many keys, its own included (Mistral)
 
   int head_dim() const { return dim / n_heads; }
   int kv_dim() const { return n_kv_heads * head_dim(); }
@@ -64,6 +65,10 @@ struct LlamaLayerWeights {
   std::vector<float> w1;       // [hidden, dim] (gate)
   std::vector<float> w2;       // [dim, hidden] (down)
   std::vector<float> w3;       // [hidden, dim] (up)
+  // Biases added to q, k and v after their products (Qwen2); empty: none.
+  std::vector<float> bq;  // [dim]
+  std::vector<float> bk;  // [kv_dim]
+  std::vector<float> bv;  // [kv_dim]
 };
 
 struct LlamaModel {
@@ -93,7 +98,8 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 // naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
-// A Hugging Face model directory: config.json (model_type "llama"; no biases; hidden_act silu) and the weights in
+// A Hugging Face model directory: config.json (model_type "llama", "mistral" — its sliding_window on every layer — or
+// "qwen2" — q/k/v biases; hidden_act silu) and the weights in
 // model.safetensors or in shards named by model.safetensors.index.json, read through memory maps; F32, F16 and BF16
 // tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape checked against
 // config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF stores q/k rows

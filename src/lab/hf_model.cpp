@@ -269,15 +269,17 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   }
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
   const std::string model_type = j.value("model_type", std::string());
-  if (model_type != "llama") {
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") {
     throw Error(
         fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
-                    "\"llama\" (the other families of issue 43 are to come)",
+                    "\"llama\", \"mistral\" and \"qwen2\" (the other families of issue 43 are to come)",
                     origin, model_type));
   }
+  // Qwen2 has q/k/v biases (never o); Llama's attention_bias would add an o bias the runner does not have.
+  const bool qkv_bias = model_type == "qwen2";
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
     if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>()) {
-      throw Error(fmt::format("{}: {} = true: the runner's Llama has no biases", origin, flag));
+      throw Error(fmt::format("{}: {} = true: the runner's {} has no such biases", origin, flag, model_type));
     }
   }
   if (const std::string act = j.value("hidden_act", std::string("silu")); act != "silu") {
@@ -306,6 +308,14 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     throw Error(fmt::format("{}: head_dim = {}: the runner needs hidden_size / num_attention_heads = {}", origin,
                             head_dim, c.head_dim()));
   }
+  // Sliding windows: Mistral's applies to every layer; Qwen2's only where use_sliding_window picks layers (refused).
+  if (model_type == "mistral") c.sliding_window = integer(j, origin, "sliding_window", 0);
+  if (model_type == "qwen2" && j.value("use_sliding_window", false)) {
+    throw Error(
+        fmt::format("{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the "
+                    "runner yet",
+                    origin));
+  }
   const auto tied = j.find("tie_word_embeddings");
   c.shared_classifier = tied != j.end() && tied->is_boolean() && tied->get<bool>();
   // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
@@ -332,6 +342,11 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
     layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
     layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
+    if (qkv_bias) {
+      layer.bq = w.tensor(p + "self_attn.q_proj.bias", {dim});
+      layer.bk = w.tensor(p + "self_attn.k_proj.bias", {kv});
+      layer.bv = w.tensor(p + "self_attn.v_proj.bias", {kv});
+    }
   }
   model.rms_final = w.tensor("model.norm.weight", {dim});
   if (!c.shared_classifier) model.classifier = w.tensor("lm_head.weight", {vocab, dim});

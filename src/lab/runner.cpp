@@ -255,7 +255,9 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     std::copy(row, row + dim, s.x.data() + std::size_t(t) * dim);
   }
   AttentionOptions attention_options;
-  attention_options.window = options.window;
+  // The call's window (the lab's swa method) and the model's own (Mistral): the narrower one.
+  attention_options.window = options.window > 0 && c.sliding_window > 0 ? std::min(options.window, c.sliding_window)
+                                                                        : std::max(options.window, c.sliding_window);
   attention_options.logn_length = options.logn_length;
   attention_options.threads = s.threads;
   const Positions pos = ropekit::positions(positions);
@@ -272,6 +274,15 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
              {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
              {s.xb.data(), w.wv.data(), s.v.data(), dim, kv_dim, false}},
             n, s.threads);
+    if (!w.bq.empty()) {  // Qwen2's biases (a model has all three or none: the loader checks)
+      for (int t = 0; t < n; ++t) {
+        float* qt = s.q.data() + std::size_t(t) * dim;
+        float* kt = s.k.data() + std::size_t(t) * kv_dim;
+        float* vt = s.v.data() + std::size_t(t) * kv_dim;
+        for (int i = 0; i < dim; ++i) qt[i] += w.bq[std::size_t(i)];
+        for (int i = 0; i < kv_dim; ++i) kt[i] += w.bk[std::size_t(i)], vt[i] += w.bv[std::size_t(i)];
+      }
+    }
     if (options.on_qk) options.on_qk(l, {s.q.data(), un * dim}, {s.k.data(), un * kv_dim});
     if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
