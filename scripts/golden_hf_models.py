@@ -14,6 +14,7 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
   llama3_tied    Llama 3 rope scaling (factor 8, original context 16), tied embeddings, float16 weights
   mistral_window Mistral with a sliding window of 16 keys (48 tokens pass it), θ = 1e6, float32
   qwen2_yarn_bias  Qwen2 (q/k/v biases), YaRN (factor 4, original context 16), tied embeddings, bfloat16
+  qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
 """
 import argparse
 import json
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 TOKENS = 48
 
@@ -82,6 +83,8 @@ def main():
                         rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
                                          "original_max_position_embeddings": 16})
     build("qwen2_yarn_bias", qwen2, torch.bfloat16, "10GB", a.out, Qwen2ForCausalLM)
+    qwen3 = Qwen3Config(**{**common, "head_dim": 32}, tie_word_embeddings=False, rope_theta=1000000.0)
+    build("qwen3_qknorm", qwen3, torch.float32, "10GB", a.out, Qwen3ForCausalLM)
 
 
 if __name__ == "__main__":

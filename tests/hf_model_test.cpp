@@ -98,6 +98,14 @@ TEST(HfModel, Qwen2BiasesAndYarnEqualTransformers) {
   EXPECT_TRUE(std::holds_alternative<ropekit::scaling::Yarn>(m.rope.layer().spec.scaling));
 }
 
+TEST(HfModel, Qwen3QkNormAndItsOwnHeadSizeEqualTransformers) {
+  expect_hf_logits("qwen3_qknorm");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "qwen3_qknorm");
+  EXPECT_EQ(m.config.head_dim(), 32);
+  EXPECT_EQ(m.config.q_dim(), 128);  // not the hidden size, 64
+  EXPECT_EQ(m.layers[0].q_norm.size(), 32u);
+}
+
 // ---- bad input ------------------------------------------------------------------------------------------------
 
 // A copy of a model directory to spoil.
@@ -136,7 +144,7 @@ TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "llama", j["attention_bias"] = true; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"attention_bias = true"});
   s.edit_config([](nlohmann::json& j) { j.erase("attention_bias"), j["hidden_size"] = 80; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"head_dim = 16", "num_attention_heads = 20"});
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.embed_tokens.weight", "[128, 64]", "[128, 80]"});
   s.edit_config([](nlohmann::json& j) { j["hidden_size"] = 64, j["intermediate_size"] = 100; });
   expect_error([&] { ropekit::load_model_file(s.dir); },
                {"model.safetensors", "model.layers.0.mlp.gate_proj.weight", "[96, 64]", "[100, 64]"});
@@ -144,8 +152,10 @@ TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"num_hidden_layers", "-1"});
   s.edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 3; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.layers.2.", "missing"});
-  s.edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 2, j["head_dim"] = 32; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"head_dim = 32"});
+  s.edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 2, j["head_dim"] = 32; });  // 4 × 32 = q's width
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"self_attn.q_proj.weight", "[64, 64]", "[128, 64]"});
+  s.edit_config([](nlohmann::json& j) { j["head_dim"] = 16, j["model_type"] = "qwen3"; });  // needs its q/k norms
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"self_attn.q_norm.weight", "missing"});
 }
 
 TEST(HfModel, RefusesBrokenSafetensorsNamingFileTensorAndBytes) {

@@ -50,25 +50,31 @@ struct LlamaConfig {
   int bos_id = 1;
   std::int64_t sliding_window = 0;  // > 0: every layer attends to at most this many keys, its own included (Mistral)
 
-  int head_dim() const { return dim / n_heads; }
+  int head_size = 0;  // 0: dim / n_heads; else the head size, n_heads · head_size may differ from dim (Qwen3)
+
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  int q_dim() const { return n_heads * head_dim(); }
   int kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
 // float32 weights, row-major (out, in) as llama2.c stores them.
 struct LlamaLayerWeights {
   std::vector<float> rms_att;  // [dim]
-  std::vector<float> wq;       // [dim, dim]
+  std::vector<float> wq;       // [q_dim, dim]
   std::vector<float> wk;       // [kv_dim, dim]
   std::vector<float> wv;       // [kv_dim, dim]
-  std::vector<float> wo;       // [dim, dim]
+  std::vector<float> wo;       // [dim, q_dim]
   std::vector<float> rms_ffn;  // [dim]
   std::vector<float> w1;       // [hidden, dim] (gate)
   std::vector<float> w2;       // [dim, hidden] (down)
   std::vector<float> w3;       // [hidden, dim] (up)
   // Biases added to q, k and v after their products (Qwen2); empty: none.
-  std::vector<float> bq;  // [dim]
+  std::vector<float> bq;  // [q_dim]
   std::vector<float> bk;  // [kv_dim]
   std::vector<float> bv;  // [kv_dim]
+  // RMSNorm of every q and k head before the rotation (Qwen3's q_norm / k_norm, eps = norm_eps); empty: none.
+  std::vector<float> q_norm;  // [head_dim]
+  std::vector<float> k_norm;  // [head_dim]
 };
 
 struct LlamaModel {
@@ -98,9 +104,9 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 // naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
-// A Hugging Face model directory: config.json (model_type "llama", "mistral" — its sliding_window on every layer — or
-// "qwen2" — q/k/v biases; hidden_act silu) and the weights in
-// model.safetensors or in shards named by model.safetensors.index.json, read through memory maps; F32, F16 and BF16
+// A Hugging Face model directory: config.json (model_type "llama", "mistral" — its sliding_window on every layer —,
+// "qwen2" — q/k/v biases — or "qwen3" — q/k RMSNorm per head, a head_dim of its own; hidden_act silu) and the weights
+// in model.safetensors or in shards named by model.safetensors.index.json, read through memory maps; F32, F16 and BF16
 // tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape checked against
 // config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF stores q/k rows
 // for its rotate_half, so the pairing is Half.

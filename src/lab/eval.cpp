@@ -241,14 +241,14 @@ class AttentionProbe {
     const LlamaConfig& c = model_.config;
     n_ = n;
     spec_ = spec;
-    q_.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(n * c.dim)));
+    q_.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(n * c.q_dim())));
     k_.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(n * c.kv_dim())));
     plan_of_.assign(std::size_t(n), 0);
     plans_.clear();
   }
   // Tokens [first, first + count) of the window: their projections in one layer.
   void record(std::int64_t first, int layer, std::span<const float> q, std::span<const float> k) {
-    std::copy(q.begin(), q.end(), q_[std::size_t(layer)].begin() + first * model_.config.dim);
+    std::copy(q.begin(), q.end(), q_[std::size_t(layer)].begin() + first * model_.config.q_dim());
     std::copy(k.begin(), k.end(), k_[std::size_t(layer)].begin() + first * model_.config.kv_dim());
   }
   // Tokens [first, last) read with `plan`.
@@ -335,7 +335,7 @@ class AttentionProbe {
         for (int l = 0; l < layers; ++l) {
           Sums& into = mine[std::size_t(l) * buckets + bucket];
           for (int h = 0; h < heads; ++h) {
-            const float* q = q_[std::size_t(l)].data() + std::size_t(i * c.dim + h * hd);
+            const float* q = q_[std::size_t(l)].data() + std::size_t(i * c.q_dim() + h * hd);
             double max = -std::numeric_limits<double>::infinity();
             for (std::size_t a = 0; a < nk; ++a) {
               const float* k = k_[std::size_t(l)].data() + std::size_t(keys[a] * c.kv_dim() + (h / group) * hd);

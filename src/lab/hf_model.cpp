@@ -269,12 +269,14 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   }
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
   const std::string model_type = j.value("model_type", std::string());
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2") {
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
     throw Error(
         fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
-                    "\"llama\", \"mistral\" and \"qwen2\" (the other families of issue 43 are to come)",
+                    "\"llama\", \"mistral\", \"qwen2\" and \"qwen3\" (the other families of issue 43 are "
+                    "to come)",
                     origin, model_type));
   }
+  const bool qk_norm = model_type == "qwen3";
   // Qwen2 has q/k/v biases (never o); Llama's attention_bias would add an o bias the runner does not have.
   const bool qkv_bias = model_type == "qwen2";
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
@@ -296,6 +298,11 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   c.vocab_size = int(integer(j, origin, "vocab_size"));
   c.seq_len = integer(j, origin, "max_position_embeddings");
   c.bos_id = int(integer(j, origin, "bos_token_id", 1));
+  // An explicit head_dim may differ from hidden_size / num_attention_heads (Qwen3, and Llama allows it).
+  if (const auto hd = j.find("head_dim"); hd != j.end() && !hd->is_null()) {
+    c.head_size = int(integer(j, origin, "head_dim"));
+    if (c.head_size == 0) throw Error(fmt::format("{}: head_dim = 0: must be positive", origin));
+  }
   const auto eps = j.find("rms_norm_eps");
   c.norm_eps = eps == j.end() ? 1e-6f : eps->is_number() ? eps->get<float>() : -1.0f;
   if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps)) {
@@ -304,13 +311,9 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   detail::validate_config(c, origin,
                           {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads", "vocab_size", "max_position_embeddings"});
-  if (const std::int64_t head_dim = integer(j, origin, "head_dim", c.head_dim()); head_dim != c.head_dim()) {
-    throw Error(fmt::format("{}: head_dim = {}: the runner needs hidden_size / num_attention_heads = {}", origin,
-                            head_dim, c.head_dim()));
-  }
   // Sliding windows: Mistral's applies to every layer; Qwen2's only where use_sliding_window picks layers (refused).
   if (model_type == "mistral") c.sliding_window = integer(j, origin, "sliding_window", 0);
-  if (model_type == "qwen2" && j.value("use_sliding_window", false)) {
+  if ((model_type == "qwen2" || model_type == "qwen3") && j.value("use_sliding_window", false)) {
     throw Error(
         fmt::format("{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the "
                     "runner yet",
@@ -328,24 +331,29 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   const Weights w(dir);
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
+  const std::uint64_t qd = std::uint64_t(c.q_dim()), hd = std::uint64_t(c.head_dim());
   model.token_embedding = w.tensor("model.embed_tokens.weight", {vocab, dim});
   model.layers.resize(std::size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LlamaLayerWeights& layer = model.layers[std::size_t(l)];
     const std::string p = fmt::format("model.layers.{}.", l);
     layer.rms_att = w.tensor(p + "input_layernorm.weight", {dim});
-    layer.wq = w.tensor(p + "self_attn.q_proj.weight", {dim, dim});
+    layer.wq = w.tensor(p + "self_attn.q_proj.weight", {qd, dim});
     layer.wk = w.tensor(p + "self_attn.k_proj.weight", {kv, dim});
     layer.wv = w.tensor(p + "self_attn.v_proj.weight", {kv, dim});
-    layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, dim});
+    layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, qd});
     layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
     layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
     layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
     layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
     if (qkv_bias) {
-      layer.bq = w.tensor(p + "self_attn.q_proj.bias", {dim});
+      layer.bq = w.tensor(p + "self_attn.q_proj.bias", {qd});
       layer.bk = w.tensor(p + "self_attn.k_proj.bias", {kv});
       layer.bv = w.tensor(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (qk_norm) {
+      layer.q_norm = w.tensor(p + "self_attn.q_norm.weight", {hd});
+      layer.k_norm = w.tensor(p + "self_attn.k_norm.weight", {hd});
     }
   }
   model.rms_final = w.tensor("model.norm.weight", {dim});

@@ -76,7 +76,7 @@ void validate_config(const LlamaConfig& c, std::string_view origin, const Config
   positive(n.n_kv_heads, c.n_kv_heads);
   positive(n.vocab_size, c.vocab_size);
   positive(n.seq_len, c.seq_len);
-  if (c.dim % c.n_heads != 0) {
+  if (c.head_size == 0 && c.dim % c.n_heads != 0) {
     throw Error(fmt::format("{}: {} = {}: must be a multiple of {} = {}", origin, n.dim, c.dim, n.n_heads, c.n_heads));
   }
   if (c.n_heads % c.n_kv_heads != 0) {

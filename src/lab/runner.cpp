@@ -134,7 +134,8 @@ struct LlamaRunner::State {
 LlamaRunner::LlamaRunner(const LlamaModel& model, RunnerOptions options) : state_(std::make_unique<State>()) {
   if (options.capacity <= 0) throw Error(fmt::format("LlamaRunner: capacity = {}: must be positive", options.capacity));
   const LlamaConfig& c = model.config;
-  if (c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 ||
+  if (c.dim <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim() <= 0 ||
+      (c.head_size == 0 && c.dim % c.n_heads != 0) || c.n_heads % c.n_kv_heads != 0 ||
       c.n_layers != int(model.layers.size())) {
     throw Error(fmt::format("LlamaRunner: the model {} has dimensions that do not fit together", model.source));
   }
@@ -171,7 +172,8 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const LlamaModel& m = *s.model;
   const LlamaConfig& c = m.config;
   const int n = int(tokens.size());
-  const int dim = c.dim, kv_dim = c.kv_dim(), hd = c.head_dim(), hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim(), hidden = c.hidden_dim,
+            vocab = c.vocab_size;
   if (tokens.empty()) throw Error("LlamaRunner::forward: no tokens");
   if (positions.size() != tokens.size()) {
     throw Error(fmt::format("LlamaRunner::forward: {} positions for {} tokens", positions.size(), tokens.size()));
@@ -243,10 +245,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const std::size_t un = std::size_t(n);
   grow(s.x, un * dim);
   grow(s.xb, un * dim);
-  grow(s.q, un * dim);
+  grow(s.q, un * q_dim);
   grow(s.k, un * kv_dim);
   grow(s.v, un * kv_dim);
-  grow(s.att, un * dim);
+  grow(s.att, un * q_dim);
   grow(s.h1, un * hidden);
   grow(s.h3, un * hidden);
 
@@ -270,20 +272,24 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
     rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
-    matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, dim, false},
+    matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, q_dim, false},
              {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
              {s.xb.data(), w.wv.data(), s.v.data(), dim, kv_dim, false}},
             n, s.threads);
     if (!w.bq.empty()) {  // Qwen2's biases (a model has all three or none: the loader checks)
       for (int t = 0; t < n; ++t) {
-        float* qt = s.q.data() + std::size_t(t) * dim;
+        float* qt = s.q.data() + std::size_t(t) * q_dim;
         float* kt = s.k.data() + std::size_t(t) * kv_dim;
         float* vt = s.v.data() + std::size_t(t) * kv_dim;
-        for (int i = 0; i < dim; ++i) qt[i] += w.bq[std::size_t(i)];
+        for (int i = 0; i < q_dim; ++i) qt[i] += w.bq[std::size_t(i)];
         for (int i = 0; i < kv_dim; ++i) kt[i] += w.bk[std::size_t(i)], vt[i] += w.bv[std::size_t(i)];
       }
     }
-    if (options.on_qk) options.on_qk(l, {s.q.data(), un * dim}, {s.k.data(), un * kv_dim});
+    if (!w.q_norm.empty()) {  // Qwen3: each head normed on its own, in place (rows of head_dim)
+      rmsnorm(s.q.data(), w.q_norm, s.q.data(), n * c.n_heads, hd, c.norm_eps);
+      rmsnorm(s.k.data(), w.k_norm, s.k.data(), n * c.n_kv_heads, hd, c.norm_eps);
+    }
+    if (options.on_qk) options.on_qk(l, {s.q.data(), un * q_dim}, {s.k.data(), un * kv_dim});
     if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {
@@ -350,7 +356,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
                  .head_dim = hd},
                 scaled);
     }
-    matmuls({{s.att.data(), w.wo.data(), s.x.data(), dim, dim, true}}, n, s.threads);
+    matmuls({{s.att.data(), w.wo.data(), s.x.data(), q_dim, dim, true}}, n, s.threads);
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
     matmuls({{s.xb.data(), w.w1.data(), s.h1.data(), dim, hidden, false},
              {s.xb.data(), w.w3.data(), s.h3.data(), dim, hidden, false}},
