@@ -14,6 +14,7 @@
 
 #include "expect_error.hpp"
 #include "lab/kernels.hpp"
+#include "lab/quants.hpp"
 #include "model_files.hpp"
 #include "model_oracle.hpp"
 #include "ropekit/kv_cache.hpp"
@@ -247,10 +248,119 @@ TEST(Model, MalformedGgufModelsAreErrors) {
     const std::uint32_t q8_0 = 8;
     std::memcpy(q8.data() + type_at, &q8_0, 4);
   }
-  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q8_0");
+  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q8_0", "whole blocks of 32");
+  {  // A type the runner does not read: Q5_0 (6).
+    const std::string name = "blk.0.attn_q.weight";
+    auto it = std::search(q8.begin(), q8.end(), reinterpret_cast<const std::byte*>(name.data()),
+                          reinterpret_cast<const std::byte*>(name.data() + name.size()));
+    const std::uint32_t q5_0 = 6;
+    std::memcpy(q8.data() + std::size_t(it - q8.begin()) + name.size() + 4 + 2 * 8, &q5_0, 4);
+  }
+  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q5_0", "Q8_0, Q4_0");
   gguf_test::Writer neox;
   neox.str("general.architecture", "gptneox");
   EXPECT_ERROR(ropekit::load_gguf_model(neox.bytes(), "n.gguf"), "general.architecture", "gptneox");
+}
+
+// A GGUF whose matrices are Q8_0 blocks: the loader's weights are the blocks dequantized (lab/quants.hpp, held to
+// gguf-py bit for bit by quants_test), and the model runs exactly as the same weights stored as F32.
+TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
+  ropekit::LlamaModel m = model_files::tiny_model(false);
+  m.config.dim = 32;
+  m.config.hidden_dim = 32;
+  m.config.n_heads = 2;
+  m.config.n_kv_heads = 1;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  const auto random = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  const std::size_t dim = 32, kv = std::size_t(m.config.kv_dim()), vocab = std::size_t(m.config.vocab_size);
+  m.token_embedding = random(vocab * dim);
+  m.classifier = random(vocab * dim);
+  m.rms_final = std::vector<float>(dim, 1.0f);
+  for (auto& L : m.layers) {
+    L = {.rms_att = std::vector<float>(dim, 1.0f),
+         .wq = random(dim * dim),
+         .wk = random(kv * dim),
+         .wv = random(kv * dim),
+         .wo = random(dim * dim),
+         .rms_ffn = std::vector<float>(dim, 1.0f),
+         .w1 = random(dim * dim),
+         .w2 = random(dim * dim),
+         .w3 = random(dim * dim)};
+  }
+  // Q8_0 blocks of each matrix (ggml's quantize_row_q8_0: d = max|x| / 127 in f16, q = round(x / d)), and the model
+  // with those blocks' dequantized values.
+  ropekit::LlamaModel dequantized = m;
+  const auto q8_0 = [](std::vector<float>& values) {
+    std::vector<std::byte> blocks;
+    for (std::size_t b = 0; b < values.size(); b += 32) {
+      float amax = 0;
+      for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(values[b + i]));
+      const std::uint16_t d = ropekit::float_to_f16(amax / 127.0f);
+      const float df = ropekit::f16_to_float(d), inv = df == 0 ? 0.0f : 1.0f / df;
+      blocks.push_back(std::byte(d & 0xff));
+      blocks.push_back(std::byte(d >> 8));
+      for (std::size_t i = 0; i < 32; ++i) {
+        blocks.push_back(std::byte(std::uint8_t(std::int8_t(std::lround(values[b + i] * inv)))));
+      }
+    }
+    ropekit::detail::dequantize(*ropekit::detail::quant_type(8), blocks.data(), values.size() / 32, values.data());
+    return blocks;
+  };
+  gguf_test::Writer w;
+  w.str("general.architecture", "llama");
+  w.u32("llama.embedding_length", 32);
+  w.u32("llama.feed_forward_length", 32);
+  w.u32("llama.block_count", std::uint32_t(m.config.n_layers));
+  w.u32("llama.attention.head_count", 2);
+  w.u32("llama.attention.head_count_kv", 1);
+  w.u32("llama.context_length", 8);
+  w.u32("llama.rope.dimension_count", 16);
+  w.f32("llama.rope.freq_base", 10000.0f);
+  w.f32("llama.attention.layer_norm_rms_epsilon", m.config.norm_eps);
+  const auto f32 = [](const std::vector<float>& v) { return model_files::encode(v, 0); };
+  w.tensor("token_embd.weight", {dim, vocab}, 8, q8_0(dequantized.token_embedding));
+  for (int l = 0; l < m.config.n_layers; ++l) {
+    auto& L = dequantized.layers[std::size_t(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.tensor(p + "attn_norm.weight", {dim}, 0, f32(L.rms_att));
+    w.tensor(p + "attn_q.weight", {dim, dim}, 8, q8_0(L.wq));
+    w.tensor(p + "attn_k.weight", {dim, kv}, 8, q8_0(L.wk));
+    w.tensor(p + "attn_v.weight", {dim, kv}, 8, q8_0(L.wv));
+    w.tensor(p + "attn_output.weight", {dim, dim}, 8, q8_0(L.wo));
+    w.tensor(p + "ffn_norm.weight", {dim}, 0, f32(L.rms_ffn));
+    w.tensor(p + "ffn_gate.weight", {dim, dim}, 8, q8_0(L.w1));
+    w.tensor(p + "ffn_down.weight", {dim, dim}, 8, q8_0(L.w2));
+    w.tensor(p + "ffn_up.weight", {dim, dim}, 8, q8_0(L.w3));
+  }
+  w.tensor("output_norm.weight", {dim}, 0, f32(dequantized.rms_final));
+  w.tensor("output.weight", {dim, vocab}, 8, q8_0(dequantized.classifier));
+  const ropekit::LlamaModel loaded = ropekit::load_gguf_model(w.bytes(), "q8.gguf");
+  EXPECT_EQ(loaded.token_embedding, dequantized.token_embedding);
+  EXPECT_EQ(loaded.classifier, dequantized.classifier);
+  for (int l = 0; l < m.config.n_layers; ++l) {
+    const auto &a = loaded.layers[std::size_t(l)], &b = dequantized.layers[std::size_t(l)];
+    EXPECT_EQ(a.wq, b.wq);
+    EXPECT_EQ(a.wk, b.wk);
+    EXPECT_EQ(a.wv, b.wv);
+    EXPECT_EQ(a.wo, b.wo);
+    EXPECT_EQ(a.w1, b.w1);
+    EXPECT_EQ(a.w2, b.w2);
+    EXPECT_EQ(a.w3, b.w3);
+  }
+  EXPECT_NE(loaded.layers[0].wq, m.layers[0].wq);  // quantized: not the float weights
+  // The same forward, bit for bit, as the dequantized weights stored as F32.
+  dequantized.rope = loaded.rope;
+  const std::vector<int> tokens = {1, 5, 9, 3, 7, 2};
+  const std::vector<std::int64_t> pos = {0, 1, 2, 3, 4, 5};
+  std::vector<float> a(tokens.size() * vocab), b(tokens.size() * vocab);
+  ropekit::LlamaRunner(loaded, {.capacity = 8}).forward(ropekit::Rope(loaded.rope.layer().spec), tokens, pos, a);
+  ropekit::LlamaRunner(dequantized, {.capacity = 8}).forward(ropekit::Rope(loaded.rope.layer().spec), tokens, pos, b);
+  EXPECT_EQ(a, b);
 }
 
 TEST(Model, TruncatedCheckpointsAreErrorsAtEveryByte) {

@@ -100,8 +100,9 @@ struct LlamaModel {
 // int32, a uint8 shared-classifier flag, zeros to byte 256, then float32 weights in its order).
 // Trailing bytes after the last tensor are an error (a file of another format or a wrong header).
 LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origin = "llama2.c");
-// GGUF of general.architecture "llama" with F32, F16 or BF16 tensors (quantized types: an error
-// naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
+// GGUF of general.architecture "llama" with F32, F16, BF16 or quantized Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors,
+// the quantized ones dequantized to float32 at load bit for bit as llama.cpp's gguf package dequantizes them (any
+// other type: an error naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
 // A Hugging Face model directory: config.json (model_type "llama", "mistral" — its sliding_window on every layer —,

@@ -9,6 +9,7 @@
 
 #include "config/gguf_format.hpp"
 #include "lab/loader.hpp"
+#include "lab/quants.hpp"
 #include "ropekit/dtype.hpp"
 #include "ropekit/error.hpp"
 
@@ -66,17 +67,31 @@ class GgufModelReader {
     }
     std::uint64_t count = 1;
     for (std::uint64_t d : dims) count = detail::checked_mul(count, d, c_.origin(), name);
-    if (t.type != kTypeF32 && t.type != kTypeF16 && t.type != kTypeBF16) {
+    const detail::QuantType* quant = detail::quant_type(t.type);
+    if (t.type != kTypeF32 && t.type != kTypeF16 && t.type != kTypeBF16 && quant == nullptr) {
       throw Error(
-          fmt::format("{}: tensor {} has ggml type {}: only F32, F16 and BF16 weights are supported "
-                      "(dequantize the model first)",
+          fmt::format("{}: tensor {} has ggml type {}: the runner reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
+                      "Q5_K and Q6_K weights",
                       c_.origin(), name, ggml_type_name(t.type)));
     }
-    const std::uint64_t element = t.type == kTypeF32 ? 4 : 2;
-    const std::uint64_t start = tensor_data_offset(f_, c_, name, t, count, element);
+    // Checked against the file before anything is allocated. Quantized rows are whole blocks, dequantized to float32
+    // at load: the runner's products are float32 BLAS, and the lab runs a model many times over, so once at load
+    // costs less than once per product (the price: float32 memory, 7× a Q4 file).
+    const std::uint64_t block_values = quant != nullptr ? std::uint64_t(quant->block_values) : 1;
+    const std::uint64_t block_bytes = quant != nullptr ? std::uint64_t(quant->block_bytes) : t.type == kTypeF32 ? 4 : 2;
+    if (dims[0] % block_values != 0) {
+      throw Error(fmt::format("{}: tensor {} of type {}: rows of {} values are not whole blocks of {}", c_.origin(),
+                              name, quant->name, dims[0], block_values));
+    }
+    const std::uint64_t blocks = count / block_values;
+    const std::uint64_t start = tensor_data_offset(f_, c_, name, t, blocks, block_bytes);
     std::vector<float> out = detail::weight_vector(static_cast<std::size_t>(count));
     out.resize(static_cast<std::size_t>(count));
-    if (t.type == kTypeF32) {
+    if (quant != nullptr) {
+      std::vector<std::byte> raw(static_cast<std::size_t>(blocks * block_bytes));
+      c_.source().read(start, raw.data(), raw.size());
+      detail::dequantize(*quant, raw.data(), blocks, out.data());
+    } else if (t.type == kTypeF32) {
       c_.source().read(start, out.data(), static_cast<std::size_t>(count * 4));
     } else {
       std::vector<std::uint16_t> half(static_cast<std::size_t>(count));
@@ -88,7 +103,7 @@ class GgufModelReader {
     for (std::size_t i = 0; i < out.size(); ++i) {
       if (!std::isfinite(out[i])) {
         throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", c_.origin(), name,
-                                i, start + element * i, out[i]));
+                                i, start + i / block_values * block_bytes, out[i]));
       }
     }
     return out;
@@ -142,7 +157,7 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
                             origin, key_length, c.head_dim()));
   }
   const std::uint64_t total = detail::weight_count(c, origin);
-  if (total > bytes.size() / 2) {
+  if (total / 16 > bytes.size() / 9) {  // the densest types hold 16 values in 9 bytes (Q4_0, Q4_K: 4.5 bits)
     throw Error(
         fmt::format("{}: the hyper-parameters need {} weights; the file has {} bytes", origin, total, bytes.size()));
   }
