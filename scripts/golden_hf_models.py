@@ -8,7 +8,9 @@ sequence; its logits (float32, [tokens, vocab], little endian) go beside it as l
 tokens, the shape, the versions). No transformers source is copied.
 
 Models (small widths, the real RoPE settings, long enough to pass what each switches on):
-  llama_f32      Llama, float32 weights, sharded (model-0000k-of-0000n.safetensors + index) — the sharded path
+  llama_f32      Llama, float32 weights, sharded (model-0000k-of-0000n.safetensors + index) — the sharded path;
+                 and llama_f32.gguf: the same weights as llama.cpp's converter writes them (q/k rows permuted for
+                 interleaved pairs), through the gguf package
   llama_bf16     the same architecture in bfloat16 weights, one file; its logits are HF's float32 forward of the
                  bf16 weights widened (exact), so the reader's widening is checked at the float32 bound
   llama3_tied    Llama 3 rope scaling (factor 8, original context 16), tied embeddings, float16 weights
@@ -63,6 +65,55 @@ def build(name, config, dtype, shard, out, cls=LlamaForCausalLM):
     print(f"{name}: {len(os.listdir(path))} files, {sizes} bytes, logits {logits.shape}")
 
 
+def permute(w, heads):
+    """llama.cpp's convert_hf_to_gguf.py permutation of q/k rows: HF's rotate_half layout to interleaved pairs."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(name, out):
+    """The float32 Llama of `name` as llama.cpp's converter writes it (q/k rows permuted for its NORMAL rope mode),
+    through the gguf package's writer: NAME.gguf beside the model's folder."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    path = os.path.join(out, name)
+    config = json.load(open(os.path.join(path, "config.json")))
+    index = json.load(open(os.path.join(path, "model.safetensors.index.json")))
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        tensors.update(load_file(os.path.join(path, shard)))
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    w = gguf.GGUFWriter(os.path.join(out, name + ".gguf"), "llama")
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(config["hidden_size"] // heads)
+    w.add_rope_freq_base(config["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    w.add_tensor("token_embd.weight", tensors["model.embed_tokens.weight"])
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", tensors[p + "input_layernorm.weight"])
+        w.add_tensor(f"blk.{i}.attn_q.weight", permute(tensors[p + "self_attn.q_proj.weight"], heads))
+        w.add_tensor(f"blk.{i}.attn_k.weight", permute(tensors[p + "self_attn.k_proj.weight"], kv))
+        w.add_tensor(f"blk.{i}.attn_v.weight", tensors[p + "self_attn.v_proj.weight"])
+        w.add_tensor(f"blk.{i}.attn_output.weight", tensors[p + "self_attn.o_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", tensors[p + "post_attention_layernorm.weight"])
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", tensors[p + "mlp.gate_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_down.weight", tensors[p + "mlp.down_proj.weight"])
+        w.add_tensor(f"blk.{i}.ffn_up.weight", tensors[p + "mlp.up_proj.weight"])
+    w.add_tensor("output_norm.weight", tensors["model.norm.weight"])
+    w.add_tensor("output.weight", tensors["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"{name}.gguf: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="tests/data/hf_models")
@@ -71,6 +122,7 @@ def main():
                   num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, attn_implementation="eager")
     llama = LlamaConfig(**common, tie_word_embeddings=False)
     build("llama_f32", llama, torch.float32, "60KB", a.out)
+    write_gguf("llama_f32", a.out)
     build("llama_bf16", llama, torch.bfloat16, "10GB", a.out)
     llama3 = LlamaConfig(**common, tie_word_embeddings=True,
                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,

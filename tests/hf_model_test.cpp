@@ -79,6 +79,42 @@ TEST(HfModel, ShardedFloat32LlamaEqualsTransformers) {
 
 TEST(HfModel, Bfloat16LlamaEqualsTransformers) { expect_hf_logits("llama_bf16"); }
 
+// The same checkpoint read both ways: llama_f32 as safetensors (HF's rows, the half pairing) and as llama.cpp's
+// converter writes it (q/k rows permuted for interleaved pairs; read_gguf says Interleaved). Each reader rotates with
+// the pairing its file's rows are stored for, so the logits agree — to the float32 rounding of q·k summed in another
+// lane order — and both equal transformers'.
+TEST(HfModel, SafetensorsAndItsGgufConversionGiveTheSameLogits) {
+  const ropekit::LlamaModel hf = ropekit::load_model_file(kModels / "llama_f32");
+  const ropekit::LlamaModel gguf = ropekit::load_model_file(kModels / "llama_f32.gguf");
+  EXPECT_EQ(hf.rope.layer().spec.pairing, ropekit::Pairing::Half);
+  EXPECT_EQ(gguf.rope.layer().spec.pairing, ropekit::Pairing::Interleaved);
+  EXPECT_NE(hf.layers[0].wq, gguf.layers[0].wq);  // the rows are stored in another order
+  EXPECT_EQ(hf.layers[0].wv, gguf.layers[0].wv);  // the rest is the same
+  std::ifstream meta_file(kModels / "llama_f32" / "meta.json");
+  const std::vector<int> tokens = nlohmann::json::parse(meta_file)["tokens"].get<std::vector<int>>();
+  std::vector<std::int64_t> positions(tokens.size());
+  for (std::size_t t = 0; t < tokens.size(); ++t) positions[t] = std::int64_t(t);
+  const std::size_t vocab = std::size_t(hf.config.vocab_size);
+  std::vector<float> a(tokens.size() * vocab), b(a.size());
+  ropekit::LlamaRunner(hf, {.capacity = 64}).forward(ropekit::Rope(hf.rope.layer().spec), tokens, positions, a);
+  ropekit::LlamaRunner(gguf, {.capacity = 64}).forward(ropekit::Rope(gguf.rope.layer().spec), tokens, positions, b);
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    float scale = 0, err = 0;
+    for (std::size_t v = 0; v < vocab; ++v) {
+      scale = std::max(scale, std::fabs(a[t * vocab + v]));
+      err = std::max(err, std::fabs(a[t * vocab + v] - b[t * vocab + v]));
+    }
+    EXPECT_LE(err, 1e-5f * scale) << "position " << t;
+  }
+  // Read with the other pairing, the GGUF's rows give other logits: the pairing is what makes them agree.
+  ropekit::Spec wrong = gguf.rope.layer().spec;
+  wrong.pairing = ropekit::Pairing::Half;
+  ropekit::LlamaRunner(gguf, {.capacity = 64}).forward(ropekit::Rope(wrong), tokens, positions, b);
+  float far = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) far = std::max(far, std::fabs(a[i] - b[i]));
+  EXPECT_GT(far, 0.01f);
+}
+
 TEST(HfModel, Llama3ScalingTiedFloat16EqualsTransformers) {
   expect_hf_logits("llama3_tied");
   const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "llama3_tied");
