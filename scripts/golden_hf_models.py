@@ -17,6 +17,7 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
   mistral_window Mistral with a sliding window of 16 keys (48 tokens pass it), θ = 1e6, float32
   qwen2_yarn_bias  Qwen2 (q/k/v biases), YaRN (factor 4, original context 16), tied embeddings, bfloat16
   qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
+  smollm3_nope   SmolLM3: layer 1 without positional encoding (no_rope_layers [1, 0]), θ = 2e6, tied, float32
 """
 import argparse
 import json
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 TOKENS = 48
 
@@ -137,6 +138,9 @@ def main():
     build("qwen2_yarn_bias", qwen2, torch.bfloat16, "10GB", a.out, Qwen2ForCausalLM)
     qwen3 = Qwen3Config(**{**common, "head_dim": 32}, tie_word_embeddings=False, rope_theta=1000000.0)
     build("qwen3_qknorm", qwen3, torch.float32, "10GB", a.out, Qwen3ForCausalLM)
+    smol = SmolLM3Config(**common, no_rope_layers=[1, 0], rope_theta=2000000.0, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=0)
+    build("smollm3_nope", smol, torch.float32, "10GB", a.out, SmolLM3ForCausalLM)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,32 @@ TEST(HfModel, Qwen3QkNormAndItsOwnHeadSizeEqualTransformers) {
   EXPECT_EQ(m.layers[0].q_norm.size(), 32u);
 }
 
+TEST(HfModel, SmolLm3NopeLayerEqualsTransformers) {
+  expect_hf_logits("smollm3_nope");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "smollm3_nope");
+  EXPECT_EQ(m.nope_layers, (std::vector<std::uint8_t>{0, 1}));
+  EXPECT_TRUE(m.config.shared_classifier);
+  // Decoding token by token (the NoPE layer's keys accumulate across calls) gives the prefill's logits.
+  std::ifstream meta_file(kModels / "smollm3_nope" / "meta.json");
+  const std::vector<int> tokens = nlohmann::json::parse(meta_file)["tokens"].get<std::vector<int>>();
+  const std::size_t vocab = std::size_t(m.config.vocab_size);
+  std::vector<std::int64_t> positions(tokens.size());
+  for (std::size_t t = 0; t < tokens.size(); ++t) positions[t] = std::int64_t(t);
+  const ropekit::Rope rope(m.rope.layer().spec);
+  std::vector<float> prefill(tokens.size() * vocab), step(vocab);
+  ropekit::LlamaRunner(m, {.capacity = 64}).forward(rope, tokens, positions, prefill);
+  ropekit::LlamaRunner decode(m, {.capacity = 64});
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    decode.forward(rope, std::span<const int>(&tokens[t], 1), std::span<const std::int64_t>(&positions[t], 1), step);
+    float scale = 0, err = 0;
+    for (std::size_t v = 0; v < vocab; ++v) {
+      scale = std::max(scale, std::fabs(prefill[t * vocab + v]));
+      err = std::max(err, std::fabs(step[v] - prefill[t * vocab + v]));
+    }
+    EXPECT_LE(err, 1e-5f * scale) << "token " << t;
+  }
+}
+
 // ---- bad input ------------------------------------------------------------------------------------------------
 
 // A copy of a model directory to spoil.

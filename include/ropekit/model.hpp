@@ -84,11 +84,15 @@ struct LlamaModel {
   std::vector<LlamaLayerWeights> layers;
   std::vector<float> rms_final;   // [dim]
   std::vector<float> classifier;  // [vocab, dim]; empty when shared with the embedding
+  // Per layer, 1 where the layer has no positional encoding (SmolLM3's no_rope_layers zeros): its queries and keys
+  // are not rotated, whatever rope the runner is given; empty: RoPE in every layer.
+  std::vector<std::uint8_t> nope_layers;
   // The model's own RoPE: llama2.c checkpoints rotate interleaved pairs (2j, 2j+1) with base 10000
   // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
   ModelPositions rope;
 
   const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
+  bool nope(int layer) const { return !nope_layers.empty() && nope_layers[std::size_t(layer)] != 0; }
 };
 
 // Loaders. Every length, count and offset is checked before use; anything malformed or truncated is

@@ -334,6 +334,9 @@ class AttentionProbe {
         logits.resize(nk);
         for (int l = 0; l < layers; ++l) {
           Sums& into = mine[std::size_t(l) * buckets + bucket];
+          // A NoPE layer (SmolLM3) rotates nothing and scales by 1/√d alone, whatever the method.
+          const bool nope = model_.nope(l);
+          const double layer_scale = nope ? logn / std::sqrt(double(hd)) : scale;
           for (int h = 0; h < heads; ++h) {
             const float* q = q_[std::size_t(l)].data() + std::size_t(i * c.q_dim() + h * hd);
             double max = -std::numeric_limits<double>::infinity();
@@ -343,11 +346,12 @@ class AttentionProbe {
               for (int p = 0; p < pairs; ++p) {
                 const int ia = half ? p : 2 * p, ib = half ? p + pairs : 2 * p + 1;
                 const double qa = q[ia], qb = q[ib], ka = k[ia], kb = k[ib];
-                rotated += (qa * ka + qb * kb) * cs[a * std::size_t(pairs) + std::size_t(p)] +
-                           (qa * kb - qb * ka) * sn[a * std::size_t(pairs) + std::size_t(p)];
+                rotated += nope ? qa * ka + qb * kb
+                                : (qa * ka + qb * kb) * cs[a * std::size_t(pairs) + std::size_t(p)] +
+                                      (qa * kb - qb * ka) * sn[a * std::size_t(pairs) + std::size_t(p)];
               }
               for (int lane = rotary; lane < hd; ++lane) plain += double(q[lane]) * double(k[lane]);
-              logits[a] = scale * (magnitude[a] * rotated + plain);
+              logits[a] = layer_scale * ((nope ? 1.0 : magnitude[a]) * rotated + plain);
               max = std::max(max, logits[a]);
             }
             double sum = 0;

@@ -269,11 +269,12 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   }
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
   const std::string model_type = j.value("model_type", std::string());
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3") {
+  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3" &&
+      model_type != "smollm3") {
     throw Error(
         fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
-                    "\"llama\", \"mistral\", \"qwen2\" and \"qwen3\" (the other families of issue 43 are "
-                    "to come)",
+                    "\"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"smollm3\" (the other families of "
+                    "issue 43 are to come)",
                     origin, model_type));
   }
   const bool qk_norm = model_type == "qwen3";
@@ -313,7 +314,8 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
                            "num_key_value_heads", "vocab_size", "max_position_embeddings"});
   // Sliding windows: Mistral's applies to every layer; Qwen2's only where use_sliding_window picks layers (refused).
   if (model_type == "mistral") c.sliding_window = integer(j, origin, "sliding_window", 0);
-  if ((model_type == "qwen2" || model_type == "qwen3") && j.value("use_sliding_window", false)) {
+  if ((model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3") &&
+      j.value("use_sliding_window", false)) {
     throw Error(
         fmt::format("{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the "
                     "runner yet",
@@ -323,8 +325,19 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   c.shared_classifier = tied != j.end() && tied->is_boolean() && tied->get<bool>();
   // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
   model.rope = read_config(text, {}, origin);
+  // SmolLM3's NoPE layers come as a group of their own (encoding None); the rest share one RoPE plan.
+  const std::vector<const LayerPositions*> rope_groups = model.rope.rope_groups();
+  for (const LayerPositions& g : model.rope.groups) {
+    if (g.encoding == PositionEncoding::None && g.attention) {
+      model.nope_layers.resize(std::size_t(c.n_layers), 0);
+      for (const int l : g.layers) model.nope_layers.at(std::size_t(l)) = 1;
+    } else if (g.encoding != PositionEncoding::Rope || !g.attention) {
+      throw Error(fmt::format("{}: layer type \"{}\" is neither RoPE nor NoPE attention: not in the runner", origin,
+                              g.layer_type));
+    }
+  }
   const Spec& spec = model.rope.layer().spec;
-  if (spec.head_dim != c.head_dim() || model.rope.groups.size() != 1 || model.rope.groups[0].rope_offset != 0) {
+  if (spec.head_dim != c.head_dim() || rope_groups.size() != 1 || rope_groups[0]->rope_offset != 0) {
     throw Error(fmt::format("{}: the RoPE settings (head_dim {}) do not fit the model's head size {}", origin,
                             spec.head_dim, c.head_dim()));
   }

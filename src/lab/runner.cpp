@@ -126,6 +126,10 @@ struct LlamaRunner::State {
   std::vector<std::vector<float>> stale_keys, stale_values;
   std::vector<std::int64_t> stale_positions;
   bool stale = false;
+  // NoPE layers (LlamaModel::nope_layers): keys and values as given, and every cached token's position (the causal
+  // mask's and the window's), grown with the tokens.
+  std::vector<std::vector<float>> nope_keys, nope_values;
+  std::vector<std::int64_t> all_positions;
   std::int64_t size = 0;
   // Scratch, grown to the largest call.
   std::vector<float> x, xb, q, k, v, att, h1, h3;
@@ -156,6 +160,7 @@ std::int64_t LlamaRunner::size() const { return state_->size; }
 void LlamaRunner::clear() {
   for (KvCache& cache : state_->caches) cache.clear();
   state_->stale_positions.clear();
+  state_->all_positions.clear();
   state_->size = 0;
 }
 
@@ -268,6 +273,16 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const Heads v = bshd(s.v.data(), DType::F32, 1, n, c.n_kv_heads, hd);
   const Heads att = bshd(s.att.data(), DType::F32, 1, n, c.n_heads, hd);
   if (s.stale) s.stale_positions.insert(s.stale_positions.end(), positions.begin(), positions.end());
+  s.all_positions.insert(s.all_positions.end(), positions.begin(), positions.end());
+  if (!m.nope_layers.empty() && s.nope_keys.empty()) {
+    s.nope_keys.assign(std::size_t(c.n_layers), {});
+    s.nope_values.assign(std::size_t(c.n_layers), {});
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (!m.nope(l)) continue;
+      s.nope_keys[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
+      s.nope_values[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
+    }
+  }
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
@@ -290,7 +305,23 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       rmsnorm(s.k.data(), w.k_norm, s.k.data(), n * c.n_kv_heads, hd, c.norm_eps);
     }
     if (options.on_qk) options.on_qk(l, {s.q.data(), un * q_dim}, {s.k.data(), un * kv_dim});
-    if (!options.token_ropes.empty()) {
+    if (m.nope(l)) {
+      // No positional encoding: keys kept as given, attention over them masked (and windowed) by position only.
+      float* keys = s.nope_keys[std::size_t(l)].data();
+      float* values = s.nope_values[std::size_t(l)].data();
+      const std::size_t at = std::size_t(s.size) * kv_dim;
+      std::copy(s.k.data(), s.k.data() + un * kv_dim, keys + at);
+      std::copy(s.v.data(), s.v.data() + un * kv_dim, values + at);
+      const std::int64_t total = s.size + n;
+      attention({.q = q,
+                 .k = bshd(keys, DType::F32, 1, total, c.n_kv_heads, hd),
+                 .v = bshd(values, DType::F32, 1, total, c.n_kv_heads, hd),
+                 .out = att,
+                 .q_positions = pos,
+                 .k_positions = ropekit::positions(std::span<const std::int64_t>(s.all_positions)),
+                 .head_dim = hd},
+                attention_options);
+    } else if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {
         const Rope& r = *options.token_ropes[std::size_t(i)];
