@@ -109,12 +109,12 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 // other type: an error naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
-// A Hugging Face model directory: config.json (model_type "llama", "mistral" — its sliding_window on every layer —,
-// "qwen2" — q/k/v biases — or "qwen3" — q/k RMSNorm per head, a head_dim of its own; hidden_act silu) and the weights
-// in model.safetensors or in shards named by model.safetensors.index.json, read through memory maps; F32, F16 and BF16
-// tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape checked against
-// config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF stores q/k rows
-// for its rotate_half, so the pairing is Half.
+// A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;
+// "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own; "smollm3" — NoPE layers; hidden_act
+// silu) and the weights in model.safetensors or in shards named by model.safetensors.index.json, read through memory
+// maps; F32, F16 and BF16 tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape
+// checked against config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF
+// stores q/k rows for its rotate_half, so the pairing is Half. Logits equal transformers' (tests/hf_model_test.cpp).
 LlamaModel load_hf_model(const std::filesystem::path& dir);
 // A directory → load_hf_model; a file by content: "GGUF" → GGUF, "ak42" → llama2.c version 1, anything else → the
 // legacy llama2.c header.
