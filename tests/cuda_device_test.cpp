@@ -17,6 +17,7 @@
 #include "cuda/host_grid.hpp"
 #include "cuda/rotate_kernel.hpp"
 #include "cuda_append_cases.hpp"
+#include "expect_error.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/append.hpp"
@@ -280,34 +281,16 @@ TEST(CudaDevice, DeviceRopeRotatesLikeTheReference) {
   gpu.check({.device = 0, .stream = stream});  // cleared
   // A device pointer not aligned to its element: refused on the host, naming the field (the kernel reads whole
   // elements, which a GPU faults on when misaligned), and nothing launched.
-  const auto refused = [&](auto&& call, const char* field) {
-    try {
-      call();
-      ADD_FAILURE() << "no error for a misaligned " << field;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-    }
-  };
   std::byte* odd = reinterpret_cast<std::byte*>(dq.device) + 2;  // 2-byte aligned: not a float32's 4
-  refused(
-      [&] {
-        gpu.rotate({.q = bshd(odd, DType::F32, 1, 1, 1, 64), .positions = {dp.device, IndexType::I64, 1}},
-                   {.device = 0, .stream = stream});
-      },
-      "q.data");
-  refused(
-      [&] {
-        gpu.rotate({.q = bshd(dq.device, DType::F32, 1, 1, 1, 64),
-                    .positions = {reinterpret_cast<std::byte*>(dp.device) + 4, IndexType::I64, 1}},
-                   {.device = 0, .stream = stream});
-      },
-      "positions.data");
+  EXPECT_ERROR(gpu.rotate({.q = bshd(odd, DType::F32, 1, 1, 1, 64), .positions = {dp.device, IndexType::I64, 1}},
+                          {.device = 0, .stream = stream}),
+               "q.data");
+  EXPECT_ERROR(gpu.rotate({.q = bshd(dq.device, DType::F32, 1, 1, 1, 64),
+                           .positions = {reinterpret_cast<std::byte*>(dp.device) + 4, IndexType::I64, 1}},
+                          {.device = 0, .stream = stream}),
+               "positions.data");
   PagedCache cache{.k = odd, .dtype = CacheDType::F32, .num_pages = 1, .page_size = 1, .kv_heads = 1, .head_dim = 64};
-  refused(
-      [&] {
-        cuda::shift(gpu, cache, {dp.device, IndexType::I64, 1}, 3, {.device = 0, .stream = stream});
-      },
-      "cache.k");
+  EXPECT_ERROR(cuda::shift(gpu, cache, {dp.device, IndexType::I64, 1}, 3, {.device = 0, .stream = stream}), "cache.k");
   gpu.check({.device = 0, .stream = stream});
   cudaStreamDestroy(stream);
 }
@@ -359,6 +342,34 @@ TEST(CudaDevice, AppendKernelEqualsTheCpu) {
 
 // ropekit::cuda::append (the public device append) over the append cases, slot mappings throughout (int32 on every
 // other case), against the CPU's append byte for byte; then a slot outside the cache reported by check().
+// The append buffers' eight tensors and positions mirrored on the device (the first eight copies, in the buffers'
+// order), and the arguments with their views and positions pointing at the copies; the slots are the caller's.
+AppendArgs mirror_append(cuda_cases::AppendBuffers& got, Mirror& m) {
+  for (cuda_cases::Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+    m.add(b->bytes.data(), b->bytes.size());
+  m.add(got.pos.data(), got.pos.size() * 8);
+  AppendArgs args = got.args;
+  for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v}) h->data = m.map(h->data);
+  args.positions.data = m.map(args.positions.data);
+  return args;
+}
+
+// `got`'s cache with its pages in the mirror.
+PagedCache mirrored_cache(const cuda_cases::AppendBuffers& got, const Mirror& m) {
+  PagedCache dc = got.cache;
+  dc.k = m.map(dc.k);
+  dc.v = m.map(dc.v);
+  return dc;
+}
+
+// ropekit::cuda::append into the mirrored cache, checked, and the eight tensors copied back into `got`.
+void run_mirrored_append(const cuda::DeviceRope& gpu, const AppendArgs& args, const cuda_cases::AppendBuffers& got,
+                         const Mirror& m, cudaStream_t stream) {
+  cuda::append(gpu, args, mirrored_cache(got, m), {.device = 0, .stream = stream});
+  gpu.check({.device = 0, .stream = stream});
+  for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+}
+
 TEST(CudaDevice, DeviceAppendEqualsTheCpu) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   using namespace cuda_cases;
@@ -380,26 +391,16 @@ TEST(CudaDevice, DeviceAppendEqualsTheCpu) {
     std::vector<std::int32_t> slots32(got.slot_map.begin(), got.slot_map.end());
     const bool narrow = ran % 2 == 1;
     Mirror m;
-    for (Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
-      m.add(b->bytes.data(), b->bytes.size());
-    m.add(got.pos.data(), got.pos.size() * 8);
+    AppendArgs args = mirror_append(got, m);
     m.add(got.slot_map.data(), got.slot_map.size() * 8);
     m.add(slots32.data(), slots32.size() * 4);
     m.add(got.q_weight.data(), got.q_weight.size() * 4);
     m.add(got.k_weight.data(), got.k_weight.size() * 4);
-    AppendArgs args = got.args;
-    for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v}) h->data = m.map(h->data);
-    args.positions.data = m.map(args.positions.data);
     args.slots = narrow ? SlotMapping{m.map(slots32.data()), IndexType::I32, AppendBuffers::kTokens}
                         : SlotMapping{m.map(got.slot_map.data()), IndexType::I64, AppendBuffers::kTokens};
     if (!got.q_weight.empty()) args.norm.q_weight = {m.map(got.q_weight.data()), got.q_weight.size()};
     if (!got.k_weight.empty()) args.norm.k_weight = {m.map(got.k_weight.data()), got.k_weight.size()};
-    PagedCache dc = got.cache;
-    dc.k = m.map(dc.k);
-    dc.v = m.map(dc.v);
-    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
-    gpu.check({.device = 0, .stream = stream});
-    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    run_mirrored_append(gpu, args, got, m, stream);
     for (Memory AppendBuffers::*b :
          {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out, &AppendBuffers::k_nope,
           &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
@@ -427,14 +428,9 @@ TEST(CudaDevice, DeviceAppendReadsAPageTable) {
     AppendBuffers want(c), got(c);
     append(rope, want.args, want.cache);
     Mirror m;
-    for (Memory* b : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
-      m.add(b->bytes.data(), b->bytes.size());
-    m.add(got.pos.data(), got.pos.size() * 8);
+    AppendArgs args = mirror_append(got, m);
     for (std::vector<std::int32_t>* v : {&got.indices, &got.indptr, &got.last, &got.batch_indices, &got.seq_positions})
       m.add(v->data(), v->size() * 4);
-    AppendArgs args = got.args;
-    for (Heads* h : {&args.q, &args.q_out, &args.k, &args.k_out, &args.k_nope, &args.v}) h->data = m.map(h->data);
-    args.positions.data = m.map(args.positions.data);
     const auto device_span = [&](std::vector<std::int32_t>& v) {
       return std::span<const std::int32_t>(m.map(v.data()), v.size());
     };
@@ -443,12 +439,7 @@ TEST(CudaDevice, DeviceAppendReadsAPageTable) {
                            .last_page_len = device_span(got.last),
                            .batch_indices = device_span(got.batch_indices),
                            .seq_positions = device_span(got.seq_positions)};
-    PagedCache dc = got.cache;
-    dc.k = m.map(dc.k);
-    dc.v = m.map(dc.v);
-    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
-    gpu.check({.device = 0, .stream = stream});
-    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    run_mirrored_append(gpu, args, got, m, stream);
     for (Memory AppendBuffers::*b :
          {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k_out, &AppendBuffers::kc, &AppendBuffers::vc}) {
       ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
@@ -460,7 +451,7 @@ TEST(CudaDevice, DeviceAppendReadsAPageTable) {
     ASSERT_EQ(cudaMemcpy(const_cast<std::int32_t*>(std::get<PageTable>(args.slots).batch_indices.data()) + 4, &outside,
                          4, cudaMemcpyHostToDevice),
               cudaSuccess);
-    cuda::append(gpu, args, dc, {.device = 0, .stream = stream});
+    cuda::append(gpu, args, mirrored_cache(got, m), {.device = 0, .stream = stream});
     try {
       gpu.check({.device = 0, .stream = stream});
       ADD_FAILURE() << "no error for a batch index outside the batch";
@@ -627,29 +618,15 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     m.copies.front()->back(mine.data());
     EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::rerotate";
     // Refused on the host, naming what: positions of another count, a rope pairing its lanes otherwise.
-    const auto refused = [&](auto&& call, const char* what) {
-      try {
-        call();
-        ADD_FAILURE() << "no error: " << what;
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-      }
-    };
-    refused(
-        [&] {
-          cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12},
-                         {m.map(pos.data()), IndexType::I64, 11}, stream);
-        },
-        "positions: count = 11");
+    EXPECT_ERROR(cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12},
+                                {m.map(pos.data()), IndexType::I64, 11}, stream),
+                 "positions: count = 11");
     Spec half = spec;
     half.pairing = Pairing::Half;
     const cuda::DeviceRope other(Rope(half, AngleMode::Accurate, 4096), 0, 64);
-    refused(
-        [&] {
-          cuda::rerotate(from, other, dc, {m.map(slots.data()), IndexType::I64, 12},
-                         {m.map(pos.data()), IndexType::I64, 12}, stream);
-        },
-        "pair their lanes differently");
+    EXPECT_ERROR(cuda::rerotate(from, other, dc, {m.map(slots.data()), IndexType::I64, 12},
+                                {m.map(pos.data()), IndexType::I64, 12}, stream),
+                 "pair their lanes differently");
     slots[3] = 16;  // one past the cache's 16 slots
     m.copies[1] = std::make_unique<DeviceCopy>(slots.data(), slots.size() * 8);
     cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12}, {m.map(pos.data()), IndexType::I64, 12},
