@@ -18,6 +18,8 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
   qwen2_yarn_bias  Qwen2 (q/k/v biases), YaRN (factor 4, original context 16), tied embeddings, bfloat16
   qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
   smollm3_nope   SmolLM3: layer 1 without positional encoding (no_rope_layers [1, 0]), θ = 2e6, tied, float32
+  phi3_longrope  Phi-3: fused qkv and gate/up projections, LongRoPE (original context 16 of 64: the 48 tokens take the
+                 long factors), float32
 """
 import argparse
 import json
@@ -27,7 +29,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
+                          Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 TOKENS = 48
 
@@ -141,6 +144,12 @@ def main():
     smol = SmolLM3Config(**common, no_rope_layers=[1, 0], rope_theta=2000000.0, bos_token_id=1, eos_token_id=2,
                          pad_token_id=0)
     build("smollm3_nope", smol, torch.float32, "10GB", a.out, SmolLM3ForCausalLM)
+    short = [round(1.0 + 0.05 * i, 2) for i in range(8)]
+    long = [round(2.0 + 0.25 * i, 2) for i in range(8)]
+    phi3 = Phi3Config(**{**common, "max_position_embeddings": 64}, original_max_position_embeddings=16,
+                      tie_word_embeddings=False, sliding_window=None, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                      rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long})
+    build("phi3_longrope", phi3, torch.float32, "10GB", a.out, Phi3ForCausalLM)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ void expect_hf_logits(const std::string& name) {
   std::vector<std::int64_t> positions(n);
   for (std::size_t t = 0; t < n; ++t) positions[t] = std::int64_t(t);
   ropekit::LlamaRunner runner(model, {.capacity = std::int64_t(n)});
-  runner.forward(ropekit::Rope(model.rope.layer().spec), tokens, positions, got);
+  // HF's rotary module picks length-dependent plans (LongRoPE's long factors) from the sequence's length.
+  runner.forward(ropekit::Rope(model.rope.layer().spec, ropekit::AngleMode::Accurate, std::int64_t(n)), tokens,
+                 positions, got);
   double worst = 0;
   for (std::size_t t = 0; t < n; ++t) {
     float scale = 0, err = 0;
@@ -166,6 +168,15 @@ TEST(HfModel, SmolLm3NopeLayerEqualsTransformers) {
     }
     EXPECT_LE(err, 1e-5f * scale) << "token " << t;
   }
+}
+
+TEST(HfModel, Phi3FusedProjectionsAndLongRopeEqualTransformers) {
+  expect_hf_logits("phi3_longrope");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "phi3_longrope");
+  EXPECT_TRUE(std::holds_alternative<ropekit::scaling::LongRope>(m.rope.layer().spec.scaling));
+  EXPECT_EQ(m.layers[0].wk.size(), 32u * 64u);  // the fused projection's k rows
+  // 48 tokens past the original 16: the long factors; with the short ones the logits differ.
+  EXPECT_TRUE(ropekit::Rope(m.rope.layer().spec, ropekit::AngleMode::Accurate, 48).plan().uses_long_factors);
 }
 
 // ---- bad input ------------------------------------------------------------------------------------------------

@@ -110,8 +110,9 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
 // A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;
-// "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own; "smollm3" — NoPE layers; hidden_act
-// silu) and the weights in model.safetensors or in shards named by model.safetensors.index.json, read through memory
+// "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own; "smollm3" — NoPE layers; "phi3" —
+// fused qkv and gate/up projections, split at load; hidden_act silu) and the weights in model.safetensors or in
+// shards named by model.safetensors.index.json, read through memory
 // maps; F32, F16 and BF16 tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape
 // checked against config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF
 // stores q/k rows for its rotate_half, so the pairing is Half. Logits equal transformers' (tests/hf_model_test.cpp).

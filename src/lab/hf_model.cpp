@@ -270,13 +270,15 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
   const std::string model_type = j.value("model_type", std::string());
   if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3" &&
-      model_type != "smollm3") {
+      model_type != "smollm3" && model_type != "phi3") {
     throw Error(
         fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
-                    "\"llama\", \"mistral\", \"qwen2\", \"qwen3\" and \"smollm3\" (the other families of "
-                    "issue 43 are to come)",
+                    "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" and \"phi3\" (the other "
+                    "families of issue 43 are to come)",
                     origin, model_type));
   }
+  // Phi-3 fuses q, k and v into one projection and gate and up into another: split at load.
+  const bool fused = model_type == "phi3";
   const bool qk_norm = model_type == "qwen3";
   // Qwen2 has q/k/v biases (never o); Llama's attention_bias would add an o bias the runner does not have.
   const bool qkv_bias = model_type == "qwen2";
@@ -313,7 +315,7 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
                           {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads", "vocab_size", "max_position_embeddings"});
   // Sliding windows: Mistral's applies to every layer; Qwen2's only where use_sliding_window picks layers (refused).
-  if (model_type == "mistral") c.sliding_window = integer(j, origin, "sliding_window", 0);
+  if (model_type == "mistral" || model_type == "phi3") c.sliding_window = integer(j, origin, "sliding_window", 0);
   if ((model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3") &&
       j.value("use_sliding_window", false)) {
     throw Error(
@@ -351,14 +353,28 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     LlamaLayerWeights& layer = model.layers[std::size_t(l)];
     const std::string p = fmt::format("model.layers.{}.", l);
     layer.rms_att = w.tensor(p + "input_layernorm.weight", {dim});
-    layer.wq = w.tensor(p + "self_attn.q_proj.weight", {qd, dim});
-    layer.wk = w.tensor(p + "self_attn.k_proj.weight", {kv, dim});
-    layer.wv = w.tensor(p + "self_attn.v_proj.weight", {kv, dim});
+    if (fused) {  // rows q, then k, then v; gate, then up (row-major [out, in]: a split is a cut of the rows)
+      const std::vector<float> qkv = w.tensor(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, dim});
+      const auto rows = [&](const std::vector<float>& m, std::uint64_t first, std::uint64_t count) {
+        return std::vector<float>(m.begin() + std::ptrdiff_t(first * dim),
+                                  m.begin() + std::ptrdiff_t((first + count) * dim));
+      };
+      layer.wq = rows(qkv, 0, qd);
+      layer.wk = rows(qkv, qd, kv);
+      layer.wv = rows(qkv, qd + kv, kv);
+      const std::vector<float> gate_up = w.tensor(p + "mlp.gate_up_proj.weight", {2 * hidden, dim});
+      layer.w1 = rows(gate_up, 0, hidden);
+      layer.w3 = rows(gate_up, hidden, hidden);
+    } else {
+      layer.wq = w.tensor(p + "self_attn.q_proj.weight", {qd, dim});
+      layer.wk = w.tensor(p + "self_attn.k_proj.weight", {kv, dim});
+      layer.wv = w.tensor(p + "self_attn.v_proj.weight", {kv, dim});
+      layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
+      layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
+    }
     layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, qd});
     layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
-    layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
     layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
-    layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
     if (qkv_bias) {
       layer.bq = w.tensor(p + "self_attn.q_proj.bias", {qd});
       layer.bk = w.tensor(p + "self_attn.k_proj.bias", {kv});
