@@ -491,7 +491,9 @@ class WindowReader {
     runner_.clear();
     switch (run.kind) {
       case MethodRun::Kind::Batched: {
-        const Rope rope(run.spec);
+        // The plan of the window's length, as one Hugging Face forward over the window takes it (LongRoPE's long
+        // factors, a model's own dynamic NTK); a length-independent plan is the same either way.
+        const Rope rope(run.spec, AngleMode::Accurate, n);
         if (probe) probe->set_plan(0, n, rope.plan());
         feed(rope, 0, n, positions_.data(),
              {.window = run.window, .regimes = run.regimes, .logn_length = run.logn_length});
