@@ -210,7 +210,12 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 
 TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   const Scratch s("llama_bf16");
-  s.edit_config([](nlohmann::json& j) { j["model_type"] = "gemma2"; });
+  // Keys of the wrong JSON type: errors naming them (not a JSON library's exception).
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = 7; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"\"model_type\" = 7", "must be a string"});
+  s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2", j["use_sliding_window"] = "yes"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"\"use_sliding_window\" = \"yes\"", "true or false"});
+  s.edit_config([](nlohmann::json& j) { j.erase("use_sliding_window"), j["model_type"] = "gemma2"; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"gemma2\""});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2"; });  // a Qwen2 needs its biases
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"self_attn.q_proj.bias", "missing"});

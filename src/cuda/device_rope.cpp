@@ -304,10 +304,6 @@ void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShift
 
 std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }
 
-}  // namespace ropekit::detail
-
-namespace ropekit::detail {
-
 void check_device_alignment(const char* field, const void* p, std::size_t align) {
   if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % align != 0) {
     throw Error(

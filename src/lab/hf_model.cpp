@@ -255,6 +255,35 @@ std::int64_t integer(const nlohmann::json& j, const std::string& origin, const c
   return it->get<std::int64_t>();
 }
 
+// config.json's string / boolean `key` (`fallback` when absent or null); another type is an error naming the key.
+std::string text_key(const nlohmann::json& j, const std::string& origin, const char* key, const char* fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) throw Error(fmt::format("{}: \"{}\" = {}: must be a string", origin, key, it->dump()));
+  return it->get<std::string>();
+}
+bool flag_key(const nlohmann::json& j, const std::string& origin, const char* key, bool fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) throw Error(fmt::format("{}: \"{}\" = {}: must be true or false", origin, key, it->dump()));
+  return it->get<bool>();
+}
+
+// What the runner does differently per Hugging Face model_type.
+struct Family {
+  const char* model_type;
+  bool qkv_bias;       // Qwen2: q/k/v biases (never o)
+  bool qk_norm;        // Qwen3: RMSNorm of each q and k head before the rotation
+  bool fused;          // Phi-3: qkv_proj and gate_up_proj, split at load
+  bool window;         // Mistral, Phi-3: sliding_window on every layer
+  bool layer_windows;  // Qwen2/3, SmolLM3: use_sliding_window picks layers (refused: not in the runner)
+};
+constexpr Family kFamilies[] = {
+    {"llama", false, false, false, false, false},  {"mistral", false, false, false, true, false},
+    {"qwen2", true, false, false, false, true},    {"qwen3", false, true, false, false, true},
+    {"smollm3", false, false, false, false, true}, {"phi3", false, false, true, true, false},
+};
+
 }  // namespace
 
 LlamaModel load_hf_model(const std::filesystem::path& dir) {
@@ -268,26 +297,25 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     throw Error(fmt::format("{}: does not parse: {}", origin, e.what()));
   }
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
-  const std::string model_type = j.value("model_type", std::string());
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2" && model_type != "qwen3" &&
-      model_type != "smollm3" && model_type != "phi3") {
-    throw Error(
-        fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type "
-                    "\"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"smollm3\" and \"phi3\" (the other "
-                    "families of issue 43 are to come)",
-                    origin, model_type));
+  const std::string model_type = text_key(j, origin, "model_type", "");
+  const Family* family = nullptr;
+  std::string known;
+  for (const Family& f : kFamilies) {
+    if (model_type == f.model_type) family = &f;
+    known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", f.model_type);
   }
-  // Phi-3 fuses q, k and v into one projection and gate and up into another: split at load.
-  const bool fused = model_type == "phi3";
-  const bool qk_norm = model_type == "qwen3";
-  // Qwen2 has q/k/v biases (never o); Llama's attention_bias would add an o bias the runner does not have.
-  const bool qkv_bias = model_type == "qwen2";
+  if (family == nullptr) {
+    throw Error(
+        fmt::format("{}: model_type = \"{}\": the runner reads Hugging Face checkpoints of model_type {} (the "
+                    "other families of issue 43 are to come)",
+                    origin, model_type, known));
+  }
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
-    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>()) {
+    if (flag_key(j, origin, flag, false)) {
       throw Error(fmt::format("{}: {} = true: the runner's {} has no such biases", origin, flag, model_type));
     }
   }
-  if (const std::string act = j.value("hidden_act", std::string("silu")); act != "silu") {
+  if (const std::string act = text_key(j, origin, "hidden_act", "silu"); act != "silu") {
     throw Error(fmt::format("{}: hidden_act = \"{}\": the runner's feed-forward is SwiGLU (silu)", origin, act));
   }
   LlamaModel model;
@@ -314,17 +342,14 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   detail::validate_config(c, origin,
                           {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads", "vocab_size", "max_position_embeddings"});
-  // Sliding windows: Mistral's applies to every layer; Qwen2's only where use_sliding_window picks layers (refused).
-  if (model_type == "mistral" || model_type == "phi3") c.sliding_window = integer(j, origin, "sliding_window", 0);
-  if ((model_type == "qwen2" || model_type == "qwen3" || model_type == "smollm3") &&
-      j.value("use_sliding_window", false)) {
-    throw Error(
-        fmt::format("{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the "
-                    "runner yet",
-                    origin));
+  // Sliding windows: Mistral's and Phi-3's apply to every layer; Qwen's and SmolLM3's only to the layers
+  // use_sliding_window picks (refused).
+  if (family->window) c.sliding_window = integer(j, origin, "sliding_window", 0);
+  if (family->layer_windows && flag_key(j, origin, "use_sliding_window", false)) {
+    throw Error(fmt::format(
+        "{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the runner yet", origin));
   }
-  const auto tied = j.find("tie_word_embeddings");
-  c.shared_classifier = tied != j.end() && tied->is_boolean() && tied->get<bool>();
+  c.shared_classifier = flag_key(j, origin, "tie_word_embeddings", false);
   // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
   model.rope = read_config(text, {}, origin);
   // SmolLM3's NoPE layers come as a group of their own (encoding None); the rest share one RoPE plan.
@@ -353,7 +378,7 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     LlamaLayerWeights& layer = model.layers[std::size_t(l)];
     const std::string p = fmt::format("model.layers.{}.", l);
     layer.rms_att = w.tensor(p + "input_layernorm.weight", {dim});
-    if (fused) {  // rows q, then k, then v; gate, then up (row-major [out, in]: a split is a cut of the rows)
+    if (family->fused) {  // rows q, then k, then v; gate, then up (row-major [out, in]: a split is a cut of the rows)
       const std::vector<float> qkv = w.tensor(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, dim});
       const auto rows = [&](const std::vector<float>& m, std::uint64_t first, std::uint64_t count) {
         return std::vector<float>(m.begin() + std::ptrdiff_t(first * dim),
@@ -375,12 +400,12 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, qd});
     layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
     layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
-    if (qkv_bias) {
+    if (family->qkv_bias) {
       layer.bq = w.tensor(p + "self_attn.q_proj.bias", {qd});
       layer.bk = w.tensor(p + "self_attn.k_proj.bias", {kv});
       layer.bv = w.tensor(p + "self_attn.v_proj.bias", {kv});
     }
-    if (qk_norm) {
+    if (family->qk_norm) {
       layer.q_norm = w.tensor(p + "self_attn.q_norm.weight", {hd});
       layer.k_norm = w.tensor(p + "self_attn.k_norm.weight", {hd});
     }
