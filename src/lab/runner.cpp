@@ -122,14 +122,11 @@ struct LlamaRunner::State {
   RunnerOptions options;
   int threads = 1;
   std::vector<KvCache> caches;  // one per layer, created on the first forward
-  // stale_keys: keys as rotated at append, values, positions (the caller's rotation bookkeeping).
-  std::vector<std::vector<float>> stale_keys, stale_values;
-  std::vector<std::int64_t> stale_positions;
   bool stale = false;
-  // NoPE layers (LlamaModel::nope_layers): keys and values as given, and every cached token's position (the causal
-  // mask's and the window's), grown with the tokens.
-  std::vector<std::vector<float>> nope_keys, nope_values;
-  std::vector<std::int64_t> all_positions;
+  // Layers whose keys live in plain buffers rather than a KvCache: every layer with stale keys (as rotated at their
+  // append), NoPE layers (LlamaModel::nope_layers: as given). Empty where a layer has a cache.
+  std::vector<std::vector<float>> plain_keys, plain_values;
+  std::vector<std::int64_t> all_positions;  // every cached token's position (the plain layers' mask and window)
   std::int64_t size = 0;
   // Scratch, grown to the largest call.
   std::vector<float> x, xb, q, k, v, att, h1, h3;
@@ -159,7 +156,6 @@ std::int64_t LlamaRunner::size() const { return state_->size; }
 
 void LlamaRunner::clear() {
   for (KvCache& cache : state_->caches) cache.clear();
-  state_->stale_positions.clear();
   state_->all_positions.clear();
   state_->size = 0;
 }
@@ -239,10 +235,14 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
                                                .regimes = options.regimes});
     }
   }
-  if (s.stale && s.stale_keys.empty()) {
-    if (s.options.kv_dtype != DType::F32) throw Error("LlamaRunner: stale_keys stores float32 keys only");
-    s.stale_keys.assign(std::size_t(c.n_layers), std::vector<float>(std::size_t(s.options.capacity * kv_dim)));
-    s.stale_values = s.stale_keys;
+  if (s.stale && s.options.kv_dtype != DType::F32) throw Error("LlamaRunner: stale_keys stores float32 keys only");
+  s.plain_keys.resize(std::size_t(c.n_layers));
+  s.plain_values.resize(std::size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    if ((s.stale || m.nope(l)) && s.plain_keys[std::size_t(l)].empty()) {
+      s.plain_keys[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
+      s.plain_values[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
+    }
   }
   auto grow = [](std::vector<float>& v, std::size_t size) {
     if (v.size() < size) v.resize(size);
@@ -272,17 +272,20 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const Heads k = bshd(s.k.data(), DType::F32, 1, n, c.n_kv_heads, hd);
   const Heads v = bshd(s.v.data(), DType::F32, 1, n, c.n_kv_heads, hd);
   const Heads att = bshd(s.att.data(), DType::F32, 1, n, c.n_heads, hd);
-  if (s.stale) s.stale_positions.insert(s.stale_positions.end(), positions.begin(), positions.end());
   s.all_positions.insert(s.all_positions.end(), positions.begin(), positions.end());
-  if (!m.nope_layers.empty() && s.nope_keys.empty()) {
-    s.nope_keys.assign(std::size_t(c.n_layers), {});
-    s.nope_values.assign(std::size_t(c.n_layers), {});
-    for (int l = 0; l < c.n_layers; ++l) {
-      if (!m.nope(l)) continue;
-      s.nope_keys[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
-      s.nope_values[std::size_t(l)].resize(std::size_t(s.options.capacity * kv_dim));
-    }
-  }
+  // Attention of queries `qh` (at `qpos`, into `out`) over the first `total` keys of layer l's plain buffers.
+  const auto attend_plain = [&](int l, const Heads& qh, const Positions& qpos, const Heads& out, std::int64_t total,
+                                const AttentionOptions& o) {
+    attention(
+        {.q = qh,
+         .k = bshd(s.plain_keys[std::size_t(l)].data(), DType::F32, 1, total, c.n_kv_heads, hd),
+         .v = bshd(s.plain_values[std::size_t(l)].data(), DType::F32, 1, total, c.n_kv_heads, hd),
+         .out = out,
+         .q_positions = qpos,
+         .k_positions = ropekit::positions(std::span<const std::int64_t>(s.all_positions.data(), std::size_t(total))),
+         .head_dim = hd},
+        o);
+  };
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
@@ -307,20 +310,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     if (options.on_qk) options.on_qk(l, {s.q.data(), un * q_dim}, {s.k.data(), un * kv_dim});
     if (m.nope(l)) {
       // No positional encoding: keys kept as given, attention over them masked (and windowed) by position only.
-      float* keys = s.nope_keys[std::size_t(l)].data();
-      float* values = s.nope_values[std::size_t(l)].data();
       const std::size_t at = std::size_t(s.size) * kv_dim;
-      std::copy(s.k.data(), s.k.data() + un * kv_dim, keys + at);
-      std::copy(s.v.data(), s.v.data() + un * kv_dim, values + at);
-      const std::int64_t total = s.size + n;
-      attention({.q = q,
-                 .k = bshd(keys, DType::F32, 1, total, c.n_kv_heads, hd),
-                 .v = bshd(values, DType::F32, 1, total, c.n_kv_heads, hd),
-                 .out = att,
-                 .q_positions = pos,
-                 .k_positions = ropekit::positions(std::span<const std::int64_t>(s.all_positions)),
-                 .head_dim = hd},
-                attention_options);
+      std::copy(s.k.data(), s.k.data() + un * kv_dim, s.plain_keys[std::size_t(l)].data() + at);
+      std::copy(s.v.data(), s.v.data() + un * kv_dim, s.plain_values[std::size_t(l)].data() + at);
+      attend_plain(l, q, pos, att, s.size + n, attention_options);
     } else if (!options.token_ropes.empty()) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {
@@ -338,8 +331,8 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
           cache.append(r, ki, vi, at);
           attention(r, qi, at, cache, atti, attention_options);
         } else {
-          float* keys = s.stale_keys[std::size_t(l)].data();
-          float* values = s.stale_values[std::size_t(l)].data();
+          float* keys = s.plain_keys[std::size_t(l)].data();
+          float* values = s.plain_values[std::size_t(l)].data();
           const std::int64_t before = s.size + i;
           r.apply({.q = qi,
                    .k = ki,
@@ -349,15 +342,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
           std::copy(vi_begin(s.v, i, kv_dim), vi_begin(s.v, i + 1, kv_dim), values + std::size_t(before) * kv_dim);
           AttentionOptions scaled = attention_options;
           scaled.softmax_scale_mult = r.plan().softmax_scale_mult;
-          attention({.q = qi,
-                     .k = bshd(keys, DType::F32, 1, before + 1, c.n_kv_heads, hd),
-                     .v = bshd(values, DType::F32, 1, before + 1, c.n_kv_heads, hd),
-                     .out = atti,
-                     .q_positions = at,
-                     .k_positions = ropekit::positions(
-                         std::span<const std::int64_t>(s.stale_positions.data(), std::size_t(before + 1))),
-                     .head_dim = hd},
-                    scaled);
+          attend_plain(l, qi, at, atti, before + 1, scaled);
         }
       }
     } else if (!s.stale) {
@@ -366,26 +351,16 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       attention(rope, q, pos, cache, att, attention_options);
     } else {
       // Keys rotated now, under this call's plan, and kept so; queries rotated under it too.
-      float* keys = s.stale_keys[std::size_t(l)].data();
-      float* values = s.stale_values[std::size_t(l)].data();
       const std::size_t at = std::size_t(s.size) * kv_dim;
       rope.apply({.q = q,
                   .k = k,
-                  .k_out = bshd(keys + at, DType::F32, 1, n, c.n_kv_heads, hd),
+                  .k_out = bshd(s.plain_keys[std::size_t(l)].data() + at, DType::F32, 1, n, c.n_kv_heads, hd),
                   .positions = pos,
                   .threads = s.threads});
-      std::copy(s.v.data(), s.v.data() + un * kv_dim, values + at);
-      const std::int64_t total = s.size + n;
+      std::copy(s.v.data(), s.v.data() + un * kv_dim, s.plain_values[std::size_t(l)].data() + at);
       AttentionOptions scaled = attention_options;
       scaled.softmax_scale_mult = rope.plan().softmax_scale_mult;
-      attention({.q = q,
-                 .k = bshd(keys, DType::F32, 1, total, c.n_kv_heads, hd),
-                 .v = bshd(values, DType::F32, 1, total, c.n_kv_heads, hd),
-                 .out = att,
-                 .q_positions = pos,
-                 .k_positions = ropekit::positions(std::span<const std::int64_t>(s.stale_positions)),
-                 .head_dim = hd},
-                scaled);
+      attend_plain(l, q, pos, att, s.size + n, scaled);
     }
     matmuls({{s.att.data(), w.wo.data(), s.x.data(), q_dim, dim, true}}, n, s.threads);
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
