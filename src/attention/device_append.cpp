@@ -17,6 +17,41 @@
 #include "ropekit/error.hpp"
 
 namespace ropekit::cuda {
+namespace {
+
+// What the host checks of a device slot mapping (its values are the device's): type, count, pointer, alignment.
+void check_device_slots(const SlotMapping& slots) {
+  if (slots.type != IndexType::I32 && slots.type != IndexType::I64) {
+    throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(slots.type)));
+  }
+  if (slots.count < 0) throw Error(fmt::format("slots.count = {}: must be >= 0", slots.count));
+  if (slots.data == nullptr && slots.count > 0) throw Error("slots.data is null");
+  detail::check_device_alignment("slots.data", slots.data, slots.type == IndexType::I64 ? 8 : 4);
+}
+
+// What the K-shift and the re-rotation check on the host: the cache (validated, with keys of the rope's head_dim) and
+// the slot mapping (its type, count, pointer and alignment; its values are the device's).
+void check_turned_entries(const Rope& rope, const PagedCache& cache, const SlotMapping& slots, const char* what) {
+  cache.validate();
+  if (cache.k == nullptr) throw Error(fmt::format("cache.k is null: {} turns the cache's keys", what));
+  if (cache.head_dim != rope.spec().head_dim) {
+    throw Error(fmt::format("cache.head_dim = {}: {} turns whole key entries of the rope's head_dim = {}",
+                            cache.head_dim, what, rope.spec().head_dim));
+  }
+  check_device_slots(slots);
+  detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
+}
+
+// A turn's pair geometry from the rope, over `entries` entries.
+void set_turn(const Rope& rope, std::int64_t entries, RotateShape& turn) {
+  const PairMap& map = rope.pair_map();
+  turn.pairs = map.num_pairs();
+  turn.rotary_dim = map.rotary_dim;
+  turn.head_dim = map.head_dim;
+  turn.tokens = entries;
+}
+
+}  // namespace
 
 void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cache, const Stream& stream) {
   // The slots: a slot mapping, or a page table whose spans are device arrays (their sizes are the host's to check,
@@ -25,10 +60,7 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   DevicePageTable table;
   if (const auto* m = std::get_if<SlotMapping>(&args.slots)) {
     device_slots = *m;
-    if (device_slots.type != IndexType::I32 && device_slots.type != IndexType::I64) {
-      throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(device_slots.type)));
-    }
-    if (device_slots.data == nullptr && device_slots.count > 0) throw Error("slots.data is null");
+    check_device_slots(device_slots);
   } else {
     const PageTable& t = std::get<PageTable>(args.slots);
     if (t.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
@@ -60,14 +92,7 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
     device_slots = {nullptr, IndexType::I64, static_cast<std::int64_t>(t.batch_indices.size())};
   }
   const Positions& p = args.positions;
-  if (p.type != IndexType::I32 && p.type != IndexType::I64) {
-    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(p.type)));
-  }
-  if (p.count < 0 || p.axes < 1 || device_slots.count < 0) {
-    throw Error(fmt::format("positions: count = {}, axes = {}; slots: count = {}: counts must be >= 0, axes >= 1",
-                            p.count, p.axes, device_slots.count));
-  }
-  if (p.data == nullptr && p.count > 0) throw Error("positions.data is null");
+  detail::check_device_positions(p);
   for (const auto& [field, h] : {std::pair<const char*, const Heads*>{"q.data", &args.q},
                                  {"q_out.data", &args.q_out},
                                  {"k.data", &args.k},
@@ -76,8 +101,6 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
                                  {"v.data", &args.v}}) {
     detail::check_device_alignment(field, h->data, static_cast<std::size_t>(element_size(h->dtype)));
   }
-  detail::check_device_alignment("positions.data", p.data, p.type == IndexType::I64 ? 8 : 4);
-  detail::check_device_alignment("slots.data", device_slots.data, device_slots.type == IndexType::I64 ? 8 : 4);
   detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
   detail::check_device_alignment("cache.v", cache.v, static_cast<std::size_t>(element_size(cache.dtype)));
   detail::check_device_alignment("norm.q_weight", args.norm.q_weight.data(), 4);
@@ -114,37 +137,6 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   shape.weight_offset = args.norm.weight_offset;
   detail::DeviceAccess::launch_append(gpu, shape, stream);
 }
-
-namespace {
-
-// What the K-shift and the re-rotation check on the host: the cache (validated, with keys of the rope's head_dim) and
-// the slot mapping (its type, count, pointer and alignment; its values are the device's).
-void check_turned_entries(const Rope& rope, const PagedCache& cache, const SlotMapping& slots, const char* what) {
-  cache.validate();
-  if (cache.k == nullptr) throw Error(fmt::format("cache.k is null: {} turns the cache's keys", what));
-  if (cache.head_dim != rope.spec().head_dim) {
-    throw Error(fmt::format("cache.head_dim = {}: {} turns whole key entries of the rope's head_dim = {}",
-                            cache.head_dim, what, rope.spec().head_dim));
-  }
-  if (slots.type != IndexType::I32 && slots.type != IndexType::I64) {
-    throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(slots.type)));
-  }
-  if (slots.count < 0) throw Error(fmt::format("slots.count = {}: must be >= 0", slots.count));
-  if (slots.data == nullptr && slots.count > 0) throw Error("slots.data is null");
-  detail::check_device_alignment("slots.data", slots.data, slots.type == IndexType::I64 ? 8 : 4);
-  detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
-}
-
-// A turn's pair geometry from the rope, over `entries` entries.
-void set_turn(const Rope& rope, std::int64_t entries, RotateShape& turn) {
-  const PairMap& map = rope.pair_map();
-  turn.pairs = map.num_pairs();
-  turn.rotary_dim = map.rotary_dim;
-  turn.head_dim = map.head_dim;
-  turn.tokens = entries;
-}
-
-}  // namespace
 
 void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
            const Stream& stream) {
@@ -193,15 +185,11 @@ void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& ca
                     "re-rotation changes the frequencies, not the layout",
                     to_string(a.pairing), a.rotary_dim, to_string(b.pairing), b.rotary_dim));
   }
-  if (positions.type != IndexType::I32 && positions.type != IndexType::I64) {
-    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(positions.type)));
-  }
+  detail::check_device_positions(positions);
   if (positions.count != slots.count || positions.axes != b.num_axes) {
     throw Error(fmt::format("positions: count = {}, axes = {}: must be one per slot ({}) in the rope's {} axes",
                             positions.count, positions.axes, slots.count, b.num_axes));
   }
-  if (positions.data == nullptr && positions.count > 0) throw Error("positions.data is null");
-  detail::check_device_alignment("positions.data", positions.data, positions.type == IndexType::I64 ? 8 : 4);
   if (slots.count == 0) return;
   // Un-rotate under from (Direction::Inverse: magnitude 1 / cos_sin_scale, the sine negated) and rotate under to
   // (Forward), in float32, rounded once to the cache's type: PagedKvCache::rerotate's two calls, its bits.

@@ -27,5 +27,8 @@ struct DeviceAccess {
 // kernels read each element with one access of its width (rotate_body.hpp's load_raw), which a GPU faults on when
 // misaligned. Null passes (the prepare's checks say whether a view may be absent).
 void check_device_alignment(const char* field, const void* p, std::size_t align);
+// What the host checks of device positions (their values are the device's): the index type, count ≥ 0, axes ≥ 1, a
+// pointer where there are positions, its alignment. ropekit::Error naming the field.
+void check_device_positions(const Positions& positions);
 
 }  // namespace ropekit::detail

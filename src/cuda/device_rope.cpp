@@ -173,21 +173,13 @@ void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
   if (stream.device != s.device) {
     throw Error(fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device, s.device));
   }
-  if (args.positions.type != IndexType::I32 && args.positions.type != IndexType::I64) {
-    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(args.positions.type)));
-  }
-  if (args.positions.count < 0 || args.positions.axes < 1) {
-    throw Error(fmt::format("positions: count = {}, axes = {}: must be >= 0 and >= 1", args.positions.count,
-                            args.positions.axes));
-  }
-  if (args.positions.data == nullptr && args.positions.count > 0) throw Error("positions.data is null");
+  detail::check_device_positions(args.positions);
   detail::check_device_alignment("q.data", args.q.data, static_cast<std::size_t>(element_size(args.q.dtype)));
   detail::check_device_alignment("q_out.data", args.q_out.data,
                                  static_cast<std::size_t>(element_size(args.q_out.dtype)));
   detail::check_device_alignment("k.data", args.k.data, static_cast<std::size_t>(element_size(args.k.dtype)));
   detail::check_device_alignment("k_out.data", args.k_out.data,
                                  static_cast<std::size_t>(element_size(args.k_out.dtype)));
-  detail::check_device_alignment("positions.data", args.positions.data, args.positions.type == IndexType::I64 ? 8 : 4);
   // The views checked by the core's prepare, with host zeros standing in for the device's positions (same count and
   // streams): shapes, strides, dtypes, overlaps and counts are refused exactly as Rope::apply refuses them.
   thread_local std::vector<std::int64_t> zeros;
@@ -303,6 +295,17 @@ void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShift
 }
 
 std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }
+
+void check_device_positions(const Positions& p) {
+  if (p.type != IndexType::I32 && p.type != IndexType::I64) {
+    throw Error(fmt::format("positions.type = {}: not an IndexType", static_cast<int>(p.type)));
+  }
+  if (p.count < 0 || p.axes < 1) {
+    throw Error(fmt::format("positions: count = {}, axes = {}: must be >= 0 and >= 1", p.count, p.axes));
+  }
+  if (p.data == nullptr && p.count > 0) throw Error("positions.data is null");
+  check_device_alignment("positions.data", p.data, p.type == IndexType::I64 ? 8 : 4);
+}
 
 void check_device_alignment(const char* field, const void* p, std::size_t align) {
   if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % align != 0) {
