@@ -154,6 +154,40 @@ inline std::vector<Spec> append_specs() {
 inline constexpr Variant kVariants[] = {Variant::Plain, Variant::Outputs, Variant::NormPerHead, Variant::NormAcross,
                                         Variant::Mla};
 
+// A one-sequence PagedKvCache holding `positions.size()` random float32 keys and values (head_dim lanes per kv head)
+// appended at `positions`, a copy of its key pages' bytes, and each entry's slot — what the K-shift tests turn on the
+// CPU (through the cache) and in the copy (through the kernel body or the device API).
+struct FilledCache {
+  PagedKvCache cache;
+  std::vector<std::int64_t> positions;
+  std::vector<std::byte> keys;      // the key pages' bytes as appended
+  std::vector<std::int64_t> slots;  // entry e's slot
+
+  FilledCache(const Rope& rope, const PagedKvCacheShape& shape, std::vector<std::int64_t> at, std::uint32_t seed)
+      : cache(rope, shape), positions(std::move(at)) {
+    const auto n = std::int64_t(positions.size()), kv = shape.kv_heads, d = std::int64_t(rope.spec().head_dim);
+    Memory k(std::size_t(n * kv * d) * 4, seed, DType::F32), v(std::size_t(n * kv * d) * 4, seed + 1, DType::F32);
+    cache.append(rope, std::vector<std::int32_t>(std::size_t(n), 0),
+                 {.k = bshd(k.data(), DType::F32, 1, n, kv, d),
+                  .v = bshd(v.data(), DType::F32, 1, n, kv, d),
+                  .positions = ropekit::positions(positions)});
+    const PagedCache& pc = cache.cache();
+    const auto* first = static_cast<const std::byte*>(pc.k);
+    keys.assign(first, first + key_bytes());
+    for (std::int64_t e = 0; e < n; ++e)
+      slots.push_back(std::int64_t(cache.pages(0)[std::size_t(e / shape.page_size)]) * shape.page_size +
+                      e % shape.page_size);
+  }
+  std::size_t key_bytes() const {
+    const PagedCache& pc = cache.cache();
+    return std::size_t(pc.num_pages * pc.page_size * pc.kv_heads * pc.head_dim * element_size(pc.dtype));
+  }
+  // The cache's key pages equal `bytes`.
+  bool keys_equal(const std::vector<std::byte>& bytes) const {
+    return bytes.size() == key_bytes() && std::memcmp(bytes.data(), cache.cache().k, bytes.size()) == 0;
+  }
+};
+
 // Every append case once — 3 specs × 3 storages × 4 cache types × 2 layouts × 5 variants × near / far positions =
 // 720 — each under a SCOPED_TRACE naming it: fn(rope, case), one Rope per spec (the host run of the body and the
 // GPU runs of the kernel and of ropekit::cuda::append go through the same list).

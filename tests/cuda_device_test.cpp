@@ -478,29 +478,22 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
       for (const bool rerotate : {false, true}) {
         SCOPED_TRACE(::testing::Message()
                      << to_string(dtype) << " " << to_string(layout) << (rerotate ? " rerotate" : " shift"));
-        const std::int64_t kv = 2, d = 64, page_size = 4, n = 12;
-        PagedKvCache cache(rope, {.num_pages = 4,
-                                  .page_size = page_size,
-                                  .kv_heads = kv,
-                                  .dtype = dtype,
-                                  .layout = layout,
-                                  .k_scale = dtype == CacheDType::F8E4M3 ? 0.3f : 1.0f,
-                                  .max_sequences = 1});
-        cuda_cases::Memory k(std::size_t(n * kv * d) * 4, 31, DType::F32),
-            v(std::size_t(n * kv * d) * 4, 32, DType::F32);
-        std::vector<std::int64_t> pos(n);
-        for (std::int64_t t = 0; t < n; ++t) pos[std::size_t(t)] = 100 + 3 * t;
-        const std::vector<std::int32_t> seq_of(n, 0);
-        cache.append(rope, seq_of,
-                     {.k = bshd(k.data(), DType::F32, 1, n, kv, d),
-                      .v = bshd(v.data(), DType::F32, 1, n, kv, d),
-                      .positions = positions(pos)});
+        const std::int64_t kv = 2, d = 64, n = 12;
+        std::vector<std::int64_t> at(n);
+        for (std::int64_t t = 0; t < n; ++t) at[std::size_t(t)] = 100 + 3 * t;
+        cuda_cases::FilledCache filled(rope,
+                                       {.num_pages = 4,
+                                        .page_size = 4,
+                                        .kv_heads = kv,
+                                        .dtype = dtype,
+                                        .layout = layout,
+                                        .k_scale = dtype == CacheDType::F8E4M3 ? 0.3f : 1.0f,
+                                        .max_sequences = 1},
+                                       at, 31);
+        PagedKvCache& cache = filled.cache;
         const PagedCache& pc = cache.cache();
-        const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * kv * d * element_size(dtype));
-        std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
-        std::vector<std::int64_t> slots;
-        for (std::int64_t e = 0; e < n; ++e)
-          slots.push_back(std::int64_t(cache.pages(0)[std::size_t(e / page_size)]) * page_size + e % page_size);
+        std::vector<std::byte>& mine = filled.keys;
+        const std::vector<std::int64_t>&pos = filled.positions, &slots = filled.slots;
         std::vector<float> rows(std::size_t(n * kv * d));
         const auto turns = [&](const Rope& r, std::span<const std::int64_t> at, Direction direction) {
           return r.prepare(
@@ -536,7 +529,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
         ASSERT_EQ(cuda::launch_kshift(s, nullptr, 96), 0);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         m.copies.front()->back(mine.data());
-        ASSERT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0);
+        ASSERT_TRUE(filled.keys_equal(mine));
         ++ran;
       }
     }
@@ -546,20 +539,14 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
   {
     const Rope plain(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
     const cuda::DeviceRope gpu(plain, 0, 0);
-    PagedKvCache cpu(plain,
-                     {.num_pages = 4, .page_size = 4, .kv_heads = 2, .dtype = CacheDType::BF16, .max_sequences = 1});
-    cuda_cases::Memory kk(12 * 2 * 64 * 4, 51, DType::F32), vv(12 * 2 * 64 * 4, 52, DType::F32);
-    std::vector<std::int64_t> pos(12);
-    for (std::int64_t t = 0; t < 12; ++t) pos[std::size_t(t)] = 500 + t;
-    cpu.append(plain, std::vector<std::int32_t>(12, 0),
-               {.k = bshd(kk.data(), DType::F32, 1, 12, 2, 64),
-                .v = bshd(vv.data(), DType::F32, 1, 12, 2, 64),
-                .positions = positions(pos)});
+    std::vector<std::int64_t> at(12);
+    for (std::int64_t t = 0; t < 12; ++t) at[std::size_t(t)] = 500 + t;
+    cuda_cases::FilledCache filled(
+        plain, {.num_pages = 4, .page_size = 4, .kv_heads = 2, .dtype = CacheDType::BF16, .max_sequences = 1}, at, 51);
+    PagedKvCache& cpu = filled.cache;
     const PagedCache& pc = cpu.cache();
-    const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * 2 * 64 * 2);
-    std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
-    std::vector<std::int64_t> slots;
-    for (std::int64_t e = 0; e < 12; ++e) slots.push_back(std::int64_t(cpu.pages(0)[std::size_t(e / 4)]) * 4 + e % 4);
+    std::vector<std::byte>& mine = filled.keys;
+    std::vector<std::int64_t>& slots = filled.slots;
     cpu.seq_add(0, -1, -1, -77);
     Mirror m;
     m.add(mine.data(), mine.size());
@@ -571,7 +558,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     cuda::shift(gpu, dc, {m.map(slots.data()), IndexType::I64, 12}, -77, {.device = 0, .stream = nullptr});
     gpu.check({.device = 0, .stream = nullptr});
     m.copies.front()->back(mine.data());
-    EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::shift";
+    EXPECT_TRUE(filled.keys_equal(mine)) << "ropekit::cuda::shift";
   }
   // The public device re-rotation: a dynamic-NTK rope's table grown from 16 to 4096 positions (a new plan) applied to
   // an fp8 cache, against PagedKvCache::rerotate's; then a slot past the cache, reported on to's error word.
@@ -583,25 +570,22 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
                     .scaling = scaling::DynamicNtk{.factor = 2.0, .max_position_embeddings = 32}};
     const Rope rope(spec, AngleMode::Accurate, 16), grown(spec, AngleMode::Accurate, 4096);
     const cuda::DeviceRope from(rope, 0, 16), to(grown, 0, 64);
-    PagedKvCache cpu(rope, {.num_pages = 4,
-                            .page_size = 4,
-                            .kv_heads = 2,
-                            .dtype = CacheDType::F8E4M3,
-                            .layout = PageLayout::HND,
-                            .k_scale = 0.3f,
-                            .max_sequences = 1});
-    cuda_cases::Memory kk(12 * 2 * 64 * 4, 53, DType::F32), vv(12 * 2 * 64 * 4, 54, DType::F32);
-    std::vector<std::int64_t> pos(12);
-    for (std::int64_t t = 0; t < 12; ++t) pos[std::size_t(t)] = 30 + 5 * t;
-    cpu.append(rope, std::vector<std::int32_t>(12, 0),
-               {.k = bshd(kk.data(), DType::F32, 1, 12, 2, 64),
-                .v = bshd(vv.data(), DType::F32, 1, 12, 2, 64),
-                .positions = positions(pos)});
+    std::vector<std::int64_t> at(12);
+    for (std::int64_t t = 0; t < 12; ++t) at[std::size_t(t)] = 30 + 5 * t;
+    cuda_cases::FilledCache filled(rope,
+                                   {.num_pages = 4,
+                                    .page_size = 4,
+                                    .kv_heads = 2,
+                                    .dtype = CacheDType::F8E4M3,
+                                    .layout = PageLayout::HND,
+                                    .k_scale = 0.3f,
+                                    .max_sequences = 1},
+                                   at, 53);
+    PagedKvCache& cpu = filled.cache;
     const PagedCache& pc = cpu.cache();
-    const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * 2 * 64);
-    std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
-    std::vector<std::int64_t> slots;
-    for (std::int64_t e = 0; e < 12; ++e) slots.push_back(std::int64_t(cpu.pages(0)[std::size_t(e / 4)]) * 4 + e % 4);
+    std::vector<std::byte>& mine = filled.keys;
+    std::vector<std::int64_t>& slots = filled.slots;
+    const std::vector<std::int64_t>& pos = filled.positions;
     ASSERT_TRUE(cpu.rerotate(0, rope, grown));
     Mirror m;
     m.add(mine.data(), mine.size());
@@ -616,7 +600,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
                    stream);
     to.check(stream);
     m.copies.front()->back(mine.data());
-    EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0) << "ropekit::cuda::rerotate";
+    EXPECT_TRUE(filled.keys_equal(mine)) << "ropekit::cuda::rerotate";
     // Refused on the host, naming what: positions of another count, a rope pairing its lanes otherwise.
     EXPECT_ERROR(cuda::rerotate(from, to, dc, {m.map(slots.data()), IndexType::I64, 12},
                                 {m.map(pos.data()), IndexType::I64, 11}, stream),

@@ -481,23 +481,19 @@ TEST(CudaHost, KShiftBodyWithTheDeviceApisInputs) {
   const Spec spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half};
   const Rope rope(spec);
   const std::int64_t kv = 2, d = 64, page_size = 4, n = 9;
-  PagedKvCache cache(rope, {.num_pages = 4,
-                            .page_size = page_size,
-                            .kv_heads = kv,
-                            .dtype = CacheDType::F16,
-                            .layout = PageLayout::HND,
-                            .max_sequences = 1});
-  Memory k(std::size_t(n * kv * d) * 4, 41, DType::F32), v(std::size_t(n * kv * d) * 4, 42, DType::F32);
-  std::vector<std::int64_t> pos(n);
-  for (std::int64_t t = 0; t < n; ++t) pos[std::size_t(t)] = 300 + t;
-  const std::vector<std::int32_t> seq_of(n, 0);
-  cache.append(rope, seq_of,
-               {.k = bshd(k.data(), DType::F32, 1, n, kv, d),
-                .v = bshd(v.data(), DType::F32, 1, n, kv, d),
-                .positions = positions(pos)});
+  std::vector<std::int64_t> at(n);
+  for (std::int64_t t = 0; t < n; ++t) at[std::size_t(t)] = 300 + t;
+  FilledCache filled(rope,
+                     {.num_pages = 4,
+                      .page_size = page_size,
+                      .kv_heads = kv,
+                      .dtype = CacheDType::F16,
+                      .layout = PageLayout::HND,
+                      .max_sequences = 1},
+                     at, 41);
+  PagedKvCache& cache = filled.cache;
   const PagedCache& pc = cache.cache();
-  const std::size_t bytes = std::size_t(pc.num_pages * pc.page_size * kv * d * 2);
-  std::vector<std::byte> mine(static_cast<const std::byte*>(pc.k), static_cast<const std::byte*>(pc.k) + bytes);
+  std::vector<std::byte>& mine = filled.keys;
   std::vector<std::int32_t> slots;
   for (std::int64_t e = 2; e < 7; ++e) slots.push_back(cache.pages(0)[std::size_t(e / page_size)] * 4 + int(e % 4));
   slots.insert(slots.begin() + 2, -1);  // skipped
@@ -524,7 +520,7 @@ TEST(CudaHost, KShiftBodyWithTheDeviceApisInputs) {
   for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
     for (int t = 0; t < 96; ++t) cuda::kshift_thread(shape, b, t, 96);
   EXPECT_EQ(error, slots.size());  // the last entry's index + 1
-  EXPECT_TRUE(std::memcmp(mine.data(), pc.k, bytes) == 0);
+  EXPECT_TRUE(filled.keys_equal(mine));
 }
 
 }  // namespace
