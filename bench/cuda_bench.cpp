@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/host_grid.hpp"  // the access width, to compare widths
 #include "ropekit/append.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
@@ -138,6 +139,19 @@ int main(int argc, char** argv) {
           4095);
     }
   }
+  // The access width (detail::choose_vector): FlashInfer's shape with each thread's runs of pairs capped at one
+  // element per access and at 8 bytes (the rows above: the launch's choice, up to 16).
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+    const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
+    for (const DType dtype : {DType::BF16, DType::F32}) {
+      for (const int bytes : {static_cast<int>(element_size(dtype)), 8}) {
+        detail::set_cuda_max_access_bytes(bytes);
+        run(fmt::format("prefill 2x8192 {} {} table, accesses <= {} B", to_string(dtype), to_string(pairing), bytes),
+            rope, 65536, dtype, 2, 8192, 0);
+      }
+    }
+  }
+  detail::set_cuda_max_access_bytes(cuda::kMaxAccessBytes);
   // The fused rotate-and-append (ropekit::cuda::append): bf16 q rotated in place, bf16 k rotated into a bf16 NHD
   // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
   // v each read once and written once (to the cache for k and v).

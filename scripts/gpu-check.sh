@@ -56,7 +56,8 @@ step configure cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DROP
 step build cmake --build build/gpu --target cuda_device_test cuda_host_test cuda_bench || { tail -40 "$out/build.log"; exit 1; }
 step host ctest --test-dir build/gpu -R CudaHost --output-on-failure -V
 step device ctest --test-dir build/gpu -L cuda --output-on-failure -V --timeout 120
-# ROPEKIT_GPU_QUICK=1: the tests and the benchmark only (a rerun after a fix, when device minutes are short).
+# ROPEKIT_GPU_QUICK=1: the tests and the benchmark only (a rerun after a fix, when device minutes are short);
+# ROPEKIT_GPU_TORCH=0: everything but the PyTorch peers.
 quick=${ROPEKIT_GPU_QUICK:-0}
 if [ "$quick" = 1 ]; then
   echo "memcheck     skipped (ROPEKIT_GPU_QUICK=1)" | tee -a "$summary"
@@ -67,8 +68,8 @@ else
 fi
 step bench timeout 240 build/gpu/bench/cuda_bench --json "$out/cuda_bench.json"
 # The peers on the same GPU: Hugging Face's expression in PyTorch, eager and torch.compile (the device image's torch).
-if [ "$quick" = 1 ]; then
-  echo "torch        skipped (ROPEKIT_GPU_QUICK=1)" | tee -a "$summary"
+if [ "$quick" = 1 ] || [ "${ROPEKIT_GPU_TORCH:-1}" = 0 ]; then
+  echo "torch        skipped (ROPEKIT_GPU_QUICK=1 or ROPEKIT_GPU_TORCH=0)" | tee -a "$summary"
 elif python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
   step torch timeout 300 python3 bench/python/bench_cuda_torch.py --json "$out/torch_bench.json"
 else

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "lib/cases.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace ropekit::cuda_cases {
@@ -211,6 +212,22 @@ void for_each_append_case(F&& fn) {
       }
     }
   }
+}
+
+// The rotation cases the CUDA kernel runs: the case table's, and each strided case again with rows packed and aligned
+// (bshd), so that the runs of pairs a thread reads with one access (2 to 16 bytes: choose_vector) meet every spec,
+// dtype, direction and placement the strided ones cover — those have gaps that allow only one element per access.
+inline std::vector<cases::Case> rotation_cases() {
+  std::vector<cases::Case> out;
+  for (const cases::Case& c : cases::eval_cases()) {
+    if (c.op != cases::Op::Rotate) continue;
+    out.push_back(c);
+    if (c.layout == cases::Layout::Strided) {
+      out.push_back(c);
+      out.back().layout = cases::Layout::Bshd;
+    }
+  }
+  return out;
 }
 
 }  // namespace ropekit::cuda_cases

@@ -6,10 +6,12 @@
 // page layouts, slot mappings and page tables, live keys, QK-norm (per head and across heads), MLA entries and
 // M-RoPE, every byte of every buffer compared, guards included. No GPU or CUDA toolkit is needed: the same bodies
 // compile under nvcc.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <random>
 #include <vector>
@@ -85,10 +87,10 @@ TEST(CudaHost, Fp8CodecEqualsTheLibrarysOnEveryPattern) {
 
 TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
   int ran = 0, skipped = 0;
+  std::map<int, int> widths;  // runs by the access width chosen (bytes)
   std::uint32_t seed = 0;
-  for (const cases::Case& c : cases::eval_cases()) {
+  for (const cases::Case& c : cuda_cases::rotation_cases()) {
     ++seed;
-    if (c.op != cases::Op::Rotate) continue;
     SCOPED_TRACE(c.name());
     cases::Workload want(c, seed);
     const RotateCall reference = want.prepare();
@@ -96,16 +98,22 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
     // Blocks of 96 threads: not a multiple of any case's pair count, so blocks straddle rows and the last block is
     // partial. Head groups: the launch's choice (these small cases: one row per thread), one group (a thread turns
     // every row of its token, kRowsInFlight at a time) and three (rows h ≡ group mod 3).
+    // Access widths: the launch's choice (up to 16 bytes), at most 8 and 4 bytes, and one element per access.
     bool supported = true;
     for (const std::int64_t head_groups : {0, 1, 3}) {
-      SCOPED_TRACE(head_groups);
-      cases::Workload got(c, seed);
-      const RotateCall call = got.prepare();
-      if (!detail::rotate_on_host_grid(call.job(), 96, head_groups)) {
-        supported = false;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table is used there)
-        break;
+      for (const int max_bytes : {16, 8, 4, 1}) {
+        SCOPED_TRACE(fmt::format("head groups {}, accesses of at most {} bytes", head_groups, max_bytes));
+        cases::Workload got(c, seed);
+        const RotateCall call = got.prepare();
+        int bytes = 0;
+        if (!detail::rotate_on_host_grid(call.job(), 96, head_groups, max_bytes, &bytes)) {
+          supported = false;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table there)
+          break;
+        }
+        ++widths[bytes];
+        same_bits::expect_same_rotation(got, want);
       }
-      same_bits::expect_same_rotation(got, want);
+      if (!supported) break;
     }
     if (!supported) {
       ++skipped;
@@ -117,7 +125,10 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
       "CUDA body on the host: %d cases (table and accurate on-the-fly angles) equal the reference; %d "
       "HfCompat-on-the-fly cases left to the CPU\n",
       ran, skipped);
-  EXPECT_GT(ran, 600);
+  for (const auto& [bytes, runs] : widths) std::printf("  accesses of %2d bytes: %d runs\n", bytes, runs);
+  EXPECT_GT(ran, 900);
+  // Every access width a GPU can make is exercised: 2 and 4 (one element), 8 and 16 (runs of pairs).
+  for (const int bytes : {2, 4, 8, 16}) EXPECT_GT(widths[bytes], 300) << bytes << "-byte accesses";
 }
 
 // ---- what the device API adds to the rotation body --------------------------------------------------------------
@@ -235,8 +246,7 @@ TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
       for (int step = 0; step < 8; ++step, x = std::nextafter(x, 1e30f)) {
         for (const float v : {x, -x}) {
           std::uint8_t got = 0;
-          cuda::to_cache(shape, cuda::Storage::F32, reinterpret_cast<const char*>(&v), scale,
-                         reinterpret_cast<char*>(&got));
+          cuda::to_cache(shape, cuda::Storage::F32, cuda::bits_of(v), scale, reinterpret_cast<char*>(&got));
           ASSERT_EQ(got, float_to_e4m3(v / scale)) << v << " / " << scale;
           ++checked;
         }
@@ -298,8 +308,7 @@ TEST(CudaHost, AppendBodyWithTheDeviceApisInputs) {
       shape.add_weight_offset = true;
       shape.weight_offset = got.args.norm.weight_offset;
     }
-    for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
-      for (int t = 0; t < 96; ++t) cuda::append_thread(shape, b, t, 96);
+    detail::run_append_on_host(shape, 96);
     EXPECT_EQ(error, 5u);
     const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
                                                                        {"k", &AppendBuffers::k},
@@ -372,8 +381,7 @@ TEST(CudaHost, AppendBodyReadsAPageTable) {
                    std::int64_t(got.indices.size())};
     unsigned long long error = 0;
     shape.rot.error = &error;
-    for (std::int64_t b = 0; b * 96 < shape.threads(); ++b)
-      for (int t = 0; t < 96; ++t) cuda::append_thread(shape, b, t, 96);
+    detail::run_append_on_host(shape, 96);
     EXPECT_EQ(error, spoiled.empty() ? 0u : static_cast<unsigned long long>(spoiled.front() + 1));
     const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
                                                                        {"q_out", &AppendBuffers::q_out},

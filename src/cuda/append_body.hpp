@@ -2,10 +2,12 @@
 // explicit block and thread indices, like the rotation's (rotate_body.hpp).
 //
 // The launch grid is four segments, one after the other:
-//   pairs   one thread per (token, row, pair) for the rows that are not QK-normed: a query row's pair rotated into
-//           q_out (or in place); a key row's pair rotated, rounded to k's storage type (the live key, kept in k_out
-//           when given), then converted to the cache type and stored in the token's key entry; pair j also carries
-//           the pass-through lanes rotary_dim + j, + 2·pairs, ... of its row.
+//   pairs   one thread per (token, head group, pair) for the key rows that are not QK-normed: a key row's pair
+//           rotated, rounded to k's storage type (the live key, kept in k_out when given), then converted to the
+//           cache type and stored in the token's key entry; pair j also carries the pass-through lanes
+//           rotary_dim + j, + 2·pairs, ... of its row.
+// Queries that are not QK-normed are rotated by the rotation kernel itself (query_rotation), launched beside this
+// grid: its wide accesses run at most of the copy bandwidth, which a body mixing queries and keys did not reach.
 //   normed  one thread per (token, tensor, norm group) for QK-normed heads: the RMSNorm's sum of squares in double in
 //           lane order (the CPU's order: a parallel reduction would round differently), then each head's lanes
 //           normed, rotated in float32 and rounded once — the CPU path's bits (AppendCall, QkNorm).
@@ -73,12 +75,18 @@ struct AppendShape {
   float eps = 1e-6f;
   bool across_heads = false;
 
-  ROPEKIT_HD std::int64_t pair_q_heads() const { return q_weight != nullptr ? 0 : rot.q_heads; }
+  // Queries that are not QK-normed are the rotation kernel's work (query_rotation: its launch, the same bits), with
+  // its choice of access width and head groups made on the host (choose_vector).
+  ROPEKIT_HD bool rotates_queries() const { return q_weight == nullptr && rot.q_heads > 0; }
+  int q_vector_pairs = 1;
+  bool q_adjacent = false;
+  std::int64_t q_head_groups = 1;
+  // Key rows that are not QK-normed: one thread per (token, head group, pair), the rows of a token split into
+  // pair_groups interleaved sets (rotate_body.hpp's head groups).
   ROPEKIT_HD std::int64_t pair_k_heads() const { return k_weight != nullptr ? 0 : rot.k_heads; }
-  // The pair rows of a token split into pair_groups interleaved sets (rotate_body.hpp's head groups).
   std::int64_t pair_groups = 1;
   ROPEKIT_HD std::int64_t pair_threads() const {
-    return pair_q_heads() + pair_k_heads() == 0 ? 0 : rot.tokens * pair_groups * rot.pairs;
+    return pair_k_heads() == 0 ? 0 : rot.tokens * pair_groups * rot.pairs;
   }
   ROPEKIT_HD std::int64_t q_groups() const {
     return q_weight == nullptr || rot.q_heads == 0 ? 0 : across_heads ? 1 : rot.q_heads;
@@ -90,6 +98,18 @@ struct AppendShape {
   ROPEKIT_HD std::int64_t nope_threads() const { return k_nope.data == nullptr ? 0 : rot.tokens * k_nope_dim; }
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
 };
+
+// The rotation of the queries that are not QK-normed, in place or into q_out: the rotation kernel's shape over q's
+// heads alone (rotates_queries()).
+ROPEKIT_HD RotateShape query_rotation(const AppendShape& a) {
+  RotateShape q = a.rot;
+  q.k_heads = 0;
+  q.k_in = q.k_out = View{};
+  q.vector_pairs = a.q_vector_pairs;
+  q.adjacent = a.q_adjacent;
+  q.head_groups = a.q_head_groups;
+  return q;
+}
 
 // Token t's slot through the page table, as prepare_append resolves it (fill_slots); −1 for anything the host would
 // refuse there — a batch index outside the batch, indptr out of order or past the indices, a last page length
@@ -130,18 +150,46 @@ ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
   return slot;
 }
 
-// One element of storage type `from` (its bits at src) into the cache's type at dst.
-ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, const char* src, float scale, char* dst) {
+// An element's bits held in a register (a float32's, or a 16-bit type's in the low half): the body passes elements
+// between its steps as these, never through a local array whose address is taken — on a GPU such an array lives in
+// local memory, which held the fused append at 0.15 of the copy bandwidth on an H100.
+ROPEKIT_HD std::uint32_t read_bits(const char* p, int size) {
+  if (size == 4) return load_raw<std::uint32_t>(p);
+  if (size == 2) return load_raw<std::uint16_t>(p);
+  return static_cast<std::uint8_t>(*p);
+}
+
+ROPEKIT_HD void write_bits(char* p, std::uint32_t bits, int size) {
+  if (size == 4) {
+    store_raw(p, bits);
+  } else if (size == 2) {
+    store_raw(p, static_cast<std::uint16_t>(bits));
+  } else {
+    *p = static_cast<char>(bits);
+  }
+}
+
+// x rounded once to storage st, as bits; and bits of st widened exactly.
+ROPEKIT_HD std::uint32_t bits_as(Storage st, float x) {
+  return st == Storage::F32 ? bits_of(x) : st == Storage::BF16 ? bf16_store(x) : f16_store(x);
+}
+ROPEKIT_HD float float_from(Storage st, std::uint32_t bits) {
+  return st == Storage::F32    ? float_of(bits)
+         : st == Storage::BF16 ? bf16_load(static_cast<std::uint16_t>(bits))
+                               : f16_load(static_cast<std::uint16_t>(bits));
+}
+
+// One element of storage type `from` (its bits) into the cache's type at dst.
+ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, std::uint32_t bits, float scale, char* dst) {
   if (a.cache != CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(from)) {
-    copy_element(dst, src, storage_size(from));
+    write_bits(dst, bits, storage_size(from));
     return;
   }
-  const float x = load_as(from, src);  // exact
+  const float x = float_from(from, bits);  // exact
   if (a.cache == CacheStorage::E4M3) {
-    const std::uint8_t e = e4m3_store(fdiv(x, scale));
-    std::memcpy(dst, &e, 1);
+    write_bits(dst, e4m3_store(fdiv(x, scale)), 1);
   } else {
-    store_as(static_cast<Storage>(a.cache), dst, x);
+    write_bits(dst, bits_as(static_cast<Storage>(a.cache), x), a.cache_element_size);
   }
 }
 
@@ -157,77 +205,68 @@ ROPEKIT_HD char* entry(const AppendShape& a, char* base, std::int64_t slot, std:
   return base + (e + lane) * a.cache_element_size;
 }
 
-ROPEKIT_HD char* row(const View& v, const RotateShape& s, std::int64_t token, std::int64_t head, int element_size) {
-  const std::int64_t b = token / s.seq, t = token % s.seq;
-  return v.data + (b * v.batch_stride + t * v.seq_stride + head * v.head_stride) * element_size;
+// A token's (sequence, index in it): found once per thread, not per element (a 64-bit division is dozens of
+// instructions on a GPU).
+struct TokenAt {
+  std::int64_t b, t;
+  ROPEKIT_HD TokenAt(const RotateShape& s, std::int64_t token) : b(token / s.seq), t(token % s.seq) {}
+};
+
+ROPEKIT_HD char* row(const View& v, TokenAt at, std::int64_t head, int element_size) {
+  return v.data + (at.b * v.batch_stride + at.t * v.seq_stride + head * v.head_stride) * element_size;
 }
 
-// A key element rotated (or as given) in k's storage, at `bits`: kept in k_out and stored in the entry.
-ROPEKIT_HD void put_key(const AppendShape& a, std::int64_t token, std::int64_t head, std::int64_t slot, int lane,
-                        const char* bits) {
+// A key element rotated (or as given) in k's storage, as bits: kept in k_out and stored in the entry.
+ROPEKIT_HD void put_key(const AppendShape& a, TokenAt at, std::int64_t head, std::int64_t slot, int lane,
+                        std::uint32_t bits) {
   const int es = a.rot.element_size;
-  if (a.keep_k) copy_element(row(a.k_out, a.rot, token, head, es) + lane * es, bits, es);
+  if (a.keep_k) write_bits(row(a.k_out, at, head, es) + lane * es, bits, es);
   if (slot >= 0)
     to_cache(a, a.rot.storage, bits, a.k_scale, entry(a, a.cache_k, slot, head, a.key_lanes, a.k_offset + lane));
 }
 
-// Pair j of the rows h ≡ group (mod pair_groups) of its token — its query rows, then its key rows — as the rotation
-// kernel does them (rotate_body.hpp): coefficients once, kRowsInFlight rows' loads issued before their stores.
+// Pair j of the key rows h ≡ group (mod pair_groups) of its token, as the rotation kernel turns rows
+// (rotate_body.hpp): coefficients once, kRowsInFlight rows' loads issued before their stores; each element rounded
+// to k's storage (the live key, kept in k_out when given), then converted into the token's key entry.
 ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
   const RotateShape& s = a.rot;
-  const std::int64_t qh = a.pair_q_heads(), heads = qh + a.pair_k_heads();
+  const std::int64_t heads = a.pair_k_heads();
   const int j = static_cast<int>(g % s.pairs);
   const std::int64_t r = g / s.pairs;
   const std::int64_t token = r / a.pair_groups, group = r % a.pair_groups;
-  const int es = s.element_size, la = s.lane_a[j], lb = s.lane_b[j];
-  // A key row writes its entry when the token has a slot, and its live key when k_out is kept.
-  std::int64_t first_key = group;
-  while (first_key < qh) first_key += a.pair_groups;
-  const bool key_rows = first_key < heads;
-  const std::int64_t slot = key_rows ? slot_of(a, token) : -1;
-  // Coefficients where a row of the thread is turned (a query row, or a key that is written rotated); a position that
-  // cannot be rotated leaves those rows unwritten, as it leaves the rotation's.
+  const std::int64_t slot = slot_of(a, token);
+  if (slot < 0 && !a.keep_k) return;  // nothing of this token's keys is written
+  // A position that cannot be rotated leaves the rows unwritten, as it leaves the rotation's.
   float c = 1.0f, sn = 0.0f;
-  bool turn = false;
-  if (group < qh || (key_rows && a.rotate_keys && (slot >= 0 || a.keep_k))) turn = coefficients(s, token, j, c, sn);
+  if (a.rotate_keys && !coefficients(s, token, j, c, sn)) return;
+  const TokenAt at(s, token);
+  const int es = s.element_size, la = s.lane_a[j], lb = s.lane_b[j];
   for (std::int64_t h0 = group; h0 < heads; h0 += kRowsInFlight * a.pair_groups) {
-    float xa[kRowsInFlight], xb[kRowsInFlight];
-    int n = 0;
-    for (std::int64_t h = h0; n < kRowsInFlight && h < heads; h += a.pair_groups, ++n) {
-      const char* src = h < qh ? row(s.q_in, s, token, h, es) : row(s.k_in, s, token, h - qh, es);
-      xa[n] = load_as(s.storage, src + la * es);
-      xb[n] = load_as(s.storage, src + lb * es);
-    }
-    for (int i = 0; i < n; ++i) {
+    // Compile-time row indices (unrolled) keep the rows' bits in registers.
+    std::uint32_t bits_a[kRowsInFlight], bits_b[kRowsInFlight];
+    ROPEKIT_UNROLL
+    for (int i = 0; i < kRowsInFlight; ++i) {
       const std::int64_t h = h0 + i * a.pair_groups;
-      if (h < qh) {  // a query row
-        if (!turn) continue;
-        const char* src = row(s.q_in, s, token, h, es);
-        char* dst = row(s.q_out, s, token, h, es);
-        store_as(s.storage, dst + la * es, fma(xa[i], c, -fmul(xb[i], sn)));
-        store_as(s.storage, dst + lb * es, fma(xb[i], c, fmul(xa[i], sn)));
-        if (dst != src) {
-          for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-            copy_element(dst + lane * es, src + lane * es, es);
-        }
-        continue;
+      if (h >= heads) break;
+      const char* src = row(s.k_in, at, h, es);
+      bits_a[i] = read_bits(src + la * es, es);
+      bits_b[i] = read_bits(src + lb * es, es);
+    }
+    ROPEKIT_UNROLL
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      const std::int64_t h = h0 + i * a.pair_groups;
+      if (h >= heads) break;
+      std::uint32_t ya = bits_a[i], yb = bits_b[i];
+      if (a.rotate_keys) {  // rounded to k's storage: the live key's bits
+        const float xa = float_from(s.storage, ya), xb = float_from(s.storage, yb);
+        ya = bits_as(s.storage, fma(xa, c, -fmul(xb, sn)));
+        yb = bits_as(s.storage, fma(xb, c, fmul(xa, sn)));
       }
-      if (slot < 0 && !a.keep_k) continue;  // nothing of this key is written
-      if (a.rotate_keys && !turn) continue;
-      const std::int64_t head = h - qh;
-      const char* src = row(s.k_in, s, token, head, es);
-      alignas(4) char bits_a[4], bits_b[4];
-      if (a.rotate_keys) {
-        store_as(s.storage, bits_a, fma(xa[i], c, -fmul(xb[i], sn)));  // rounded to k's storage: the live key's bits
-        store_as(s.storage, bits_b, fma(xb[i], c, fmul(xa[i], sn)));
-      } else {
-        copy_element(bits_a, src + la * es, es);
-        copy_element(bits_b, src + lb * es, es);
-      }
-      put_key(a, token, head, slot, la, bits_a);
-      put_key(a, token, head, slot, lb, bits_b);
+      put_key(a, at, h, slot, la, ya);
+      put_key(a, at, h, slot, lb, yb);
+      const char* src = row(s.k_in, at, h, es);
       for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-        put_key(a, token, head, slot, lane, src + lane * es);
+        put_key(a, at, h, slot, lane, read_bits(src + lane * es, es));
     }
   }
 }
@@ -238,6 +277,7 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   const RotateShape& s = a.rot;
   const std::int64_t per_token = a.q_groups() + a.k_groups();
   const std::int64_t token = g / per_token, u = g % per_token;
+  const TokenAt at(s, token);
   const bool is_q = u < a.q_groups();
   const std::int64_t group = is_q ? u : u - a.q_groups();
   const std::int64_t first = a.across_heads ? 0 : group,
@@ -249,7 +289,7 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   if (!is_q && slot < 0 && !a.keep_k) return;
   double sum = 0.0;  // float products are exact in double; the sum is rounded in lane order, as the CPU's loop
   for (std::int64_t h = first; h < last; ++h) {
-    const char* src = row(in, s, token, h, es);
+    const char* src = row(in, at, h, es);
     for (int l = 0; l < d; ++l) {
       const double x = load_as(s.storage, src + l * es);
       sum = dadd(sum, dmul(x, x));
@@ -258,21 +298,20 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   const double lanes = static_cast<double>((last - first) * d);
   const float r = static_cast<float>(ddiv(1.0, dsqrt(dadd(ddiv(sum, lanes), static_cast<double>(a.eps)))));
   for (std::int64_t h = first; h < last; ++h) {
-    const char* src = row(in, s, token, h, es);
+    const char* src = row(in, at, h, es);
     const std::int64_t w0 = a.across_heads ? (h - first) * d : 0;
     const auto normed = [&](int l) {
       return fmul(fmul(load_as(s.storage, src + l * es), r),
                   a.add_weight_offset ? fadd(weight[w0 + l], a.weight_offset) : weight[w0 + l]);
     };
-    char* dst = is_q ? row(s.q_out, s, token, h, es) : nullptr;
+    char* dst = is_q ? row(s.q_out, at, h, es) : nullptr;
     // Pass-through lanes first: the pairs' lanes are then the only ones read after being written in place.
     for (int l = s.rotary_dim; l < d; ++l) {
-      alignas(4) char bits[4];
-      store_as(s.storage, bits, normed(l));
+      const std::uint32_t bits = bits_as(s.storage, normed(l));
       if (is_q) {
-        copy_element(dst + l * es, bits, es);
+        write_bits(dst + l * es, bits, es);
       } else {
-        put_key(a, token, h, slot, l, bits);
+        put_key(a, at, h, slot, l, bits);
       }
     }
     for (int j = 0; j < s.pairs; ++j) {
@@ -280,15 +319,14 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
       if (!coefficients(s, token, j, c, sn)) return;
       const int la = s.lane_a[j], lb = s.lane_b[j];
       const float xa = normed(la), xb = normed(lb);
-      alignas(4) char bits_a[4], bits_b[4];
-      store_as(s.storage, bits_a, fma(xa, c, -fmul(xb, sn)));
-      store_as(s.storage, bits_b, fma(xb, c, fmul(xa, sn)));
+      const std::uint32_t bits_a = bits_as(s.storage, fma(xa, c, -fmul(xb, sn)));
+      const std::uint32_t bits_b = bits_as(s.storage, fma(xb, c, fmul(xa, sn)));
       if (is_q) {
-        copy_element(dst + la * es, bits_a, es);
-        copy_element(dst + lb * es, bits_b, es);
+        write_bits(dst + la * es, bits_a, es);
+        write_bits(dst + lb * es, bits_b, es);
       } else {
-        put_key(a, token, h, slot, la, bits_a);
-        put_key(a, token, h, slot, lb, bits_b);
+        put_key(a, at, h, slot, la, bits_a);
+        put_key(a, at, h, slot, lb, bits_b);
       }
     }
   }
@@ -303,30 +341,61 @@ ROPEKIT_HD void lane_thread(const AppendShape& a, std::int64_t g, int lanes, con
   const int lane = static_cast<int>(g % lanes);
   const std::int64_t slot = slot_of(a, token);
   if (slot < 0) return;
+  const TokenAt at(a.rot, token);
   const int es = storage_size(storage);
   for (std::int64_t h0 = 0; h0 < a.kv_heads; h0 += kRowsInFlight) {
-    alignas(4) char bits[kRowsInFlight][4];
-    const int n = static_cast<int>(a.kv_heads - h0 < kRowsInFlight ? a.kv_heads - h0 : kRowsInFlight);
-    for (int i = 0; i < n; ++i) copy_element(bits[i], row(src, a.rot, token, h0 + i, es) + lane * es, es);
-    for (int i = 0; i < n; ++i)
-      to_cache(a, storage, bits[i], scale, entry(a, base, slot, h0 + i, entry_lanes, first + lane));
+    std::uint32_t bits[kRowsInFlight];
+    ROPEKIT_UNROLL
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      if (h0 + i < a.kv_heads) bits[i] = read_bits(row(src, at, h0 + i, es) + lane * es, es);
+    }
+    ROPEKIT_UNROLL
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      if (h0 + i < a.kv_heads)
+        to_cache(a, storage, bits[i], scale, entry(a, base, slot, h0 + i, entry_lanes, first + lane));
+    }
   }
 }
 
-// The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
-ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
-  std::int64_t g = block * block_dim + thread;
-  if (g < a.pair_threads()) return pair_thread(a, g);
-  g -= a.pair_threads();
-  if (g < a.norm_threads()) return norm_thread(a, g);
-  g -= a.norm_threads();
-  if (g < a.value_threads()) {
-    return lane_thread(a, g, a.value_lanes, a.v, a.v_storage, a.v_scale, a.cache_v, a.value_lanes, 0);
+// The grid's segments. A GPU launches each as a kernel of its own (registers sized to that segment's body: the
+// double-precision norm would otherwise hold every thread of the launch to its count); the host runs them in order.
+enum class AppendPart : int { Pairs = 0, Norms = 1, Values = 2, Nope = 3 };
+
+ROPEKIT_HD std::int64_t part_threads(const AppendShape& a, AppendPart p) {
+  switch (p) {
+    case AppendPart::Pairs: return a.pair_threads();
+    case AppendPart::Norms: return a.norm_threads();
+    case AppendPart::Values: return a.value_threads();
+    case AppendPart::Nope: return a.nope_threads();
   }
-  g -= a.value_threads();
-  if (g < a.nope_threads()) {
+  return 0;
+}
+
+// Thread g (< part_threads(a, P)) of segment P.
+template <AppendPart P>
+ROPEKIT_HD void append_part(const AppendShape& a, std::int64_t g) {
+  if constexpr (P == AppendPart::Pairs) {
+    pair_thread(a, g);
+  } else if constexpr (P == AppendPart::Norms) {
+    norm_thread(a, g);
+  } else if constexpr (P == AppendPart::Values) {
+    lane_thread(a, g, a.value_lanes, a.v, a.v_storage, a.v_scale, a.cache_v, a.value_lanes, 0);
+  } else {
     lane_thread(a, g, a.k_nope_dim, a.k_nope, a.k_nope_storage, a.k_scale, a.cache_k, a.key_lanes, a.k_nope_offset);
   }
+}
+
+// The work of thread `thread` of block `block` of one launch over the segments one after the other (blocks of
+// block_dim threads; threads past the grid's work return): the host's run of the grid.
+ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
+  std::int64_t g = block * block_dim + thread;
+  if (g < a.pair_threads()) return append_part<AppendPart::Pairs>(a, g);
+  g -= a.pair_threads();
+  if (g < a.norm_threads()) return append_part<AppendPart::Norms>(a, g);
+  g -= a.norm_threads();
+  if (g < a.value_threads()) return append_part<AppendPart::Values>(a, g);
+  g -= a.value_threads();
+  if (g < a.nope_threads()) append_part<AppendPart::Nope>(a, g);
 }
 
 }  // namespace ropekit::cuda

@@ -1,6 +1,8 @@
 // The host's run of the CUDA rotation body over the launch grid (host_grid.hpp).
 #include "cuda/host_grid.hpp"
 
+#include <cstdint>
+
 #include "rope/angles.hpp"
 #include "ropekit/table.hpp"
 
@@ -39,7 +41,62 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
   s.seq = job.seq;
   s.q_heads = job.q_heads;
   s.k_heads = job.k_heads;
-  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs, s.q_heads + s.k_heads);
+  choose_vector(map, s, cuda_max_access_bytes());
+  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, s.q_heads + s.k_heads);
+}
+
+namespace {
+
+int max_access = cuda::kMaxAccessBytes;
+
+// Whether pairs j0 … j0 + W − 1 of every run have the lanes a (W, adjacent) access reads: W consecutive a lanes and W
+// consecutive b lanes starting at multiples of W, or (adjacent) 2W lanes a, b, a, b, … from a multiple of 2W.
+bool runs_fit(const PairMap& map, int w, bool adjacent) {
+  const int pairs = map.num_pairs();
+  if (pairs % w != 0) return false;
+  for (int j0 = 0; j0 < pairs; j0 += w) {
+    const int a0 = map.lane_a[std::size_t(j0)], b0 = map.lane_b[std::size_t(j0)];
+    if (adjacent ? a0 % (2 * w) != 0 : (a0 % w != 0 || b0 % w != 0)) return false;
+    for (int i = 0; i < w; ++i) {
+      const int a = map.lane_a[std::size_t(j0 + i)], b = map.lane_b[std::size_t(j0 + i)];
+      if (adjacent ? (a != a0 + 2 * i || b != a0 + 2 * i + 1) : (a != a0 + i || b != b0 + i)) return false;
+    }
+  }
+  return true;
+}
+
+// Whether every row of view v starts on a multiple of `bytes`: its address and each stride that moves between its
+// rows (a batch stride with one sequence, a head stride with one head, a sequence stride with one token per
+// sequence move nowhere).
+bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t heads, int bytes) {
+  if (v.data == nullptr || heads == 0) return true;
+  const auto aligned = [&](std::int64_t stride) { return (stride * s.element_size) % bytes == 0; };
+  return reinterpret_cast<std::uintptr_t>(v.data) % std::uintptr_t(bytes) == 0 &&
+         (s.tokens <= s.seq || aligned(v.batch_stride)) && (s.seq <= 1 || aligned(v.seq_stride)) &&
+         (heads <= 1 || aligned(v.head_stride));
+}
+
+}  // namespace
+
+int cuda_max_access_bytes() { return max_access; }
+void set_cuda_max_access_bytes(int bytes) { max_access = bytes; }
+
+void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
+  s.vector_pairs = 1;
+  s.adjacent = false;
+  int best = s.element_size;
+  for (const int w : {1, 2, 4, 8}) {
+    for (const bool adjacent : {false, true}) {
+      const int bytes = (adjacent ? 2 * w : w) * s.element_size;
+      if (bytes <= best || bytes > max_bytes || bytes > cuda::kMaxAccessBytes || !runs_fit(map, w, adjacent)) continue;
+      if (!rows_aligned(s.q_in, s, s.q_heads, bytes) || !rows_aligned(s.q_out, s, s.q_heads, bytes) ||
+          !rows_aligned(s.k_in, s, s.k_heads, bytes) || !rows_aligned(s.k_out, s, s.k_heads, bytes))
+        continue;
+      best = bytes;
+      s.vector_pairs = w;
+      s.adjacent = adjacent;
+    }
+  }
 }
 
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
@@ -65,11 +122,18 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
   return true;
 }
 
-bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_groups) {
+bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_groups, int max_access_bytes,
+                         int* vector_bytes) {
   CudaLanes lanes;
   cuda::RotateShape shape;
   if (!make_cuda_shape(job, lanes, shape)) return false;
+  if (max_access_bytes > 0) {
+    choose_vector(*job.map, shape, max_access_bytes);
+    shape.head_groups =
+        cuda::choose_head_groups(shape.tokens, shape.pairs / shape.vector_pairs, shape.q_heads + shape.k_heads);
+  }
   if (head_groups > 0) shape.head_groups = head_groups;
+  if (vector_bytes != nullptr) *vector_bytes = (shape.adjacent ? 2 : 1) * shape.vector_pairs * shape.element_size;
   const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
   for (std::int64_t block = 0; block < blocks; ++block) {
     for (int thread = 0; thread < block_dim; ++thread) cuda::rotate_thread(shape, block, thread, block_dim);
@@ -106,6 +170,8 @@ void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& a) {
 bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& a) {
   a = {};
   if (job.rotation == nullptr || !make_cuda_shape(*job.rotation, lanes, a.rot)) return false;
+  a.rot.vector_pairs = 1;  // the append body turns one pair per thread (its views change below)
+  a.rot.adjacent = false;
   const AppendArgs& args = *job.args;
   const PagedCache& cache = *job.cache;
   set_cuda_cache(cache, a);
@@ -132,7 +198,14 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
   a.k_weight = job.k_weight.empty() ? nullptr : job.k_weight.data();
   a.eps = args.norm.eps;
   a.across_heads = args.norm.across_heads;
-  a.pair_groups = cuda::choose_head_groups(a.rot.tokens, a.rot.pairs, a.pair_q_heads() + a.pair_k_heads());
+  a.pair_groups = cuda::choose_head_groups(a.rot.tokens, a.rot.pairs, a.pair_k_heads());
+  if (a.rotates_queries()) {
+    cuda::RotateShape q = cuda::query_rotation(a);
+    choose_vector(*job.rotation->map, q, cuda_max_access_bytes());
+    a.q_vector_pairs = q.vector_pairs;
+    a.q_adjacent = q.adjacent;
+    a.q_head_groups = cuda::choose_head_groups(q.tokens, q.pairs / q.vector_pairs, q.q_heads);
+  }
   return true;
 }
 
@@ -142,6 +215,8 @@ bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const Paged
   if (calls.empty() || calls.size() > 2) return false;
   for (std::size_t c = 0; c < calls.size(); ++c) {
     if (!make_cuda_shape(*calls[c], lanes, k.calls[c])) return false;  // the lanes: the same pair map each time
+    k.calls[c].vector_pairs = 1;  // the K-shift body reads only the calls' coefficients, one pair per thread
+    k.calls[c].adjacent = false;
   }
   k.num_calls = static_cast<int>(calls.size());
   k.slots = slots.data();
@@ -163,15 +238,26 @@ bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCac
   return true;
 }
 
-bool append_on_host_grid(const AppendJob& job, int block_dim, std::int64_t pair_groups) {
-  CudaLanes lanes;
-  cuda::AppendShape shape;
-  if (!make_cuda_append_shape(job, lanes, shape)) return false;
-  if (pair_groups > 0) shape.pair_groups = pair_groups;
+void run_append_on_host(const cuda::AppendShape& shape, int block_dim) {
+  if (shape.rotates_queries()) {  // the rotation kernel's grid over the queries, then the append's
+    const cuda::RotateShape q = cuda::query_rotation(shape);
+    const std::int64_t blocks = (q.threads() + block_dim - 1) / block_dim;
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      for (int thread = 0; thread < block_dim; ++thread) cuda::rotate_thread(q, block, thread, block_dim);
+    }
+  }
   const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
   for (std::int64_t block = 0; block < blocks; ++block) {
     for (int thread = 0; thread < block_dim; ++thread) cuda::append_thread(shape, block, thread, block_dim);
   }
+}
+
+bool append_on_host_grid(const AppendJob& job, int block_dim, std::int64_t pair_groups) {
+  CudaLanes lanes;
+  cuda::AppendShape shape;
+  if (!make_cuda_append_shape(job, lanes, shape)) return false;
+  if (pair_groups > 0) shape.pair_groups = shape.q_head_groups = pair_groups;
+  run_append_on_host(shape, block_dim);
   return true;
 }
 

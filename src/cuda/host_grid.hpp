@@ -29,10 +29,20 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
 // pair map and the angles left for the caller (the device API points them at its device copies).
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
 
+// The pairs a rotation thread turns and how it reaches their lanes (RotateShape::vector_pairs, adjacent): the widest
+// accesses of at most max_bytes (and kMaxAccessBytes) that the pair map's runs and every view's rows (address and
+// strides) are aligned to; one element per access otherwise. fill_cuda_views chooses with cuda_max_access_bytes().
+void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes);
+// The widest access fill_cuda_views allows (default kMaxAccessBytes); the GPU benchmark sets it to compare widths.
+int cuda_max_access_bytes();
+void set_cuda_max_access_bytes(int bytes);
+
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
-// block order; head_groups > 0 overrides the launch's choice (cuda::choose_head_groups). False when the job has no
-// CUDA shape (make_cuda_shape).
-bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256, std::int64_t head_groups = 0);
+// block order; head_groups > 0 overrides the launch's choice (cuda::choose_head_groups), max_access_bytes > 0 the
+// widest access (choose_vector), and vector_bytes, when given, receives the access width run. False when the job has
+// no CUDA shape (make_cuda_shape).
+bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256, std::int64_t head_groups = 0,
+                         int max_access_bytes = 0, int* vector_bytes = nullptr);
 
 // The fused append's kernel shape of a resolved append (AppendAccess::job): false for HfCompat angles on the fly,
 // as for the rotation.
@@ -41,6 +51,9 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
 // Runs the append body over every (block, thread) of its launch grid, in block order: what AppendCall::run writes.
 // pair_groups > 0 overrides the launch's choice of head groups for the pair rows.
 bool append_on_host_grid(const AppendJob& job, int block_dim = 256, std::int64_t pair_groups = 0);
+// What cuda::launch_append launches, run on the host: the queries' rotation grid (when the append rotates them), then
+// the append's grid.
+void run_append_on_host(const cuda::AppendShape& shape, int block_dim = 256);
 
 // The K-shift's kernel shape: the key entries at `slots` of `cache` turned by `calls` in order (one: a K-shift, R(δ)
 // with magnitude 1; two: a re-rotation's un-rotate and rotate), entry i being token i of each call. `lanes` holds

@@ -1,8 +1,10 @@
 // src/cuda/rotate_body.hpp — the CUDA rotation kernel's per-thread body, over explicit block and thread indices.
 //
-// One thread per (row, pair): row = (token, head) as the call shape orders them (q's heads, then k's, per token),
-// pair j of the pair map. The thread reads its token's position in the pair's stream, the table's cos/sin of that
-// position, forms the coefficients and rotates its two lanes exactly as the scalar reference does
+// One thread per (token, head group, run of W pairs): the rows of a token (q's heads, then k's) split into head
+// groups, and W consecutive pairs of the pair map read and written with one access per run of lanes (W and the
+// pairing's run shape chosen on the host: detail::choose_vector). For each pair the thread reads its token's position
+// in the pair's stream, the table's cos/sin of that position (or the accurate angle of the exact turn), forms the
+// coefficients once for all its rows and rotates the two lanes exactly as the scalar reference does
 // (src/rope/reference.cpp: c = cos·m, s = sin·m·sign; a' = fma(a, c, −(b·s)), b' = fma(b, c, a·s); one rounding to
 // storage); out of place it also copies its share of the pass-through lanes. The body is plain data in, plain data
 // out: the host runs it over the whole grid in every test run (src/cuda/host_grid.cpp), a GPU runs it as a kernel.
@@ -10,6 +12,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/device_math.hpp"
@@ -122,8 +126,14 @@ struct RotateShape {
   const double* turns_lo = nullptr;
   float magnitude = 1.0f, sin_sign = 1.0f;
   std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
-  // A token's rows are split into head_groups interleaved sets, one thread per (token, set, pair) (choose_head_groups).
+  // A token's rows are split into head_groups interleaved sets, one thread per (token, set, run of pairs)
+  // (choose_head_groups).
   std::int64_t head_groups = 1;
+  // Pairs a thread turns (chosen on the host: detail::choose_vector): vector_pairs consecutive pairs of the map, read
+  // and written with one access per run of lanes — W a lanes then W b lanes (half pairing), or, adjacent, 2W lanes
+  // alternating a, b (interleaved pairing). 1, not adjacent: one element per access, any pair map.
+  int vector_pairs = 1;
+  bool adjacent = false;
   // Rows of the table cover positions [0, table_positions); past them the turns give the angle (the same bits:
   // the table's rows are those angles). A shape made from a CPU call has one source or the other.
   std::int64_t table_positions = 0;
@@ -133,7 +143,7 @@ struct RotateShape {
   unsigned long long* error = nullptr;
 
   ROPEKIT_HD std::int64_t rows() const { return tokens * (q_heads + k_heads); }
-  ROPEKIT_HD std::int64_t threads() const { return tokens * head_groups * pairs; }
+  ROPEKIT_HD std::int64_t threads() const { return tokens * head_groups * (pairs / vector_pairs); }
 };
 
 ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
@@ -232,68 +242,241 @@ ROPEKIT_HD bool coefficients(const RotateShape& s, std::int64_t token, int j, fl
 }
 
 // Rows a thread turns at once: their loads are issued before any store, so that a thread keeps that many rows' reads
-// in flight (the rows are distinct memory: the views are checked for overlaps on the host).
+// in flight (the rows are distinct memory: the views are checked for overlaps on the host). A thread turning W pairs
+// reads W times the bytes per row, so it holds fewer rows: kRowsInFlight / W, at least one.
 constexpr int kRowsInFlight = 4;
+template <int W>
+constexpr int rows_in_flight() {
+  return W >= kRowsInFlight ? 1 : kRowsInFlight / W;
+}
+
+// The widest access a thread makes (bytes): a GPU's widest load and store.
+constexpr int kMaxAccessBytes = 16;
 
 // Head groups for a launch: enough threads to fill a GPU (about 2^18 of them: 132 SMs × 2048) without splitting a
-// token's rows further than that needs. A thread computes its pair's coefficients once for all its rows, so fewer
-// groups mean fewer angle evaluations (the double-precision turn reduction on the fly) and table reads.
-ROPEKIT_HD int choose_head_groups(std::int64_t tokens, int pairs, std::int64_t heads) {
+// token's rows further than that needs. A thread computes its pairs' coefficients once for all its rows, so fewer
+// groups mean fewer angle evaluations (the double-precision turn reduction on the fly) and table reads. `runs`: the
+// threads per (token, group), pairs / vector_pairs.
+ROPEKIT_HD int choose_head_groups(std::int64_t tokens, int runs, std::int64_t heads) {
   constexpr std::int64_t kFill = std::int64_t{1} << 18;
-  const std::int64_t per_group = tokens * pairs;
+  const std::int64_t per_group = tokens * runs;
   if (per_group <= 0 || heads <= 1) return 1;
   const std::int64_t groups = (kFill + per_group - 1) / per_group;
   return static_cast<int>(groups < heads ? groups : heads);
 }
 
-// The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return).
-// Thread g turns pair j = g mod pairs of the rows h ≡ group (mod head_groups) of its token (q's heads, then k's), so
-// that a warp's 32 threads read 32 consecutive pairs of one row (coalesced) and the pair's coefficients are formed
-// once per token, not once per row.
-ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
+#if defined(__CUDACC__)
+#define ROPEKIT_UNROLL _Pragma("unroll")
+#else
+#define ROPEKIT_UNROLL
+#endif
+
+// N consecutive elements at p as one access of their whole width (2, 4, 8 or 16 bytes; p aligned to it, which the
+// host's choose_vector checks): on a GPU one load or store instruction instead of N, the difference between a
+// quarter and most of the copy bandwidth for 16-bit storage. The host keeps memcpy.
+template <class T, int N>
+ROPEKIT_HD void load_run(const char* p, T (&out)[N]) {
+  constexpr int bytes = N * static_cast<int>(sizeof(T));
+  static_assert(bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16, "one access of 2, 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__)
+  if constexpr (bytes == 16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(p);
+    std::memcpy(out, &w, 16);
+  } else if constexpr (bytes == 8) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    std::memcpy(out, &w, 8);
+  } else if constexpr (bytes == 4) {
+    const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(p);
+    std::memcpy(out, &w, 4);
+  } else {
+    const std::uint16_t w = *reinterpret_cast<const std::uint16_t*>(p);
+    std::memcpy(out, &w, 2);
+  }
+#else
+  std::memcpy(out, p, bytes);
+#endif
+}
+
+template <class T, int N>
+ROPEKIT_HD void store_run(char* p, const T (&in)[N]) {
+  constexpr int bytes = N * static_cast<int>(sizeof(T));
+  static_assert(bytes == 2 || bytes == 4 || bytes == 8 || bytes == 16, "one access of 2, 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__)
+  if constexpr (bytes == 16) {
+    uint4 w;
+    std::memcpy(&w, in, 16);
+    *reinterpret_cast<uint4*>(p) = w;
+  } else if constexpr (bytes == 8) {
+    uint2 w;
+    std::memcpy(&w, in, 8);
+    *reinterpret_cast<uint2*>(p) = w;
+  } else if constexpr (bytes == 4) {
+    std::uint32_t w;
+    std::memcpy(&w, in, 4);
+    *reinterpret_cast<std::uint32_t*>(p) = w;
+  } else {
+    std::uint16_t w;
+    std::memcpy(&w, in, 2);
+    *reinterpret_cast<std::uint16_t*>(p) = w;
+  }
+#else
+  std::memcpy(p, in, bytes);
+#endif
+}
+
+// A storage type known at compile time: its element as stored, widened exactly to float32, rounded once from it.
+template <Storage St>
+struct StorageOf;
+template <>
+struct StorageOf<Storage::F32> {
+  using Raw = float;
+  static ROPEKIT_HD float load(float x) { return x; }
+  static ROPEKIT_HD float store(float x) { return x; }
+};
+template <>
+struct StorageOf<Storage::BF16> {
+  using Raw = std::uint16_t;
+  static ROPEKIT_HD float load(std::uint16_t x) { return bf16_load(x); }
+  static ROPEKIT_HD std::uint16_t store(float x) { return bf16_store(x); }
+};
+template <>
+struct StorageOf<Storage::F16> {
+  using Raw = std::uint16_t;
+  static ROPEKIT_HD float load(std::uint16_t x) { return f16_load(x); }
+  static ROPEKIT_HD std::uint16_t store(float x) { return f16_store(x); }
+};
+
+// The bytes one access of a (storage, W, adjacent) configuration moves: W elements, or 2W when adjacent.
+template <Storage St, int W, bool Adjacent>
+constexpr int access_bytes() {
+  return (Adjacent ? 2 * W : W) * static_cast<int>(sizeof(typename StorageOf<St>::Raw));
+}
+
+// The work of thread `thread` of block `block` (blocks of block_dim threads; threads past the grid's work return), for
+// storage St turning W pairs per thread. Thread g turns pairs j0 … j0 + W − 1 (j0 = W · (g mod pairs/W)) of the rows
+// h ≡ group (mod head_groups) of its token (q's heads, then k's), so that a warp's threads read consecutive runs of
+// one row (coalesced) and each pair's coefficients are formed once per token, not once per row. Each element is
+// turned as the scalar reference turns it; only the grouping of the memory accesses differs.
+template <Storage St, int W, bool Adjacent>
+ROPEKIT_HD void rotate_thread_as(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
+  using Io = StorageOf<St>;
+  using Raw = typename Io::Raw;
+  constexpr int es = static_cast<int>(sizeof(Raw));
+  constexpr int K = rows_in_flight<W>();
   const std::int64_t g = block * block_dim + thread;
   if (g >= s.threads()) return;
-  const int j = static_cast<int>(g % s.pairs);
-  const std::int64_t r = g / s.pairs;
+  const int runs = s.pairs / W;
+  const int j0 = static_cast<int>(g % runs) * W;
+  const std::int64_t r = g / runs;
   const std::int64_t token = r / s.head_groups, group = r % s.head_groups;
   const std::int64_t heads = s.q_heads + s.k_heads;
   const std::int64_t b = token / s.seq, t = token % s.seq;
-  float c, sn;
-  if (!coefficients(s, token, j, c, sn)) return;
-  const int la = s.lane_a[j], lb = s.lane_b[j], es = s.element_size;
-  const auto src_of = [&](std::int64_t h) {
-    const bool is_q = h < s.q_heads;
-    const View& in = is_q ? s.q_in : s.k_in;
-    const std::int64_t head = is_q ? h : h - s.q_heads;
-    return in.data + (b * in.batch_stride + t * in.seq_stride + head * in.head_stride) * es;
+  float c[W], sn[W];
+  ROPEKIT_UNROLL
+  for (int w = 0; w < W; ++w) {
+    if (!coefficients(s, token, j0 + w, c[w], sn[w])) return;
+  }
+  // Adjacent: the run's lanes are la, la + 1, …, la + 2W − 1, a and b alternating.
+  const int la = s.lane_a[j0], lb = s.lane_b[j0];
+  const auto row = [&](const View& v, std::int64_t head) {
+    return v.data + (b * v.batch_stride + t * v.seq_stride + head * v.head_stride) * es;
   };
-  const auto dst_of = [&](std::int64_t h) {
-    const bool is_q = h < s.q_heads;
-    const View& out = is_q ? s.q_out : s.k_out;
-    const std::int64_t head = is_q ? h : h - s.q_heads;
-    return out.data + (b * out.batch_stride + t * out.seq_stride + head * out.head_stride) * es;
-  };
-  for (std::int64_t h0 = group; h0 < heads; h0 += kRowsInFlight * s.head_groups) {
-    // Up to kRowsInFlight rows: every load, then every store.
-    float xa[kRowsInFlight], xb[kRowsInFlight];
-    int n = 0;
-    for (std::int64_t h = h0; n < kRowsInFlight && h < heads; h += s.head_groups, ++n) {
-      const char* src = src_of(h);
-      xa[n] = load_as(s.storage, src + la * es);
-      xb[n] = load_as(s.storage, src + lb * es);
-    }
-    for (int i = 0; i < n; ++i) {
+  const auto src_of = [&](std::int64_t h) { return h < s.q_heads ? row(s.q_in, h) : row(s.k_in, h - s.q_heads); };
+  const auto dst_of = [&](std::int64_t h) { return h < s.q_heads ? row(s.q_out, h) : row(s.k_out, h - s.q_heads); };
+  for (std::int64_t h0 = group; h0 < heads; h0 += K * s.head_groups) {
+    // Up to K rows: every load, then every store.
+    Raw xa[K][W], xb[K][W];
+    ROPEKIT_UNROLL
+    for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * s.head_groups;
-      char* dst = dst_of(h);
-      store_as(s.storage, dst + la * es, fma(xa[i], c, -fmul(xb[i], sn)));
-      store_as(s.storage, dst + lb * es, fma(xb[i], c, fmul(xa[i], sn)));
+      if (h >= heads) break;
       const char* src = src_of(h);
-      if (dst != src) {
-        for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-          copy_element(dst + lane * es, src + lane * es, es);
+      if constexpr (Adjacent) {
+        Raw v[2 * W];
+        load_run(src + la * es, v);
+        ROPEKIT_UNROLL
+        for (int w = 0; w < W; ++w) {
+          xa[i][w] = v[2 * w];
+          xb[i][w] = v[2 * w + 1];
+        }
+      } else {
+        load_run(src + la * es, xa[i]);
+        load_run(src + lb * es, xb[i]);
+      }
+    }
+    ROPEKIT_UNROLL
+    for (int i = 0; i < K; ++i) {
+      const std::int64_t h = h0 + i * s.head_groups;
+      if (h >= heads) break;
+      Raw ya[W], yb[W];
+      ROPEKIT_UNROLL
+      for (int w = 0; w < W; ++w) {
+        const float a = Io::load(xa[i][w]), bv = Io::load(xb[i][w]);
+        ya[w] = Io::store(fma(a, c[w], -fmul(bv, sn[w])));
+        yb[w] = Io::store(fma(bv, c[w], fmul(a, sn[w])));
+      }
+      char* dst = dst_of(h);
+      if constexpr (Adjacent) {
+        Raw v[2 * W];
+        ROPEKIT_UNROLL
+        for (int w = 0; w < W; ++w) {
+          v[2 * w] = ya[w];
+          v[2 * w + 1] = yb[w];
+        }
+        store_run(dst + la * es, v);
+      } else {
+        store_run(dst + la * es, ya);
+        store_run(dst + lb * es, yb);
+      }
+      const char* src = src_of(h);
+      if (dst != src) {  // out of place: this thread's share of the pass-through lanes
+        for (int w = 0; w < W; ++w) {
+          for (int lane = s.rotary_dim + j0 + w; lane < s.head_dim; lane += s.pairs)
+            copy_element(dst + lane * es, src + lane * es, es);
+        }
       }
     }
   }
+}
+
+// Calls f(storage, W, adjacent) — each an std::integral_constant — with the shape's configuration, one of those whose
+// accesses are at most kMaxAccessBytes (choose_vector makes no other). The kernels instantiate one per configuration;
+// the host's grid runs the same.
+template <Storage St, int W, bool Adjacent, class F>
+ROPEKIT_HD void call_configuration(F& f) {
+  if constexpr (access_bytes<St, W, Adjacent>() <= kMaxAccessBytes) {
+    f(std::integral_constant<Storage, St>{}, std::integral_constant<int, W>{}, std::bool_constant<Adjacent>{});
+  }
+}
+
+template <Storage St, class F>
+ROPEKIT_HD void with_vector(const RotateShape& s, F& f) {
+  switch (s.vector_pairs * 2 + (s.adjacent ? 1 : 0)) {
+    case 2: return call_configuration<St, 1, false>(f);
+    case 3: return call_configuration<St, 1, true>(f);
+    case 4: return call_configuration<St, 2, false>(f);
+    case 5: return call_configuration<St, 2, true>(f);
+    case 8: return call_configuration<St, 4, false>(f);
+    case 9: return call_configuration<St, 4, true>(f);
+    case 16: return call_configuration<St, 8, false>(f);
+    default: return;
+  }
+}
+
+template <class F>
+ROPEKIT_HD void with_rotate_configuration(const RotateShape& s, F&& f) {
+  switch (s.storage) {
+    case Storage::F32: return with_vector<Storage::F32>(s, f);
+    case Storage::BF16: return with_vector<Storage::BF16>(s, f);
+    case Storage::F16: return with_vector<Storage::F16>(s, f);
+  }
+}
+
+// The body for the shape's configuration (the host's grid; a GPU launches the configuration's own kernel).
+ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
+  with_rotate_configuration(s, [&](auto st, auto w, auto adjacent) {
+    rotate_thread_as<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>(s, block, thread, block_dim);
+  });
 }
 
 }  // namespace ropekit::cuda

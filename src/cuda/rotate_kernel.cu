@@ -1,7 +1,7 @@
-// The CUDA kernels: rotation (rotate_body.hpp, one thread per (row, pair)), the fused rotate-and-append
-// (append_body.hpp) and the K-shift (kshift_body.hpp), each the per-thread body the host runs over the same grid.
-// Compiled with -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and PTX. The host
-// runs the same body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this
+// The CUDA kernels: rotation (rotate_body.hpp, one thread per (token, head group, run of pairs)), the fused
+// rotate-and-append (append_body.hpp) and the K-shift (kshift_body.hpp), each the per-thread body the host runs over
+// the same grid. Compiled with -fmad=false (no contraction the body does not write) for sm_90 (H100/H200), sm_80 and
+// PTX. The host runs the same body over the same grid in every test run (tests/cuda_host_test.cpp); a GPU runs this
 // (tests/cuda_device_test.cpp, scripts/gpu-check.sh).
 #include <cuda_runtime.h>
 
@@ -13,14 +13,29 @@
 namespace ropekit::cuda {
 namespace {
 
+// One kernel per (storage, pairs per thread, adjacent) configuration (rotate_body.hpp's with_rotate_configuration):
+// the storage's conversions and the access width fixed at compile time, so a thread's runs stay in registers.
+template <Storage St, int W, bool Adjacent>
 __global__ void rotate_kernel(RotateShape shape) {
-  rotate_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
-                static_cast<int>(blockDim.x));
+  rotate_thread_as<St, W, Adjacent>(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                                    static_cast<int>(blockDim.x));
 }
 
+// The key rows' pairs, the values and MLA's nope lanes, one segment after the other (one launch: a decode step's
+// append is launch-bound); the QK-normed rows, whose double-precision sums need more registers, in a kernel of their
+// own.
 __global__ void append_kernel(AppendShape shape) {
-  append_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
-                static_cast<int>(blockDim.x));
+  std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g < shape.pair_threads()) return append_part<AppendPart::Pairs>(shape, g);
+  g -= shape.pair_threads();
+  if (g < shape.value_threads()) return append_part<AppendPart::Values>(shape, g);
+  g -= shape.value_threads();
+  if (g < shape.nope_threads()) append_part<AppendPart::Nope>(shape, g);
+}
+
+__global__ void append_norm_kernel(AppendShape shape) {
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g < shape.norm_threads()) append_part<AppendPart::Norms>(shape, g);
 }
 
 __global__ void kshift_kernel(KShiftShape shape) {
@@ -47,12 +62,24 @@ std::int64_t blocks_for(std::int64_t threads, int block_dim) {
 }  // namespace
 
 int launch_append(const AppendShape& device_shape, void* stream, int block_dim) {
-  const std::int64_t blocks = blocks_for(device_shape.threads(), block_dim);
-  if (blocks == 0) return 0;
-  if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
-  append_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
-                  static_cast<cudaStream_t>(stream)>>>(device_shape);
-  return static_cast<int>(cudaGetLastError());
+  if (device_shape.rotates_queries()) {  // the queries: the rotation kernel, on the same stream
+    const int rc = launch_rotate(query_rotation(device_shape), stream, block_dim);
+    if (rc != 0) return rc;
+  }
+  // The launches write disjoint memory (queries; the normed rows' entries and outputs; the other key rows', the value
+  // entries and MLA's nope lanes), in stream order.
+  const auto launch = [&](auto kernel, std::int64_t threads) {
+    const std::int64_t blocks = blocks_for(threads, block_dim);
+    if (blocks == 0) return 0;
+    if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
+    kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0, static_cast<cudaStream_t>(stream)>>>(
+        device_shape);
+    return static_cast<int>(cudaGetLastError());
+  };
+  const int rc = launch(append_norm_kernel, device_shape.norm_threads());
+  if (rc != 0) return rc;
+  return launch(append_kernel,
+                device_shape.pair_threads() + device_shape.value_threads() + device_shape.nope_threads());
 }
 
 int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim) {
@@ -75,8 +102,14 @@ int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim) 
   const std::int64_t blocks = (device_shape.threads() + block_dim - 1) / block_dim;
   if (blocks == 0) return 0;
   if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
-  rotate_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
-                  static_cast<cudaStream_t>(stream)>>>(device_shape);
+  bool launched = false;
+  with_rotate_configuration(device_shape, [&](auto st, auto w, auto adjacent) {
+    rotate_kernel<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>
+        <<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0, static_cast<cudaStream_t>(stream)>>>(
+            device_shape);
+    launched = true;
+  });
+  if (!launched) return static_cast<int>(cudaErrorInvalidValue);  // a configuration choose_vector does not make
   return static_cast<int>(cudaGetLastError());
 }
 
