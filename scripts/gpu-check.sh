@@ -6,7 +6,8 @@
 # runs them again under compute-sanitizer's memcheck when it is installed, runs bench/cuda_bench (GB/s against a
 # device-to-device copy in the same run; JSON kept), and writes a summary (GPU, driver, CUDA, each step's result and
 # time) and the logs to the results folder given as the first argument (default build/gpu-results); then the PyTorch
-# peers (bench/python/bench_cuda_torch.py) where the machine's torch sees the GPU. The host-side checks of the same
+# peers (bench/python/bench_cuda_torch.py) and CUDA tensors through the PyTorch operators (python/tests/test_cuda_ops.py)
+# where the machine's torch sees the GPU. The host-side checks of the same
 # kernel bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,28 @@ elif python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; t
   step torch timeout 300 python3 bench/python/bench_cuda_torch.py --json "$out/torch_bench.json"
 else
   echo "torch        no PyTorch with CUDA here" | tee -a "$summary"
+fi
+# CUDA tensors through the PyTorch operators (python/tests/test_cuda_ops.py), where the machine's torch sees the GPU
+# and its Python has development headers: pybind11 and pytest come as wheels in .gpudeps/wheels (made here with
+# `pip download -d .gpudeps/wheels pybind11==2.13.6 pytest==8.3.5`), unpacked, not installed.
+pyinc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2> /dev/null)
+if [ "${ROPEKIT_GPU_PYTHON:-1}" = 0 ]; then
+  echo "python       skipped (ROPEKIT_GPU_PYTHON=0)" | tee -a "$summary"
+elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
+  echo "python       no PyTorch with CUDA here" | tee -a "$summary"
+elif [ ! -f "$pyinc/Python.h" ] || ! ls .gpudeps/wheels/pybind11-*.whl > /dev/null 2>&1; then
+  echo "python       no Python.h ($pyinc) or no .gpudeps/wheels/pybind11-*.whl" | tee -a "$summary"
+else
+  pylibs=/tmp/ropekit-pylibs
+  python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('$pylibs') for w in glob.glob('.gpudeps/wheels/*.whl')]"
+  pybind11_dir=$(PYTHONPATH=$pylibs python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')
+  step python-build bash -c "cmake -S . -B build/gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DROPEKIT_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=ON -DROPEKIT_BUILD_EXAMPLES=OFF -DROPEKIT_BUILD_TOOLS=OFF \
+    -DPython_EXECUTABLE=$(command -v python3) -Dpybind11_DIR=$pybind11_dir ${prefix_args[*]} &&
+    cmake --build build/gpu-python --target ropekit_python ropekit_torch_ops" &&
+    step python env PYTHONPATH="build/gpu-python/python:$pylibs" ROPEKIT_EXPECT_OPS=c++ timeout 300 python3 -m pytest -q \
+      -p no:cacheprovider python/tests/test_cuda_ops.py python/tests/test_ops.py
+  tail -3 "$out/python.log" 2> /dev/null | tee -a "$summary"
 fi
 grep -h "equal the" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"
 grep "of the copy" "$out/bench.log" 2>/dev/null | tee -a "$summary"

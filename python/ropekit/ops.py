@@ -6,7 +6,8 @@
     q2, k2 = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
     torch.ops.ropekit.rotate_(q, k, positions, h, "bshd", "forward", "accurate")   # in place
 
-Operators (CPU tensors; float32 / bfloat16 / float16 storage, float32 arithmetic, one rounding — the C++ contract):
+Operators (CPU tensors, and CUDA tensors for rotate / rotate_ where ropekit was built with its CUDA backend — see
+"CUDA tensors" below; float32 / bfloat16 / float16 storage, float32 arithmetic, one rounding — the C++ contract):
 
     ropekit::rotate(Tensor q, Tensor? k, Tensor? positions, int rope, str layout, str direction, str angles)
         -> Tensor[]                       out of place: [q'] or [q', k']; differentiable (the backward is the
@@ -43,7 +44,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"ropekit.ops needs PyTorch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}: "
                       "ropekit.torch.apply_rotary works without the operators")
 
-__all__ = ["handle", "rope_of", "rotate", "rotate_", "rotate_with_cache_", "rotate_and_cache_", "cos_sin", "attention", "LAYOUTS", "DIRECTIONS",
+__all__ = ["handle", "rope_of", "rotate", "rotate_", "cuda_check", "rotate_with_cache_", "rotate_and_cache_", "cos_sin", "attention", "LAYOUTS", "DIRECTIONS",
            "ANGLES", "BACKEND"]
 
 LAYOUTS = ("bshd", "bhsd", "thd")
@@ -200,6 +201,50 @@ def _rotate_inplace_fake(q, k, positions, rope, layout, direction, angles):
 torch.library.register_fake("ropekit::rotate", _rotate_fake, lib=_lib)
 torch.library.register_fake("ropekit::rotate_", _rotate_inplace_fake, lib=_lib)
 
+
+# ---- CUDA tensors: ropekit::cuda::DeviceRope on torch's current stream -------------------------------------------
+#
+# Registered here for both the C++ and the Python operators (the C++ library links no CUDA part of PyTorch). Every
+# tensor of a call is on one CUDA device; positions are required, one per token ([batch, seq], or [seq] for one
+# sequence; M-RoPE's streams first) — a broadcast or None would be a device copy the caller makes. The rotation is
+# launched asynchronously on torch.cuda.current_stream(); its bits are the CPU's (ropekit/cuda.hpp). A position the
+# kernel cannot rotate (outside [0, 2^47), or past the device table of "hf" angles: 32768 positions) leaves its
+# token's rows unwritten and is raised by the next ropekit.ops.cuda_check().
+def _cuda_place(q, k, positions):
+    for name, t in (("k", k), ("positions", positions)):
+        if t is not None and t.device != q.device:
+            raise Error(f"{name}: on {t.device}; q is on {q.device}: every tensor of a call is on one device")
+    return q.device.index, torch.cuda.current_stream(q.device).cuda_stream
+
+
+def _rotate_cuda(q, k, positions, rope, layout, direction, angles):
+    _check(q, k, positions, rope, layout, direction, angles)
+    device, stream = _cuda_place(q, k, positions)
+    out = _outputs(q, k)
+    pos = positions.detach().contiguous() if positions is not None else None
+    _ropekit._rotate_cuda(rope, q.detach(), k.detach() if k is not None else None, out[0],
+                          out[1] if k is not None else None, pos, layout, direction, angles, device, stream)
+    return out
+
+
+def _rotate_inplace_cuda(q, k, positions, rope, layout, direction, angles):
+    _check(q, k, positions, rope, layout, direction, angles)
+    device, stream = _cuda_place(q, k, positions)
+    pos = positions.contiguous() if positions is not None else None
+    _ropekit._rotate_cuda(rope, q, k, None, None, pos, layout, direction, angles, device, stream)
+
+
+_lib.impl("rotate", _rotate_cuda, "CUDA")
+_lib.impl("rotate_", _rotate_inplace_cuda, "CUDA")
+
+
+def cuda_check(device=None) -> None:
+    """Waits for the current stream of `device` (default: the current CUDA device) and raises ropekit.Error naming
+    the first token whose position a CUDA rotation there could not rotate since the last check."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    _ropekit._cuda_check(index, torch.cuda.current_stream(index).cuda_stream)
+
 rotate = torch.ops.ropekit.rotate
 rotate_ = torch.ops.ropekit.rotate_
 
@@ -208,7 +253,7 @@ def _rotate_setup(ctx, inputs, output):
     q, k, positions, rope, layout, direction, angles = inputs
     ctx.save_for_backward(positions)
     ctx.has_k = k is not None
-    ctx.shapes = (q.shape, q.dtype, k.shape if k is not None else None)
+    ctx.shapes = (q.shape, q.dtype, q.device, k.shape if k is not None else None)
     ctx.args = (rope, layout, direction, angles)
 
 
@@ -218,12 +263,12 @@ def _rotate_backward(ctx, grads):
     if direction not in _TRANSPOSE:
         raise Error(f'direction = "{direction}": the inverse rotation has no ropekit transpose; differentiate '
                     'direction "forward" or "backward"')
-    q_shape, dtype, k_shape = ctx.shapes
+    q_shape, dtype, device, k_shape = ctx.shapes
     # A gradient autograd does not hand over (an unused output) is zero; expanded (stride-0) ones are made dense.
-    gq = grads[0] if grads[0] is not None else torch.zeros(q_shape, dtype=dtype)
+    gq = grads[0] if grads[0] is not None else torch.zeros(q_shape, dtype=dtype, device=device)
     gk = None
     if ctx.has_k:
-        gk = grads[1] if grads[1] is not None else torch.zeros(k_shape, dtype=dtype)
+        gk = grads[1] if grads[1] is not None else torch.zeros(k_shape, dtype=dtype, device=device)
     out = rotate(gq.contiguous(), gk.contiguous() if gk is not None else None, positions, rope, layout,
                  _TRANSPOSE[direction], angles)
     return out[0], (out[1] if ctx.has_k else None), None, None, None, None, None

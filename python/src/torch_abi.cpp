@@ -5,16 +5,20 @@
 #include <pybind11/pybind11.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "rope_object.hpp"
+#include "ropekit/cuda.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit::python {
@@ -26,6 +30,8 @@ struct Registry {
   std::mutex mutex;
   std::vector<std::shared_ptr<PyRope>> ropes;  // handle h is ropes[h - 1]
   std::unordered_map<const PyRope*, std::int64_t> handles;
+  // The device copies of a handle's angles, per (handle, angle mode, CUDA device), made on first use.
+  std::map<std::tuple<std::int64_t, int, int>, std::shared_ptr<const cuda::DeviceRope>> device_ropes;
 };
 
 Registry& registry() {
@@ -42,6 +48,23 @@ std::shared_ptr<PyRope> lookup(std::int64_t handle) {
 }
 
 PyObject* error_type = nullptr;
+
+// Positions a device copy's table holds. Accurate angles: rows for the common positions, the same bits on the fly
+// past them (DeviceRope). HfCompat ("hf") angles are libm's, which a GPU does not reproduce, so their table must cover
+// every position used: a position past it is reported by cuda_check (2 × 32768 × pairs float32: 16 MiB at 64 pairs).
+constexpr std::int64_t kAccurateDeviceTable = 8192;
+constexpr std::int64_t kHfDeviceTable = 32768;
+
+std::shared_ptr<const cuda::DeviceRope> device_rope(std::int64_t handle, AngleMode mode, const Rope& rope, int device) {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  auto& slot = r.device_ropes[{handle, static_cast<int>(mode), device}];
+  if (!slot) {
+    slot = std::make_shared<const cuda::DeviceRope>(
+        rope, device, mode == AngleMode::HfCompat ? kHfDeviceTable : kAccurateDeviceTable);
+  }
+  return slot;
+}
 
 Array array_of(const rk_abi_tensor& t, std::string_view name) {
   Array a;
@@ -87,13 +110,38 @@ int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept
     if (has_positions && p.dtype != RK_ABI_I32 && p.dtype != RK_ABI_I64)
       throw Error(fmt::format("positions: storage code {} is not int32 or int64", p.dtype));
     if (p.ndim < RK_ABI_ABSENT || p.ndim > 8) throw Error(fmt::format("positions: {} dimensions; at most 8", p.ndim));
+    const IndexType type = p.dtype == RK_ABI_I32 ? IndexType::I32 : IndexType::I64;
+    const std::vector<std::int64_t> shape(p.shape, p.shape + std::max(0, p.ndim));
+    const std::string for_what = fmt::format("q/k (layout \"{}\")", c->layout);
+    if (c->cuda_device >= 0) {
+      // Device memory: the host reads none of it. The positions' shape is checked on host zeros of the same shape,
+      // and must give one position per token (a broadcast or None would need a device copy: the caller's to make).
+      if (!has_positions) {
+        throw Error(fmt::format("positions: None; for CUDA tensors give one position per token ({} on the device)",
+                                first.batch > 1 ? "shape (batch, seq)" : "shape (seq,)"));
+      }
+      std::int64_t count = 1;
+      for (const std::int64_t n : shape) count *= n;
+      const std::vector<std::int64_t> zeros(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)), 0);
+      const PositionsBuffer mapped = map_positions(zeros.data(), IndexType::I64, shape, first.batch, first.seq,
+                                                   rope.pair_map().num_axes, "positions", for_what);
+      if (!mapped.owned.empty()) {
+        throw Error(
+            fmt::format("positions: shape ({}) broadcasts over the batch of {}; for CUDA tensors give one "
+                        "position per token: shape (batch, seq)",
+                        fmt::join(shape, ", "), first.batch));
+      }
+      args.positions = {p.data, type, mapped.view.count, mapped.view.axes};
+      const AngleMode mode = parse_angles(c->angles);
+      const std::shared_ptr<const cuda::DeviceRope> gpu = device_rope(c->rope, mode, rope, c->cuda_device);
+      gpu->rotate(args, {.device = c->cuda_device, .stream = c->stream});
+      return 0;
+    }
     // map_positions reads null data as None; positions with no elements describe no tokens, so any pointer will do.
     static constexpr std::int64_t no_positions = 0;
     const void* data = !has_positions ? nullptr : p.data != nullptr ? p.data : &no_positions;
     const PositionsBuffer positions =
-        map_positions(data, p.dtype == RK_ABI_I32 ? IndexType::I32 : IndexType::I64,
-                      std::vector<std::int64_t>(p.shape, p.shape + std::max(0, p.ndim)), first.batch, first.seq,
-                      rope.pair_map().num_axes, "positions", fmt::format("q/k (layout \"{}\")", c->layout));
+        map_positions(data, type, shape, first.batch, first.seq, rope.pair_map().num_axes, "positions", for_what);
     args.positions = positions.view;
     rope.prepare(args).run();
     return 0;
@@ -113,6 +161,43 @@ void raise_error(const char* message) {
 }
 
 constexpr rk_torch_abi abi{ROPEKIT_TORCH_ABI_VERSION, &rotate, &raise_error};
+
+// A torch tensor (or None: absent) as the ABI describes it, read through its Python attributes (the extension does
+// not link PyTorch).
+rk_abi_tensor describe_tensor(py::handle t, std::string_view name) {
+  rk_abi_tensor d{};
+  if (t.is_none()) {
+    d.ndim = RK_ABI_ABSENT;
+    return d;
+  }
+  const std::string dtype = py::str(t.attr("dtype")).cast<std::string>();
+  if (dtype == "torch.float32") {
+    d.dtype = RK_ABI_F32;
+  } else if (dtype == "torch.bfloat16") {
+    d.dtype = RK_ABI_BF16;
+  } else if (dtype == "torch.float16") {
+    d.dtype = RK_ABI_F16;
+  } else if (dtype == "torch.int32") {
+    d.dtype = RK_ABI_I32;
+  } else if (dtype == "torch.int64") {
+    d.dtype = RK_ABI_I64;
+  } else {
+    throw Error(
+        fmt::format("{}: dtype {} is not supported (torch.float32, torch.float16, torch.bfloat16; positions "
+                    "int32 or int64)",
+                    name, dtype));
+  }
+  const auto shape = t.attr("shape").cast<std::vector<std::int64_t>>();
+  const auto strides = t.attr("stride")().cast<std::vector<std::int64_t>>();
+  if (shape.size() > 8) throw Error(fmt::format("{}: {} dimensions; at most 8", name, shape.size()));
+  d.ndim = static_cast<std::int32_t>(shape.size());
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    d.shape[i] = shape[i];
+    d.strides[i] = strides[i];
+  }
+  d.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
+  return d;
+}
 
 }  // namespace
 
@@ -135,6 +220,53 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       "_torch_abi", [] { return reinterpret_cast<std::uintptr_t>(&abi); },
       "The address of the rk_torch_abi table (python/src/torch_abi.h) the operator library binds to.");
   m.attr("_TORCH_ABI_VERSION") = ROPEKIT_TORCH_ABI_VERSION;
+  // The CUDA kernel of ropekit::rotate / rotate_ (registered from ropekit.ops for the CUDA dispatch key): every
+  // tensor in the memory of `device`, the rotation launched asynchronously on `stream` (torch's current stream).
+  m.def(
+      "_rotate_cuda",
+      [](std::int64_t rope, py::handle q, py::handle k, py::handle q_out, py::handle k_out, py::handle positions,
+         const std::string& layout, const std::string& direction, const std::string& angles, int device,
+         std::uintptr_t stream) {
+        rk_abi_rotate call{};
+        call.rope = rope;
+        call.layout = layout.c_str();
+        call.direction = direction.c_str();
+        call.angles = angles.c_str();
+        call.q = describe_tensor(q, "q");
+        call.k = describe_tensor(k, "k");
+        call.q_out = describe_tensor(q_out, "q_out");
+        call.k_out = describe_tensor(k_out, "k_out");
+        call.positions = describe_tensor(positions, "positions");
+        call.cuda_device = device;
+        call.stream = reinterpret_cast<void*>(stream);
+        char error[1024];
+        int rc;
+        {
+          const py::gil_scoped_release release;
+          rc = rotate(&call, error, sizeof error);
+        }
+        if (rc == 1) throw Error(error);
+        if (rc != 0) throw std::runtime_error(error);
+      },
+      py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
+      py::arg("layout"), py::arg("direction"), py::arg("angles"), py::arg("device"), py::arg("stream"));
+  m.def(
+      "_cuda_check",
+      [](int device, std::uintptr_t stream) {
+        std::vector<std::shared_ptr<const cuda::DeviceRope>> ropes;
+        {
+          Registry& r = registry();
+          const std::lock_guard lock(r.mutex);
+          for (const auto& [key, gpu] : r.device_ropes)
+            if (std::get<2>(key) == device) ropes.push_back(gpu);
+        }
+        const py::gil_scoped_release release;
+        for (const auto& gpu : ropes) gpu->check({.device = device, .stream = reinterpret_cast<void*>(stream)});
+      },
+      py::arg("device"), py::arg("stream"),
+      "Waits for `stream` and raises ropekit.Error naming the first token whose position a CUDA rotation on `device` "
+      "could not rotate since the last check.");
+  m.def("_cuda_built", [] { return cuda::built(); });
 }
 
 }  // namespace ropekit::python

@@ -16,14 +16,15 @@
 extern "C" {
 #endif
 
-#define ROPEKIT_TORCH_ABI_VERSION 1
+#define ROPEKIT_TORCH_ABI_VERSION 2
 #define RK_ABI_ABSENT (-1)
 
 // Storage of a floating-point operand; positions are int32 or int64.
 enum { RK_ABI_F32 = 0, RK_ABI_BF16 = 1, RK_ABI_F16 = 2 };
 enum { RK_ABI_I32 = 0, RK_ABI_I64 = 1 };
 
-// A CPU tensor: its data pointer, shape and strides in elements (as at::Tensor::strides gives them).
+// A tensor: its data pointer (host memory, or device memory on the call's CUDA device), shape and strides in
+// elements (as at::Tensor::strides gives them).
 typedef struct {
   void* data;  // may be null when the tensor has no elements
   int32_t dtype;
@@ -41,6 +42,11 @@ typedef struct {
   rk_abi_tensor q_out, k_out;  // absent: in place
   rk_abi_tensor positions;     // C-contiguous int32/int64; absent: 0, 1, ... per sequence
   int32_t threads;             // 0: the library's default
+  // -1: every tensor is in host memory. Otherwise every tensor, positions included, is in the memory of this CUDA
+  // device, and the rotation is launched asynchronously on `stream` (a cudaStream_t of that device; null: its
+  // legacy default stream): ropekit::cuda::DeviceRope::rotate, errors in positions reported by cuda_check.
+  int32_t cuda_device;
+  void* stream;
 } rk_abi_rotate;
 
 typedef struct {

@@ -48,7 +48,7 @@ rk_abi_tensor absent() {
 rk_abi_tensor describe(const at::Tensor& t, const char* name) {
   if (!t.device().is_cpu()) {
     raise(std::string(name) + ": a tensor on " + t.device().str() +
-          "; ropekit's operators take CPU tensors (the CUDA backend has not landed)");
+          " where the other operands are CPU tensors; every tensor of a call is on one device");
   }
   rk_abi_tensor d{};
   switch (t.scalar_type()) {
@@ -128,6 +128,7 @@ std::vector<at::Tensor> rotate_cpu(const at::Tensor& q, const std::optional<at::
   call.q_out = describe(out[0], "q_out");
   call.k_out = k ? describe(out[1], "k_out") : absent();
   call.threads = 0;
+  call.cuda_device = -1;  // host memory (CUDA tensors dispatch to ropekit.ops' CUDA kernel)
   run(call, layout, direction, angles, positions);
   return out;
 }
@@ -143,6 +144,7 @@ void rotate_inplace_cpu(const at::Tensor& q, const std::optional<at::Tensor>& k,
   call.q_out = absent();
   call.k_out = absent();
   call.threads = 0;
+  call.cuda_device = -1;  // host memory (CUDA tensors dispatch to ropekit.ops' CUDA kernel)
   run(call, layout, direction, angles, positions);
 }
 
@@ -163,6 +165,7 @@ class Rotate : public torch::autograd::Function<Rotate> {
     ctx->saved_data["q_shape"] = q.sizes().vec();
     ctx->saved_data["k_shape"] = k ? k->sizes().vec() : std::vector<int64_t>{};
     ctx->saved_data["dtype"] = q.scalar_type();
+    ctx->saved_data["device"] = q.device();
     if (positions) ctx->save_for_backward({*positions});
     at::AutoDispatchBelowADInplaceOrView guard;
     return call(q, k, positions, rope, layout, direction, angles);
@@ -179,7 +182,8 @@ class Rotate : public torch::autograd::Function<Rotate> {
     std::optional<at::Tensor> positions;
     if (ctx->saved_data["has_positions"].toBool()) positions = ctx->get_saved_variables()[0];
     // A gradient autograd does not hand over (an unused output) is zero; expanded (stride-0) ones are made dense.
-    const auto options = at::TensorOptions().dtype(ctx->saved_data["dtype"].toScalarType());
+    const auto options =
+        at::TensorOptions().dtype(ctx->saved_data["dtype"].toScalarType()).device(ctx->saved_data["device"].toDevice());
     const auto dense = [&](const at::Tensor& g, const char* shape) {
       return g.defined() ? g.contiguous() : at::zeros(ctx->saved_data[shape].toIntVector(), options);
     };

@@ -1,0 +1,120 @@
+"""CUDA tensors through ropekit's operators (torch.ops.ropekit.rotate / rotate_ → ropekit::cuda::DeviceRope): the
+kernel is registered for the CUDA dispatch key everywhere; its argument errors are raised before any launch (checked
+here on CPU-only machines with host stand-ins, which are never read); and where a GPU is present, the CPU operator's
+bits, autograd, and positions the kernel cannot rotate raised by ropekit.ops.cuda_check()."""
+import pytest
+
+torch = pytest.importorskip("torch")
+ops = pytest.importorskip("ropekit.ops", reason="PyTorch >= 2.4 needed for torch.library")
+
+import ropekit  # noqa: E402
+from ropekit import _ropekit  # noqa: E402
+
+GPU = torch.cuda.is_available() and _ropekit._cuda_built()
+
+
+@pytest.fixture(scope="module")
+def rope():
+    return ropekit.Rope.from_preset("llama-3.1-8b")
+
+
+def test_the_cuda_kernel_is_registered():
+    for op in ("ropekit::rotate", "ropekit::rotate_"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CUDA"), op
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="host stand-ins would reach a real device here")
+def test_argument_errors_come_before_any_launch(rope):
+    """The extension's CUDA entry with host tensors standing in for device ones: every refusal below happens on the
+    host before a DeviceRope is made or a kernel launched, so the stand-ins' memory is never read."""
+    h = ops.handle(rope)
+    q = torch.zeros(2, 3, 4, 128)
+    k = torch.zeros(2, 3, 2, 128)
+    per_token = torch.zeros(2, 3, dtype=torch.int64)
+
+    def call(positions, q=q, k=k, layout="bshd", angles="accurate"):
+        _ropekit._rotate_cuda(h, q, k, None, None, positions, layout, "forward", angles, 0, 0)
+
+    with pytest.raises(ropekit.Error, match="positions: None; for CUDA tensors"):
+        call(None)
+    with pytest.raises(ropekit.Error, match=r"positions: shape \(3\) broadcasts over the batch of 2"):
+        call(torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ropekit.Error, match="positions"):
+        call(torch.zeros(2, 4, dtype=torch.int64))  # 8 positions for 6 tokens
+    with pytest.raises(ropekit.Error, match="dtype torch.float64"):
+        call(per_token, q=q.double())
+    with pytest.raises(ropekit.Error, match="head_dim"):
+        call(per_token, k=torch.zeros(2, 3, 2, 64))
+    with pytest.raises(ropekit.Error, match="angles"):
+        call(per_token, angles="exact")
+    # Shapes that pass: the device is what is refused (no device 0 here, or no CUDA backend in this build).
+    with pytest.raises(ropekit.Error, match="CUDA|device"):
+        call(per_token)
+
+
+needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built without its CUDA backend")
+
+
+def _qk(layout, dtype, seed=0, batch=2, seq=5, hq=4, hk=2, d=128):
+    g = torch.Generator().manual_seed(seed)
+    shape = {"bshd": lambda h: (batch, seq, h, d), "bhsd": lambda h: (batch, h, seq, d),
+             "thd": lambda h: (batch * seq, h, d)}[layout]
+    return (torch.randn(shape(hq), generator=g).to(dtype), torch.randn(shape(hk), generator=g).to(dtype))
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("direction", ["forward", "inverse", "backward"])
+def test_cuda_tensors_give_the_cpu_operators_bits(rope, layout, dtype, direction):
+    h = ops.handle(rope)
+    q, k = _qk(layout, dtype)
+    positions = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3] if layout == "thd" else
+                             [[3, 1, 4, 1, 5], [9, 2, 6, 5, 30000]])
+    for angles in ("accurate", "hf"):
+        for pos in (positions, positions.to(torch.int32)):
+            want_q, want_k = torch.ops.ropekit.rotate(q, k, pos, h, layout, direction, angles)
+            got_q, got_k = torch.ops.ropekit.rotate(q.cuda(), k.cuda(), pos.cuda(), h, layout, direction, angles)
+            assert torch.equal(got_q.cpu(), want_q) and torch.equal(got_k.cpu(), want_k)
+            q2, k2 = q.cuda(), k.cuda()
+            torch.ops.ropekit.rotate_(q2, k2, pos.cuda(), h, layout, direction, angles)
+            assert torch.equal(q2.cpu(), want_q) and torch.equal(k2.cpu(), want_k)
+    ops.cuda_check()
+
+
+@needs_gpu
+def test_cuda_autograd_and_strided_inputs(rope):
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.float32)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    qc = q.cuda().requires_grad_()
+    out = torch.ops.ropekit.rotate(qc, k.cuda(), positions.cuda(), h, "bshd", "forward", "accurate")
+    (out[0] * 2).sum().backward()
+    qh = q.clone().requires_grad_()
+    want = torch.ops.ropekit.rotate(qh, k, positions, h, "bshd", "forward", "accurate")
+    (want[0] * 2).sum().backward()
+    assert torch.equal(qc.grad.cpu(), qh.grad)
+    # bhsd memory read as bshd (a transposed view), on the device as on the CPU.
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)
+    want_q, = torch.ops.ropekit.rotate(qt, None, positions, h, "bshd", "forward", "accurate")
+    got_q, = torch.ops.ropekit.rotate(qt.cuda(), None, positions.cuda(), h, "bshd", "forward", "accurate")
+    assert torch.equal(got_q.cpu(), want_q)
+
+
+@needs_gpu
+def test_cuda_errors(rope):
+    h = ops.handle(rope)
+    q, k = _qk("bshd", torch.bfloat16)
+    with pytest.raises(ropekit.Error, match="positions: on cpu"):
+        torch.ops.ropekit.rotate(q.cuda(), k.cuda(), torch.zeros(2, 5, dtype=torch.int64), h, "bshd", "forward",
+                                 "accurate")
+    with pytest.raises(ropekit.Error, match="positions: None"):
+        torch.ops.ropekit.rotate(q.cuda(), k.cuda(), None, h, "bshd", "forward", "accurate")
+    # Position 2^47 on token 6 (batch 1, index 1): reported by cuda_check, its rows left unwritten, the rest rotated.
+    positions = torch.tensor([[0, 1, 2, 3, 4], [5, 1 << 47, 7, 8, 9]]).cuda()
+    qd = q.cuda()
+    torch.ops.ropekit.rotate_(qd, None, positions, h, "bshd", "forward", "accurate")
+    with pytest.raises(ropekit.Error, match="token 6"):
+        ops.cuda_check()
+    assert torch.equal(qd[1, 1].cpu(), q[1, 1])
+    ops.cuda_check()  # cleared
