@@ -139,6 +139,41 @@ TEST(MemoryPolicy, SoftwarePrefetchFollowsTheCpuIdentity) {
   EXPECT_FALSE(decode.prepare().job().prefetch_rows);
 }
 
+// The 256-bit kernel for one thread (issue 42): only on AMD family 25, only for large float32 half-pairing rotations
+// out of place, only where no target was chosen; the kernel it names is the AVX2 target's, whose bits the per-target
+// tests above check against the scalar reference.
+TEST(MemoryPolicy, OneThread256BitKernelFollowsTheCpuIdentityAndTheCall) {
+  const CpuIdentity zen4{.vendor = "AuthenticAMD", .family = 25, .model = 17};
+  const std::int64_t mib = std::int64_t{1} << 20;
+  EXPECT_TRUE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F32, Pairing::Half, true, mib));
+  EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F32, Pairing::Half, true, mib - 1));  // decode-sized
+  EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F32, Pairing::Half, false, mib));     // in place
+  EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F32, Pairing::Interleaved, true, mib));
+  EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::BF16, DType::BF16, Pairing::Half, true, mib));
+  EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F16, Pairing::Half, true, mib));
+  EXPECT_FALSE(cpu::one_thread_256_bit({.vendor = "GenuineIntel", .family = 6, .model = 207}, DType::F32, DType::F32,
+                                       Pairing::Half, true, mib));
+  EXPECT_FALSE(cpu::one_thread_256_bit({.vendor = "AuthenticAMD", .family = 26, .model = 2}, DType::F32, DType::F32,
+                                       Pairing::Half, true, mib));  // not measured
+  const Case large{.op = Op::Rotate,
+                   .spec = "half128",
+                   .dtype = DType::F32,
+                   .seq = 512,
+                   .q_heads = 32,
+                   .k_heads = 8,
+                   .in_place = false};
+  Workload big(large, 1);
+  const std::vector<std::string> targets = simd_targets();
+  const bool here = cpu::one_thread_256_bit(cpu_identity(), DType::F32, DType::F32, Pairing::Half, true, mib) &&
+                    std::count(targets.begin(), targets.end(), "AVX2") > 0;
+  EXPECT_EQ(big.prepare().job().one_thread_kernel != nullptr, here);
+  // A target chosen by name runs its own code throughout.
+  set_simd_target(targets.front());
+  EXPECT_EQ(big.prepare().job().one_thread_kernel, nullptr);
+  set_simd_target("");
+  EXPECT_EQ(big.prepare().job().one_thread_kernel != nullptr, here);
+}
+
 // Every 16-bit pattern (all NaNs, infinities, subnormals, both zeros) goes through the bf16 and fp16
 // load and store of the target, at several angles and a magnitude ≠ 1, and must come out as the
 // reference's bits.

@@ -102,8 +102,8 @@ std::vector<Target> find_targets() {
   return targets;
 }
 
-// The position of the selected target in available_targets() (0, the best, until select_target runs).
-std::atomic<int> g_selected{0};
+// The position of the selected target in available_targets(); -1: the best (the first), by default.
+std::atomic<int> g_selected{-1};
 
 }  // namespace
 
@@ -127,14 +127,25 @@ const std::vector<Target>& available_targets() {
 }
 
 const Target& current_target() {
-  return available_targets()[static_cast<std::size_t>(g_selected.load(std::memory_order_relaxed))];
+  const int selected = g_selected.load(std::memory_order_relaxed);
+  return available_targets()[static_cast<std::size_t>(selected < 0 ? 0 : selected)];
 }
 
-void select_target(int index) { g_selected.store(index < 0 ? 0 : index, std::memory_order_relaxed); }
+void select_target(int index) { g_selected.store(index < 0 ? -1 : index, std::memory_order_relaxed); }
+
+bool default_target() { return g_selected.load(std::memory_order_relaxed) < 0; }
 
 Selection current_selection() { return current_target().selection; }
 
 bool software_row_prefetch(const CpuIdentity& cpu) { return !(cpu.vendor == "AuthenticAMD" && cpu.family == 25); }
+
+bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
+                        std::int64_t bytes_moved) {
+  // Large: the rows a prefill streams (decode-sized calls, in L1/L2, tied: 0.96–1.03).
+  constexpr std::int64_t kFromBytes = std::int64_t{1} << 20;
+  return cpu.vendor == "AuthenticAMD" && cpu.family == 25 && q == DType::F32 && k == DType::F32 &&
+         pairing == Pairing::Half && out_of_place && bytes_moved >= kFromBytes;
+}
 
 bool software_row_prefetch() {
   static const bool prefetch = software_row_prefetch(cpu_identity());

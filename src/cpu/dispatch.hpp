@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "ropekit/cpu.hpp"
+#include "ropekit/dtype.hpp"
+#include "ropekit/spec.hpp"
 
 namespace ropekit::cpu {
 
@@ -47,6 +49,16 @@ void select_target(int index);
 bool software_row_prefetch(const CpuIdentity& cpu);
 // software_row_prefetch(cpu_identity()), read once.
 bool software_row_prefetch();
+// The policy's other CPU-dependent choice (issue 42): a large float32 rotation of half-pairing rows out of place, run
+// on one thread, takes the 256-bit (AVX2) kernel on AMD family 25 — on the Zen 4 EPYC (model 17) it ran at 1.1–1.2×
+// the AVX-512 kernel's speed (0.68–0.86 → 0.84–0.96 of memcpy; 4 alternated runs, docs/performance.md), while in
+// place, on two threads, for 16-bit types and for the interleaved pairing neither won throughout. A pure function of
+// the identity and the call's shape, testable for any CPU.
+bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
+                        std::int64_t bytes_moved);
+// Whether calls run on the best target by default (no set_simd_target restricting them): the CPU-dependent kernel
+// choices apply only then, so that a restriction to one target runs that target's code throughout.
+bool default_target();
 
 // current_target().selection: one relaxed load and an index.
 Selection current_selection();

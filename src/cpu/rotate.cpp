@@ -55,6 +55,18 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
   constexpr std::int64_t kPrefetchFromBytes = std::int64_t{1} << 20;
   job.prefetch_rows = job.bytes_moved >= kPrefetchFromBytes && software_row_prefetch();
   const Selection target = current_selection();
+  // An absent view's dtype is irrelevant (it has no rows): read as float32.
+  const DType q = job.q_heads > 0 ? job.args.q.dtype : DType::F32, k = job.k_heads > 0 ? job.args.k.dtype : DType::F32;
+  const bool out_of_place = job.args.q_out.data != nullptr || job.args.k_out.data != nullptr;
+  job.one_thread_kernel = nullptr;
+  if (default_target() && one_thread_256_bit(cpu_identity(), q, k, job.map->pairing, out_of_place, job.bytes_moved)) {
+    for (const Target& t : available_targets()) {
+      if (t.name == "AVX2") {
+        job.one_thread_kernel =
+            HWY_DISPATCH_TABLE(RotateKernelFor)[t.selection.index](job.map->pairing, q, k, t.selection.native_bf16);
+      }
+    }
+  }
   return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
                                                            target.native_bf16);
 }
@@ -74,6 +86,7 @@ detail::RowsKernel no_rows_kernel() { return &no_rows; }
 void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threads) {
   const std::int64_t rows = job.rows();
   const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(threads, job.bytes_moved), rows));
+  if (n == 1 && job.one_thread_kernel != nullptr) kernel = job.one_thread_kernel;  // the memory policy's choice
   // Contiguous row ranges: each thread streams through whole tokens of q and k. Every row is
   // computed by the same code whatever the split, so results do not depend on the thread count.
   detail::parallel_ranges(n, rows, [&](std::int64_t first, std::int64_t last) { kernel(job, first, last); });

@@ -36,6 +36,9 @@ struct RotateJob {
   // The memory policy, set by the backend that runs the call (kernels read these flags, never decide):
   bool stream_stores = false;  // non-temporal stores for out-of-place rows
   bool prefetch_rows = false;  // software prefetch ahead of each row: large calls
+  // Where a run on one thread is faster with another target's kernel on this CPU (cpu::one_thread_256_bit), that
+  // kernel — the same bits (every target's are the scalar reference's); null: the call's own kernel throughout.
+  void (*one_thread_kernel)(const RotateJob& job, std::int64_t first, std::int64_t last) = nullptr;
 
   std::int64_t rows() const { return tokens * (q_heads + k_heads); }
 };
