@@ -16,6 +16,8 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
   llama3_tied    Llama 3 rope scaling (factor 8, original context 16), tied embeddings, float16 weights
   mistral_window Mistral with a sliding window of 16 keys (48 tokens pass it), θ = 1e6, float32
   qwen2_yarn_bias  Qwen2 (q/k/v biases), YaRN (factor 4, original context 16), tied embeddings, bfloat16
+  qwen2_layer_windows  Qwen2 with use_sliding_window: layer 0 full attention, layer 1 a sliding window of 16 keys
+                 (max_window_layers 1; 48 tokens pass it), float32
   qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
   smollm3_nope   SmolLM3: layer 1 without positional encoding (no_rope_layers [1, 0]), θ = 2e6, tied, float32
   phi3_longrope  Phi-3: fused qkv and gate/up projections, LongRoPE (original context 16 of 64: the 48 tokens take the
@@ -35,7 +37,12 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
 TOKENS = 48
 
 
+ONLY = None  # --only NAME: build that model alone (the others' files stay as they are)
+
+
 def build(name, config, dtype, shard, out, cls=LlamaForCausalLM):
+    if ONLY is not None and name != ONLY:
+        return
     torch.manual_seed(sum(map(ord, name)))  # a seed per model, stable across runs
     model = cls(config).eval()
     with torch.no_grad():
@@ -121,12 +128,16 @@ def write_gguf(name, out):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="tests/data/hf_models")
+    parser.add_argument("--only", default=None, help="build this model alone")
     a = parser.parse_args()
+    global ONLY
+    ONLY = a.only
     common = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, attn_implementation="eager")
     llama = LlamaConfig(**common, tie_word_embeddings=False)
     build("llama_f32", llama, torch.float32, "60KB", a.out)
-    write_gguf("llama_f32", a.out)
+    if ONLY is None or ONLY == "llama_f32":
+        write_gguf("llama_f32", a.out)
     build("llama_bf16", llama, torch.bfloat16, "10GB", a.out)
     llama3 = LlamaConfig(**common, tie_word_embeddings=True,
                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
@@ -139,6 +150,9 @@ def main():
                         rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
                                          "original_max_position_embeddings": 16})
     build("qwen2_yarn_bias", qwen2, torch.bfloat16, "10GB", a.out, Qwen2ForCausalLM)
+    qwen2_windows = Qwen2Config(**common, tie_word_embeddings=False, rope_theta=1000000.0, use_sliding_window=True,
+                                sliding_window=16, max_window_layers=1)
+    build("qwen2_layer_windows", qwen2_windows, torch.float32, "10GB", a.out, Qwen2ForCausalLM)
     qwen3 = Qwen3Config(**{**common, "head_dim": 32}, tie_word_embeddings=False, rope_theta=1000000.0)
     build("qwen3_qknorm", qwen3, torch.float32, "10GB", a.out, Qwen3ForCausalLM)
     smol = SmolLM3Config(**common, no_rope_layers=[1, 0], rope_theta=2000000.0, bos_token_id=1, eos_token_id=2,

@@ -55,7 +55,7 @@ void expect_hf_logits(const std::string& name) {
   for (std::size_t t = 0; t < n; ++t) positions[t] = std::int64_t(t);
   ropekit::LlamaRunner runner(model, {.capacity = std::int64_t(n)});
   // HF's rotary module picks length-dependent plans (LongRoPE's long factors) from the sequence's length.
-  runner.forward(ropekit::Rope(model.rope.layer().spec, ropekit::AngleMode::Accurate, std::int64_t(n)), tokens,
+  runner.forward(ropekit::Rope(model.rope_layer().spec, ropekit::AngleMode::Accurate, std::int64_t(n)), tokens,
                  positions, got);
   double worst = 0;
   for (std::size_t t = 0; t < n; ++t) {
@@ -136,6 +136,37 @@ TEST(HfModel, Qwen2BiasesAndYarnEqualTransformers) {
   EXPECT_TRUE(std::holds_alternative<ropekit::scaling::Yarn>(m.rope.layer().spec.scaling));
 }
 
+// use_sliding_window: layer 0 full attention, layer 1 a window of 16 keys (max_window_layers 1), read from the layer
+// groups read_config makes; 48 tokens pass the window, and the same model attending fully in every layer does not give
+// HF's logits.
+TEST(HfModel, Qwen2PerLayerSlidingWindowsEqualTransformers) {
+  expect_hf_logits("qwen2_layer_windows");
+  ropekit::LlamaModel m = ropekit::load_model_file(kModels / "qwen2_layer_windows");
+  EXPECT_EQ(m.layer_windows, (std::vector<std::int64_t>{0, 16}));
+  EXPECT_EQ(m.window(0), 0);
+  EXPECT_EQ(m.window(1), 16);
+  std::ifstream meta_file(kModels / "qwen2_layer_windows" / "meta.json");
+  const std::vector<int> tokens = nlohmann::json::parse(meta_file)["tokens"].get<std::vector<int>>();
+  std::vector<std::int64_t> positions(tokens.size());
+  for (std::size_t t = 0; t < tokens.size(); ++t) positions[t] = std::int64_t(t);
+  const std::size_t vocab = std::size_t(m.config.vocab_size);
+  const ropekit::Rope rope(m.rope.layer("full_attention").spec);
+  std::vector<float> windowed(tokens.size() * vocab), full(tokens.size() * vocab);
+  ropekit::LlamaRunner(m, {.capacity = 64}).forward(rope, tokens, positions, windowed);
+  m.layer_windows.clear();
+  ropekit::LlamaRunner(m, {.capacity = 64}).forward(rope, tokens, positions, full);
+  // Within the window the two agree; past it (position 16 on) layer 1's keys differ.
+  float before = 0, after = 0;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    for (std::size_t v = 0; v < vocab; ++v) {
+      const float d = std::fabs(windowed[t * vocab + v] - full[t * vocab + v]);
+      (t < 16 ? before : after) = std::max(t < 16 ? before : after, d);
+    }
+  }
+  EXPECT_EQ(before, 0.0f);
+  EXPECT_GT(after, 1e-2f);
+}
+
 TEST(HfModel, Qwen3QkNormAndItsOwnHeadSizeEqualTransformers) {
   expect_hf_logits("qwen3_qknorm");
   const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "qwen3_qknorm");
@@ -214,7 +245,7 @@ TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   s.edit_config([](nlohmann::json& j) { j["model_type"] = 7; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"\"model_type\" = 7", "must be a string"});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2", j["use_sliding_window"] = "yes"; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"\"use_sliding_window\" = \"yes\"", "true or false"});
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"use_sliding_window = \"yes\"", "true or false"});
   s.edit_config([](nlohmann::json& j) { j.erase("use_sliding_window"), j["model_type"] = "gemma2"; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"gemma2\""});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2"; });  // a Qwen2 needs its biases

@@ -87,12 +87,22 @@ struct LlamaModel {
   // Per layer, 1 where the layer has no positional encoding (SmolLM3's no_rope_layers zeros): its queries and keys
   // are not rotated, whatever rope the runner is given; empty: RoPE in every layer.
   std::vector<std::uint8_t> nope_layers;
+  // Per layer, its sliding window (> 0) or none (0): the layers Qwen's use_sliding_window picks (from
+  // max_window_layers on); empty: config.sliding_window on every layer.
+  std::vector<std::int64_t> layer_windows;
   // The model's own RoPE: llama2.c checkpoints rotate interleaved pairs (2j, 2j+1) with base 10000
   // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
   ModelPositions rope;
 
   const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
   bool nope(int layer) const { return !nope_layers.empty() && nope_layers[std::size_t(layer)] != 0; }
+  // The RoPE of the rotated layers (the loaders check that every RoPE layer group of the model shares it: Qwen's full
+  // and sliding layers do); layers of another encoding are the NoPE ones above.
+  // Errors: a model without RoPE layers.
+  const LayerPositions& rope_layer() const;
+  std::int64_t window(int layer) const {
+    return layer_windows.empty() ? config.sliding_window : layer_windows[std::size_t(layer)];
+  }
 };
 
 // Loaders. Every length, count and offset is checked before use; anything malformed or truncated is
@@ -110,7 +120,8 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
 // A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;
-// "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own; "smollm3" — NoPE layers; "phi3" —
+// "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own (both: use_sliding_window's windows on
+// the layers from max_window_layers on); "smollm3" — NoPE layers; "phi3" —
 // fused qkv and gate/up projections, split at load; hidden_act silu) and the weights in model.safetensors or in
 // shards named by model.safetensors.index.json, read through memory
 // maps; F32, F16 and BF16 tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape

@@ -280,7 +280,7 @@ std::vector<std::int64_t> default_positions(std::size_t n, std::int64_t start) {
   return p;
 }
 
-Spec model_spec(const PyModel& m, const PyRope* rope) { return rope ? rope->spec() : m.model->rope.layer().spec; }
+Spec model_spec(const PyModel& m, const PyRope* rope) { return rope ? rope->spec() : m.model->rope_layer().spec; }
 
 py::array_t<float> model_logits(const PyModel& self, const std::vector<int>& tokens,
                                 std::optional<std::vector<std::int64_t>> positions, const PyRope* py_rope,
@@ -592,9 +592,9 @@ void bind_consumers(py::module_& m) {
                              })
       .def_property_readonly("rope",
                              [](const PyModel& self) {
-                               auto r = std::make_shared<PyRope>(self.model->rope.layer().spec, std::nullopt,
+                               auto r = std::make_shared<PyRope>(self.model->rope_layer().spec, std::nullopt,
                                                                  self.model->source);
-                               r->layer = self.model->rope.layer();
+                               r->layer = self.model->rope_layer();
                                return r;
                              })
       .def(

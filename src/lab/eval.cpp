@@ -128,7 +128,7 @@ std::string substitute_scale(const EvalMethod& method, double s) {
 
 MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
   MethodRun run;
-  run.spec = model.rope.layer().spec;
+  run.spec = model.rope_layer().spec;
   const std::string& n = method.name;
   if (!method.fragment.empty()) {
     run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n), l0);

@@ -276,7 +276,7 @@ struct Family {
   bool qk_norm;        // Qwen3: RMSNorm of each q and k head before the rotation
   bool fused;          // Phi-3: qkv_proj and gate_up_proj, split at load
   bool window;         // Mistral, Phi-3: sliding_window on every layer
-  bool layer_windows;  // Qwen2/3, SmolLM3: use_sliding_window picks layers (refused: not in the runner)
+  bool layer_windows;  // Qwen2/3, SmolLM3: use_sliding_window picks layers (ModelPositions' groups say which)
 };
 constexpr Family kFamilies[] = {
     {"llama", false, false, false, false, false},  {"mistral", false, false, false, true, false},
@@ -343,16 +343,13 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
                           {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                            "num_key_value_heads", "vocab_size", "max_position_embeddings"});
   // Sliding windows: Mistral's and Phi-3's apply to every layer; Qwen's and SmolLM3's only to the layers
-  // use_sliding_window picks (refused).
+  // use_sliding_window picks (below, from the layer groups read_config makes of max_window_layers).
   if (family->window) c.sliding_window = integer(j, origin, "sliding_window", 0);
-  if (family->layer_windows && flag_key(j, origin, "use_sliding_window", false)) {
-    throw Error(fmt::format(
-        "{}: use_sliding_window = true: per-layer windows (max_window_layers) are not in the runner yet", origin));
-  }
   c.shared_classifier = flag_key(j, origin, "tie_word_embeddings", false);
   // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
   model.rope = read_config(text, {}, origin);
-  // SmolLM3's NoPE layers come as a group of their own (encoding None); the rest share one RoPE plan.
+  // SmolLM3's NoPE layers come as a group of their own (encoding None); the rest share one RoPE plan, in one group
+  // or, with Qwen's use_sliding_window, in a full- and a sliding-attention group of the same spec.
   const std::vector<const LayerPositions*> rope_groups = model.rope.rope_groups();
   for (const LayerPositions& g : model.rope.groups) {
     if (g.encoding == PositionEncoding::None && g.attention) {
@@ -363,10 +360,26 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
                               g.layer_type));
     }
   }
-  const Spec& spec = model.rope.layer().spec;
-  if (spec.head_dim != c.head_dim() || rope_groups.size() != 1 || rope_groups[0]->rope_offset != 0) {
+  if (rope_groups.empty()) throw Error(fmt::format("{}: no RoPE layers: not in the runner", origin));
+  const Spec& spec = rope_groups[0]->spec;
+  for (const LayerPositions* g : rope_groups) {
+    if (g->spec != spec) {
+      throw Error(
+          fmt::format("{}: layer types \"{}\" and \"{}\" rotate differently: one RoPE for every layer is "
+                      "what the runner takes",
+                      origin, rope_groups[0]->layer_type, g->layer_type));
+    }
+  }
+  if (spec.head_dim != c.head_dim() || rope_groups[0]->rope_offset != 0) {
     throw Error(fmt::format("{}: the RoPE settings (head_dim {}) do not fit the model's head size {}", origin,
                             spec.head_dim, c.head_dim()));
+  }
+  if (family->layer_windows) {
+    for (const LayerPositions& g : model.rope.groups) {
+      if (!g.sliding_window) continue;
+      model.layer_windows.resize(std::size_t(c.n_layers), 0);
+      for (const int l : g.layers) model.layer_windows.at(std::size_t(l)) = *g.sliding_window;
+    }
   }
   const Weights w(dir);
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);

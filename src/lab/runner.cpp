@@ -15,6 +15,13 @@
 #include "ropekit/model.hpp"
 
 namespace ropekit {
+
+const LayerPositions& LlamaModel::rope_layer() const {
+  const std::vector<const LayerPositions*> groups = rope.rope_groups();
+  if (groups.empty()) throw Error(fmt::format("{}: the model has no RoPE layers", source));
+  return *groups.front();
+}
+
 namespace {
 
 // Multiply-adds of a group of matrix products below which it runs on the calling thread alone (waking the
@@ -97,7 +104,7 @@ Spec spec_with_scaling(const LlamaModel& model, std::string_view fragment, std::
     throw Error(fmt::format("{} = {}: invalid JSON: {}", origin, fragment, e.what()));
   }
   if (!scaling.is_object()) throw Error(fmt::format("{} = {}: must be a JSON object", origin, fragment));
-  const Spec& own = model.rope.layer().spec;
+  const Spec& own = model.rope_layer().spec;
   nlohmann::json config = {{"model_type", "llama"},
                            {"hidden_size", model.config.dim},
                            {"num_attention_heads", model.config.n_heads},
@@ -262,9 +269,6 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     std::copy(row, row + dim, s.x.data() + std::size_t(t) * dim);
   }
   AttentionOptions attention_options;
-  // The call's window (the lab's swa method) and the model's own (Mistral): the narrower one.
-  attention_options.window = options.window > 0 && c.sliding_window > 0 ? std::min(options.window, c.sliding_window)
-                                                                        : std::max(options.window, c.sliding_window);
   attention_options.logn_length = options.logn_length;
   attention_options.threads = s.threads;
   const Positions pos = ropekit::positions(positions);
@@ -287,8 +291,14 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
         o);
   };
 
+  const AttentionOptions call_options = attention_options;
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
+    // The call's window (the lab's swa method) and the layer's own (Mistral's, Qwen's sliding layers): the narrower.
+    const std::int64_t model_window = m.window(l);
+    attention_options = call_options;
+    attention_options.window = options.window > 0 && model_window > 0 ? std::min(options.window, model_window)
+                                                                      : std::max(options.window, model_window);
     rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
     matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, q_dim, false},
              {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::vector<float> logits(std::size_t(model.config.vocab_size));
       const int token = 0;
       const std::int64_t position = 0;
-      runner.forward(ropekit::Rope(model.rope.layer().spec), std::span(&token, 1), std::span(&position, 1), logits);
+      runner.forward(ropekit::Rope(model.rope_layer().spec), std::span(&token, 1), std::span(&position, 1), logits);
     }
   } catch (const ropekit::Error&) {
   }

@@ -36,7 +36,7 @@ void print_piece(std::ostream& out, const std::string& piece) {
 void generate(const GenerateOptions& o, Streams io) {
   const LlamaModel model = load_model_file(o.model);
   const Tokenizer tokenizer = load_tokenizer_for(model, o.model, o.tokenizer);
-  const Spec spec = o.rope_scaling.empty() ? model.rope.layer().spec : spec_with_scaling(model, o.rope_scaling);
+  const Spec spec = o.rope_scaling.empty() ? model.rope_layer().spec : spec_with_scaling(model, o.rope_scaling);
   // run.c: 0 or more than the trained length means the trained length; a scaled RoPE may go beyond it.
   std::int64_t steps = o.steps;
   if (steps == 0 || (steps > model.config.seq_len && o.rope_scaling.empty())) steps = model.config.seq_len;
