@@ -20,6 +20,9 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
                  (max_window_layers 1; 48 tokens pass it), float32
   qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
   smollm3_nope   SmolLM3: layer 1 without positional encoding (no_rope_layers [1, 0]), θ = 2e6, tied, float32
+  gemma3_local_global  Gemma 3 text: layer 0 local (a window of 16 keys, θ = 1e4), layer 1 global (θ = 1e6, linear
+                 scaling factor 2); (1 + w) RMSNorms, four per layer and q/k per head; embeddings × √hidden; GeGLU
+                 (tanh); query_pre_attn_scalar 24 (≠ head_dim 32); tied embeddings; float32
   phi3_longrope  Phi-3: fused qkv and gate/up projections, LongRoPE (original context 16 of 64: the 48 tokens take the
                  long factors), float32
 """
@@ -30,7 +33,7 @@ import os
 import numpy as np
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 
@@ -164,6 +167,13 @@ def main():
                       tie_word_embeddings=False, sliding_window=None, bos_token_id=1, eos_token_id=2, pad_token_id=0,
                       rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long})
     build("phi3_longrope", phi3, torch.float32, "10GB", a.out, Phi3ForCausalLM)
+    gemma3 = Gemma3TextConfig(**{**common, "rms_norm_eps": 1e-6, "head_dim": 32}, sliding_window=16,
+                              layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=24,
+                              rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                  "rope_theta": 1000000.0},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    build("gemma3_local_global", gemma3, torch.float32, "10GB", a.out, Gemma3ForCausalLM)
 
 
 if __name__ == "__main__":

@@ -36,13 +36,17 @@ void write_bytes(const fs::path& p, const std::vector<char>& bytes) {
   out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts);
+
 // Logits within 1e-5 of HF's float32 ones, relative to the position's largest |logit|: both sides compute in float32
 // from the same float32 weights (F16/BF16 files: widened exactly on both sides), in a different order of operations
 // (OpenBLAS's and ropekit's attention against torch's) — a few ulp of float32 per product through two layers.
-void expect_hf_logits(const std::string& name) {
+void expect_hf_logits(const std::string& name, const ropekit::LlamaModel* edited = nullptr,
+                      double* worst_out = nullptr) {
   SCOPED_TRACE(name);
   const fs::path dir = kModels / name;
-  const ropekit::LlamaModel model = ropekit::load_model_file(dir);
+  const ropekit::LlamaModel loaded = edited != nullptr ? ropekit::LlamaModel{} : ropekit::load_model_file(dir);
+  const ropekit::LlamaModel& model = edited != nullptr ? *edited : loaded;
   std::ifstream meta_file(dir / "meta.json");
   const nlohmann::json meta = nlohmann::json::parse(meta_file);
   const std::vector<int> tokens = meta["tokens"].get<std::vector<int>>();
@@ -65,8 +69,14 @@ void expect_hf_logits(const std::string& name) {
       err = std::max(err, std::fabs(got[t * vocab + v] - want[t * vocab + v]));
     }
     ASSERT_GT(scale, 0.5f) << "position " << t << ": HF's logits are too small to say anything";
-    EXPECT_LE(err, 1e-5f * scale) << "position " << t;
+    if (worst_out == nullptr) {
+      EXPECT_LE(err, 1e-5f * scale) << "position " << t;
+    }
     worst = std::max(worst, double(err / scale));
+  }
+  if (worst_out != nullptr) {  // an edited model: the caller judges the error
+    *worst_out = worst;
+    return;
   }
   std::printf("%s: %zu positions × %zu logits, worst error %.2e of the position's largest logit\n", name.c_str(), n,
               vocab, worst);
@@ -167,6 +177,64 @@ TEST(HfModel, Qwen2PerLayerSlidingWindowsEqualTransformers) {
   EXPECT_GT(after, 1e-2f);
 }
 
+// Gemma 3's text model: a local layer (window 16, its own θ = 1e4) and a global one (θ = 1e6, linear factor 2: the
+// model's RoPE, which a lab method would replace), (1 + w) norms — four per layer and q/k per head —, embeddings × √64,
+// GeGLU with gelu's tanh form, the softmax scale query_pre_attn_scalar^-0.5 = 24^-0.5 (not head_dim 32's).
+TEST(HfModel, Gemma3LocalAndGlobalLayersEqualTransformers) {
+  expect_hf_logits("gemma3_local_global");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "gemma3_local_global");
+  EXPECT_EQ(m.rope_layer().layer_type, "full_attention");
+  EXPECT_EQ(m.rope_layer().spec.base, 1e6);
+  ASSERT_EQ(m.layer_specs.size(), 2u);
+  ASSERT_TRUE(m.layer_specs[0].has_value());
+  EXPECT_EQ(m.layer_specs[0]->base, 1e4);
+  EXPECT_FALSE(m.layer_specs[1].has_value());
+  EXPECT_EQ(m.layer_windows, (std::vector<std::int64_t>{16, 0}));
+  EXPECT_TRUE(m.config.gelu_tanh);
+  EXPECT_EQ(m.config.embed_scale, 8.0f);
+  EXPECT_DOUBLE_EQ(m.config.softmax_scale, 1.0 / std::sqrt(24.0));
+  EXPECT_TRUE(m.config.shared_classifier);
+  EXPECT_EQ(m.layers[0].rms_post_ffn.size(), 64u);
+  // Each Gemma part is what the comparison checks: without it the logits leave HF's by far more than the bound.
+  const auto without = [&](const char* what, const std::function<void(ropekit::LlamaModel&)>& edit) {
+    ropekit::LlamaModel e = m;
+    edit(e);
+    double worst = 0;
+    expect_hf_logits("gemma3_local_global", &e, &worst);
+    EXPECT_GT(worst, 1e-3) << "without " << what;
+  };
+  without("the local layer's own RoPE", [](ropekit::LlamaModel& e) { e.layer_specs.clear(); });
+  without("the local layer's window", [](ropekit::LlamaModel& e) { e.layer_windows.clear(); });
+  without("GeGLU", [](ropekit::LlamaModel& e) { e.config.gelu_tanh = false; });
+  without("the embedding scale", [](ropekit::LlamaModel& e) { e.config.embed_scale = 0; });
+  without("query_pre_attn_scalar", [](ropekit::LlamaModel& e) { e.config.softmax_scale = 0; });
+  without("the output norms", [](ropekit::LlamaModel& e) {
+    for (auto& l : e.layers) l.rms_post_att.clear(), l.rms_post_ffn.clear();
+  });
+  // The lab on it: "orig" is the model's own RoPE on the global layer (the logits above, so a finite perplexity), a
+  // method replaces that RoPE only (the local layer keeps its own); the attention probe, which models one RoPE, no
+  // window and 1/sqrt(head_dim) in every layer, refuses the model rather than report other layers' attention.
+  std::ifstream meta_file(kModels / "gemma3_local_global" / "meta.json");
+  const std::vector<int> tokens = nlohmann::json::parse(meta_file)["tokens"].get<std::vector<int>>();
+  ropekit::EvalOptions o;
+  o.window_size = 48;
+  o.windows = 1;
+  o.lengths = {48};
+  o.buckets = {0, 16, 32};
+  o.trained_length = 16;
+  o.methods = ropekit::parse_methods("orig,yarn");
+  const ropekit::EvalResult r = ropekit::evaluate(m, tokens, o);
+  ASSERT_FALSE(r.rows.empty());
+  double orig = 0, yarn = 0;
+  for (const ropekit::EvalRow& row : r.rows) {
+    EXPECT_TRUE(std::isfinite(row.ppl)) << row.method;
+    (row.method == "orig" ? orig : yarn) += row.mean_nll;
+  }
+  EXPECT_NE(orig, yarn);  // the method did change the global layer's rotation
+  o.attention_stats = true;
+  expect_error([&] { ropekit::evaluate(m, tokens, o); }, {"attention probe", "own RoPEs, windows or softmax scale"});
+}
+
 TEST(HfModel, Qwen3QkNormAndItsOwnHeadSizeEqualTransformers) {
   expect_hf_logits("qwen3_qknorm");
   const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "qwen3_qknorm");
@@ -237,6 +305,25 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   } catch (const Error& e) {
     for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
+}
+
+// What the runner's Gemma is not: Gemma 2's logit soft-capping, another activation, bidirectional attention.
+TEST(HfModel, RefusesGemmaSettingsTheRunnerDoesNotHave) {
+  const Scratch s("gemma3_local_global");
+  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"attn_logit_softcapping = 50", "soft-capping"});
+  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = nullptr, j["final_logit_softcapping"] = 30.0; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"final_logit_softcapping = 30"});
+  s.edit_config([](nlohmann::json& j) { j["final_logit_softcapping"] = nullptr, j["hidden_activation"] = "gelu"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"hidden_activation = \"gelu\"", "gelu_pytorch_tanh"});
+  s.edit_config(
+      [](nlohmann::json& j) { j["hidden_activation"] = "gelu_pytorch_tanh", j["use_bidirectional_attention"] = true; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"use_bidirectional_attention = true"});
+  s.edit_config([](nlohmann::json& j) {
+    j["use_bidirectional_attention"] = false, j["layer_types"] = {"full_attention", "sliding_attention"};
+    j["rope_parameters"]["sliding_attention"]["rope_theta"] = 20000.0;
+  });
+  EXPECT_NO_THROW(ropekit::load_model_file(s.dir));  // local layers may sit anywhere
 }
 
 TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {

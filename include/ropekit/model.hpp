@@ -51,6 +51,12 @@ struct LlamaConfig {
   std::int64_t sliding_window = 0;  // > 0: every layer attends to at most this many keys, its own included (Mistral)
 
   int head_size = 0;  // 0: dim / n_heads; else the head size, n_heads · head_size may differ from dim (Qwen3)
+  // Gemma: the feed-forward is GeGLU, gelu(w1 x) ⊙ w3 x with gelu's tanh form (HF's gelu_pytorch_tanh), not SwiGLU;
+  // the token embeddings are multiplied by embed_scale (> 0; HF: a float32 √dim); the attention's softmax scale is
+  // softmax_scale (> 0: query_pre_attn_scalar^-0.5) rather than head_dim^-0.5.
+  bool gelu_tanh = false;
+  float embed_scale = 0.0f;
+  double softmax_scale = 0.0;
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }
@@ -75,6 +81,9 @@ struct LlamaLayerWeights {
   // RMSNorm of every q and k head before the rotation (Qwen3's q_norm / k_norm, eps = norm_eps); empty: none.
   std::vector<float> q_norm;  // [head_dim]
   std::vector<float> k_norm;  // [head_dim]
+  // Gemma's norms of the attention's and the feed-forward's outputs, before each residual add; empty: none.
+  std::vector<float> rms_post_att;  // [dim]
+  std::vector<float> rms_post_ffn;  // [dim]
 };
 
 struct LlamaModel {
@@ -90,14 +99,18 @@ struct LlamaModel {
   // Per layer, its sliding window (> 0) or none (0): the layers Qwen's use_sliding_window picks (from
   // max_window_layers on); empty: config.sliding_window on every layer.
   std::vector<std::int64_t> layer_windows;
+  // Per layer, a RoPE of the layer's own (Gemma 3's local layers: θ 1e4, unscaled) that the call's rope — the
+  // model's main one, rope_layer(), or the method a lab run puts in its place — does not replace; empty or nullopt:
+  // the call's rope.
+  std::vector<std::optional<Spec>> layer_specs;
   // The model's own RoPE: llama2.c checkpoints rotate interleaved pairs (2j, 2j+1) with base 10000
   // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
   ModelPositions rope;
 
   const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
   bool nope(int layer) const { return !nope_layers.empty() && nope_layers[std::size_t(layer)] != 0; }
-  // The RoPE of the rotated layers (the loaders check that every RoPE layer group of the model shares it: Qwen's full
-  // and sliding layers do); layers of another encoding are the NoPE ones above.
+  // The model's main RoPE: the only RoPE layer group's, or the "full_attention" group's where the groups differ
+  // (Gemma 3: its local layers' own RoPE is in layer_specs). Layers of another encoding are the NoPE ones above.
   // Errors: a model without RoPE layers.
   const LayerPositions& rope_layer() const;
   std::int64_t window(int layer) const {
@@ -121,8 +134,10 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
 // A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;
 // "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own (both: use_sliding_window's windows on
-// the layers from max_window_layers on); "smollm3" — NoPE layers; "phi3" —
-// fused qkv and gate/up projections, split at load; hidden_act silu) and the weights in model.safetensors or in
+// the layers from max_window_layers on); "smollm3" — NoPE layers; "phi3" — fused qkv and gate/up projections, split at
+// load; hidden_act silu; "gemma3_text" — local layers with their own window and RoPE (layer_specs), (1 + w) norms
+// stored as 1 + w, four per layer and q/k per head, embeddings × √hidden, GeGLU, query_pre_attn_scalar; no logit
+// soft-capping) and the weights in model.safetensors or in
 // shards named by model.safetensors.index.json, read through memory
 // maps; F32, F16 and BF16 tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape
 // checked against config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF

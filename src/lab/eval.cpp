@@ -760,6 +760,16 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
   WindowReader reader(model, capacity, options.threads);
   std::optional<AttentionProbe> probe;
   if (options.attention_stats) {
+    // The probe recomputes every layer's attention with the method's RoPE, 1/√head_dim and no window: what the
+    // runner does for every model but those whose layers differ (Gemma 3's local layers, windows, scale).
+    const bool per_layer = !model.layer_specs.empty() || !model.layer_windows.empty() ||
+                           model.config.sliding_window > 0 || model.config.softmax_scale > 0;
+    if (per_layer) {
+      throw Error(
+          fmt::format("{}: the attention probe (--attention) models one RoPE, no window and 1/sqrt(head_dim) "
+                      "in every layer; this model's layers differ (own RoPEs, windows or softmax scale)",
+                      model.source));
+    }
     result.distance_edges = {0, 1, 16};
     for (std::int64_t e : options.buckets) {
       if (e > 16 && e < max_n) result.distance_edges.push_back(e);

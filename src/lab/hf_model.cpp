@@ -276,13 +276,25 @@ struct Family {
   bool qk_norm;        // Qwen3: RMSNorm of each q and k head before the rotation
   bool fused;          // Phi-3: qkv_proj and gate_up_proj, split at load
   bool window;         // Mistral, Phi-3: sliding_window on every layer
-  bool layer_windows;  // Qwen2/3, SmolLM3: use_sliding_window picks layers (ModelPositions' groups say which)
+  bool layer_windows;  // Qwen2/3, SmolLM3, Gemma 3: the layer groups say which layers have a window
+  // Gemma 3: (1 + w) RMSNorms, four per layer (the attention's and the feed-forward's inputs and outputs) and q/k per
+  // head; embeddings × √hidden; GeGLU (tanh); local layers with a RoPE of their own (θ 1e4), global ones the model's.
+  bool gemma = false;
 };
 constexpr Family kFamilies[] = {
-    {"llama", false, false, false, false, false},  {"mistral", false, false, false, true, false},
-    {"qwen2", true, false, false, false, true},    {"qwen3", false, true, false, false, true},
-    {"smollm3", false, false, false, false, true}, {"phi3", false, false, true, true, false},
+    {"llama", false, false, false, false, false},
+    {"mistral", false, false, false, true, false},
+    {"qwen2", true, false, false, false, true},
+    {"qwen3", false, true, false, false, true},
+    {"smollm3", false, false, false, false, true},
+    {"phi3", false, false, true, true, false},
+    {"gemma3_text", false, true, false, false, true, true},
 };
+
+// Gemma's RMSNorm multiplies by (1 + w), formed in float32 as HF forms it: stored so, the runner's RMSNorm is Llama's.
+void add_one(std::vector<float>& w) {
+  for (float& x : w) x = 1.0f + x;
+}
 
 }  // namespace
 
@@ -315,12 +327,30 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       throw Error(fmt::format("{}: {} = true: the runner's {} has no such biases", origin, flag, model_type));
     }
   }
-  if (const std::string act = text_key(j, origin, "hidden_act", "silu"); act != "silu") {
-    throw Error(fmt::format("{}: hidden_act = \"{}\": the runner's feed-forward is SwiGLU (silu)", origin, act));
-  }
   LlamaModel model;
   model.source = fmt::format("hf {}", dir.string());
   LlamaConfig& c = model.config;
+  if (family->gemma) {
+    if (const std::string act = text_key(j, origin, "hidden_activation", "gelu_pytorch_tanh");
+        act != "gelu_pytorch_tanh") {
+      throw Error(
+          fmt::format("{}: hidden_activation = \"{}\": the runner's Gemma feed-forward is GeGLU with "
+                      "gelu_pytorch_tanh",
+                      origin, act));
+    }
+    for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+      if (const auto it = j.find(cap); it != j.end() && !it->is_null()) {
+        throw Error(
+            fmt::format("{}: {} = {}: logit soft-capping (Gemma 2) is not in the runner", origin, cap, it->dump()));
+      }
+    }
+    if (flag_key(j, origin, "use_bidirectional_attention", false)) {
+      throw Error(fmt::format("{}: use_bidirectional_attention = true: the runner's attention is causal", origin));
+    }
+    c.gelu_tanh = true;
+  } else if (const std::string act = text_key(j, origin, "hidden_act", "silu"); act != "silu") {
+    throw Error(fmt::format("{}: hidden_act = \"{}\": the runner's feed-forward is SwiGLU (silu)", origin, act));
+  }
   c.dim = int(integer(j, origin, "hidden_size"));
   c.hidden_dim = int(integer(j, origin, "intermediate_size"));
   c.n_layers = int(integer(j, origin, "num_hidden_layers"));
@@ -345,7 +375,7 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   // Sliding windows: Mistral's and Phi-3's apply to every layer; Qwen's and SmolLM3's only to the layers
   // use_sliding_window picks (below, from the layer groups read_config makes of max_window_layers).
   if (family->window) c.sliding_window = integer(j, origin, "sliding_window", 0);
-  c.shared_classifier = flag_key(j, origin, "tie_word_embeddings", false);
+  c.shared_classifier = flag_key(j, origin, "tie_word_embeddings", family->gemma);
   // The model's own RoPE from the same config.json (HF's q/k rows are for its rotate_half: the half pairing).
   model.rope = read_config(text, {}, origin);
   // SmolLM3's NoPE layers come as a group of their own (encoding None); the rest share one RoPE plan, in one group
@@ -361,18 +391,29 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     }
   }
   if (rope_groups.empty()) throw Error(fmt::format("{}: no RoPE layers: not in the runner", origin));
-  const Spec& spec = rope_groups[0]->spec;
+  // One RoPE for the model (the call's, which a lab method replaces), except Gemma 3's local layers: theirs is their
+  // own (θ 1e4, unscaled) whatever the method.
+  const Spec& spec = model.rope_layer().spec;
   for (const LayerPositions* g : rope_groups) {
-    if (g->spec != spec) {
+    if (g->spec.head_dim != c.head_dim() || g->rope_offset != 0) {
+      throw Error(
+          fmt::format("{}: the RoPE settings of layer type \"{}\" (head_dim {}) do not fit the model's head "
+                      "size {}",
+                      origin, g->layer_type, g->spec.head_dim, c.head_dim()));
+    }
+    if (g->spec == spec) continue;
+    if (!family->gemma || g->layer_type != "sliding_attention") {
       throw Error(
           fmt::format("{}: layer types \"{}\" and \"{}\" rotate differently: one RoPE for every layer is "
                       "what the runner takes",
-                      origin, rope_groups[0]->layer_type, g->layer_type));
+                      origin, model.rope_layer().layer_type, g->layer_type));
     }
+    model.layer_specs.resize(std::size_t(c.n_layers));
+    for (const int l : g->layers) model.layer_specs.at(std::size_t(l)) = g->spec;
   }
-  if (spec.head_dim != c.head_dim() || rope_groups[0]->rope_offset != 0) {
-    throw Error(fmt::format("{}: the RoPE settings (head_dim {}) do not fit the model's head size {}", origin,
-                            spec.head_dim, c.head_dim()));
+  if (family->gemma) {
+    c.softmax_scale = model.rope_layer().softmax_scale;  // query_pre_attn_scalar^-0.5, the same in every layer
+    c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.dim)));  // HF: a float32 tensor of √hidden
   }
   if (family->layer_windows) {
     for (const LayerPositions& g : model.rope.groups) {
@@ -391,6 +432,13 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
     LlamaLayerWeights& layer = model.layers[std::size_t(l)];
     const std::string p = fmt::format("model.layers.{}.", l);
     layer.rms_att = w.tensor(p + "input_layernorm.weight", {dim});
+    if (family->gemma) {  // HF's post_attention_layernorm is Gemma's norm of the attention's output
+      layer.rms_post_att = w.tensor(p + "post_attention_layernorm.weight", {dim});
+      layer.rms_ffn = w.tensor(p + "pre_feedforward_layernorm.weight", {dim});
+      layer.rms_post_ffn = w.tensor(p + "post_feedforward_layernorm.weight", {dim});
+    } else {
+      layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
+    }
     if (family->fused) {  // rows q, then k, then v; gate, then up (row-major [out, in]: a split is a cut of the rows)
       const std::vector<float> qkv = w.tensor(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, dim});
       const auto rows = [&](const std::vector<float>& m, std::uint64_t first, std::uint64_t count) {
@@ -411,7 +459,6 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
     }
     layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, qd});
-    layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
     layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
     if (family->qkv_bias) {
       layer.bq = w.tensor(p + "self_attn.q_proj.bias", {qd});
@@ -422,8 +469,14 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       layer.q_norm = w.tensor(p + "self_attn.q_norm.weight", {hd});
       layer.k_norm = w.tensor(p + "self_attn.k_norm.weight", {hd});
     }
+    if (family->gemma) {
+      for (std::vector<float>* norm :
+           {&layer.rms_att, &layer.rms_post_att, &layer.rms_ffn, &layer.rms_post_ffn, &layer.q_norm, &layer.k_norm})
+        add_one(*norm);
+    }
   }
   model.rms_final = w.tensor("model.norm.weight", {dim});
+  if (family->gemma) add_one(model.rms_final);
   if (!c.shared_classifier) model.classifier = w.tensor("lm_head.weight", {vocab, dim});
   return model;
 }

@@ -19,6 +19,13 @@ namespace ropekit {
 const LayerPositions& LlamaModel::rope_layer() const {
   const std::vector<const LayerPositions*> groups = rope.rope_groups();
   if (groups.empty()) throw Error(fmt::format("{}: the model has no RoPE layers", source));
+  for (const LayerPositions* g : groups) {
+    if (g->spec != groups.front()->spec) {
+      for (const LayerPositions* full : groups)
+        if (full->layer_type == "full_attention") return *full;
+      break;
+    }
+  }
   return *groups.front();
 }
 
@@ -129,6 +136,8 @@ struct LlamaRunner::State {
   RunnerOptions options;
   int threads = 1;
   std::vector<KvCache> caches;  // one per layer, created on the first forward
+  // Per layer, the layer's own RoPE where the model gives it one (LlamaModel::layer_specs); empty: none.
+  std::vector<std::optional<Rope>> own_ropes;
   bool stale = false;
   // Layers whose keys live in plain buffers rather than a KvCache: every layer with stale keys (as rotated at their
   // append), NoPE layers (LlamaModel::nope_layers: as given). Empty where a layer has a cache.
@@ -150,6 +159,13 @@ LlamaRunner::LlamaRunner(const LlamaModel& model, RunnerOptions options) : state
   state_->model = &model;
   state_->options = options;
   state_->threads = options.threads > 0 ? options.threads : default_threads();
+  if (!model.layer_specs.empty()) {
+    state_->own_ropes.resize(std::size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (l < int(model.layer_specs.size()) && model.layer_specs[std::size_t(l)])
+        state_->own_ropes[std::size_t(l)].emplace(*model.layer_specs[std::size_t(l)]);
+    }
+  }
   // OpenBLAS runs on each calling thread; matmul splits the work over OpenMP's (one pool).
   openblas_set_num_threads(1);
 }
@@ -170,7 +186,10 @@ void LlamaRunner::clear() {
 bool LlamaRunner::rerotate(const Rope& from, const Rope& to) {
   if (state_->stale) throw Error("LlamaRunner::rerotate: the runner holds stale keys (ForwardOptions::stale_keys)");
   bool changed = false;
-  for (KvCache& cache : state_->caches) changed = cache.rerotate(from, to) || changed;
+  for (std::size_t l = 0; l < state_->caches.size(); ++l) {
+    if (!state_->own_ropes.empty() && state_->own_ropes[l]) continue;  // the layer's own RoPE does not change
+    changed = state_->caches[l].rerotate(from, to) || changed;
+  }
   return changed;
 }
 
@@ -235,11 +254,12 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   s.stale = options.stale_keys;
   if (s.caches.empty() && !s.stale) {
     for (int l = 0; l < c.n_layers; ++l) {
-      s.caches.emplace_back(rope, KvCacheShape{.capacity = s.options.capacity,
-                                               .kv_heads = c.n_kv_heads,
-                                               .dtype = s.options.kv_dtype,
-                                               .threads = s.threads,
-                                               .regimes = options.regimes});
+      const std::optional<Rope>* own = s.own_ropes.empty() ? nullptr : &s.own_ropes[std::size_t(l)];
+      s.caches.emplace_back(own != nullptr && *own ? **own : rope, KvCacheShape{.capacity = s.options.capacity,
+                                                                                .kv_heads = c.n_kv_heads,
+                                                                                .dtype = s.options.kv_dtype,
+                                                                                .threads = s.threads,
+                                                                                .regimes = options.regimes});
     }
   }
   if (s.stale && s.options.kv_dtype != DType::F32) throw Error("LlamaRunner: stale_keys stores float32 keys only");
@@ -267,6 +287,9 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   for (int t = 0; t < n; ++t) {
     const float* row = m.token_embedding.data() + std::size_t(tokens[std::size_t(t)]) * std::size_t(dim);
     std::copy(row, row + dim, s.x.data() + std::size_t(t) * dim);
+    if (c.embed_scale > 0) {  // Gemma: × √dim, in float32
+      for (int i = 0; i < dim; ++i) s.x[std::size_t(t) * dim + std::size_t(i)] *= c.embed_scale;
+    }
   }
   AttentionOptions attention_options;
   attention_options.logn_length = options.logn_length;
@@ -291,7 +314,19 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
         o);
   };
 
+  if (c.softmax_scale > 0) attention_options.softmax_scale = c.softmax_scale;
   const AttentionOptions call_options = attention_options;
+  // x += W · in (rows of `width`), normalized by `post` first where the model has such a norm (Gemma).
+  const auto add_output = [&](const float* in, const std::vector<float>& weights, int width,
+                              const std::vector<float>& post) {
+    if (post.empty()) {
+      matmuls({{in, weights.data(), s.x.data(), width, dim, true}}, n, s.threads);
+      return;
+    }
+    matmuls({{in, weights.data(), s.xb.data(), width, dim, false}}, n, s.threads);
+    rmsnorm(s.xb.data(), post, s.xb.data(), n, dim, c.norm_eps);
+    for (std::size_t i = 0; i < un * std::size_t(dim); ++i) s.x[i] += s.xb[i];
+  };
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = m.layers[std::size_t(l)];
     // The call's window (the lab's swa method) and the layer's own (Mistral's, Qwen's sliding layers): the narrower.
@@ -299,6 +334,9 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     attention_options = call_options;
     attention_options.window = options.window > 0 && model_window > 0 ? std::min(options.window, model_window)
                                                                       : std::max(options.window, model_window);
+    // The layer's RoPE: its own (Gemma 3's local layers) or the call's.
+    const Rope* own = s.own_ropes.empty() || !s.own_ropes[std::size_t(l)] ? nullptr : &*s.own_ropes[std::size_t(l)];
+    const Rope& layer_rope = own != nullptr ? *own : rope;
     rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
     matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, q_dim, false},
              {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
@@ -324,7 +362,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       std::copy(s.k.data(), s.k.data() + un * kv_dim, s.plain_keys[std::size_t(l)].data() + at);
       std::copy(s.v.data(), s.v.data() + un * kv_dim, s.plain_values[std::size_t(l)].data() + at);
       attend_plain(l, q, pos, att, s.size + n, attention_options);
-    } else if (!options.token_ropes.empty()) {
+    } else if (!options.token_ropes.empty() && own == nullptr) {
       // Token by token, each with its own plan (the products above and below ran once for all of them).
       for (int i = 0; i < n; ++i) {
         const Rope& r = *options.token_ropes[std::size_t(i)];
@@ -357,31 +395,39 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
       }
     } else if (!s.stale) {
       KvCache& cache = s.caches[std::size_t(l)];
-      cache.append(rope, k, v, pos);
-      attention(rope, q, pos, cache, att, attention_options);
+      cache.append(layer_rope, k, v, pos);
+      attention(layer_rope, q, pos, cache, att, attention_options);
     } else {
       // Keys rotated now, under this call's plan, and kept so; queries rotated under it too.
       const std::size_t at = std::size_t(s.size) * kv_dim;
-      rope.apply({.q = q,
-                  .k = k,
-                  .k_out = bshd(s.plain_keys[std::size_t(l)].data() + at, DType::F32, 1, n, c.n_kv_heads, hd),
-                  .positions = pos,
-                  .threads = s.threads});
+      layer_rope.apply({.q = q,
+                        .k = k,
+                        .k_out = bshd(s.plain_keys[std::size_t(l)].data() + at, DType::F32, 1, n, c.n_kv_heads, hd),
+                        .positions = pos,
+                        .threads = s.threads});
       std::copy(s.v.data(), s.v.data() + un * kv_dim, s.plain_values[std::size_t(l)].data() + at);
       AttentionOptions scaled = attention_options;
-      scaled.softmax_scale_mult = rope.plan().softmax_scale_mult;
+      scaled.softmax_scale_mult = layer_rope.plan().softmax_scale_mult;
       attend_plain(l, q, pos, att, s.size + n, scaled);
     }
-    matmuls({{s.att.data(), w.wo.data(), s.x.data(), q_dim, dim, true}}, n, s.threads);
+    // The attention's output added to the residual; Gemma normalizes it first (post_attention_layernorm).
+    add_output(s.att.data(), w.wo, q_dim, w.rms_post_att);
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
     matmuls({{s.xb.data(), w.w1.data(), s.h1.data(), dim, hidden, false},
              {s.xb.data(), w.w3.data(), s.h3.data(), dim, hidden, false}},
             n, s.threads);
-    for (std::size_t i = 0; i < un * hidden; ++i) {
-      const float g = s.h1[i];
-      s.h1[i] = g / (1.0f + std::exp(-g)) * s.h3[i];  // SwiGLU: silu(w1 x) ⊙ w3 x
+    if (c.gelu_tanh) {
+      for (std::size_t i = 0; i < un * hidden; ++i) {  // GeGLU: gelu(w1 x) ⊙ w3 x, gelu's tanh form (Gemma)
+        const float g = s.h1[i];
+        s.h1[i] = 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) * s.h3[i];
+      }
+    } else {
+      for (std::size_t i = 0; i < un * hidden; ++i) {
+        const float g = s.h1[i];
+        s.h1[i] = g / (1.0f + std::exp(-g)) * s.h3[i];  // SwiGLU: silu(w1 x) ⊙ w3 x
+      }
     }
-    matmuls({{s.h1.data(), w.w2.data(), s.x.data(), hidden, dim, true}}, n, s.threads);
+    add_output(s.h1.data(), w.w2, hidden, w.rms_post_ffn);
   }
   s.size += n;
   const int first = last_only ? n - 1 : 0;
