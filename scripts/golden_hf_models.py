@@ -20,6 +20,9 @@ Models (small widths, the real RoPE settings, long enough to pass what each swit
                  (max_window_layers 1; 48 tokens pass it), float32
   qwen3_qknorm   Qwen3: q/k RMSNorm per head, head_dim 32 (4 heads × 32 ≠ hidden 64), float32
   smollm3_nope   SmolLM3: layer 1 without positional encoding (no_rope_layers [1, 0]), θ = 2e6, tied, float32
+  gemma2_softcap Gemma 2: layer 0 sliding (16 keys), layer 1 full, θ = 1e4; attention logits soft-capped at 2 and the
+                 output at 5 (small caps, so that the caps bend most logits); (1 + w) norms, four per layer;
+                 embeddings × √hidden; GeGLU; query_pre_attn_scalar 24; tied; float32
   gemma3_local_global  Gemma 3 text: layer 0 local (a window of 16 keys, θ = 1e4), layer 1 global (θ = 1e6, linear
                  scaling factor 2); (1 + w) RMSNorms, four per layer and q/k per head; embeddings × √hidden; GeGLU
                  (tanh); query_pre_attn_scalar 24 (≠ head_dim 32); tied embeddings; float32
@@ -33,7 +36,7 @@ import os
 import numpy as np
 import torch
 import transformers
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Phi3Config, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
                           SmolLM3ForCausalLM)
 
@@ -59,7 +62,9 @@ def build(name, config, dtype, shard, out, cls=LlamaForCausalLM):
     os.makedirs(path, exist_ok=True)
     model.to(dtype).save_pretrained(path, safe_serialization=True, max_shard_size=shard)
     # transformers' own reading of the files, widened to float32 (exact for bf16/fp16 weights)
-    loaded = cls.from_pretrained(path, dtype=torch.float32).eval()
+    # eager attention, the models' reference path: transformers' default for loading (sdpa) drops Gemma 2's attention
+    # soft-capping (its logits then differ from eager's by up to 7.9 here)
+    loaded = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
     rng = np.random.default_rng(7)
     tokens = rng.integers(0, config.vocab_size, TOKENS).tolist()
     with torch.no_grad():
@@ -174,6 +179,10 @@ def main():
                                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
                               bos_token_id=1, eos_token_id=2, pad_token_id=0)
     build("gemma3_local_global", gemma3, torch.float32, "10GB", a.out, Gemma3ForCausalLM)
+    gemma2 = Gemma2Config(**{**common, "rms_norm_eps": 1e-6, "head_dim": 32}, sliding_window=16,
+                          query_pre_attn_scalar=24, attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    build("gemma2_softcap", gemma2, torch.float32, "10GB", a.out, Gemma2ForCausalLM)
 
 
 if __name__ == "__main__":

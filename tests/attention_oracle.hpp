@@ -29,7 +29,7 @@ struct Result {
 inline Result softmax_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                                 const Shape& sh, const std::vector<std::int64_t>& q_pos,
                                 const std::vector<std::int64_t>& k_pos, double scale, bool causal, std::int64_t window,
-                                const Bias& bias = {}) {
+                                const Bias& bias = {}, double softcap = 0.0) {
   Result r;
   r.out.assign(std::size_t(sh.batch * sh.q_seq * sh.q_heads * sh.dv), 0.0);
   r.logit_range.assign(std::size_t(sh.batch * sh.q_seq * sh.q_heads), 0.0);
@@ -49,7 +49,8 @@ inline Result softmax_attention(const std::vector<float>& q, const std::vector<f
           const float* kr = k.data() + ((b * sh.k_seq + t) * sh.kv_heads + kh) * sh.d;
           double dot = 0.0;
           for (int l = 0; l < sh.d; ++l) dot += double(qr[l]) * double(kr[l]);
-          logits[t] = dot * scale + (bias ? bias(b, h, s, t, qp, kp) : 0.0);
+          const double scaled = softcap > 0 ? softcap * std::tanh(dot * scale / softcap) : dot * scale;
+          logits[t] = scaled + (bias ? bias(b, h, s, t, qp, kp) : 0.0);
           hi = std::max(hi, logits[t]);
           lo = std::min(lo, logits[t]);
         }

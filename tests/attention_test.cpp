@@ -85,6 +85,56 @@ TEST_P(Attention, MRopeTakesMaskPositionsSeparately) {
   for (int l = 0; l < 16; ++l) EXPECT_NEAR(out[l], v[l], 1e-6f);
 }
 
+// Gemma 2's logit soft-capping: cap·tanh(scaled logit / cap) before the mask, against the float64 oracle, with keys
+// of both tile shapes (a decode-sized call reads key rows, a prefill transposed tiles), causal with a window, GQA.
+TEST_P(Attention, LogitSoftcapEqualsTheOracle) {
+  for (const std::int64_t seq : {1, 37}) {
+    SCOPED_TRACE(seq);
+    const std::int64_t keys = 37, hq = 4, hk = 2;
+    const int d = 16;
+    // Large logits (σ 2 per lane, 16 lanes, scale 1/4: typically ±4) against a cap of 2: most are bent.
+    std::vector<float> q = attn_oracle::normal(std::size_t(seq * hq * d), 11, 2.0f),
+                       k = attn_oracle::normal(std::size_t(keys * hk * d), 12, 2.0f),
+                       v = attn_oracle::normal(std::size_t(keys * hk * d), 13), out(std::size_t(seq * hq * d));
+    std::vector<std::int64_t> kp(static_cast<std::size_t>(keys)), qp(static_cast<std::size_t>(seq));
+    for (std::int64_t t = 0; t < keys; ++t) kp[std::size_t(t)] = t;
+    for (std::int64_t t = 0; t < seq; ++t) qp[std::size_t(t)] = keys - seq + t;
+    AttentionArgs args;
+    args.q = bshd(q.data(), DType::F32, 1, seq, hq, d);
+    args.k = bshd(k.data(), DType::F32, 1, keys, hk, d);
+    args.v = bshd(v.data(), DType::F32, 1, keys, hk, d);
+    args.out = bshd(out.data(), DType::F32, 1, seq, hq, d);
+    args.q_positions = positions(qp);
+    args.k_positions = positions(kp);
+    AttentionOptions o;
+    o.window = 20;
+    o.logit_softcap = 2.0;
+    attention(args, o);
+    const attn_oracle::Shape sh{.q_seq = seq, .k_seq = keys, .q_heads = hq, .kv_heads = hk, .d = d, .dv = d};
+    const attn_oracle::Result want = attn_oracle::softmax_attention(q, k, v, sh, qp, kp, 0.25, true, 20, {}, 2.0);
+    const attn_oracle::Result plain = attn_oracle::softmax_attention(q, k, v, sh, qp, kp, 0.25, true, 20);
+    double worst = 0, capped_off = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(out[i]) - want.out[i]));
+      capped_off = std::max(capped_off, std::fabs(plain.out[i] - want.out[i]));
+    }
+    EXPECT_LT(worst, 1e-5);      // float32 logits and sums against float64
+    EXPECT_GT(capped_off, 0.1);  // the cap changes the result: the comparison above checks it
+  }
+  // A cap of 0, below 0 or not finite: refused, naming the option.
+  std::vector<float> x(16, 1.0f), o1(16);
+  const std::vector<std::int64_t> p0 = {0};
+  AttentionArgs one;
+  one.q = one.k = one.v = bshd(x.data(), DType::F32, 1, 1, 1, 16);
+  one.out = bshd(o1.data(), DType::F32, 1, 1, 1, 16);
+  one.q_positions = one.k_positions = positions(p0);
+  for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity()}) {
+    AttentionOptions o;
+    o.logit_softcap = bad;
+    EXPECT_ERROR(attention(one, o), "options.logit_softcap");
+  }
+}
+
 TEST_P(Attention, BadInput) {
   const Rope rope(llama(16));
   std::vector<float> q(4 * 4 * 16), k(4 * 2 * 16), v(4 * 2 * 16), out(4 * 4 * 16);

@@ -232,7 +232,29 @@ TEST(HfModel, Gemma3LocalAndGlobalLayersEqualTransformers) {
   }
   EXPECT_NE(orig, yarn);  // the method did change the global layer's rotation
   o.attention_stats = true;
-  expect_error([&] { ropekit::evaluate(m, tokens, o); }, {"attention probe", "own RoPEs, windows or softmax scale"});
+  expect_error([&] { ropekit::evaluate(m, tokens, o); },
+               {"attention probe", "own RoPEs, windows, softmax scale or soft-capping"});
+}
+
+// Gemma 2: a sliding layer (16 keys) then a full one, one RoPE (θ 1e4), the attention's logits soft-capped at 2 and the
+// output's at 5 — caps small enough to bend most logits —, (1 + w) norms, four per layer, embeddings × √64, GeGLU,
+// query_pre_attn_scalar 24.
+TEST(HfModel, Gemma2SoftCappingEqualsTransformers) {
+  expect_hf_logits("gemma2_softcap");
+  const ropekit::LlamaModel m = ropekit::load_model_file(kModels / "gemma2_softcap");
+  EXPECT_EQ(m.config.attn_softcap, 2.0);
+  EXPECT_EQ(m.config.final_softcap, 5.0);
+  EXPECT_TRUE(m.layer_specs.empty());  // one RoPE for both layer types
+  EXPECT_EQ(m.layer_windows, (std::vector<std::int64_t>{16, 0}));
+  for (const auto& [what, edit] : std::vector<std::pair<const char*, std::function<void(ropekit::LlamaModel&)>>>{
+           {"the attention's cap", [](ropekit::LlamaModel& e) { e.config.attn_softcap = 0; }},
+           {"the output's cap", [](ropekit::LlamaModel& e) { e.config.final_softcap = 0; }}}) {
+    ropekit::LlamaModel e = m;
+    edit(e);
+    double worst = 0;
+    expect_hf_logits("gemma2_softcap", &e, &worst);
+    EXPECT_GT(worst, 1e-3) << "without " << what;
+  }
 }
 
 TEST(HfModel, Qwen3QkNormAndItsOwnHeadSizeEqualTransformers) {
@@ -307,13 +329,17 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
-// What the runner's Gemma is not: Gemma 2's logit soft-capping, another activation, bidirectional attention.
+// What the runner's Gemma is not (another activation, bidirectional attention) and caps that are not caps.
 TEST(HfModel, RefusesGemmaSettingsTheRunnerDoesNotHave) {
   const Scratch s("gemma3_local_global");
-  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"attn_logit_softcapping = 50", "soft-capping"});
-  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = nullptr, j["final_logit_softcapping"] = 30.0; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"final_logit_softcapping = 30"});
+  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = -50.0; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"attn_logit_softcapping = -50", "positive number or null"});
+  s.edit_config([](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0, j["final_logit_softcapping"] = "30"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"final_logit_softcapping = \"30\""});
+  s.edit_config([](nlohmann::json& j) { j["final_logit_softcapping"] = 30.0; });
+  EXPECT_EQ(ropekit::load_model_file(s.dir).config.attn_softcap, 50.0);  // Gemma 3 takes caps where a config sets them
+  s.edit_config(
+      [](nlohmann::json& j) { j["attn_logit_softcapping"] = nullptr, j["final_logit_softcapping"] = nullptr; });
   s.edit_config([](nlohmann::json& j) { j["final_logit_softcapping"] = nullptr, j["hidden_activation"] = "gelu"; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"hidden_activation = \"gelu\"", "gelu_pytorch_tanh"});
   s.edit_config(
@@ -333,8 +359,8 @@ TEST(HfModel, RefusesOtherArchitecturesAndSettingsNamingThem) {
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"\"model_type\" = 7", "must be a string"});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2", j["use_sliding_window"] = "yes"; });
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"use_sliding_window = \"yes\"", "true or false"});
-  s.edit_config([](nlohmann::json& j) { j.erase("use_sliding_window"), j["model_type"] = "gemma2"; });
-  expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"gemma2\""});
+  s.edit_config([](nlohmann::json& j) { j.erase("use_sliding_window"), j["model_type"] = "falcon"; });
+  expect_error([&] { ropekit::load_model_file(s.dir); }, {"config.json", "model_type = \"falcon\""});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "qwen2"; });  // a Qwen2 needs its biases
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"self_attn.q_proj.bias", "missing"});
   s.edit_config([](nlohmann::json& j) { j["model_type"] = "llama", j["attention_bias"] = true; });

@@ -107,6 +107,9 @@ struct AttentionOptions {
   // plan().softmax_scale_mult (DeepSeek's mscale²); the one without a Rope takes `softmax_scale_mult`.
   std::optional<double> softmax_scale;
   double softmax_scale_mult = 1.0;  // only read by the overload without a Rope
+  // Logit soft-capping (Gemma 2's attn_logit_softcapping): the scaled logits become cap·tanh(logits / cap) before the
+  // bias and mask, in float32 (tanh of the float32 quotient, times cap). Absent: none; must be positive and finite.
+  std::optional<double> logit_softcap;
   AttentionBias bias;
   // Context extension (see PositionRegimes above); needs `causal`, one position stream and no bias.
   PositionRegimes regimes;

@@ -57,6 +57,10 @@ struct LlamaConfig {
   bool gelu_tanh = false;
   float embed_scale = 0.0f;
   double softmax_scale = 0.0;
+  // Gemma 2's logit soft-capping (> 0): attention logits → cap·tanh(logits / cap) (AttentionOptions::logit_softcap),
+  // and the output logits likewise with final_softcap; 0: none.
+  double attn_softcap = 0.0;
+  double final_softcap = 0.0;
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   int q_dim() const { return n_heads * head_dim(); }
@@ -135,9 +139,10 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
 // A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;
 // "qwen2" — q/k/v biases; "qwen3" — q/k RMSNorm per head, a head_dim of its own (both: use_sliding_window's windows on
 // the layers from max_window_layers on); "smollm3" — NoPE layers; "phi3" — fused qkv and gate/up projections, split at
-// load; hidden_act silu; "gemma3_text" — local layers with their own window and RoPE (layer_specs), (1 + w) norms
-// stored as 1 + w, four per layer and q/k per head, embeddings × √hidden, GeGLU, query_pre_attn_scalar; no logit
-// soft-capping) and the weights in model.safetensors or in
+// load; hidden_act silu; "gemma2" — (1 + w) norms stored as 1 + w, four per layer, embeddings × √hidden, GeGLU,
+// query_pre_attn_scalar, sliding windows on alternate layers, attention and final logit soft-capping; "gemma3_text" —
+// the same with local layers of their own RoPE (layer_specs) and q/k norms per head) and the weights in
+// model.safetensors or in
 // shards named by model.safetensors.index.json, read through memory
 // maps; F32, F16 and BF16 tensors (any other dtype: an error naming the file, the tensor and its dtype), each shape
 // checked against config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF

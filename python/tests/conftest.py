@@ -99,3 +99,11 @@ def pair_norms(rope, x):
 @pytest.fixture(scope="session")
 def repo():
     return REPO
+
+
+def qk_tensors(layout, dtype, seed=0, batch=2, seq=5, hq=4, hk=2, d=128):
+    """Random q and k of `dtype` in `layout` ("bshd", "bhsd", "thd"), seeded: the operator tests' inputs."""
+    g = torch.Generator().manual_seed(seed)
+    shape = {"bshd": lambda h: (batch, seq, h, d), "bhsd": lambda h: (batch, h, seq, d),
+             "thd": lambda h: (batch * seq, h, d)}[layout]
+    return (torch.randn(shape(hq), generator=g).to(dtype), torch.randn(shape(hk), generator=g).to(dtype))

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 ops = pytest.importorskip("ropekit.ops", reason="PyTorch >= 2.4 needed for torch.library")
 
 import ropekit  # noqa: E402
+from conftest import qk_tensors  # noqa: E402
 from ropekit import _ropekit  # noqa: E402
 
 GPU = torch.cuda.is_available() and _ropekit._cuda_built()
@@ -55,11 +56,8 @@ def test_argument_errors_come_before_any_launch(rope):
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built without its CUDA backend")
 
 
-def _qk(layout, dtype, seed=0, batch=2, seq=5, hq=4, hk=2, d=128):
-    g = torch.Generator().manual_seed(seed)
-    shape = {"bshd": lambda h: (batch, seq, h, d), "bhsd": lambda h: (batch, h, seq, d),
-             "thd": lambda h: (batch * seq, h, d)}[layout]
-    return (torch.randn(shape(hq), generator=g).to(dtype), torch.randn(shape(hk), generator=g).to(dtype))
+def _qk(layout, dtype, **kw):
+    return qk_tensors(layout, dtype, **kw)
 
 
 @needs_gpu

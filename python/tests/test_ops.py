@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 ops = pytest.importorskip("ropekit.ops", reason="PyTorch >= 2.4 needed for torch.library.custom_op")
 
 import ropekit  # noqa: E402
+from conftest import qk_tensors  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +18,8 @@ def rope():
     return ropekit.Rope.from_preset("llama-3.1-8b")
 
 
-def _qk(layout, dtype, seed=0, batch=2, seq=5, hq=4, hk=2, d=128):
-    g = torch.Generator().manual_seed(seed)
-    shape = {"bshd": lambda h: (batch, seq, h, d), "bhsd": lambda h: (batch, h, seq, d),
-             "thd": lambda h: (batch * seq, h, d)}[layout]
-    return (torch.randn(shape(hq), generator=g).to(dtype), torch.randn(shape(hk), generator=g).to(dtype))
+def _qk(layout, dtype, **kw):
+    return qk_tensors(layout, dtype, **kw)
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])

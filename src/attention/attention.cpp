@@ -98,6 +98,10 @@ ResolvedAttention resolve_attention(const Rope* rope, const AttentionArgs& args,
   }
 
   if (options.window < 0) throw Error(fmt::format("options.window = {}: must be >= 0 (0: no window)", options.window));
+  if (options.logit_softcap && !(*options.logit_softcap > 0 && std::isfinite(float(*options.logit_softcap)))) {
+    throw Error(fmt::format("options.logit_softcap = {}: must be positive and finite (absent: no soft-capping)",
+                            *options.logit_softcap));
+  }
   if (options.threads < 0)
     throw Error(fmt::format("options.threads = {}: must be >= 0 (0: the default)", options.threads));
   if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0.0)) {
@@ -226,6 +230,7 @@ void run_attention(const AttentionArgs& args, const AttentionOptions& options, c
   p.scale = r.scale;
   p.causal = options.causal;
   p.window = options.window;
+  p.softcap = options.logit_softcap ? float(*options.logit_softcap) : 0.0f;
   p.q_mask = r.q_mask;
   p.k_mask = r.k_mask;
   if (const auto* alibi = std::get_if<AlibiBias>(&options.bias)) {

@@ -57,6 +57,7 @@ struct RowTile {
   int v_head_dim = 0;
   int keys = 0;             // valid keys in the tile (the rest are masked)
   float scale = 1.0f;       // softmax scale, applied to q·k before the bias
+  float softcap = 0.0f;     // > 0: scaled logits → softcap·tanh(logits / softcap), before the bias
   float* scores = nullptr;  // rows × kTileKeys floats of scratch
 };
 
@@ -66,6 +67,9 @@ struct RowState {
   float sum;
   float* acc;
 };
+
+// A scaled logit, soft-capped where the tile asks (Gemma 2): softcap·tanh(x / softcap) in float32.
+HWY_INLINE float Capped(const RowTile& t, float x) { return t.softcap > 0 ? t.softcap * std::tanh(x / t.softcap) : x; }
 
 // Dot products of up to four query rows with each key row: every key row is loaded once per
 // block of rows. Writes scale·q·k + bias (or −infinity past the valid keys) to scores.
@@ -91,7 +95,7 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
       const float* q = t.q + size_t(r0 + r) * t.head_dim;
       float dot = hn::GetLane(hn::SumOfLanes(d, acc[r]));
       for (int l = lane; l < t.head_dim; ++l) dot += q[l] * k[l];
-      t.scores[(r0 + r) * kTileKeys + j] = dot * t.scale + t.bias[(r0 + r) * kTileKeys + j];
+      t.scores[(r0 + r) * kTileKeys + j] = Capped(t, dot * t.scale) + t.bias[(r0 + r) * kTileKeys + j];
     }
   }
 }
@@ -134,8 +138,13 @@ HWY_INLINE void TileScores(const RowTile& t) {
         for (int lane = 0; lane < t.head_dim; ++lane) {
           dot = hn::MulAdd(hn::Set(d, q[lane]), hn::LoadU(d, t.keys_t + size_t(lane) * kTileKeys + j), dot);
         }
-        hn::StoreU(hn::MulAdd(dot, hn::Set(d, t.scale), hn::LoadU(d, t.bias + size_t(r) * kTileKeys + j)), d,
-                   t.scores + size_t(r) * kTileKeys + j);
+        float* out = t.scores + size_t(r) * kTileKeys + j;
+        if (t.softcap > 0) {  // soft-capped before the bias, value by value (Gemma 2's models only)
+          hn::StoreU(hn::Mul(dot, hn::Set(d, t.scale)), d, out);
+          for (size_t i = 0; i < n; ++i) out[i] = Capped(t, out[i]) + t.bias[size_t(r) * kTileKeys + j + i];
+        } else {
+          hn::StoreU(hn::MulAdd(dot, hn::Set(d, t.scale), hn::LoadU(d, t.bias + size_t(r) * kTileKeys + j)), d, out);
+        }
       }
     }
   }
@@ -445,6 +454,7 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
     tile.v_head_dim = dv;
     tile.keys = keys;
     tile.scale = p.scale;
+    tile.softcap = p.softcap;
     tile.scores = s.scores.data();
     // Points the tile at regime r's Q rows (from row r0 of the block) and K tile.
     const auto use_regime = [&](RowTile& t, int r, std::int64_t r0) {

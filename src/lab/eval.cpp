@@ -763,11 +763,12 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     // The probe recomputes every layer's attention with the method's RoPE, 1/√head_dim and no window: what the
     // runner does for every model but those whose layers differ (Gemma 3's local layers, windows, scale).
     const bool per_layer = !model.layer_specs.empty() || !model.layer_windows.empty() ||
-                           model.config.sliding_window > 0 || model.config.softmax_scale > 0;
+                           model.config.sliding_window > 0 || model.config.softmax_scale > 0 ||
+                           model.config.attn_softcap > 0;
     if (per_layer) {
       throw Error(
           fmt::format("{}: the attention probe (--attention) models one RoPE, no window and 1/sqrt(head_dim) "
-                      "in every layer; this model's layers differ (own RoPEs, windows or softmax scale)",
+                      "in every layer; this model's layers differ (own RoPEs, windows, softmax scale or soft-capping)",
                       model.source));
     }
     result.distance_edges = {0, 1, 16};

@@ -282,13 +282,10 @@ struct Family {
   bool gemma = false;
 };
 constexpr Family kFamilies[] = {
-    {"llama", false, false, false, false, false},
-    {"mistral", false, false, false, true, false},
-    {"qwen2", true, false, false, false, true},
-    {"qwen3", false, true, false, false, true},
-    {"smollm3", false, false, false, false, true},
-    {"phi3", false, false, true, true, false},
-    {"gemma3_text", false, true, false, false, true, true},
+    {"llama", false, false, false, false, false},       {"mistral", false, false, false, true, false},
+    {"qwen2", true, false, false, false, true},         {"qwen3", false, true, false, false, true},
+    {"smollm3", false, false, false, false, true},      {"phi3", false, false, true, true, false},
+    {"gemma2", false, false, false, false, true, true}, {"gemma3_text", false, true, false, false, true, true},
 };
 
 // Gemma's RMSNorm multiplies by (1 + w), formed in float32 as HF forms it: stored so, the runner's RMSNorm is Llama's.
@@ -338,12 +335,20 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
                       "gelu_pytorch_tanh",
                       origin, act));
     }
-    for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-      if (const auto it = j.find(cap); it != j.end() && !it->is_null()) {
-        throw Error(
-            fmt::format("{}: {} = {}: logit soft-capping (Gemma 2) is not in the runner", origin, cap, it->dump()));
+    // Logit soft-capping: Gemma 2's defaults are 50 (attention) and 30 (output); Gemma 3's none. null: none.
+    const bool gemma2 = model_type == "gemma2";
+    const auto cap = [&](const char* key, double fallback) {
+      const auto it = j.find(key);
+      if (it == j.end()) return fallback;
+      if (it->is_null()) return 0.0;
+      const double v = it->is_number() ? it->get<double>() : -1.0;
+      if (!(v > 0) || !std::isfinite(v)) {
+        throw Error(fmt::format("{}: {} = {}: must be a positive number or null", origin, key, it->dump()));
       }
-    }
+      return v;
+    };
+    c.attn_softcap = cap("attn_logit_softcapping", gemma2 ? 50.0 : 0.0);
+    c.final_softcap = cap("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
     if (flag_key(j, origin, "use_bidirectional_attention", false)) {
       throw Error(fmt::format("{}: use_bidirectional_attention = true: the runner's attention is causal", origin));
     }

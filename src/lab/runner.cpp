@@ -315,6 +315,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   };
 
   if (c.softmax_scale > 0) attention_options.softmax_scale = c.softmax_scale;
+  if (c.attn_softcap > 0) attention_options.logit_softcap = c.attn_softcap;
   const AttentionOptions call_options = attention_options;
   // x += W · in (rows of `width`), normalized by `post` first where the model has such a norm (Gemma).
   const auto add_output = [&](const float* in, const std::vector<float>& weights, int width,
@@ -434,6 +435,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const int rows = n - first;
   rmsnorm(s.x.data() + std::size_t(first) * dim, m.rms_final, s.xb.data(), rows, dim, c.norm_eps);
   matmuls({{s.xb.data(), m.classifier_weights(), logits.data(), dim, vocab, false}}, rows, s.threads);
+  if (c.final_softcap > 0) {  // Gemma 2: cap·tanh(logits / cap), in float32 as HF computes it
+    const float cap = static_cast<float>(c.final_softcap);
+    for (float& x : logits) x = cap * std::tanh(x / cap);
+  }
 }
 
 }  // namespace ropekit

@@ -64,6 +64,7 @@ struct AttentionJob {
   std::int64_t blocks = 1;        // items per (batch, kv head)
   bool transpose = true;          // key tiles transposed (else read as rows: decode)
   float scale = 1.0f;             // softmax scale × softmax_scale_mult
+  float softcap = 0.0f;           // > 0: logits → softcap·tanh(logits / softcap) before the bias (AttentionOptions)
   bool causal = true;
   std::int64_t window = 0;
   Positions q_mask, k_mask;  // one stream each; data null when nothing needs them
