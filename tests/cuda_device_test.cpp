@@ -56,82 +56,6 @@ struct DeviceCopy {
   }
 };
 
-TEST(CudaDevice, RotationKernelEqualsTheReference) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  int ran = 0;
-  std::map<int, int> widths;  // cases by the access width run (bytes)
-  std::uint32_t seed = 0;
-  for (const cases::Case& c : cuda_cases::rotation_cases()) {
-    ++seed;
-    // Each case at the launch's widest access and at one element per access (the alternate cases at 8 bytes).
-    for (const int max_bytes : {16, seed % 2 == 0 ? 8 : 1}) {
-      SCOPED_TRACE(c.name() + " accesses of at most " + std::to_string(max_bytes) + " bytes");
-      cases::Workload got(c, seed), want(c, seed);
-      const RotateCall reference = want.prepare();
-      detail::rotate_rows_reference(reference.job(), 0, reference.rows());
-      const RotateCall call = got.prepare();
-      detail::CudaLanes lanes;
-      cuda::RotateShape s;
-      if (!detail::make_cuda_shape(call.job(), lanes, s)) continue;  // HfCompat on the fly: the CPU's
-      detail::choose_vector(*call.job().map, s, max_bytes);
-      s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, s.q_heads + s.k_heads);
-      ++widths[(s.adjacent ? 2 : 1) * s.vector_pairs * s.element_size];
-      const Table* table = call.job().table;
-      DeviceCopy q(got.q.storage.data(), got.q.storage.size()), k(got.k.storage.data(), got.k.storage.size()),
-          q_out(got.q_out.storage.data(), got.q_out.storage.size()),
-          k_out(got.k_out.storage.data(), got.k_out.storage.size());
-      DeviceCopy a(lanes.lane_a.data(), lanes.lane_a.size() * 4), b(lanes.lane_b.data(), lanes.lane_b.size() * 4),
-          axis(lanes.axis.data(), lanes.axis.size());
-      const auto& pos = got.rotation_positions();
-      DeviceCopy positions(pos.data(), pos.size() * 8);
-      const std::size_t table_bytes =
-          table != nullptr ? std::size_t(table->num_positions()) * std::size_t(table->num_pairs()) * 4 : 0;
-      DeviceCopy cos(s.cos, table_bytes), sin(s.sin, table_bytes);
-      const std::size_t turn_bytes = s.turns_hi != nullptr ? std::size_t(s.pairs) * 8 : 0;
-      DeviceCopy hi(s.turns_hi, turn_bytes), lo(s.turns_lo, turn_bytes);
-      auto map_view = [&](cuda::View v) {
-        for (const DeviceCopy* d : {&q, &k, &q_out, &k_out}) {
-          if (v.data != nullptr && reinterpret_cast<std::byte*>(v.data) >= d->host &&
-              reinterpret_cast<std::byte*>(v.data) < d->host + d->size) {
-            v.data = d->map(v.data);
-            return v;
-          }
-        }
-        v.data = nullptr;
-        return v;
-      };
-      s.q_in = map_view(s.q_in);
-      s.q_out = map_view(s.q_out);
-      s.k_in = map_view(s.k_in);
-      s.k_out = map_view(s.k_out);
-      s.lane_a = a.map(s.lane_a);
-      s.lane_b = b.map(s.lane_b);
-      s.axis = axis.map(s.axis);
-      ASSERT_EQ(s.positions, static_cast<const void*>(pos.data())) << "the case's positions are int64";
-      s.positions = positions.map(pos.data());
-      s.cos = cos.map(s.cos);
-      s.sin = sin.map(s.sin);
-      s.turns_hi = hi.map(s.turns_hi);
-      s.turns_lo = lo.map(s.turns_lo);
-      ASSERT_EQ(cuda::launch_rotate(s, nullptr, 96), 0);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      q.back(got.q.storage.data());
-      k.back(got.k.storage.data());
-      q_out.back(got.q_out.storage.data());
-      k_out.back(got.k_out.storage.data());
-      same_bits::expect_same_rotation(got, want);
-      ++ran;
-    }
-  }
-  std::printf("%s: %d runs of the cases (table and accurate on-the-fly angles) equal the reference\n", prop.name, ran);
-  for (const auto& [bytes, runs] : widths) std::printf("  accesses of %2d bytes: %d runs\n", bytes, runs);
-  EXPECT_GT(ran, 1800);
-  for (const int bytes : {2, 4, 8, 16}) EXPECT_GT(widths[bytes], 100) << bytes << "-byte accesses";
-}
-
 // Host memory regions mirrored on the device: any pointer into a region maps to the same offset in its copy.
 struct Mirror {
   std::vector<std::unique_ptr<DeviceCopy>> copies;
@@ -182,6 +106,50 @@ void add_angles(Mirror& m, const cuda::RotateShape& s, const detail::CudaLanes& 
     m.add(s.turns_hi, std::size_t(s.pairs) * 8);
     m.add(s.turns_lo, std::size_t(s.pairs) * 8);
   }
+}
+
+TEST(CudaDevice, RotationKernelEqualsTheReference) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  int ran = 0;
+  std::map<int, int> widths;  // cases by the access width run (bytes)
+  std::uint32_t seed = 0;
+  for (const cases::Case& c : cuda_cases::rotation_cases()) {
+    ++seed;
+    // Each case at the launch's widest access and at one element per access (the alternate cases at 8 bytes).
+    for (const int max_bytes : {16, seed % 2 == 0 ? 8 : 1}) {
+      SCOPED_TRACE(c.name() + " accesses of at most " + std::to_string(max_bytes) + " bytes");
+      cases::Workload got(c, seed), want(c, seed);
+      const RotateCall reference = want.prepare();
+      detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+      const RotateCall call = got.prepare();
+      detail::CudaLanes lanes;
+      cuda::RotateShape s;
+      if (!detail::make_cuda_shape(call.job(), lanes, s)) continue;  // HfCompat on the fly: the CPU's
+      detail::choose_vector(*call.job().map, s, max_bytes);
+      ++widths[(s.adjacent ? 2 : 1) * s.vector_pairs * s.element_size];
+      // q, k and the outputs first (copied back after the launch), then the angles and the positions (read only).
+      Mirror m;
+      for (cases::Tensor* t : {&got.q, &got.k, &got.q_out, &got.k_out}) m.add(t->storage.data(), t->storage.size());
+      const std::size_t written = m.copies.size();
+      add_angles(m, s, lanes, call.job());
+      const auto& pos = got.rotation_positions();
+      m.add(pos.data(), pos.size() * 8);
+      ASSERT_EQ(s.positions, static_cast<const void*>(pos.data())) << "the case's positions are int64";
+      m.map(s);
+      ASSERT_EQ(cuda::launch_rotate(s, nullptr, 96), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (std::size_t i = 0; i < written; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+      same_bits::expect_same_rotation(got, want);
+      ++ran;
+    }
+  }
+  std::printf("%s: %d runs of the cases (table and accurate on-the-fly angles) equal the reference\n", prop.name, ran);
+  for (const auto& [bytes, runs] : widths) std::printf("  accesses of %2d bytes: %d runs\n", bytes, runs);
+  EXPECT_GT(ran, 1800);
+  for (const int bytes : {2, 4, 8, 16}) EXPECT_GT(widths[bytes], 100) << bytes << "-byte accesses";
 }
 
 bool have_device() {

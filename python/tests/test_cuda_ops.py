@@ -56,17 +56,13 @@ def test_argument_errors_come_before_any_launch(rope):
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built without its CUDA backend")
 
 
-def _qk(layout, dtype, **kw):
-    return qk_tensors(layout, dtype, **kw)
-
-
 @needs_gpu
 @pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("direction", ["forward", "inverse", "backward"])
 def test_cuda_tensors_give_the_cpu_operators_bits(rope, layout, dtype, direction):
     h = ops.handle(rope)
-    q, k = _qk(layout, dtype)
+    q, k = qk_tensors(layout, dtype)
     positions = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3] if layout == "thd" else
                              [[3, 1, 4, 1, 5], [9, 2, 6, 5, 30000]])
     for angles in ("accurate", "hf"):
@@ -83,7 +79,7 @@ def test_cuda_tensors_give_the_cpu_operators_bits(rope, layout, dtype, direction
 @needs_gpu
 def test_cuda_autograd_and_strided_inputs(rope):
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.float32)
+    q, k = qk_tensors("bshd", torch.float32)
     positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
     qc = q.cuda().requires_grad_()
     out = torch.ops.ropekit.rotate(qc, k.cuda(), positions.cuda(), h, "bshd", "forward", "accurate")
@@ -102,7 +98,7 @@ def test_cuda_autograd_and_strided_inputs(rope):
 @needs_gpu
 def test_cuda_errors(rope):
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.bfloat16)
+    q, k = qk_tensors("bshd", torch.bfloat16)
     with pytest.raises(ropekit.Error, match="positions: on cpu"):
         torch.ops.ropekit.rotate(q.cuda(), k.cuda(), torch.zeros(2, 5, dtype=torch.int64), h, "bshd", "forward",
                                  "accurate")

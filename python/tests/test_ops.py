@@ -18,16 +18,12 @@ def rope():
     return ropekit.Rope.from_preset("llama-3.1-8b")
 
 
-def _qk(layout, dtype, **kw):
-    return qk_tensors(layout, dtype, **kw)
-
-
 @pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("direction", ["forward", "inverse", "backward"])
 def test_ops_give_the_kernels_bits(rope, layout, dtype, direction):
     h = ops.handle(rope)
-    q, k = _qk(layout, dtype)
+    q, k = qk_tensors(layout, dtype)
     positions = torch.tensor([3, 1, 4, 1, 5] * 2 if layout == "thd" else [[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
     for angles in ("accurate", "hf"):
         want_q, want_k = rope.apply(q, k, positions, layout=layout, inplace=False, direction=direction, angles=angles)
@@ -51,12 +47,12 @@ def test_the_expected_operator_backend_is_loaded():
 
 def test_empty_and_strided_tensors(rope):
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.float32, seq=0)
+    q, k = qk_tensors("bshd", torch.float32, seq=0)
     got_q, got_k = torch.ops.ropekit.rotate(q, k, torch.zeros((2, 0), dtype=torch.int64), h, "bshd", "forward",
                                             "accurate")
     assert got_q.shape == q.shape and got_k.shape == k.shape
     # A transposed view in (bhsd memory read as bshd) and a non-contiguous positions tensor.
-    q, k = _qk("bhsd", torch.bfloat16, seed=7)
+    q, k = qk_tensors("bhsd", torch.bfloat16, seed=7)
     positions = torch.tensor([[3, 9], [1, 2], [4, 6], [1, 5], [5, 3]]).t()
     qv, kv = q.transpose(1, 2), k.transpose(1, 2)
     want = rope.apply(qv, kv, positions.contiguous(), layout="bshd", inplace=False)
@@ -67,7 +63,7 @@ def test_empty_and_strided_tensors(rope):
 
 def test_opcheck(rope):
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.float32)
+    q, k = qk_tensors("bshd", torch.float32)
     positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
     torch.library.opcheck(torch.ops.ropekit.rotate.default, (q, k, positions, h, "bshd", "forward", "accurate"))
     torch.library.opcheck(torch.ops.ropekit.rotate.default, (q, None, None, h, "bhsd", "backward", "hf"))
@@ -78,11 +74,11 @@ def test_opcheck(rope):
 def test_backward_is_the_transpose_rotation(rope):
     """<R q, g> = <q, Rᵀ g> for the forward rotation (magnitude included); autograd's gradient is Rᵀ g."""
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.float32, seed=3)
+    q, k = qk_tensors("bshd", torch.float32, seed=3)
     positions = torch.tensor([[0, 100, 2000, 30000, 7], [1, 1, 1, 1, 1]])
     q.requires_grad_(True)
     k.requires_grad_(True)
-    gq, gk = _qk("bshd", torch.float32, seed=4)
+    gq, gk = qk_tensors("bshd", torch.float32, seed=4)
     out_q, out_k = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
     ((out_q * gq).sum() + (out_k * gk).sum()).backward()
     want_q, want_k = rope.apply(gq, gk, positions, layout="bshd", inplace=False, direction="backward")
@@ -99,7 +95,7 @@ def test_compiled_graph_keeps_the_ops_and_the_bits(rope):
         q, k = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
         return torch.einsum("bshd,bthd->bhst", q, k.repeat_interleave(2, dim=2))
 
-    q, k = _qk("bshd", torch.float32, seed=5)
+    q, k = qk_tensors("bshd", torch.float32, seed=5)
     positions = torch.arange(5).expand(2, 5)
     eager = attention_scores(q, k, positions)
     explanation = torch._dynamo.explain(attention_scores)(q, k, positions)
@@ -125,7 +121,7 @@ def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
     def f(q, k):
         return torch.ops.ropekit.rotate(q, k, None, h, "bshd", "forward", "accurate")
 
-    q, k = _qk("bshd", torch.float32, d=64)
+    q, k = qk_tensors("bshd", torch.float32, d=64)
     with pytest.raises(ropekit.Error, match="has head_dim 64"):
         f(q, k)
     with pytest.raises(Exception, match="has head_dim 64"):
@@ -138,7 +134,7 @@ def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
 
 def test_each_class_of_bad_input_is_a_ropekit_error_eagerly(rope):
     h = ops.handle(rope)
-    q, k = _qk("bshd", torch.float32)
+    q, k = qk_tensors("bshd", torch.float32)
     cases = [
         ((q.double(), k, None, h, "bshd", "forward", "accurate"), "q: dtype"),
         ((q, k.half(), None, h, "bshd", "forward", "accurate"), "k: dtype"),

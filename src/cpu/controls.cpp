@@ -44,12 +44,9 @@ void set_simd_target(std::string_view name) {
     cpu::select_target(-1);
     return;
   }
-  const std::vector<cpu::Target>& targets = cpu::available_targets();
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    if (name == targets[i].name) {
-      cpu::select_target(static_cast<int>(i));
-      return;
-    }
+  if (const int i = cpu::target_index(name); i >= 0) {
+    cpu::select_target(i);
+    return;
   }
   throw Error(fmt::format("simd target = \"{}\": not compiled in or not supported by this CPU (have: {})", name,
                           fmt::join(simd_targets(), ", ")));

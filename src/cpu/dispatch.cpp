@@ -133,6 +133,13 @@ const Target& current_target() {
 
 void select_target(int index) { g_selected.store(index < 0 ? -1 : index, std::memory_order_relaxed); }
 
+int target_index(std::string_view name) {
+  const std::vector<Target>& targets = available_targets();
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    if (targets[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
 bool default_target() { return g_selected.load(std::memory_order_relaxed) < 0; }
 
 Selection current_selection() { return current_target().selection; }
@@ -141,10 +148,9 @@ bool software_row_prefetch(const CpuIdentity& cpu) { return !(cpu.vendor == "Aut
 
 bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
                         std::int64_t bytes_moved) {
-  // Large: the rows a prefill streams (decode-sized calls, in L1/L2, tied: 0.96–1.03).
-  constexpr std::int64_t kFromBytes = std::int64_t{1} << 20;
+  // Large only: decode-sized calls (in L1/L2) tied, 0.96–1.03.
   return cpu.vendor == "AuthenticAMD" && cpu.family == 25 && q == DType::F32 && k == DType::F32 &&
-         pairing == Pairing::Half && out_of_place && bytes_moved >= kFromBytes;
+         pairing == Pairing::Half && out_of_place && bytes_moved >= kLargeCallBytes;
 }
 
 bool software_row_prefetch() {

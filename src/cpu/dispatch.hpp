@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ropekit/cpu.hpp"
@@ -37,6 +38,8 @@ struct Target {
 
 // Targets compiled into ropekit that this CPU supports, best first.
 const std::vector<Target>& available_targets();
+// The position of the target named `name` in available_targets(); -1 when this CPU or build has none of that name.
+int target_index(std::string_view name);
 // The target calls run on now: the one set_simd_target chose, else the best available.
 const Target& current_target();
 // Restricts calls to available_targets()[index]; -1 = the best (the first) again.
@@ -56,6 +59,9 @@ bool software_row_prefetch();
 // the identity and the call's shape, testable for any CPU.
 bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
                         std::int64_t bytes_moved);
+// A large call for the memory policy: one that moves at least this many bytes (a prefill's rows, past L1/L2; a decode
+// step's q and k were just written by their projection and sit in L1/L2).
+inline constexpr std::int64_t kLargeCallBytes = std::int64_t{1} << 20;
 // Whether calls run on the best target by default (no set_simd_target restricting them): the CPU-dependent kernel
 // choices apply only then, so that a restriction to one target runs that target's code throughout.
 bool default_target();

@@ -50,22 +50,19 @@ void set_stream_threshold_bytes(std::int64_t bytes) { stream_threshold().store(b
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
-  // Rows of a call this small are in L1/L2 (a decode step's q and k were just written by their
-  // projection); there the prefetches only cost (fp32 decode steps 0.39-0.48 -> 0.35-0.46 of memcpy).
-  constexpr std::int64_t kPrefetchFromBytes = std::int64_t{1} << 20;
-  job.prefetch_rows = job.bytes_moved >= kPrefetchFromBytes && software_row_prefetch();
+  // Rows of a smaller call are in L1/L2; there the prefetches only cost (fp32 decode steps 0.39-0.48 -> 0.35-0.46
+  // of memcpy).
+  job.prefetch_rows = job.bytes_moved >= kLargeCallBytes && software_row_prefetch();
   const Selection target = current_selection();
   // An absent view's dtype is irrelevant (it has no rows): read as float32.
   const DType q = job.q_heads > 0 ? job.args.q.dtype : DType::F32, k = job.k_heads > 0 ? job.args.k.dtype : DType::F32;
   const bool out_of_place = job.args.q_out.data != nullptr || job.args.k_out.data != nullptr;
   job.one_thread_kernel = nullptr;
-  if (default_target() && one_thread_256_bit(cpu_identity(), q, k, job.map->pairing, out_of_place, job.bytes_moved)) {
-    for (const Target& t : available_targets()) {
-      if (t.name == "AVX2") {
-        job.one_thread_kernel =
-            HWY_DISPATCH_TABLE(RotateKernelFor)[t.selection.index](job.map->pairing, q, k, t.selection.native_bf16);
-      }
-    }
+  static const int avx2 = target_index("AVX2");
+  if (avx2 >= 0 && default_target() &&
+      one_thread_256_bit(cpu_identity(), q, k, job.map->pairing, out_of_place, job.bytes_moved)) {
+    const Selection t = available_targets()[std::size_t(avx2)].selection;
+    job.one_thread_kernel = HWY_DISPATCH_TABLE(RotateKernelFor)[t.index](job.map->pairing, q, k, t.native_bf16);
   }
   return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
                                                            target.native_bf16);
@@ -93,8 +90,8 @@ void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threa
 }
 
 bool rotates_with_reference(std::string_view name) {
-  for (const Target& target : available_targets()) {
-    if (target.name == name) return HWY_DISPATCH_TABLE(RotatesWithReference)[target.selection.index]();
+  if (const int i = target_index(name); i >= 0) {
+    return HWY_DISPATCH_TABLE(RotatesWithReference)[available_targets()[std::size_t(i)].selection.index]();
   }
   throw Error(fmt::format("SIMD target {} is not one of this CPU's (ropekit::simd_targets())", name));
 }

@@ -150,35 +150,6 @@ ROPEKIT_HD std::int64_t slot_of(const AppendShape& a, std::int64_t token) {
   return slot;
 }
 
-// An element's bits held in a register (a float32's, or a 16-bit type's in the low half): the body passes elements
-// between its steps as these, never through a local array whose address is taken — on a GPU such an array lives in
-// local memory, which held the fused append at 0.15 of the copy bandwidth on an H100.
-ROPEKIT_HD std::uint32_t read_bits(const char* p, int size) {
-  if (size == 4) return load_raw<std::uint32_t>(p);
-  if (size == 2) return load_raw<std::uint16_t>(p);
-  return static_cast<std::uint8_t>(*p);
-}
-
-ROPEKIT_HD void write_bits(char* p, std::uint32_t bits, int size) {
-  if (size == 4) {
-    store_raw(p, bits);
-  } else if (size == 2) {
-    store_raw(p, static_cast<std::uint16_t>(bits));
-  } else {
-    *p = static_cast<char>(bits);
-  }
-}
-
-// x rounded once to storage st, as bits; and bits of st widened exactly.
-ROPEKIT_HD std::uint32_t bits_as(Storage st, float x) {
-  return st == Storage::F32 ? bits_of(x) : st == Storage::BF16 ? bf16_store(x) : f16_store(x);
-}
-ROPEKIT_HD float float_from(Storage st, std::uint32_t bits) {
-  return st == Storage::F32    ? float_of(bits)
-         : st == Storage::BF16 ? bf16_load(static_cast<std::uint16_t>(bits))
-                               : f16_load(static_cast<std::uint16_t>(bits));
-}
-
 // One element of storage type `from` (its bits) into the cache's type at dst.
 ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, std::uint32_t bits, float scale, char* dst) {
   if (a.cache != CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(from)) {

@@ -189,6 +189,7 @@ void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
   const RotateCall call = s.rope.prepare(host);
   RotateShape shape;
   detail::fill_cuda_views(call.job(), shape);
+  detail::choose_vector(*call.job().map, shape);
   shape.positions = args.positions.data;
   shape.positions_i64 = args.positions.type == IndexType::I64;
   detail::DeviceAccess::angles(*this, shape);

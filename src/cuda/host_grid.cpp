@@ -1,6 +1,7 @@
 // The host's run of the CUDA rotation body over the launch grid (host_grid.hpp).
 #include "cuda/host_grid.hpp"
 
+#include <atomic>
 #include <cstdint>
 
 #include "rope/angles.hpp"
@@ -41,13 +42,12 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
   s.seq = job.seq;
   s.q_heads = job.q_heads;
   s.k_heads = job.k_heads;
-  choose_vector(map, s, cuda_max_access_bytes());
-  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, s.q_heads + s.k_heads);
+  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs, s.q_heads + s.k_heads);  // one pair per thread
 }
 
 namespace {
 
-int max_access = cuda::kMaxAccessBytes;
+std::atomic<int> max_access{cuda::kMaxAccessBytes};
 
 // Whether pairs j0 … j0 + W − 1 of every run have the lanes a (W, adjacent) access reads: W consecutive a lanes and W
 // consecutive b lanes starting at multiples of W, or (adjacent) 2W lanes a, b, a, b, … from a multiple of 2W.
@@ -78,8 +78,8 @@ bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t 
 
 }  // namespace
 
-int cuda_max_access_bytes() { return max_access; }
-void set_cuda_max_access_bytes(int bytes) { max_access = bytes; }
+int cuda_max_access_bytes() { return max_access.load(std::memory_order_relaxed); }
+void set_cuda_max_access_bytes(int bytes) { max_access.store(bytes, std::memory_order_relaxed); }
 
 void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
   s.vector_pairs = 1;
@@ -97,6 +97,7 @@ void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
       s.adjacent = adjacent;
     }
   }
+  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, s.q_heads + s.k_heads);
 }
 
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {
@@ -127,11 +128,7 @@ bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_
   CudaLanes lanes;
   cuda::RotateShape shape;
   if (!make_cuda_shape(job, lanes, shape)) return false;
-  if (max_access_bytes > 0) {
-    choose_vector(*job.map, shape, max_access_bytes);
-    shape.head_groups =
-        cuda::choose_head_groups(shape.tokens, shape.pairs / shape.vector_pairs, shape.q_heads + shape.k_heads);
-  }
+  choose_vector(*job.map, shape, max_access_bytes > 0 ? max_access_bytes : cuda_max_access_bytes());
   if (head_groups > 0) shape.head_groups = head_groups;
   if (vector_bytes != nullptr) *vector_bytes = (shape.adjacent ? 2 : 1) * shape.vector_pairs * shape.element_size;
   const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
@@ -170,8 +167,6 @@ void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& a) {
 bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& a) {
   a = {};
   if (job.rotation == nullptr || !make_cuda_shape(*job.rotation, lanes, a.rot)) return false;
-  a.rot.vector_pairs = 1;  // the append body turns one pair per thread (its views change below)
-  a.rot.adjacent = false;
   const AppendArgs& args = *job.args;
   const PagedCache& cache = *job.cache;
   set_cuda_cache(cache, a);
@@ -201,10 +196,10 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
   a.pair_groups = cuda::choose_head_groups(a.rot.tokens, a.rot.pairs, a.pair_k_heads());
   if (a.rotates_queries()) {
     cuda::RotateShape q = cuda::query_rotation(a);
-    choose_vector(*job.rotation->map, q, cuda_max_access_bytes());
+    choose_vector(*job.rotation->map, q);
     a.q_vector_pairs = q.vector_pairs;
     a.q_adjacent = q.adjacent;
-    a.q_head_groups = cuda::choose_head_groups(q.tokens, q.pairs / q.vector_pairs, q.q_heads);
+    a.q_head_groups = q.head_groups;
   }
   return true;
 }
@@ -215,8 +210,6 @@ bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const Paged
   if (calls.empty() || calls.size() > 2) return false;
   for (std::size_t c = 0; c < calls.size(); ++c) {
     if (!make_cuda_shape(*calls[c], lanes, k.calls[c])) return false;  // the lanes: the same pair map each time
-    k.calls[c].vector_pairs = 1;  // the K-shift body reads only the calls' coefficients, one pair per thread
-    k.calls[c].adjacent = false;
   }
   k.num_calls = static_cast<int>(calls.size());
   k.slots = slots.data();

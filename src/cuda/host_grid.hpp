@@ -29,13 +29,15 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
 // pair map and the angles left for the caller (the device API points them at its device copies).
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
 
-// The pairs a rotation thread turns and how it reaches their lanes (RotateShape::vector_pairs, adjacent): the widest
-// accesses of at most max_bytes (and kMaxAccessBytes) that the pair map's runs and every view's rows (address and
-// strides) are aligned to; one element per access otherwise. fill_cuda_views chooses with cuda_max_access_bytes().
-void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes);
-// The widest access fill_cuda_views allows (default kMaxAccessBytes); the GPU benchmark sets it to compare widths.
+// The widest access choose_vector allows by default (kMaxAccessBytes); the GPU benchmark sets it to compare widths.
 int cuda_max_access_bytes();
 void set_cuda_max_access_bytes(int bytes);
+// For the rotation kernel (a shape from fill_cuda_views, whose threads turn one pair each): the pairs a thread turns
+// and how it reaches their lanes (RotateShape::vector_pairs, adjacent) — the widest accesses of at most max_bytes
+// (and kMaxAccessBytes) that the pair map's runs and every view's rows (address and strides) are aligned to, one
+// element per access otherwise — and the head groups for that many threads. The append and K-shift bodies turn one
+// pair per thread and take the shape as filled.
+void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes = cuda_max_access_bytes());
 
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
 // block order; head_groups > 0 overrides the launch's choice (cuda::choose_head_groups), max_access_bytes > 0 the

@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <span>
 #include <string>
-#include <vector>
 
+#include "forward_one_token.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/model.hpp"
 
@@ -46,12 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::ofstream(dir / "config.json", std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(data), std::streamsize(size));
   try {
-    const ropekit::LlamaModel model = ropekit::load_hf_model(dir);
-    ropekit::LlamaRunner runner(model, {.capacity = 2, .threads = 1});
-    std::vector<float> logits(std::size_t(model.config.vocab_size));
-    const int token = 0;
-    const std::int64_t position = 0;
-    runner.forward(ropekit::Rope(model.rope_layer().spec), std::span(&token, 1), std::span(&position, 1), logits);
+    forward_one_token(ropekit::load_hf_model(dir));
   } catch (const ropekit::Error&) {
   }
   return 0;

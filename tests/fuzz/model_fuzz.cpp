@@ -4,21 +4,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
+#include "forward_one_token.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const ropekit::LlamaModel model = ropekit::load_llama2c(std::as_bytes(std::span(data, size)), "fuzz.bin");
-    if (model.config.vocab_size <= 4096 && model.config.dim <= 1024) {
-      ropekit::LlamaRunner runner(model, {.capacity = 2, .threads = 1});
-      std::vector<float> logits(std::size_t(model.config.vocab_size));
-      const int token = 0;
-      const std::int64_t position = 0;
-      runner.forward(ropekit::Rope(model.rope_layer().spec), std::span(&token, 1), std::span(&position, 1), logits);
-    }
+    forward_one_token(ropekit::load_llama2c(std::as_bytes(std::span(data, size)), "fuzz.bin"));
   } catch (const ropekit::Error&) {
   }
   return 0;
