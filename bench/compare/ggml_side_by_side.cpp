@@ -3,7 +3,8 @@
 // same bytes (issue 18's side-by-side; docs/performance-log.md records what it measured). ggml is fetched and
 // built outside the repository (README.md here); nothing of it is committed.
 //
-//   ggml_side_by_side [threads]   → one markdown row per dtype × pairing × in/out of place, 128 dims ×
+//   [PROBE_TARGET=NAME] ggml_side_by_side [threads]   → one markdown row per dtype × pairing × in/out of place, 128
+//   dims ×
 //                                   32 heads × 512 tokens, positions 0..511, base 10000
 #include <algorithm>
 #include <chrono>
@@ -37,6 +38,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  // PROBE_TARGET=AVX2 (or any name simd_targets() lists) times that target's kernels instead of the default.
+  if (const char* target = std::getenv("PROBE_TARGET")) ropekit::set_simd_target(target);
   constexpr int kDim = 128, kHeads = 32, kTokens = 512, kRounds = 9, kCalls = 20;
   std::printf(
       "| dtype | pairing (ggml mode) | | ropekit µs | ggml µs | memcpy µs | ropekit / ggml | ropekit of memcpy | ggml "
