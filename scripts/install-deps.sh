@@ -22,6 +22,16 @@ packages=(
   python3-numpy python3-torch python3-pytest python3-hypothesis python3-matplotlib
 )
 
+# --arm64: also the aarch64 cross build's (issue 44; the `arm64` preset, scripts/test-arm64.sh): Debian's cross
+# compiler, qemu's user-mode emulator, and the arm64 builds of the libraries through multiarch (installed beside the
+# host's; header-only CLI11 and nlohmann-json serve both). PLplot is not co-installable: the Arm CLI has no --svg.
+foreign=()
+if [ "${1:-}" = "--arm64" ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libfmt-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
+    libopenblas-dev:arm64)
+  dpkg --print-foreign-architectures | grep -qx arm64 || foreign=(arm64)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,5 +43,6 @@ echo "install-deps: installing ${missing[*]}"
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
 export DEBIAN_FRONTEND=noninteractive
+[ ${#foreign[@]} -eq 0 ] || "${sudo_cmd[@]}" dpkg --add-architecture arm64
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

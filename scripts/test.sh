@@ -7,11 +7,13 @@
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
+#   arm64    the aarch64 cross build, its SIMD targets' tests at SVE vector lengths 128/256/512 and the unit tier
+#            under qemu-aarch64 (scripts/test-arm64.sh)
 # and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
 # data/): a clone alone passes. After a change, the quick tier is `cmake --workflow --preset quick`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh --arm64
 timings=()
 part() {
   local name=$1 start=$SECONDS
@@ -25,5 +27,6 @@ part tidy ./scripts/tidy.sh
 part dev cmake --workflow --preset dev
 part fuzz cmake --workflow --preset fuzz
 part torch ./scripts/test-torch.sh
+part arm64 ./scripts/test-arm64.sh
 echo "test.sh: every part passed in $SECONDS s:"
 printf '  %s\n' "${timings[@]}"

@@ -6,7 +6,11 @@
 // own (it does not use PairMap) and rotates in double.
 #pragma once
 
+#if defined(__aarch64__)
+#include <cstdlib>  // strtold
+#else
 #include <quadmath.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -17,13 +21,30 @@
 
 namespace oracle {
 
+#if defined(__aarch64__)
+// AArch64 Linux: long double is IEEE binary128 itself (glibc's cosl/sinl/fmodl are correctly rounded to it),
+// and GCC has no __float128 there.
+using Quad = long double;
+inline Quad quad_from_string(const char* text) { return std::strtold(text, nullptr); }
+inline Quad quad_fmod(Quad x, Quad y) { return fmodl(x, y); }
+inline Quad quad_cos(Quad x) { return cosl(x); }
+inline Quad quad_sin(Quad x) { return sinl(x); }
+#else
+using Quad = __float128;
+inline Quad quad_from_string(const char* text) { return strtoflt128(text, nullptr); }
+inline Quad quad_fmod(Quad x, Quad y) { return fmodq(x, y); }
+inline Quad quad_cos(Quad x) { return cosq(x); }
+inline Quad quad_sin(Quad x) { return sinq(x); }
+#endif
+static_assert(sizeof(Quad) == 16, "binary128: a 113-bit significand");
+
 inline void cos_sin(std::int64_t position, double inv_freq, double* c, double* s) {
-  // π rounded to __float128 (M_PIq's value; that macro's Q-suffixed literal is an error under -Wpedantic).
-  static const __float128 two_pi = 2 * strtoflt128("3.14159265358979323846264338327950288419716939937510", nullptr);
-  __float128 angle = static_cast<__float128>(position) * static_cast<__float128>(inv_freq);
-  angle = fmodq(angle, two_pi);
-  *c = static_cast<double>(cosq(angle));
-  *s = static_cast<double>(sinq(angle));
+  // π rounded to 113 bits (M_PIq's value; that macro's Q-suffixed literal is an error under -Wpedantic).
+  static const Quad two_pi = 2 * quad_from_string("3.14159265358979323846264338327950288419716939937510");
+  Quad angle = static_cast<Quad>(position) * static_cast<Quad>(inv_freq);
+  angle = quad_fmod(angle, two_pi);
+  *c = static_cast<double>(quad_cos(angle));
+  *s = static_cast<double>(quad_sin(angle));
 }
 
 // Lanes (a, b) of pair j, derived from the definitions in spec.hpp.

@@ -47,9 +47,10 @@ inline std::uint16_t float_to_bf16(float value) {
 }
 
 // IEEE binary16 through the compiler's half type, whose conversions are correctly rounded:
-// _Float16 (GCC >= 12, clang >= 15 on x86-64 and AArch64), or clang 14's storage-only __fp16 (the
-// fuzz build uses Debian 12's clang 14).
-#if defined(__clang__) && __clang_major__ < 15
+// _Float16 (GCC >= 12 on x86-64, GCC >= 13 on AArch64, clang >= 15), or the storage-only __fp16 of clang 14
+// (the fuzz build uses Debian 12's clang 14) and of GCC 12 on AArch64 (IEEE binary16 there; the cross build).
+#if (defined(__clang__) && __clang_major__ < 15) || \
+    (defined(__aarch64__) && !defined(__clang__) && defined(__GNUC__) && __GNUC__ < 13)
 using Half = __fp16;
 #else
 using Half = _Float16;

@@ -84,6 +84,15 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
       continue;
     }
     const float* k = t.k_rows[j];
+#if HWY_HAVE_SCALABLE
+    // SVE's vectors are sizeless (no arrays of them): one row at a time, each row's sums in the same order.
+    for (int r = 0; r < nr; ++r) {
+      const float* q = t.q + size_t(r0 + r) * t.head_dim;
+      V acc = hn::Zero(d);
+      int lane = 0;
+      for (; lane + n <= t.head_dim; lane += n) acc = hn::MulAdd(hn::LoadU(d, q + lane), hn::LoadU(d, k + lane), acc);
+      float dot = hn::GetLane(hn::SumOfLanes(d, acc));
+#else
     V acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
     int lane = 0;
     for (; lane + n <= t.head_dim; lane += n) {
@@ -94,6 +103,7 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
     for (int r = 0; r < nr; ++r) {
       const float* q = t.q + size_t(r0 + r) * t.head_dim;
       float dot = hn::GetLane(hn::SumOfLanes(d, acc[r]));
+#endif
       for (int l = lane; l < t.head_dim; ++l) dot += q[l] * k[l];
       t.scores[(r0 + r) * kTileKeys + j] = Capped(t, dot * t.scale) + t.bias[(r0 + r) * kTileKeys + j];
     }
@@ -108,6 +118,20 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
   const hn::CappedTag<float, kCap> d;
   const int n = int(hn::Lanes(d));
   using V = hn::Vec<decltype(d)>;
+#if HWY_HAVE_SCALABLE
+  // Sizeless SVE vectors: row by row, each lane's chain the same fused multiply-adds in the same order.
+  int end = lane;
+  for (int b = 0; b < nr; ++b) {
+    const int r = block[b];
+    for (end = lane; end + n <= t.v_head_dim; end += n) {
+      V a = hn::Mul(hn::LoadU(d, states[r].acc + end), hn::Set(d, correction[r]));
+      for (int j = 0; j < t.keys; ++j)
+        a = hn::MulAdd(hn::Set(d, t.scores[size_t(r) * kTileKeys + j]), hn::LoadU(d, t.v_rows[j] + end), a);
+      hn::StoreU(a, d, states[r].acc + end);
+    }
+  }
+  return end;
+#else
   for (; lane + n <= t.v_head_dim; lane += n) {
     V a[4];  // the rows' chains interleaved, each value vector loaded once per key
     for (int b = 0; b < nr; ++b)
@@ -119,6 +143,7 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
     for (int b = 0; b < nr; ++b) hn::StoreU(a[b], d, states[block[b]].acc + lane);
   }
   return lane;
+#endif
 }
 
 // For each row r: scores = q·k·scale + bias (−infinity past the valid keys).
@@ -193,6 +218,7 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
     }
     if (nr == 0) continue;
     int lane = 0;
+#if !HWY_HAVE_SCALABLE  // (SVE: PvLanes below does every whole vector, row by row)
     for (; lane + int(2 * n) <= t.v_head_dim; lane += int(2 * n)) {
       V a0[4], a1[4];
       for (int b = 0; b < nr; ++b) {
@@ -213,6 +239,7 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
         hn::StoreU(a1[b], d, states[block[b]].acc + lane + n);
       }
     }
+#endif
     // The last lanes (fewer than two vectors; small heads have nothing else): narrower vectors,
     // then scalars.
     lane = PvLanes<16>(t, states, block, nr, correction, lane);

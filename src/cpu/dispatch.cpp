@@ -18,16 +18,14 @@
 namespace ropekit::cpu {
 namespace {
 
+#if HWY_ARCH_X86
 // CPUID.(EAX=7, ECX=1):EAX bit 5. Only asked where Highway found an AVX-512 target usable, so the
 // OS already saves the zmm state.
 bool cpu_has_avx512_bf16() {
-#if HWY_ARCH_X86
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
-#else
-  return false;
-#endif
 }
+#endif
 
 // CPUID leaves 0, 1 and 0x80000002-4: vendor, display family and model, brand string.
 CpuIdentity read_identity() {
@@ -87,7 +85,9 @@ std::size_t dispatch_index(std::int64_t target) {
 
 std::vector<Target> find_targets() {
   std::vector<Target> targets;
+#if HWY_ARCH_X86
   bool twin = false;
+#endif
   for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
     const std::size_t index = dispatch_index(t);
 #if HWY_ARCH_X86

@@ -415,6 +415,9 @@ struct Bf16EvenOdd {
 // (of pairs for Half, of lanes for Interleaved) of kSteps whole vectors, the steps unrolled. The same
 // steps as RotateRow, so the same bits; short rows (decode, head_dim 64–128) no longer reload c and s
 // per head nor pay a loop per row.
+// Not on SVE targets: their vectors are sizeless, so they cannot be held in arrays; RotateHeads takes the row loop
+// there (the same steps, so the same bits).
+#if !HWY_HAVE_SCALABLE
 template <class Codec, Pairing kPairing, std::size_t kSteps, std::size_t... I>
 HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
                                        typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
@@ -458,6 +461,8 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
   }
 }
 
+#endif  // !HWY_HAVE_SCALABLE
+
 // Up to 8 steps (16 coefficient vectors): all in registers on AVX-512 (32 of them); on AVX2 (16) the
 // compiler keeps some on the stack, which is still faster than the row loop (fp32 decode, half128,
 // one thread: 0.38 vs 0.50 µs per call; with at most 4 steps AVX2 took the row loop there).
@@ -472,6 +477,11 @@ HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, st
                             bool stream, bool& streamed, bool prefetch = false) {
   const std::size_t n = hn::Lanes(DF());
   const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
+#if HWY_HAVE_SCALABLE
+  (void)n;
+  (void)width;
+  (void)prefetch;
+#else
   if ((!stream || dst == src) && width % n == 0) {
     switch (width / n) {
       case 1:
@@ -490,6 +500,7 @@ HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, st
       default: break;
     }
   }
+#endif
   for (std::int64_t h = 0; h < heads; ++h) {
     RotateHead<Codec, kPairing>(map, src + h * src_stride, dst + h * dst_stride, scratch, stream, streamed);
   }

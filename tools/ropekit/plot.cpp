@@ -4,7 +4,9 @@
 #include "plot.hpp"
 
 #include <fmt/format.h>
+#if ROPEKIT_HAVE_PLPLOT
 #include <plplot/plplot.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "ropekit/error.hpp"
 
 namespace ropekit::cli {
+#if ROPEKIT_HAVE_PLPLOT
 namespace {
 
 // Okabe & Ito's colour-blind-safe palette (without its yellow, unreadable on white), then a grey; series
@@ -199,6 +202,7 @@ double data_right_edge(const Chart& chart, double widest, double per_char) {
 }
 
 }  // namespace
+#endif
 
 std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_two, int max_ticks) {
   std::vector<double> ticks;
@@ -250,6 +254,9 @@ std::vector<double> axis_ticks(double lo, double hi, bool log, bool powers_of_tw
   return ticks;
 }
 
+#if ROPEKIT_HAVE_PLPLOT
+bool plots_available() { return true; }
+
 void write_svg(const Chart& chart, const std::string& path) {
   open_svg(path, 1100, 620);
   plinit();
@@ -272,5 +279,16 @@ void write_svg(const std::vector<Chart>& panels, int columns, const std::string&
   }
   plend();
 }
+#else
+// Builds without PLplot (the aarch64 cross build: Debian's libplplot-dev is not co-installable across
+// architectures) keep every command but the plots; asking for one is an error, never a silent no-op.
+bool plots_available() { return false; }
+
+void write_svg(const Chart&, const std::string& path) {
+  throw Error(fmt::format("--svg {}: this ropekit was built without PLplot (libplplot-dev); use --csv", path));
+}
+
+void write_svg(const std::vector<Chart>&, int, const std::string& path) { write_svg(Chart{}, path); }
+#endif
 
 }  // namespace ropekit::cli

@@ -30,6 +30,8 @@ struct Chart {
 };
 
 // Writes `chart` to `path` as SVG (one panel). Throws ropekit::Error if the file cannot be written.
+// Whether this build has PLplot; without it write_svg throws ropekit::Error naming the path.
+bool plots_available();
 void write_svg(const Chart& chart, const std::string& path);
 // Several charts as panels of one SVG, `columns` across (the attention probe: one panel per method); each
 // panel's title says what it shows.
