@@ -475,13 +475,11 @@ template <class Codec, Pairing kPairing>
 HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
                             typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads, const Scratch& scratch,
                             bool stream, bool& streamed, bool prefetch = false) {
+#if HWY_HAVE_SCALABLE
+  (void)prefetch;  // only the in-registers path prefetches
+#else
   const std::size_t n = hn::Lanes(DF());
   const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
-#if HWY_HAVE_SCALABLE
-  (void)n;
-  (void)width;
-  (void)prefetch;
-#else
   if ((!stream || dst == src) && width % n == 0) {
     switch (width / n) {
       case 1:

@@ -66,6 +66,7 @@ void add_decay(CLI::App& app, Streams io) {
   cmd->callback([io, o] {
     if (o->configs.empty() && o->presets.empty()) throw Error("decay: give at least one --config or --preset");
     if (o->csv.empty() && o->svg.empty()) throw Error("decay: give --csv FILE, --svg FILE or both");
+    require_plots(o->svg);
     std::vector<Curve> curves;
     for (const std::string& path : o->configs) {
       const ModelPositions model = read_config_file(path);

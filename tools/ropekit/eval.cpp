@@ -101,6 +101,8 @@ void print_table(std::ostream& out, const EvalResult& result, const std::vector<
 }
 
 void run_eval(const EvalCliOptions& o, Streams io) {
+  require_plots(o.svg);
+  require_plots(o.attention_svg);
   const LlamaModel model = load_model_file(o.model);
   std::vector<int> tokens;
   if (!o.tokens.empty()) {

@@ -279,16 +279,21 @@ void write_svg(const std::vector<Chart>& panels, int columns, const std::string&
   }
   plend();
 }
-#else
+#endif
+
+void require_plots(const std::string& path) {
+  if (!path.empty() && !plots_available())
+    throw Error(fmt::format("--svg {}: this ropekit was built without PLplot (libplplot-dev); use --csv", path));
+}
+
+#if !ROPEKIT_HAVE_PLPLOT
 // Builds without PLplot (the aarch64 cross build: Debian's libplplot-dev is not co-installable across
 // architectures) keep every command but the plots; asking for one is an error, never a silent no-op.
 bool plots_available() { return false; }
 
-void write_svg(const Chart&, const std::string& path) {
-  throw Error(fmt::format("--svg {}: this ropekit was built without PLplot (libplplot-dev); use --csv", path));
-}
+void write_svg(const Chart&, const std::string& path) { require_plots(path); }
 
-void write_svg(const std::vector<Chart>&, int, const std::string& path) { write_svg(Chart{}, path); }
+void write_svg(const std::vector<Chart>&, int, const std::string& path) { require_plots(path); }
 #endif
 
 }  // namespace ropekit::cli

@@ -32,6 +32,9 @@ struct Chart {
 // Writes `chart` to `path` as SVG (one panel). Throws ropekit::Error if the file cannot be written.
 // Whether this build has PLplot; without it write_svg throws ropekit::Error naming the path.
 bool plots_available();
+// Throws write_svg's error for `path` up front (a command checks its --svg options before its work, not after an
+// hour of it); nothing where the path is empty or PLplot is built in.
+void require_plots(const std::string& path);
 void write_svg(const Chart& chart, const std::string& path);
 // Several charts as panels of one SVG, `columns` across (the attention probe: one panel per method); each
 // panel's title says what it shows.
