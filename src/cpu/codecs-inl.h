@@ -43,6 +43,21 @@ struct F32Codec {
   }
 };
 
+// F32Codec for calls whose bytes fit the L1 data cache (decode): each loaded vector is pinned in a
+// register (an empty asm), so it is loaded once instead of folded into both products that use it (on
+// Zen 4 a 512-bit load takes the load pipes a cycle: a 128-dim head's 16 folded loads cost what its 8
+// stores do). Not for larger calls: there GCC's folded form was faster (LLC-resident prefill 10-15 %,
+// docs/performance-log.md; a 40 KiB decode call 2-5 %), so select_rotate_kernel picks by size.
+struct F32PinnedCodec : F32Codec {
+  static VF Load(DF d, const T* p) {
+    VF v = hn::LoadU(d, p);
+#if HWY_ARCH_X86
+    asm("" : "+v"(v.raw));
+#endif
+    return v;
+  }
+};
+
 // bf16 storage. Narrowing is float_to_bf16 (ropekit/dtype.hpp: round to nearest even, NaN quieted
 // with its payload's high bits kept). kNative narrows with AVX512_BF16's vcvtneps2bf16 where the
 // target can encode it: the SDM's convert_fp32_to_bfloat16 is the same rounding and the same NaN
