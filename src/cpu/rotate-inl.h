@@ -527,6 +527,27 @@ HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, st
   }
 }
 
+// Whether token (b, s)'s k rows continue its q rows: the same codec, the same head strides, and k's
+// first row (input and, out of place, output) where a (q_heads + 1)-th q row would be.
+template <class QCodec, class KCodec>
+HWY_INLINE bool QKContiguous(const RotateArgs& args, std::int64_t b, std::int64_t s, std::int64_t q_heads) {
+  if constexpr (!std::is_same_v<QCodec, KCodec>) {
+    return false;
+  } else {
+    // As integers: the row after q's last need not lie in q's buffer.
+    const auto address = [&](const Heads& v, std::int64_t head) {
+      return reinterpret_cast<std::uintptr_t>(v.data) +
+             static_cast<std::uintptr_t>((b * v.batch_stride + s * v.seq_stride + head * v.head_stride) *
+                                         static_cast<std::int64_t>(element_size(v.dtype)));
+    };
+    if (q_heads == 0 || args.k.head_stride != args.q.head_stride || address(args.k, 0) != address(args.q, q_heads)) {
+      return false;
+    }
+    if (args.q_out.data == nullptr || args.k_out.data == nullptr) return args.q_out.data == args.k_out.data;
+    return args.k_out.head_stride == args.q_out.head_stride && address(args.k_out, 0) == address(args.q_out, q_heads);
+  }
+}
+
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
 // KCodec (both chosen once, at prepare).
 template <Pairing kPairing, class QCodec, class KCodec>
@@ -537,14 +558,31 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   const std::int64_t heads = job.q_heads + job.k_heads;
   // Walk (token, head) and (batch, seq) by increments: divisions per row would cost as much as
   // the row's memory traffic.
-  std::int64_t token = first / heads, h = first % heads;
-  std::int64_t b = token / job.seq, s = token % job.seq;
+  // (A call from its first row, as every one-thread call is, skips the divisions: 64-bit divides are
+  // tens of cycles, a noticeable part of a decode call.)
+  std::int64_t token = 0, h = 0, b = 0, s = 0;
+  if (first != 0) {
+    token = first / heads, h = first % heads;
+    b = token / job.seq, s = token % job.seq;
+  }
   bool streamed = false;
   BuildCoefficients<kPairing>(job, token, scratch);
   for (std::int64_t row = first; row < last;) {
     // A run of rows: the token's q heads (or k heads) from h on, up to the range's end.
     std::int64_t run;
-    if (h < job.q_heads) {
+    if (h == 0 && QKContiguous<QCodec, KCodec>(args, b, s, job.q_heads) && last - row > job.q_heads) {
+      // The token's k rows follow its q rows at the same stride (a fused QKV projection's output): one
+      // run over both, without a second loop entry and coefficient setup (kernel_floor's decode, 40 heads
+      // × 128, with the skipped divisions: bf16 0.303-0.305 → 0.296-0.303 µs, fp32 1-3 % faster).
+      using T = typename QCodec::T;
+      run = std::min(heads, last - row);
+      T* src = static_cast<T*>(args.q.row(b, s, 0));
+      const bool out = args.q_out.data != nullptr;
+      RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride,
+                                    out ? static_cast<T*>(args.q_out.row(b, s, 0)) : src,
+                                    out ? args.q_out.head_stride : args.q.head_stride, run, scratch, job.stream_stores,
+                                    streamed, job.prefetch_rows);
+    } else if (h < job.q_heads) {
       using T = typename QCodec::T;
       run = std::min(job.q_heads - h, last - row);
       T* src = static_cast<T*>(args.q.row(b, s, h));
