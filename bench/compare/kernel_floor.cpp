@@ -6,7 +6,8 @@
 //      half pairing (load a and b, two products and two fused multiply-adds, two stores per vector
 //      pair), the same with half the floating-point work, with none (a copy through registers), and bf16
 //      in even/odd lanes as ropekit's AVX3_BF16 target runs it, with and without its two shuffle-port
-//      instructions (the ±0 test that guards the exact rounding of subnormals, and the lane interleave);
+//      instructions (the ±0 test that guards the exact rounding of subnormals, and the lane interleave),
+//      and fp16 (vcvtph2ps, the fp32 rotation, vcvtps2ph);
 //   3. ropekit on the same rows: RotateCall::run (the call prepared once), Rope::prepare + run (validated
 //      each call), RotateCall::set_positions + run (a decode step of a prepared call), and a memcpy of the
 //      same bytes.
@@ -86,6 +87,8 @@ alignas(64) float g_f32[kHeads * kDim];
 alignas(64) float g_copy[kHeads * kDim];
 alignas(64) std::uint16_t g_bf16[kHeads * kDim];
 alignas(64) std::uint16_t g_bf16_out[kHeads * kDim];
+alignas(64) std::uint16_t g_f16[kHeads * kDim];
+alignas(64) std::uint16_t g_f16_out[kHeads * kDim];
 alignas(64) float g_coef[4 * kDim];  // c then s, and the even/odd regrouping for bf16
 volatile int g_flagged = 0;
 
@@ -111,6 +114,25 @@ __attribute__((target("avx512f,fma"), noinline)) void rotate_f32(const float* in
         _mm512_store_ps(dst + 16 * i, b);
         _mm512_store_ps(dst + 64 + 16 * i, a);
       }
+    }
+  }
+}
+
+// fp16, half pairing: 16 values widen with vcvtph2ps and narrow with vcvtps2ph (round to nearest
+// even, exact for every input: no software fallback), the fp32 arithmetic between.
+__attribute__((target("avx512f,f16c,fma"), noinline)) void rotate_f16(const std::uint16_t* in, std::uint16_t* out) {
+  __m512 c[4], s[4];
+  for (int i = 0; i < 4; ++i) c[i] = _mm512_load_ps(g_coef + 16 * i), s[i] = _mm512_load_ps(g_coef + 64 + 16 * i);
+  for (int h = 0; h < kHeads; ++h) {
+    const std::uint16_t* row = in + h * kDim;
+    std::uint16_t* dst = out + h * kDim;
+    for (int i = 0; i < 4; ++i) {
+      const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 16 * i)));
+      const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 64 + 16 * i)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 16 * i),
+                         _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 + 16 * i),
+                         _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
     }
   }
 }
@@ -195,6 +217,7 @@ int main() {
     g_f32[i] = float(x >> 8) / float(1 << 24) - 0.5f;
     // a in [0.5, 1), b in [2, 4): with c = 0.6 and s = 0.8, no rotated value is near 0 (no ±0 results)
     g_bf16[i] = static_cast<std::uint16_t>((i % kDim < kDim / 2 ? 0x3f00 : 0x4000) + (x >> 25));
+    g_f16[i] = static_cast<std::uint16_t>((i % kDim < kDim / 2 ? 0x3800 : 0x4000) + (x >> 22));  // [0.5, 1), [2, 4)
   }
 
   const Spec spec{.head_dim = kDim, .rotary_dim = kDim, .base = 5e5, .pairing = Pairing::Half};
@@ -234,6 +257,23 @@ int main() {
         f32_step.run();
       }),
       copy_f32, cycle);
+  {
+    const double copy_f16 = ns_per_call([] {
+      std::memcpy(g_f16_out, g_f16, sizeof g_f16);
+      asm volatile("" ::: "memory");
+    });
+    row("memcpy of the fp16 rows", copy_f16, copy_f16, cycle);
+    row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph", ns_per_call([] { rotate_f16(g_f16, g_f16_out); }), copy_f16,
+        cycle);
+    const RotateCall f16_call = call_for(g_f16, g_f16_out, DType::F16);
+    row("fp16 ropekit RotateCall::run", ns_per_call([&] { f16_call.run(0, f16_call.rows()); }), copy_f16, cycle);
+    RotateCall f16_step = call_for(g_f16, g_f16_out, DType::F16);
+    row("fp16 ropekit RotateCall::set_positions + run", ns_per_call([&] {
+          f16_step.set_positions(positions(pos));
+          f16_step.run();
+        }),
+        copy_f16, cycle);
+  }
   if (bf16) {
     const double copy_bf16 = ns_per_call([] {
       std::memcpy(g_bf16_out, g_bf16, sizeof g_bf16);
