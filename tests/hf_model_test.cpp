@@ -91,6 +91,28 @@ TEST(HfModel, ShardedFloat32LlamaEqualsTransformers) {
 
 TEST(HfModel, Bfloat16LlamaEqualsTransformers) { expect_hf_logits("llama_bf16"); }
 
+// BF16 matrices stay in the file's map (the model holds it), read as their exact float32 widening; norms are float32.
+TEST(HfModel, Bfloat16MatricesStayPackedInTheMap) {
+  const ropekit::LlamaModel model = ropekit::load_model_file(kModels / "llama_bf16");
+  ASSERT_NE(model.storage, nullptr);
+  const ropekit::WeightMatrix& wq = model.layers[0].wq;
+  ASSERT_TRUE(wq.is_packed());
+  EXPECT_EQ(wq.encoding, ropekit::WeightEncoding::BF16);
+  EXPECT_EQ(wq.rows, model.config.q_dim());
+  EXPECT_EQ(wq.cols, model.config.dim);
+  EXPECT_EQ(wq.row_bytes, std::size_t(2 * model.config.dim));
+  EXPECT_TRUE(model.token_embedding.is_packed());
+  EXPECT_FALSE(model.layers[0].rms_att.empty());
+  const std::vector<float> values = wq.to_floats(wq.cols);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, wq.packed + 2 * i, 2);
+    ASSERT_EQ(values[i], ropekit::bf16_to_float(h)) << i;
+  }
+  // F32 files are copied: no map is kept.
+  EXPECT_EQ(ropekit::load_model_file(kModels / "llama_f32").storage, nullptr);
+}
+
 // The same checkpoint read both ways: llama_f32 as safetensors (HF's rows, the half pairing) and as llama.cpp's
 // converter writes it (q/k rows permuted for interleaved pairs; read_gguf says Interleaved). Each reader rotates with
 // the pairing its file's rows are stored for, so the logits agree — to the float32 rounding of q·k summed in another

@@ -4,7 +4,10 @@
 
 #include <map>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -270,6 +273,9 @@ TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
   m.config.hidden_dim = 32;
   m.config.n_heads = 2;
   m.config.n_kv_heads = 1;
+  // 2100 classifier rows: more than one panel of rows widened at a time, the last one ragged (prefill: 2048 rows
+  // of 32, decode: 256).
+  m.config.vocab_size = 2100;
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   const auto random = [&](std::size_t n) {
@@ -340,20 +346,34 @@ TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
   w.tensor("output_norm.weight", {dim}, 0, f32(dequantized.rms_final));
   w.tensor("output.weight", {dim, vocab}, 8, q8_0(dequantized.classifier));
   const ropekit::LlamaModel loaded = ropekit::load_gguf_model(w.bytes(), "q8.gguf");
-  EXPECT_EQ(loaded.token_embedding, dequantized.token_embedding);
-  EXPECT_EQ(loaded.classifier, dequantized.classifier);
+  // The matrices stay Q8_0 blocks (in the model's own copy of the bytes), read back as their dequantized values.
+  const auto expect_blocks = [](const ropekit::WeightMatrix& got, const std::vector<float>& want, std::int64_t cols) {
+    EXPECT_TRUE(got.is_packed());
+    EXPECT_EQ(got.encoding, ropekit::WeightEncoding::Q8_0);
+    EXPECT_EQ(got.cols, cols);
+    EXPECT_EQ(got.rows * cols, std::int64_t(want.size()));
+    EXPECT_EQ(got.row_bytes, std::size_t(cols / 32 * 34));
+    EXPECT_EQ(got.to_floats(cols), want);
+  };
+  ASSERT_NE(loaded.storage, nullptr);
+  expect_blocks(loaded.token_embedding, dequantized.token_embedding, 32);
+  expect_blocks(loaded.classifier, dequantized.classifier, 32);
   for (int l = 0; l < m.config.n_layers; ++l) {
     const auto &a = loaded.layers[std::size_t(l)], &b = dequantized.layers[std::size_t(l)];
-    EXPECT_EQ(a.wq, b.wq);
-    EXPECT_EQ(a.wk, b.wk);
-    EXPECT_EQ(a.wv, b.wv);
-    EXPECT_EQ(a.wo, b.wo);
-    EXPECT_EQ(a.w1, b.w1);
-    EXPECT_EQ(a.w2, b.w2);
-    EXPECT_EQ(a.w3, b.w3);
+    for (const auto& [got, want] : {std::pair{&a.wq, &b.wq},
+                                    {&a.wk, &b.wk},
+                                    {&a.wv, &b.wv},
+                                    {&a.wo, &b.wo},
+                                    {&a.w1, &b.w1},
+                                    {&a.w2, &b.w2},
+                                    {&a.w3, &b.w3}}) {
+      expect_blocks(*got, *want, 32);
+    }
+    EXPECT_EQ(a.rms_att, b.rms_att);  // 1-D F32 tensors: float32 vectors
   }
-  EXPECT_NE(loaded.layers[0].wq, m.layers[0].wq);  // quantized: not the float weights
-  // The same forward, bit for bit, as the dequantized weights stored as F32.
+  EXPECT_NE(loaded.layers[0].wq.to_floats(32), m.layers[0].wq);  // quantized: not the float weights
+  // The same forward, bit for bit, as the dequantized weights stored as F32: prefill (sgemm over panels of rows)
+  // and decode (a dot product per row).
   dequantized.rope = loaded.rope;
   const std::vector<int> tokens = {1, 5, 9, 3, 7, 2};
   const std::vector<std::int64_t> pos = {0, 1, 2, 3, 4, 5};
@@ -361,6 +381,34 @@ TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
   ropekit::LlamaRunner(loaded, {.capacity = 8}).forward(ropekit::Rope(loaded.rope.layer().spec), tokens, pos, a);
   ropekit::LlamaRunner(dequantized, {.capacity = 8}).forward(ropekit::Rope(loaded.rope.layer().spec), tokens, pos, b);
   EXPECT_EQ(a, b);
+  for (int threads : {1, 2}) {
+    ropekit::LlamaRunner ra(loaded, {.capacity = 8, .threads = threads}), rb(dequantized, {.capacity = 8});
+    const ropekit::Rope rope(loaded.rope.layer().spec);
+    std::vector<float> la(vocab), lb(vocab);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      ra.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), la);
+      rb.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), lb);
+      EXPECT_EQ(la, lb) << "decode step " << i << ", threads " << threads;
+    }
+  }
+  // The same file read by load_model_file: mapped, not copied, and the same logits.
+  {
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("ropekit_q8_" + std::to_string(::getpid()) + ".gguf");
+    const std::vector<std::byte> bytes = w.bytes();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    const ropekit::LlamaModel mapped = ropekit::load_model_file(path);
+    std::filesystem::remove(path);  // the map keeps the pages
+    ASSERT_TRUE(mapped.layers[0].w2.is_packed());
+    std::vector<float> c(tokens.size() * vocab);
+    ropekit::LlamaRunner(mapped, {.capacity = 8}).forward(ropekit::Rope(mapped.rope.layer().spec), tokens, pos, c);
+    EXPECT_EQ(c, a);
+  }
+  // A copy of the model shares its packed bytes; they outlive the loader's input.
+  const ropekit::LlamaModel copy = loaded;
+  EXPECT_EQ(copy.storage, loaded.storage);
+  EXPECT_EQ(copy.layers[0].wq.packed, loaded.layers[0].wq.packed);
 }
 
 TEST(Model, TruncatedCheckpointsAreErrorsAtEveryByte) {

@@ -1,5 +1,6 @@
 // ggml's quantized blocks dequantized by the GGUF loader (lab/quants.hpp) against llama.cpp's gguf package
-// (tests/data/quants/, scripts/golden_quants.py): every value bit for bit, for each of the six block types.
+// (tests/data/quants/, scripts/golden_quants.py): every value bit for bit, for each of the six block types; the
+// runner's vector kernels over packed rows against that scalar reference on every Highway target.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +9,14 @@
 #include <string>
 #include <vector>
 
+#include <hwy/targets.h>
+
+#include <random>
+
+#include "lab/kernels.hpp"
 #include "lab/quants.hpp"
+#include "ropekit/dtype.hpp"
+#include "ropekit/model.hpp"
 
 namespace {
 
@@ -42,6 +50,95 @@ TEST(Quants, DequantizeEqualsGgufPyBitForBit) {
   }
   EXPECT_EQ(types, 6);
   EXPECT_EQ(ropekit::detail::quant_type(0), nullptr);  // F32 is not a block type
+}
+
+// The runner's packed-row kernels (lab/kernels.hpp), on every Highway target this CPU runs: widen_rows against
+// detail::dequantize (held to gguf-py above) and the exact widening of F16/BF16, bit for bit; matvec_packed_rows
+// against matvec_rows over the widened rows, bit for bit. Random blocks with every finite f16 scale pattern class
+// (normal, subnormal, ±0), rows of several lengths (F16/BF16 also of lengths that are no vector multiple).
+TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
+  struct Encoding {
+    ropekit::WeightEncoding encoding;
+    std::size_t block_values, block_bytes;
+    std::vector<std::size_t> scales;  // byte offsets of the block's f16 scales
+  };
+  const std::vector<Encoding> encodings = {
+      {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
+      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
+      {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
+      {ropekit::WeightEncoding::F16, 1, 2, {0}},         {ropekit::WeightEncoding::BF16, 1, 2, {}},
+  };
+  std::mt19937 rng(17);
+  // A finite f16 (or bf16) pattern: any sign and mantissa, an exponent below all-ones; a quarter are subnormal or 0.
+  const auto finite16 = [&](bool bf16) {
+    const std::uint16_t sign = std::uint16_t(rng() & 0x8000u);
+    if (bf16) return std::uint16_t(sign | std::uint16_t((rng() % 0xFFu) << 7) | std::uint16_t(rng() & 0x7Fu));
+    const auto exponent = static_cast<unsigned>(rng() % 4 == 0 ? 0 : rng() % 31);
+    return std::uint16_t(sign | (exponent << 10) | static_cast<unsigned>(rng() & 0x3FFu));
+  };
+  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  int checked = 0;
+  for (const std::int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Encoding& e : encodings) {
+      SCOPED_TRACE(std::string(ropekit::to_string(e.encoding)));
+      const bool values = e.block_values == 1;
+      for (const std::size_t cols : values ? std::vector<std::size_t>{37, 64, 300, 576}
+                                           : std::vector<std::size_t>{e.block_values, 3 * e.block_values, 1536}) {
+        const std::size_t rows = 7, row_bytes = cols / e.block_values * e.block_bytes;
+        std::vector<std::byte> packed(rows * row_bytes);
+        for (std::byte& b : packed) b = std::byte(rng() & 0xFFu);
+        for (std::size_t at = 0; at < packed.size(); at += e.block_bytes) {
+          for (const std::size_t offset : e.scales) {
+            const std::uint16_t h = finite16(false);
+            std::memcpy(&packed[at + offset], &h, 2);
+          }
+          if (e.encoding == ropekit::WeightEncoding::BF16) {
+            const std::uint16_t h = finite16(true);
+            std::memcpy(&packed[at], &h, 2);
+          }
+        }
+        std::vector<float> want(rows * cols);
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::byte* row = packed.data() + r * row_bytes;
+          float* out = want.data() + r * cols;
+          if (values) {
+            for (std::size_t i = 0; i < cols; ++i) {
+              std::uint16_t h;
+              std::memcpy(&h, row + 2 * i, 2);
+              out[i] =
+                  e.encoding == ropekit::WeightEncoding::F16 ? ropekit::f16_to_float(h) : ropekit::bf16_to_float(h);
+            }
+          } else {
+            ropekit::detail::dequantize(*ropekit::detail::quant_type(std::uint32_t(e.encoding)), row,
+                                        cols / e.block_values, out);
+          }
+        }
+        ropekit::WeightMatrix w;
+        w.encoding = e.encoding;
+        w.rows = std::int64_t(rows);
+        w.cols = std::int64_t(cols);
+        w.packed = packed.data();
+        w.row_bytes = row_bytes;
+        std::vector<float> got(rows * cols, -1.0f);
+        ropekit::lab::widen_rows(w, 0, rows, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "cols " << cols;
+        std::vector<float> x(cols);
+        for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+        for (const bool accumulate : {false, true}) {
+          std::vector<float> y_want(rows, 0.5f), y_got(rows - 2, 0.5f);
+          ropekit::lab::matvec_rows(want.data(), x.data(), y_want.data(), cols, 0, rows, accumulate);
+          ropekit::lab::matvec_packed_rows(w, x.data(), y_got.data(), 1, rows - 1, accumulate);
+          ASSERT_EQ(std::memcmp(y_got.data(), y_want.data() + 1, y_got.size() * 4), 0)
+              << "cols " << cols << ", accumulate " << accumulate;
+        }
+        ++checked;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(checked, int(targets.size()) * (6 * 3 + 2 * 4));
 }
 
 }  // namespace

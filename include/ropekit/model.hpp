@@ -12,8 +12,9 @@
 // x += W2·(silu(W1·rms(x)) ⊙ W3·rms(x)); final RMSNorm; classifier (shared with the embedding or not).
 // Queries are rotated on load by ropekit::attention; keys are stored rotated in one KvCache per layer.
 // Matrix products go through OpenBLAS (cblas_sgemm for many tokens, cblas_sgemv for one).
-//   Precision: float32 storage and arithmetic (BLAS and the attention kernels' FMAs); F16/BF16 weights
-//     are widened to float32 once, at load.
+//   Precision: float32 activations and arithmetic (BLAS and the attention kernels' FMAs); F16/BF16 and quantized
+//     weights are kept as the file stores them and widened to float32 (exactly, or as ggml dequantizes) block by
+//     block as each product reads them: the same products as over those widened values stored as float32.
 //   Error: not bounded per logit (a model is a deep composition); what is checked is the lab's
 //     contract: the mean NLL of every position bucket within 1e-3 nats of an independent float64
 //     forward (tests/model_test.cpp, every method of lab.hpp on the bundled model).
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -67,17 +69,56 @@ struct LlamaConfig {
   int kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
-// float32 weights, row-major (out, in) as llama2.c stores them.
+// How a weight matrix's values are stored (the values are GGUF's ggml type ids): float32, or kept in the checkpoint's
+// own encoding — F16/BF16 (safetensors and GGUF), or ggml's quantized blocks — and widened to float32 block by block
+// as the runner's products read them.
+enum class WeightEncoding : std::uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30
+};
+std::string_view to_string(WeightEncoding encoding);
+
+// A weight matrix [rows × cols], row-major (out, in). float32 matrices are the vector itself (as llama2.c stores
+// them); the others (F16, BF16, quantized: the loaders keep what a GGUF or safetensors file holds) have `packed`
+// rows of row_bytes bytes each, in memory the model's `storage` keeps alive (the file's map), and an empty vector.
+struct WeightMatrix : std::vector<float> {
+  WeightMatrix() = default;
+  WeightMatrix(std::vector<float> values) : std::vector<float>(std::move(values)) {}  // NOLINT: implicit, float32
+  WeightMatrix(std::initializer_list<float> values) : std::vector<float>(values) {}
+
+  WeightEncoding encoding = WeightEncoding::F32;
+  std::int64_t rows = 0, cols = 0;  // packed matrices (float32 ones: their size is rows · cols, not stated here)
+  const std::byte* packed = nullptr;
+  std::size_t row_bytes = 0;
+
+  bool is_packed() const { return packed != nullptr; }
+  // No values at all (neither float32 nor packed): an absent tensor.
+  bool empty() const { return std::vector<float>::empty() && packed == nullptr; }
+  // Rows [first, first + count) as float32 into out (count · cols values, or count · `width` for float32 matrices,
+  // width = their row length): F16/BF16 widened exactly, quantized blocks dequantized bit for bit as gguf-py's
+  // dequantize (lab/quants.hpp), float32 copied. Valid range: rows of the matrix (unchecked).
+  void rows_to_float(std::int64_t first, std::int64_t count, std::int64_t width, float* out) const;
+  // Every value as float32 (rows · cols of them): what the tests compare with a reference's weights.
+  std::vector<float> to_floats(std::int64_t width) const;
+};
+
 struct LlamaLayerWeights {
   std::vector<float> rms_att;  // [dim]
-  std::vector<float> wq;       // [q_dim, dim]
-  std::vector<float> wk;       // [kv_dim, dim]
-  std::vector<float> wv;       // [kv_dim, dim]
-  std::vector<float> wo;       // [dim, q_dim]
+  WeightMatrix wq;             // [q_dim, dim]
+  WeightMatrix wk;             // [kv_dim, dim]
+  WeightMatrix wv;             // [kv_dim, dim]
+  WeightMatrix wo;             // [dim, q_dim]
   std::vector<float> rms_ffn;  // [dim]
-  std::vector<float> w1;       // [hidden, dim] (gate)
-  std::vector<float> w2;       // [dim, hidden] (down)
-  std::vector<float> w3;       // [hidden, dim] (up)
+  WeightMatrix w1;             // [hidden, dim] (gate)
+  WeightMatrix w2;             // [dim, hidden] (down)
+  WeightMatrix w3;             // [hidden, dim] (up)
   // Biases added to q, k and v after their products (Qwen2); empty: none.
   std::vector<float> bq;  // [q_dim]
   std::vector<float> bk;  // [kv_dim]
@@ -93,10 +134,13 @@ struct LlamaLayerWeights {
 struct LlamaModel {
   std::string source;  // "llama2.c FILE", "gguf FILE"
   LlamaConfig config;
-  std::vector<float> token_embedding;  // [vocab, dim]
+  WeightMatrix token_embedding;  // [vocab, dim]
   std::vector<LlamaLayerWeights> layers;
-  std::vector<float> rms_final;   // [dim]
-  std::vector<float> classifier;  // [vocab, dim]; empty when shared with the embedding
+  std::vector<float> rms_final;  // [dim]
+  WeightMatrix classifier;       // [vocab, dim]; empty when shared with the embedding
+  // What the packed matrices point into (a file's memory map, or a copy of the bytes a loader was given); null
+  // when every matrix is float32.
+  std::shared_ptr<const void> storage;
   // Per layer, 1 where the layer has no positional encoding (SmolLM3's no_rope_layers zeros): its queries and keys
   // are not rotated, whatever rope the runner is given; empty: RoPE in every layer.
   std::vector<std::uint8_t> nope_layers;
@@ -111,7 +155,7 @@ struct LlamaModel {
   // over the whole head (run.c); GGUF from its metadata (ropekit/config.hpp, read_gguf).
   ModelPositions rope;
 
-  const float* classifier_weights() const { return classifier.empty() ? token_embedding.data() : classifier.data(); }
+  const WeightMatrix& classifier_weights() const { return classifier.empty() ? token_embedding : classifier; }
   bool nope(int layer) const { return !nope_layers.empty() && nope_layers[std::size_t(layer)] != 0; }
   // The model's main RoPE: the only RoPE layer group's, or the "full_attention" group's where the groups differ
   // (Gemma 3: its local layers' own RoPE is in layer_specs). Layers of another encoding are the NoPE ones above.
@@ -131,9 +175,11 @@ struct LlamaModel {
 // int32, a uint8 shared-classifier flag, zeros to byte 256, then float32 weights in its order).
 // Trailing bytes after the last tensor are an error (a file of another format or a wrong header).
 LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origin = "llama2.c");
-// GGUF of general.architecture "llama" with F32, F16, BF16 or quantized Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors,
-// the quantized ones dequantized to float32 at load bit for bit as llama.cpp's gguf package dequantizes them (any
-// other type: an error naming the tensor and its type). Hyper-parameters from the llama.* keys; RoPE through read_gguf
+// GGUF of general.architecture "llama" with F32, F16, BF16 or quantized Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors:
+// float32 ones copied, the matrices of the others kept packed (WeightMatrix; `bytes` is copied once into the model's
+// storage, a file load_model_file maps is not copied) and dequantized as the products read them, bit for bit as
+// llama.cpp's gguf package dequantizes them; 1-D tensors (norms) widened at load. Any other type: an error naming the
+// tensor and its type. Hyper-parameters from the llama.* keys; RoPE through read_gguf
 // (llama.cpp stores q/k rows for interleaved pairs, so the pairing is Interleaved).
 LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin = "gguf");
 // A Hugging Face model directory: config.json (model_type "llama"; "mistral" — its sliding_window on every layer;

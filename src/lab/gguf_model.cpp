@@ -1,11 +1,14 @@
 // GGUF checkpoints of the `llama` architecture: hyper-parameters from the llama.* keys, weights from
-// F32, F16 or BF16 tensors (widened to float32 once), RoPE through the config reader's read_gguf.
+// F32 tensors (copied) or F16, BF16 and quantized ones (matrices kept packed, norms widened to float32 once), RoPE
+// through the config reader's read_gguf.
 // Tensor names and shapes are llama.cpp's (ggml's ne[0] is the input width: a [out, in] matrix is
 // stored with dims {in, out}).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "config/gguf_format.hpp"
 #include "lab/loader.hpp"
@@ -30,7 +33,15 @@ std::string ggml_type_name(std::uint32_t type) {
 
 class GgufModelReader {
  public:
-  GgufModelReader(Cursor& c, GgufFile& f) : c_(c), f_(f) {}
+  // bytes: the whole file; storage: what keeps them alive for the model (null: they are the caller's, and the first
+  // packed matrix copies them into a buffer of the model's own).
+  GgufModelReader(Cursor& c, GgufFile& f, std::span<const std::byte> bytes, std::shared_ptr<const void> storage)
+      : c_(c), f_(f), bytes_(bytes), storage_(std::move(storage)) {
+    if (storage_ != nullptr) base_ = bytes_.data();
+  }
+
+  // What the model's packed matrices point into (null: none is packed).
+  std::shared_ptr<const void> storage() const { return packed_ ? storage_ : nullptr; }
 
   std::int64_t integer(const std::string& key, std::optional<std::int64_t> fallback = std::nullopt) const {
     auto it = f_.kv.find(key);
@@ -55,12 +66,64 @@ class GgufModelReader {
 
   // Tensor `name` with dims exactly `dims` (ggml order), as float32 values.
   std::vector<float> tensor(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
+    const TensorInfo* t = find(name, optional);
+    return t == nullptr ? std::vector<float>{} : widen(name, *t, dims);
+  }
+
+  // Matrix `name` with dims exactly {cols, rows}: float32 values, or the file's F16/BF16/quantized rows kept packed
+  // (after the same checks, every value decoded once to check that it is finite, a block of rows at a time).
+  WeightMatrix matrix(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
+    const TensorInfo* t = find(name, optional);
+    if (t == nullptr) return {};
+    if (t->type == kTypeF32) return widen(name, *t, dims);
+    const Layout layout = check(name, *t, dims);
+    if (base_ == nullptr) {
+      auto copy = std::make_shared<std::vector<std::byte>>(bytes_.begin(), bytes_.end());
+      base_ = copy->data();
+      storage_ = std::move(copy);
+    }
+    packed_ = true;
+    WeightMatrix m;
+    m.encoding = static_cast<WeightEncoding>(t->type);
+    m.cols = static_cast<std::int64_t>(dims[0]);
+    m.rows = static_cast<std::int64_t>(dims[1]);
+    m.row_bytes = static_cast<std::size_t>(dims[0] / layout.block_values * layout.block_bytes);
+    m.packed = base_ + layout.start;
+    std::vector<float> values;
+    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / m.cols);
+    for (std::int64_t r = 0; r < m.rows; r += chunk) {
+      const std::int64_t n = std::min(chunk, m.rows - r);
+      values.resize(static_cast<std::size_t>(n * m.cols));
+      m.rows_to_float(r, n, m.cols, values.data());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        if (!std::isfinite(values[i])) {
+          const std::uint64_t element = static_cast<std::uint64_t>(r * m.cols) + i;
+          throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", c_.origin(),
+                                  name, element, layout.start + element / layout.block_values * layout.block_bytes,
+                                  values[i]));
+        }
+      }
+    }
+    return m;
+  }
+
+ private:
+  struct Layout {
+    std::uint64_t block_values, block_bytes, blocks, start;
+    const detail::QuantType* quant;
+  };
+
+  const TensorInfo* find(const std::string& name, bool optional) const {
     auto it = f_.tensors.find(name);
     if (it == f_.tensors.end()) {
-      if (optional) return {};
+      if (optional) return nullptr;
       throw Error(fmt::format("{}: the tensor {} is missing", c_.origin(), name));
     }
-    const TensorInfo& t = it->second;
+    return &it->second;
+  }
+
+  // The tensor's dims, type and bytes checked against the file.
+  Layout check(const std::string& name, const TensorInfo& t, const std::vector<std::uint64_t>& dims) {
     if (t.dims != dims) {
       throw Error(fmt::format("{}: tensor {} has dims [{}]; the model's hyper-parameters need [{}]", c_.origin(), name,
                               fmt::join(t.dims, ", "), fmt::join(dims, ", ")));
@@ -74,9 +137,8 @@ class GgufModelReader {
                       "Q5_K and Q6_K weights",
                       c_.origin(), name, ggml_type_name(t.type)));
     }
-    // Checked against the file before anything is allocated. Quantized rows are whole blocks, dequantized to float32
-    // at load: the runner's products are float32 BLAS, and the lab runs a model many times over, so once at load
-    // costs less than once per product (the price: float32 memory, 7× a Q4 file).
+    // Checked against the file before anything is allocated. Quantized rows are whole blocks (matrix() keeps them
+    // packed: a Q4 file widened to float32 took 7× its size in memory).
     const std::uint64_t block_values = quant != nullptr ? std::uint64_t(quant->block_values) : 1;
     const std::uint64_t block_bytes = quant != nullptr ? std::uint64_t(quant->block_bytes) : t.type == kTypeF32 ? 4 : 2;
     if (dims[0] % block_values != 0) {
@@ -85,6 +147,13 @@ class GgufModelReader {
     }
     const std::uint64_t blocks = count / block_values;
     const std::uint64_t start = tensor_data_offset(f_, c_, name, t, blocks, block_bytes);
+    return {block_values, block_bytes, blocks, start, quant};
+  }
+
+  // The tensor widened to float32 at load, every value finite.
+  std::vector<float> widen(const std::string& name, const TensorInfo& t, const std::vector<std::uint64_t>& dims) {
+    const auto [block_values, block_bytes, blocks, start, quant] = check(name, t, dims);
+    const std::uint64_t count = blocks * block_values;
     std::vector<float> out = detail::weight_vector(static_cast<std::size_t>(count));
     out.resize(static_cast<std::size_t>(count));
     if (quant != nullptr) {
@@ -109,18 +178,24 @@ class GgufModelReader {
     return out;
   }
 
- private:
   Cursor& c_;
   GgufFile& f_;
+  std::span<const std::byte> bytes_;
+  std::shared_ptr<const void> storage_;
+  const std::byte* base_ = nullptr;  // bytes_ as the model keeps them (null until one is needed)
+  bool packed_ = false;              // a matrix points into them
 };
 
 }  // namespace
 
-LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin) {
+namespace detail {
+
+LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin,
+                           std::shared_ptr<const void> storage) {
   MemorySource source(bytes);
   Cursor cursor(source, std::string(origin));
   GgufFile file = parse(cursor, {.all_tensors = true});
-  GgufModelReader r(cursor, file);
+  GgufModelReader r(cursor, file, bytes, std::move(storage));
   auto arch = file.kv.find("general.architecture");
   const std::string* arch_name = arch == file.kv.end() ? nullptr : std::get_if<std::string>(&arch->second.value);
   if (!arch_name) throw Error(fmt::format("{}: the GGUF key general.architecture is missing", origin));
@@ -163,23 +238,23 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
   }
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
-  model.token_embedding = r.tensor("token_embd.weight", {dim, vocab});
+  model.token_embedding = r.matrix("token_embd.weight", {dim, vocab});
   model.layers.resize(std::size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LlamaLayerWeights& w = model.layers[std::size_t(l)];
     const std::string p = fmt::format("blk.{}.", l);
     w.rms_att = r.tensor(p + "attn_norm.weight", {dim});
-    w.wq = r.tensor(p + "attn_q.weight", {dim, dim});
-    w.wk = r.tensor(p + "attn_k.weight", {dim, kv});
-    w.wv = r.tensor(p + "attn_v.weight", {dim, kv});
-    w.wo = r.tensor(p + "attn_output.weight", {dim, dim});
+    w.wq = r.matrix(p + "attn_q.weight", {dim, dim});
+    w.wk = r.matrix(p + "attn_k.weight", {dim, kv});
+    w.wv = r.matrix(p + "attn_v.weight", {dim, kv});
+    w.wo = r.matrix(p + "attn_output.weight", {dim, dim});
     w.rms_ffn = r.tensor(p + "ffn_norm.weight", {dim});
-    w.w1 = r.tensor(p + "ffn_gate.weight", {dim, hidden});
-    w.w2 = r.tensor(p + "ffn_down.weight", {hidden, dim});
-    w.w3 = r.tensor(p + "ffn_up.weight", {dim, hidden});
+    w.w1 = r.matrix(p + "ffn_gate.weight", {dim, hidden});
+    w.w2 = r.matrix(p + "ffn_down.weight", {hidden, dim});
+    w.w3 = r.matrix(p + "ffn_up.weight", {dim, hidden});
   }
   model.rms_final = r.tensor("output_norm.weight", {dim});
-  model.classifier = r.tensor("output.weight", {dim, vocab}, /*optional=*/true);
+  model.classifier = r.matrix("output.weight", {dim, vocab}, /*optional=*/true);
   c.shared_classifier = model.classifier.empty();
   model.rope = read_gguf(bytes, {}, origin);
   const Spec& spec = model.rope.layer().spec;
@@ -187,7 +262,14 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
     throw Error(fmt::format("{}: the RoPE metadata (head_dim {}) does not fit the model's head size {}", origin,
                             spec.head_dim, c.head_dim()));
   }
+  model.storage = r.storage();
   return model;
+}
+
+}  // namespace detail
+
+LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin) {
+  return detail::load_gguf_model(bytes, origin, nullptr);
 }
 
 }  // namespace ropekit

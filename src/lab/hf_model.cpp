@@ -1,6 +1,7 @@
 // Hugging Face model directories (config.json + safetensors, one file or shards with their index) for the runner:
 // the safetensors container read from memory maps, every offset, length, dtype and shape checked against the file,
-// and the Llama architecture's tensors widened to float32 (LlamaModel's storage).
+// the Llama architecture's F32 tensors copied, its F16/BF16 matrices kept packed in the maps (which the model then
+// holds) and its norms and biases widened to float32.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "lab/loader.hpp"
@@ -93,47 +95,33 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_
   return file;
 }
 
+MappedFile::MappedFile(const std::filesystem::path& path) : path_(path.string()) {
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open the file: {}", path_, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("{}: not a regular file", path_));
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ > 0) {
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data_ == MAP_FAILED) {
+      data_ = nullptr;
+      ::close(fd);
+      throw Error(fmt::format("{}: cannot map the file: {}", path_, std::strerror(errno)));
+    }
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
 }  // namespace detail
 
 namespace {
-
-// A read-only memory map of a whole file: the weights are read from the page cache as they are widened, never
-// copied into a buffer of the file's size.
-class MappedFile {
- public:
-  explicit MappedFile(const std::filesystem::path& path) : path_(path.string()) {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(fmt::format("{}: cannot open the file: {}", path_, std::strerror(errno)));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw Error(fmt::format("{}: not a regular file", path_));
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
-      data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (data_ == MAP_FAILED) {
-        data_ = nullptr;
-        ::close(fd);
-        throw Error(fmt::format("{}: cannot map the file: {}", path_, std::strerror(errno)));
-      }
-    }
-    ::close(fd);
-  }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_}; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -175,7 +163,7 @@ class Weights {
         throw Error(
             fmt::format("{}: neither model.safetensors nor model.safetensors.index.json is there", dir.string()));
       }
-      Shard* shard = open(single);
+      const std::shared_ptr<Shard> shard = open(single);
       for (const auto& [name, t] : shard->file.tensors) where_[name] = shard;
     }
   }
@@ -184,6 +172,23 @@ class Weights {
 
   // Tensor `name` with shape exactly `shape`, widened to float32 (F32, F16, BF16), every value finite.
   std::vector<float> tensor(const std::string& name, const std::vector<std::uint64_t>& shape) const {
+    return read(name, shape, false);
+  }
+  // Matrix `name` of shape exactly `shape` ([rows, cols]): float32 values, or F16/BF16 rows kept packed in the map.
+  WeightMatrix matrix(const std::string& name, const std::vector<std::uint64_t>& shape) {
+    WeightMatrix m = read(name, shape, true);
+    return m;
+  }
+  // What the packed matrices point into: the maps of their shards (null: none is packed).
+  std::shared_ptr<const void> storage() const {
+    if (used_.empty()) return nullptr;
+    return std::make_shared<std::vector<std::shared_ptr<Shard>>>(used_.begin(), used_.end());
+  }
+
+ private:
+  struct Shard;
+
+  WeightMatrix read(const std::string& name, const std::vector<std::uint64_t>& shape, bool matrix) const {
     const auto it = where_.find(name);
     if (it == where_.end()) throw Error(fmt::format("the tensor {} is missing from the model's safetensors", name));
     const Shard& shard = *it->second;
@@ -200,7 +205,32 @@ class Weights {
       throw Error(fmt::format("{}: tensor {} has dtype {}: the runner reads F32, F16 and BF16 weights",
                               shard.map.path(), name, info.dtype));
     }
+    const bool packed = matrix && info.dtype != "F32" && shape.size() == 2;
     const std::byte* base = shard.map.bytes().data() + info.offset;
+    if (packed) {  // F16 / BF16 rows read in place from the map (which the model then keeps)
+      WeightMatrix m;
+      m.encoding = info.dtype == "F16" ? WeightEncoding::F16 : WeightEncoding::BF16;
+      m.rows = static_cast<std::int64_t>(shape[0]);
+      m.cols = static_cast<std::int64_t>(shape[1]);
+      m.row_bytes = static_cast<std::size_t>(2 * shape[1]);
+      m.packed = base;
+      std::vector<float> values;
+      const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / m.cols);
+      for (std::int64_t r = 0; r < m.rows; r += chunk) {
+        const std::int64_t n = std::min(chunk, m.rows - r);
+        values.resize(static_cast<std::size_t>(n * m.cols));
+        m.rows_to_float(r, n, m.cols, values.data());
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          if (!std::isfinite(values[i])) {
+            const std::uint64_t element = static_cast<std::uint64_t>(r * m.cols) + i;
+            throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite",
+                                    shard.map.path(), name, element, info.offset + 2 * element, values[i]));
+          }
+        }
+      }
+      used_.insert(it->second);
+      return m;
+    }
     std::vector<float> out = detail::weight_vector(static_cast<std::size_t>(info.count));
     out.resize(static_cast<std::size_t>(info.count));
     if (info.dtype == "F32") {
@@ -219,26 +249,26 @@ class Weights {
                                 name, i, info.offset + element * i, out[i]));
       }
     }
-    return out;
+    return WeightMatrix(std::move(out));
   }
 
- private:
   struct Shard {
     explicit Shard(const std::filesystem::path& path)
         : map(path), file(detail::parse_safetensors(map.bytes(), map.path())) {}
-    MappedFile map;
+    detail::MappedFile map;
     detail::SafetensorsFile file;
   };
 
-  Shard* open(const std::filesystem::path& path) {
+  std::shared_ptr<Shard> open(const std::filesystem::path& path) {
     const std::string key = path.string();
     auto it = shards_.find(key);
-    if (it == shards_.end()) it = shards_.emplace(key, std::make_unique<Shard>(path)).first;
-    return it->second.get();
+    if (it == shards_.end()) it = shards_.emplace(key, std::make_shared<Shard>(path)).first;
+    return it->second;
   }
 
-  std::map<std::string, std::unique_ptr<Shard>> shards_;
-  std::map<std::string, Shard*> where_;
+  std::map<std::string, std::shared_ptr<Shard>> shards_;
+  std::map<std::string, std::shared_ptr<Shard>> where_;
+  mutable std::set<std::shared_ptr<Shard>> used_;  // shards a packed matrix points into
 };
 
 // config.json's integer `key` (or `fallback` when absent), in [0, 2^31).
@@ -427,11 +457,11 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       for (const int l : g.layers) model.layer_windows.at(std::size_t(l)) = *g.sliding_window;
     }
   }
-  const Weights w(dir);
+  Weights w(dir);
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
   const std::uint64_t qd = std::uint64_t(c.q_dim()), hd = std::uint64_t(c.head_dim());
-  model.token_embedding = w.tensor("model.embed_tokens.weight", {vocab, dim});
+  model.token_embedding = w.matrix("model.embed_tokens.weight", {vocab, dim});
   model.layers.resize(std::size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LlamaLayerWeights& layer = model.layers[std::size_t(l)];
@@ -445,26 +475,32 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       layer.rms_ffn = w.tensor(p + "post_attention_layernorm.weight", {dim});
     }
     if (family->fused) {  // rows q, then k, then v; gate, then up (row-major [out, in]: a split is a cut of the rows)
-      const std::vector<float> qkv = w.tensor(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, dim});
-      const auto rows = [&](const std::vector<float>& m, std::uint64_t first, std::uint64_t count) {
-        return std::vector<float>(m.begin() + std::ptrdiff_t(first * dim),
-                                  m.begin() + std::ptrdiff_t((first + count) * dim));
+      const WeightMatrix qkv = w.matrix(p + "self_attn.qkv_proj.weight", {qd + 2 * kv, dim});
+      const auto rows = [&](const WeightMatrix& m, std::uint64_t first, std::uint64_t count) {
+        if (m.is_packed()) {
+          WeightMatrix part = m;
+          part.rows = std::int64_t(count);
+          part.packed = m.packed + first * m.row_bytes;
+          return part;
+        }
+        return WeightMatrix(std::vector<float>(m.begin() + std::ptrdiff_t(first * dim),
+                                               m.begin() + std::ptrdiff_t((first + count) * dim)));
       };
       layer.wq = rows(qkv, 0, qd);
       layer.wk = rows(qkv, qd, kv);
       layer.wv = rows(qkv, qd + kv, kv);
-      const std::vector<float> gate_up = w.tensor(p + "mlp.gate_up_proj.weight", {2 * hidden, dim});
+      const WeightMatrix gate_up = w.matrix(p + "mlp.gate_up_proj.weight", {2 * hidden, dim});
       layer.w1 = rows(gate_up, 0, hidden);
       layer.w3 = rows(gate_up, hidden, hidden);
     } else {
-      layer.wq = w.tensor(p + "self_attn.q_proj.weight", {qd, dim});
-      layer.wk = w.tensor(p + "self_attn.k_proj.weight", {kv, dim});
-      layer.wv = w.tensor(p + "self_attn.v_proj.weight", {kv, dim});
-      layer.w1 = w.tensor(p + "mlp.gate_proj.weight", {hidden, dim});
-      layer.w3 = w.tensor(p + "mlp.up_proj.weight", {hidden, dim});
+      layer.wq = w.matrix(p + "self_attn.q_proj.weight", {qd, dim});
+      layer.wk = w.matrix(p + "self_attn.k_proj.weight", {kv, dim});
+      layer.wv = w.matrix(p + "self_attn.v_proj.weight", {kv, dim});
+      layer.w1 = w.matrix(p + "mlp.gate_proj.weight", {hidden, dim});
+      layer.w3 = w.matrix(p + "mlp.up_proj.weight", {hidden, dim});
     }
-    layer.wo = w.tensor(p + "self_attn.o_proj.weight", {dim, qd});
-    layer.w2 = w.tensor(p + "mlp.down_proj.weight", {dim, hidden});
+    layer.wo = w.matrix(p + "self_attn.o_proj.weight", {dim, qd});
+    layer.w2 = w.matrix(p + "mlp.down_proj.weight", {dim, hidden});
     if (family->qkv_bias) {
       layer.bq = w.tensor(p + "self_attn.q_proj.bias", {qd});
       layer.bk = w.tensor(p + "self_attn.k_proj.bias", {kv});
@@ -482,7 +518,8 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   }
   model.rms_final = w.tensor("model.norm.weight", {dim});
   if (family->gemma) add_one(model.rms_final);
-  if (!c.shared_classifier) model.classifier = w.tensor("lm_head.weight", {vocab, dim});
+  if (!c.shared_classifier) model.classifier = w.matrix("lm_head.weight", {vocab, dim});
+  model.storage = w.storage();
   return model;
 }
 

@@ -4,7 +4,11 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include <hwy/cache_control.h>
 #include <hwy/contrib/math/math-inl.h>
@@ -39,6 +43,252 @@ void MatvecRows(const float* w, const float* x, float* y, std::size_t in, std::s
     for (; i < in; ++i) dot += row[i] * x[i];
     y[o] = accumulate ? y[o] + dot : dot;
   }
+}
+
+// Vectors of at most 16 floats: a quantized block's groups of 16 or 32 values are whole vectors on every target.
+using DQ = hn::CappedTag<float, 16>;
+
+// binary16 → float32, exact: the target's conversion (vcvtph2ps where there is one) on a one-lane vector (the
+// per-block scales of the quantized types).
+HWY_INLINE float HalfToFloat(const std::byte* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+// Q4_K's and Q5_K's 6-bit scale and min of sub-block s from the 12 packed bytes (lab/quants.cpp's layout).
+HWY_INLINE void ScaleMin(const std::byte* b, int s, unsigned& sc, unsigned& m) {
+  const auto u8 = [b](int i) { return std::to_integer<unsigned>(b[i]); };
+  if (s < 4) {
+    sc = u8(s) & 63u;
+    m = u8(s + 4) & 63u;
+  } else {
+    sc = (u8(s + 4) & 0x0Fu) | ((u8(s - 4) >> 6) << 4);
+    m = (u8(s + 4) >> 4) | ((u8(s) >> 6) << 4);
+  }
+}
+
+// n bytes → n int32 lanes.
+HWY_INLINE hn::Vec<hn::Rebind<std::int32_t, DQ>> Bytes(const std::byte* p) {
+  const hn::Rebind<std::uint8_t, DQ> du8;
+  return hn::BitCast(
+      hn::Rebind<std::int32_t, DQ>(),
+      hn::PromoteTo(hn::Rebind<std::uint32_t, DQ>(), hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p))));
+}
+
+// Encodings by ggml type id; kF16 and kBF16 are value-by-value, the others blocks (lab/quants.hpp's layouts).
+enum : std::uint32_t { kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
+template <std::uint32_t kType>
+constexpr std::size_t kBlockValues = kType == kF16 || kType == kBF16   ? 1
+                                     : kType >= kQ4_K&& kType <= kQ6_K ? 256
+                                                                       : 32;
+template <std::uint32_t kType>
+constexpr std::size_t kBlockBytes = kType == kF16 || kType == kBF16 ? 2
+                                    : kType == kQ4_0                ? 18
+                                    : kType == kQ4_1                ? 20
+                                    : kType == kQ8_0                ? 34
+                                    : kType == kQ4_K                ? 144
+                                    : kType == kQ5_K                ? 176
+                                                                    : 210;
+
+// One block of kType at src → its values, emitted in value order as vectors of DQ: emit(offset, vector). The same
+// products and sums as detail::dequantize (lab/quants.cpp), each rounded on its own (no fused multiply-add), so the
+// same bits.
+template <std::uint32_t kType, class Emit>
+HWY_INLINE void DequantizeBlock(const std::byte* src, Emit&& emit) {
+  const DQ d;
+  const hn::Rebind<std::int32_t, DQ> di;
+  const std::size_t n = hn::Lanes(d);
+  const auto low = hn::Set(di, 0x0F);
+  if constexpr (kType == kQ8_0) {  // x = q · d
+    const hn::Rebind<std::int8_t, DQ> di8;
+    const auto vd = hn::Set(d, HalfToFloat(src));
+    for (std::size_t j = 0; j < 32; j += n) {
+      const auto q = hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(src + 2 + j)));
+      emit(j, hn::Mul(hn::ConvertTo(d, q), vd));
+    }
+  } else if constexpr (kType == kQ4_0 || kType == kQ4_1) {
+    // Q4_0: x[j] = d · (lo − 8), x[j + 16] = d · (hi − 8); Q4_1: x[j] = d · lo + m, x[j + 16] = d · hi + m
+    constexpr bool kMin = kType == kQ4_1;
+    const auto vd = hn::Set(d, HalfToFloat(src));
+    const auto vm = hn::Set(d, kMin ? HalfToFloat(src + 2) : 0.0f);
+    const std::byte* q = src + (kMin ? 4 : 2);
+    const auto bias = hn::Set(di, kMin ? 0 : 8);
+    for (std::size_t half = 0; half < 2; ++half) {  // the low nibbles (values 0-15), then the high ones (16-31)
+      for (std::size_t j = 0; j < 16; j += n) {
+        const auto v = Bytes(q + j);
+        const auto x = hn::Mul(vd, hn::ConvertTo(d, hn::Sub(half == 0 ? hn::And(v, low) : hn::ShiftRight<4>(v), bias)));
+        emit(16 * half + j, kMin ? hn::Add(x, vm) : x);
+      }
+    }
+  } else if constexpr (kType == kQ4_K || kType == kQ5_K) {
+    // x = (d · sc) · q − (dmin · m) per sub-block of 32; Q5_K: a fifth bit from qh
+    constexpr bool kHigh = kType == kQ5_K;
+    const float dd = HalfToFloat(src), dmin = HalfToFloat(src + 2);
+    const std::byte *scales = src + 4, *qh = src + 16, *qs = src + (kHigh ? 48 : 16);
+    for (int sb = 0; sb < 8; ++sb) {
+      unsigned sc, m;
+      ScaleMin(scales, sb, sc, m);
+      const auto ds = hn::Set(d, dd * static_cast<float>(sc)), ms = hn::Set(d, dmin * static_cast<float>(m));
+      const std::byte* nibbles = qs + 32 * (sb / 2);
+      for (std::size_t l = 0; l < 32; l += n) {
+        const auto v = Bytes(nibbles + l);
+        auto q = sb % 2 == 0 ? hn::And(v, low) : hn::ShiftRight<4>(v);
+        if constexpr (kHigh)
+          q = hn::Or(q, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(Bytes(qh + l), sb), hn::Set(di, 1))));
+        emit(32 * std::size_t(sb) + l, hn::Sub(hn::Mul(ds, hn::ConvertTo(d, q)), ms));
+      }
+    }
+  } else if constexpr (kType == kQ6_K) {
+    // x = (d · scale) · (q − 32), rows of 32 values, int8 scales per 16
+    const std::byte *ql = src, *qh = src + 128, *scales = src + 192;
+    const float dd = HalfToFloat(src + 208);
+    for (int r = 0; r < 8; ++r) {
+      const int h = r / 4, nibble = (r / 2) % 2, part = r % 2, shift = 2 * (r % 4);
+      for (std::size_t l = 0; l < 32; l += n) {
+        const int v = 32 * r + int(l);
+        const auto ds = hn::Set(d, dd * static_cast<float>(static_cast<std::int8_t>(scales[v / 16])));
+        const auto lo = hn::And(hn::ShiftRightSame(Bytes(ql + 64 * h + 32 * part + l), 4 * nibble), low);
+        const auto hi = hn::And(hn::ShiftRightSame(Bytes(qh + 32 * h + l), shift), hn::Set(di, 3));
+        const auto q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di, 32));
+        emit(std::size_t(v), hn::Mul(ds, hn::ConvertTo(d, q)));
+      }
+    }
+  }
+}
+
+// `count` values of a packed row from value `first` (both multiples of kType's block, but for the row's last
+// values of F16/BF16) → float32 at out.
+template <std::uint32_t kType>
+HWY_INLINE void WidenValues(const std::byte* row, std::size_t first, std::size_t count, float* out) {
+  if constexpr (kType == kF16 || kType == kBF16) {
+    const DQ d;
+    const std::size_t n = hn::Lanes(d);
+    const std::byte* p = row + 2 * first;
+    std::size_t i = 0;
+    if constexpr (kType == kF16) {
+      const hn::Rebind<hwy::float16_t, DQ> dh;
+      for (; i + n <= count; i += n) {
+        hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p + 2 * i))), d, out + i);
+      }
+      for (; i < count; ++i) out[i] = HalfToFloat(p + 2 * i);
+    } else {
+      const hn::Rebind<std::uint16_t, DQ> du16;
+      const hn::Rebind<std::uint32_t, DQ> du32;
+      for (; i + n <= count; i += n) {
+        const auto w = hn::PromoteTo(du32, hn::LoadU(du16, reinterpret_cast<const std::uint16_t*>(p + 2 * i)));
+        hn::StoreU(hn::BitCast(d, hn::ShiftLeft<16>(w)), d, out + i);
+      }
+      for (; i < count; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
+      }
+    }
+  } else {
+    const DQ d;
+    const std::byte* src = row + first / kBlockValues<kType> * kBlockBytes<kType>;
+    for (std::size_t b = 0; b < count / kBlockValues<kType>; ++b) {
+      float* block = out + b * kBlockValues<kType>;
+      DequantizeBlock<kType>(src + b * kBlockBytes<kType>,
+                             [&](std::size_t at, auto v) { hn::StoreU(v, d, block + at); });
+    }
+  }
+}
+
+// Calls f.template operator()<kType>() for the encoding's type id (one of the eight).
+template <class F>
+HWY_INLINE void WithEncoding(std::uint32_t encoding, F&& f) {
+  switch (encoding) {
+    case kF16: return f.template operator()<kF16>();
+    case kBF16: return f.template operator()<kBF16>();
+    case kQ4_0: return f.template operator()<kQ4_0>();
+    case kQ4_1: return f.template operator()<kQ4_1>();
+    case kQ8_0: return f.template operator()<kQ8_0>();
+    case kQ4_K: return f.template operator()<kQ4_K>();
+    case kQ5_K: return f.template operator()<kQ5_K>();
+    case kQ6_K: return f.template operator()<kQ6_K>();
+    default: return;
+  }
+}
+
+void WidenRows(std::uint32_t encoding, const std::byte* packed, std::size_t row_bytes, std::size_t cols,
+               std::size_t first, std::size_t count, float* out) {
+  WithEncoding(encoding, [&]<std::uint32_t kType>() {
+    for (std::size_t r = 0; r < count; ++r) {
+      WidenValues<kType>(packed + (first + r) * row_bytes, 0, cols, out + r * cols);
+    }
+  });
+}
+
+// MatvecRows over packed rows: each row widened 256 values at a time into a buffer the dot product then reads, the
+// accumulators fed in MatvecRows's order (256 is a multiple of both vectors' width and of every block), so the same
+// bits as MatvecRows over the rows widened first.
+template <std::uint32_t kType>
+void MatvecPackedRowsFor(const std::byte* packed, std::size_t row_bytes, const float* x, float* y, std::size_t in,
+                         std::size_t first, std::size_t last, bool accumulate) {
+  constexpr std::size_t kChunk = 256;
+  const hn::ScalableTag<float> d;
+  const std::size_t lanes = hn::Lanes(d);
+  if constexpr (kType != kF16 && kType != kBF16 && std::is_same_v<hn::Vec<DQ>, hn::Vec<decltype(d)>>) {
+    if (hn::Lanes(DQ()) == lanes) {
+      // A block's vectors are the dot product's vectors (every block is a whole number of vector pairs when vectors
+      // hold at most 16 floats): dequantized in registers and fed straight to the accumulators, alternately, as
+      // MatvecRows feeds them (no tail: a row is whole blocks; a block's vector count is even, so each block starts
+      // at sum0). (Two rows at a time, four chains of fused multiply-adds, was slower: SmolLM2 Q4_1 decode, one
+      // thread, 56-60 against 75-79 tokens/s.)
+      for (std::size_t o = first; o < last; ++o) {
+        const std::byte* row = packed + o * row_bytes;
+        hwy::Prefetch(row + 4 * row_bytes);
+        auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+        for (std::size_t b = 0; b < in / kBlockValues<kType>; ++b) {
+          const float* xb = x + b * kBlockValues<kType>;
+          bool even = true;
+          DequantizeBlock<kType>(row + b * kBlockBytes<kType>, [&](std::size_t at, hn::Vec<DQ> v) {
+            if (even) {
+              sum0 = hn::MulAdd(v, hn::LoadU(d, xb + at), sum0);
+            } else {
+              sum1 = hn::MulAdd(v, hn::LoadU(d, xb + at), sum1);
+            }
+            even = !even;
+          });
+        }
+        const float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+        y[o - first] = accumulate ? y[o - first] + dot : dot;
+      }
+      return;
+    }
+  }
+  HWY_ALIGN float buf[kChunk];
+  for (std::size_t o = first; o < last; ++o) {
+    const std::byte* row = packed + o * row_bytes;
+    hwy::Prefetch(row + 4 * row_bytes);
+    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+    std::size_t i = 0, n = 0, j = 0;
+    while (i < in) {
+      n = std::min(kChunk, in - i);
+      WidenValues<kType>(row, i, n, buf);
+      for (j = 0; j + 2 * lanes <= n; j += 2 * lanes) {
+        sum0 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum0);
+        sum1 = hn::MulAdd(hn::Load(d, buf + j + lanes), hn::LoadU(d, x + i + j + lanes), sum1);
+      }
+      if (j + lanes <= n) {  // the row's last chunk only: n < kChunk
+        sum0 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum0);
+        j += lanes;
+      }
+      i += n;
+    }
+    float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+    for (; j < n; ++j) dot += buf[j] * x[in - n + j];
+    y[o - first] = accumulate ? y[o - first] + dot : dot;
+  }
+}
+
+void MatvecPackedRows(std::uint32_t encoding, const std::byte* packed, std::size_t row_bytes, const float* x, float* y,
+                      std::size_t in, std::size_t first, std::size_t last, bool accumulate) {
+  WithEncoding(encoding, [&]<std::uint32_t kType>() {
+    MatvecPackedRowsFor<kType>(packed, row_bytes, x, y, in, first, last, accumulate);
+  });
 }
 
 double LogSumExp(const float* row, std::size_t n) {
@@ -82,7 +332,20 @@ HWY_AFTER_NAMESPACE();
 namespace ropekit::lab {
 
 HWY_EXPORT(MatvecRows);
+HWY_EXPORT(MatvecPackedRows);
+HWY_EXPORT(WidenRows);
 HWY_EXPORT(LogSumExp);
+
+void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::size_t first, std::size_t last,
+                        bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(MatvecPackedRows)
+  (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, x, y, std::size_t(w.cols), first, last, accumulate);
+}
+
+void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, float* out) {
+  HWY_DYNAMIC_DISPATCH(WidenRows)
+  (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, std::size_t(w.cols), first, count, out);
+}
 
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
                  bool accumulate) {

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <span>
 
+#include "ropekit/model.hpp"
+
 namespace ropekit::lab {
 
 // y[o] = Σ_i W[o, i] x[i] for o in [first, last) (y[o] += … when accumulate); W row-major [out × in].
@@ -17,6 +19,16 @@ namespace ropekit::lab {
 // sgemv_t (docs/performance.md).
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
                  bool accumulate);
+
+// y[o − first] (+)= Σ_i W[o, i] x[i] for o in [first, last) over a packed matrix (F16, BF16 or quantized blocks;
+// in = W.cols): each row widened 256 values at a time (as widen_rows) and fed to the same dot product as matvec_rows,
+// so the result has matvec_rows's bits over the widened rows, without a float32 copy of W.
+void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::size_t first, std::size_t last,
+                        bool accumulate);
+
+// Rows [first, first + count) of a packed matrix → float32 (count · cols values): F16/BF16 widened exactly, blocks
+// dequantized with detail::dequantize's products and sums (its bits, without its per-value f16 calls).
+void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, float* out);
 
 // log Σ_i exp(row[i]): the maximum m (exact), exp(row[i] − m) in float32 (Highway's Exp, 1 ulp, after one rounding
 // of the difference), summed in float32 over blocks of 16 terms per lane, the blocks in float64. Each term is within

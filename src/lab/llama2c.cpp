@@ -136,8 +136,10 @@ using detail::ByteReader;
 
 constexpr std::uint32_t kVersion1Magic = 0x616b3432;  // "ak42" as a little-endian uint32 (export.py)
 
+// member: a std::vector<float> (norms) or a WeightMatrix (float32 here) of each layer.
+template <class Member>
 void split_layers(std::vector<float> all, int layers, std::vector<LlamaLayerWeights>& out,
-                  std::vector<float> LlamaLayerWeights::*member) {
+                  Member LlamaLayerWeights::*member) {
   const std::size_t each = all.size() / static_cast<std::size_t>(layers);
   for (int l = 0; l < layers; ++l) {
     auto first = all.begin() + static_cast<std::ptrdiff_t>(each * std::size_t(l));
@@ -204,7 +206,7 @@ LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origi
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), L = std::uint64_t(c.n_layers);
   const std::uint64_t vocab = std::uint64_t(c.vocab_size);
   model.layers.resize(std::size_t(c.n_layers));
-  auto layered = [&](std::vector<float> LlamaLayerWeights::*member, std::uint64_t each, std::string_view name) {
+  auto layered = [&](auto LlamaLayerWeights::*member, std::uint64_t each, std::string_view name) {
     split_layers(r.floats(L * each, name), c.n_layers, model.layers, member);
   };
   if (version1) {
@@ -261,8 +263,17 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::s
 
 LlamaModel load_model_file(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) return load_hf_model(path);
+  {
+    // GGUF: mapped, its packed matrices read in place for as long as the model lives (peak resident memory about
+    // the file's size, not twice it); a model of float32 matrices only lets the map go.
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    if (in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0) {
+      auto map = std::make_shared<detail::MappedFile>(path);
+      return detail::load_gguf_model(map->bytes(), path.string(), map);
+    }
+  }
   const std::vector<std::byte> bytes = detail::read_whole_file(path, "model");
-  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) return load_gguf_model(bytes, path.string());
   return load_llama2c(bytes, path.string());
 }
 

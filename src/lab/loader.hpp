@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,4 +95,27 @@ ModelPositions llama2c_rope(const LlamaConfig& config, std::string_view origin);
 namespace ropekit::detail {
 // The whole file; `what` names the option in errors ("model = PATH: cannot open the file").
 std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::string_view what);
+
+// A read-only memory map of a whole file: weights are read from the page cache (widened, or kept packed for as long
+// as the model holds the map), never copied into a buffer of the file's size. Errors name the file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(data_), size_}; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// load_gguf_model over `bytes` that `storage` keeps alive (a MappedFile): packed matrices point into them; null
+// storage: the first packed matrix copies them (the public load_gguf_model).
+LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view origin,
+                           std::shared_ptr<const void> storage);
 }  // namespace ropekit::detail

@@ -38,11 +38,51 @@ constexpr double kWorkPerThread = 1 << 14;
 // One matrix product y[n × out] (+)= x[n × in] · W[out × in]ᵀ.
 struct Product {
   const float* x;
-  const float* w;
+  const WeightMatrix& w;
   float* y;
   int in, out;
   bool accumulate;
 };
+
+// Floats of a packed matrix's rows widened at a time for a prefill's sgemm: into L2, each then read by every token.
+constexpr std::size_t kPanelFloats = std::size_t{1} << 16;
+
+// Rows [o0, o1) of one product: a matvec (one token: lab/kernels.hpp) or sgemm on OpenBLAS's calling thread. A packed
+// W (F16/BF16/quantized): one token's dot products widen each row in chunks as they read it (matvec_packed_rows); many
+// tokens' sgemm reads a panel of rows widened into this thread's buffer. Each row's dot product and each output's sum
+// over `in` (sgemm: its blocking follows the shared dimension, which panels do not change) is the one computed over
+// the widened values stored as float32 (tests/model_test.cpp).
+void product_rows(const Product& p, int n, int o0, int o1) {
+  const auto in = std::size_t(p.in);
+  const auto run = [&](const float* w, int r0, int r1) {
+    if (n == 1) {
+      lab::matvec_rows(w, p.x, p.y + r0, in, 0, std::size_t(r1 - r0), p.accumulate);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, p.in, 1.0f, p.x, p.in, w, p.in,
+                  p.accumulate ? 1.0f : 0.0f, p.y + r0, p.out);
+    }
+  };
+  if (!p.w.is_packed()) {
+    if (n == 1) {
+      lab::matvec_rows(p.w.data(), p.x, p.y, in, std::size_t(o0), std::size_t(o1), p.accumulate);
+    } else {
+      run(p.w.data() + std::size_t(o0) * in, o0, o1);
+    }
+    return;
+  }
+  if (n == 1) {  // each row widened in chunks straight into its dot product
+    lab::matvec_packed_rows(p.w, p.x, p.y + o0, std::size_t(o0), std::size_t(o1), p.accumulate);
+    return;
+  }
+  thread_local std::vector<float> panel;
+  const int rows = int(std::max<std::size_t>(1, kPanelFloats / in));
+  panel.resize(std::size_t(std::min(rows, o1 - o0)) * in);
+  for (int r0 = o0; r0 < o1; r0 += rows) {
+    const int r1 = std::min(o1, r0 + rows);
+    p.w.rows_to_float(r0, r1 - r0, p.in, panel.data());
+    run(panel.data(), r0, r1);
+  }
+}
 
 // Products that read what is ready (e.g. q, k and v from one normalised x), each W's rows (the outputs) split
 // over `threads` OpenMP threads in blocks of 16, in one parallel region: each thread's block of every
@@ -53,13 +93,7 @@ struct Product {
 // waits at 4 barriers per layer instead of 7.
 void matmuls(std::initializer_list<Product> products, int n, int threads) {
   const auto block = [n](const Product& p, int o0, int o1) {
-    if (o1 <= o0) return;
-    if (n == 1) {
-      lab::matvec_rows(p.w, p.x, p.y, std::size_t(p.in), std::size_t(o0), std::size_t(o1), p.accumulate);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, p.in, 1.0f, p.x, p.in,
-                  p.w + std::size_t(o0) * std::size_t(p.in), p.in, p.accumulate ? 1.0f : 0.0f, p.y + o0, p.out);
-    }
+    if (o1 > o0) product_rows(p, n, o0, o1);
   };
   double macs = 0;
   int narrowest = std::numeric_limits<int>::max();
@@ -285,8 +319,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   grow(s.h3, un * hidden);
 
   for (int t = 0; t < n; ++t) {
-    const float* row = m.token_embedding.data() + std::size_t(tokens[std::size_t(t)]) * std::size_t(dim);
-    std::copy(row, row + dim, s.x.data() + std::size_t(t) * dim);
+    m.token_embedding.rows_to_float(tokens[std::size_t(t)], 1, dim, s.x.data() + std::size_t(t) * dim);
     if (c.embed_scale > 0) {  // Gemma: × √dim, in float32
       for (int i = 0; i < dim; ++i) s.x[std::size_t(t) * dim + std::size_t(i)] *= c.embed_scale;
     }
@@ -318,13 +351,12 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   if (c.attn_softcap > 0) attention_options.logit_softcap = c.attn_softcap;
   const AttentionOptions call_options = attention_options;
   // x += W · in (rows of `width`), normalized by `post` first where the model has such a norm (Gemma).
-  const auto add_output = [&](const float* in, const std::vector<float>& weights, int width,
-                              const std::vector<float>& post) {
+  const auto add_output = [&](const float* in, const WeightMatrix& weights, int width, const std::vector<float>& post) {
     if (post.empty()) {
-      matmuls({{in, weights.data(), s.x.data(), width, dim, true}}, n, s.threads);
+      matmuls({{in, weights, s.x.data(), width, dim, true}}, n, s.threads);
       return;
     }
-    matmuls({{in, weights.data(), s.xb.data(), width, dim, false}}, n, s.threads);
+    matmuls({{in, weights, s.xb.data(), width, dim, false}}, n, s.threads);
     rmsnorm(s.xb.data(), post, s.xb.data(), n, dim, c.norm_eps);
     for (std::size_t i = 0; i < un * std::size_t(dim); ++i) s.x[i] += s.xb[i];
   };
@@ -339,9 +371,9 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     const Rope* own = s.own_ropes.empty() || !s.own_ropes[std::size_t(l)] ? nullptr : &*s.own_ropes[std::size_t(l)];
     const Rope& layer_rope = own != nullptr ? *own : rope;
     rmsnorm(s.x.data(), w.rms_att, s.xb.data(), n, dim, c.norm_eps);
-    matmuls({{s.xb.data(), w.wq.data(), s.q.data(), dim, q_dim, false},
-             {s.xb.data(), w.wk.data(), s.k.data(), dim, kv_dim, false},
-             {s.xb.data(), w.wv.data(), s.v.data(), dim, kv_dim, false}},
+    matmuls({{s.xb.data(), w.wq, s.q.data(), dim, q_dim, false},
+             {s.xb.data(), w.wk, s.k.data(), dim, kv_dim, false},
+             {s.xb.data(), w.wv, s.v.data(), dim, kv_dim, false}},
             n, s.threads);
     if (!w.bq.empty()) {  // Qwen2's biases (a model has all three or none: the loader checks)
       for (int t = 0; t < n; ++t) {
@@ -414,9 +446,9 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     // The attention's output added to the residual; Gemma normalizes it first (post_attention_layernorm).
     add_output(s.att.data(), w.wo, q_dim, w.rms_post_att);
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
-    matmuls({{s.xb.data(), w.w1.data(), s.h1.data(), dim, hidden, false},
-             {s.xb.data(), w.w3.data(), s.h3.data(), dim, hidden, false}},
-            n, s.threads);
+    matmuls(
+        {{s.xb.data(), w.w1, s.h1.data(), dim, hidden, false}, {s.xb.data(), w.w3, s.h3.data(), dim, hidden, false}}, n,
+        s.threads);
     if (c.gelu_tanh) {
       for (std::size_t i = 0; i < un * hidden; ++i) {  // GeGLU: gelu(w1 x) ⊙ w3 x, gelu's tanh form (Gemma)
         const float g = s.h1[i];

@@ -1,0 +1,40 @@
+// WeightMatrix (ropekit/model.hpp): a checkpoint's matrices kept in their own encoding and widened to float32 row
+// by row as the runner's products read them.
+#include <cstring>
+
+#include "lab/kernels.hpp"
+#include "ropekit/model.hpp"
+
+namespace ropekit {
+
+std::string_view to_string(WeightEncoding encoding) {
+  switch (encoding) {
+    case WeightEncoding::F32: return "F32";
+    case WeightEncoding::F16: return "F16";
+    case WeightEncoding::BF16: return "BF16";
+    case WeightEncoding::Q4_0: return "Q4_0";
+    case WeightEncoding::Q4_1: return "Q4_1";
+    case WeightEncoding::Q8_0: return "Q8_0";
+    case WeightEncoding::Q4_K: return "Q4_K";
+    case WeightEncoding::Q5_K: return "Q5_K";
+    case WeightEncoding::Q6_K: return "Q6_K";
+  }
+  return "unknown";
+}
+
+void WeightMatrix::rows_to_float(std::int64_t first, std::int64_t count, std::int64_t width, float* out) const {
+  if (!is_packed()) {
+    std::memcpy(out, data() + first * width, static_cast<std::size_t>(count * width) * sizeof(float));
+    return;
+  }
+  lab::widen_rows(*this, static_cast<std::size_t>(first), static_cast<std::size_t>(count), out);
+}
+
+std::vector<float> WeightMatrix::to_floats(std::int64_t width) const {
+  if (!is_packed()) return *this;
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  rows_to_float(0, rows, width, out.data());
+  return out;
+}
+
+}  // namespace ropekit
