@@ -13,6 +13,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "ropekit/model.hpp"
@@ -60,9 +63,27 @@ int main(int argc, char** argv) try {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double rss = double(usage.ru_maxrss) / 1024.0, file = double(std::filesystem::file_size(path)) / (1 << 20);
+  // The encodings of the matrices, most common first (a Q4_K_M file mixes several).
+  std::map<std::string_view, int> count;
+  const auto note = [&](const ropekit::WeightMatrix& w) {
+    if (!w.empty()) ++count[to_string(w.encoding)];
+  };
+  note(model.token_embedding);
+  note(model.classifier);
+  for (const auto& l : model.layers) {
+    for (const auto* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) note(*w);
+  }
+  std::vector<std::pair<int, std::string_view>> order;
+  for (const auto& [name, n] : count) order.emplace_back(-n, name);
+  std::sort(order.begin(), order.end());
+  std::string encodings;
+  for (const auto& [n, name] : order) {
+    if (!encodings.empty()) encodings += '+';
+    encodings += name;
+  }
   fmt::print("{} | {} | pp{} {:.1f} tok/s | tg{} {:.1f} tok/s | peak RSS {:.0f} MiB | file {:.0f} MiB | {:.2f}\n",
-             path.filename().string(), to_string(model.layers[0].wq.encoding), prompt, pp[pp.size() / 2], steps,
-             tg[tg.size() / 2], rss, file, rss / file);
+             path.filename().string(), encodings, prompt, pp[pp.size() / 2], steps, tg[tg.size() / 2], rss, file,
+             rss / file);
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "runner_bench: {}\n", e.what());

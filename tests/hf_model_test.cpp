@@ -122,8 +122,12 @@ TEST(HfModel, SafetensorsAndItsGgufConversionGiveTheSameLogits) {
   const ropekit::LlamaModel gguf = ropekit::load_model_file(kModels / "llama_f32.gguf");
   EXPECT_EQ(hf.rope.layer().spec.pairing, ropekit::Pairing::Half);
   EXPECT_EQ(gguf.rope.layer().spec.pairing, ropekit::Pairing::Interleaved);
-  EXPECT_NE(hf.layers[0].wq, gguf.layers[0].wq);  // the rows are stored in another order
-  EXPECT_EQ(hf.layers[0].wv, gguf.layers[0].wv);  // the rest is the same
+  EXPECT_NE(hf.layers[0].wq, gguf.layers[0].wq.to_floats(gguf.config.dim));  // the rows are stored in another order
+  EXPECT_EQ(hf.layers[0].wv, gguf.layers[0].wv.to_floats(gguf.config.dim));  // the rest is the same
+  // load_model_file maps the GGUF: its F32 matrices are read in place (no copy), the map kept by the model.
+  EXPECT_TRUE(gguf.layers[0].wv.is_packed());
+  EXPECT_EQ(gguf.layers[0].wv.encoding, ropekit::WeightEncoding::F32);
+  EXPECT_NE(gguf.storage, nullptr);
   std::ifstream meta_file(kModels / "llama_f32" / "meta.json");
   const std::vector<int> tokens = nlohmann::json::parse(meta_file)["tokens"].get<std::vector<int>>();
   std::vector<std::int64_t> positions(tokens.size());

@@ -252,14 +252,14 @@ TEST(Model, MalformedGgufModelsAreErrors) {
     std::memcpy(q8.data() + type_at, &q8_0, 4);
   }
   EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q8_0", "whole blocks of 32");
-  {  // A type the runner does not read: Q5_0 (6).
+  {  // A type the runner does not read: Q2_K (10).
     const std::string name = "blk.0.attn_q.weight";
     auto it = std::search(q8.begin(), q8.end(), reinterpret_cast<const std::byte*>(name.data()),
                           reinterpret_cast<const std::byte*>(name.data() + name.size()));
-    const std::uint32_t q5_0 = 6;
-    std::memcpy(q8.data() + std::size_t(it - q8.begin()) + name.size() + 4 + 2 * 8, &q5_0, 4);
+    const std::uint32_t q2_k = 10;
+    std::memcpy(q8.data() + std::size_t(it - q8.begin()) + name.size() + 4 + 2 * 8, &q2_k, 4);
   }
-  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q5_0", "Q8_0, Q4_0");
+  EXPECT_ERROR(ropekit::load_gguf_model(q8, "q.gguf"), "blk.0.attn_q.weight", "Q2_K", "Q8_0, Q4_0");
   gguf_test::Writer neox;
   neox.str("general.architecture", "gptneox");
   EXPECT_ERROR(ropekit::load_gguf_model(neox.bytes(), "n.gguf"), "general.architecture", "gptneox");

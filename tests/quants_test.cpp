@@ -1,5 +1,5 @@
 // ggml's quantized blocks dequantized by the GGUF loader (lab/quants.hpp) against llama.cpp's gguf package
-// (tests/data/quants/, scripts/golden_quants.py): every value bit for bit, for each of the six block types; the
+// (tests/data/quants/, scripts/golden_quants.py): every value bit for bit, for each of the eight block types; the
 // runner's vector kernels over packed rows against that scalar reference on every Highway target.
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ std::vector<char> read_bytes(const std::filesystem::path& p) {
 TEST(Quants, DequantizeEqualsGgufPyBitForBit) {
   const std::filesystem::path dir = std::filesystem::path(ROPEKIT_REPO_DIR) / "tests/data/quants";
   int types = 0;
-  for (const std::uint32_t id : {8u, 2u, 3u, 12u, 13u, 14u}) {
+  for (const std::uint32_t id : {8u, 2u, 3u, 6u, 7u, 12u, 13u, 14u}) {
     const ropekit::detail::QuantType* q = ropekit::detail::quant_type(id);
     ASSERT_NE(q, nullptr) << id;
     SCOPED_TRACE(q->name);
@@ -48,7 +48,7 @@ TEST(Quants, DequantizeEqualsGgufPyBitForBit) {
     }
     ++types;
   }
-  EXPECT_EQ(types, 6);
+  EXPECT_EQ(types, 8);
   EXPECT_EQ(ropekit::detail::quant_type(0), nullptr);  // F32 is not a block type
 }
 
@@ -64,7 +64,8 @@ TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
   };
   const std::vector<Encoding> encodings = {
       {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
-      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
+      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q5_0, 32, 22, {0}},
+      {ropekit::WeightEncoding::Q5_1, 32, 24, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
       {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
       {ropekit::WeightEncoding::F16, 1, 2, {0}},         {ropekit::WeightEncoding::BF16, 1, 2, {}},
   };
@@ -138,7 +139,7 @@ TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
-  EXPECT_EQ(checked, int(targets.size()) * (6 * 3 + 2 * 4));
+  EXPECT_EQ(checked, int(targets.size()) * (8 * 3 + 2 * 4));
 }
 
 }  // namespace

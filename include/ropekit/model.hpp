@@ -77,6 +77,8 @@ enum class WeightEncoding : std::uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
   Q4_K = 12,
   Q5_K = 13,
@@ -86,8 +88,9 @@ enum class WeightEncoding : std::uint32_t {
 std::string_view to_string(WeightEncoding encoding);
 
 // A weight matrix [rows × cols], row-major (out, in). float32 matrices are the vector itself (as llama2.c stores
-// them); the others (F16, BF16, quantized: the loaders keep what a GGUF or safetensors file holds) have `packed`
-// rows of row_bytes bytes each, in memory the model's `storage` keeps alive (the file's map), and an empty vector.
+// them) or float32 rows in a file's map (a GGUF that load_model_file maps: encoding F32, packed); the others (F16,
+// BF16, quantized: the loaders keep what a GGUF or safetensors file holds) have `packed` rows of row_bytes bytes
+// each, in memory the model's `storage` keeps alive (the file's map), and an empty vector.
 struct WeightMatrix : std::vector<float> {
   WeightMatrix() = default;
   WeightMatrix(std::vector<float> values) : std::vector<float>(std::move(values)) {}  // NOLINT: implicit, float32
@@ -99,6 +102,11 @@ struct WeightMatrix : std::vector<float> {
   std::size_t row_bytes = 0;
 
   bool is_packed() const { return packed != nullptr; }
+  // The float32 rows, where the values are float32 (the vector, or F32 rows in a map); null: they need widening.
+  const float* float_rows() const {
+    if (packed == nullptr) return data();
+    return encoding == WeightEncoding::F32 ? reinterpret_cast<const float*>(packed) : nullptr;
+  }
   // No values at all (neither float32 nor packed): an absent tensor.
   bool empty() const { return std::vector<float>::empty() && packed == nullptr; }
   // Rows [first, first + count) as float32 into out (count · cols values, or count · `width` for float32 matrices,
@@ -175,7 +183,8 @@ struct LlamaModel {
 // int32, a uint8 shared-classifier flag, zeros to byte 256, then float32 weights in its order).
 // Trailing bytes after the last tensor are an error (a file of another format or a wrong header).
 LlamaModel load_llama2c(std::span<const std::byte> bytes, std::string_view origin = "llama2.c");
-// GGUF of general.architecture "llama" with F32, F16, BF16 or quantized Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors:
+// GGUF of general.architecture "llama" with F32, F16, BF16 or quantized Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+// tensors:
 // float32 ones copied, the matrices of the others kept packed (WeightMatrix; `bytes` is copied once into the model's
 // storage, a file load_model_file maps is not copied) and dequantized as the products read them, bit for bit as
 // llama.cpp's gguf package dequantizes them; 1-D tensors (norms) widened at load. Any other type: an error naming the

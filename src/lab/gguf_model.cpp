@@ -75,8 +75,10 @@ class GgufModelReader {
   WeightMatrix matrix(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
     const TensorInfo* t = find(name, optional);
     if (t == nullptr) return {};
-    if (t->type == kTypeF32) return widen(name, *t, dims);
+    // F32 rows are copied, unless the file is mapped for the model: then they too are read in place.
+    if (t->type == kTypeF32 && base_ == nullptr) return widen(name, *t, dims);
     const Layout layout = check(name, *t, dims);
+    if (t->type == kTypeF32 && layout.start % alignof(float) != 0) return widen(name, *t, dims);  // (general.alignment)
     if (base_ == nullptr) {
       auto copy = std::make_shared<std::vector<std::byte>>(bytes_.begin(), bytes_.end());
       base_ = copy->data();
@@ -133,8 +135,8 @@ class GgufModelReader {
     const detail::QuantType* quant = detail::quant_type(t.type);
     if (t.type != kTypeF32 && t.type != kTypeF16 && t.type != kTypeBF16 && quant == nullptr) {
       throw Error(
-          fmt::format("{}: tensor {} has ggml type {}: the runner reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, "
-                      "Q5_K and Q6_K weights",
+          fmt::format("{}: tensor {} has ggml type {}: the runner reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                      "Q5_1, Q4_K, Q5_K and Q6_K weights",
                       c_.origin(), name, ggml_type_name(t.type)));
     }
     // Checked against the file before anything is allocated. Quantized rows are whole blocks (matrix() keeps them

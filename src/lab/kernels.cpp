@@ -27,19 +27,22 @@ void MatvecRows(const float* w, const float* x, float* y, std::size_t in, std::s
   for (std::size_t o = first; o < last; ++o) {
     const float* row = w + o * in;
     // Four rows ahead: the prefetchers see one stream, this keeps it a few hundred bytes ahead of the loads
-    // (stories15M's classifier: 29 → 49 GB/s on Zen 4 with huge pages, two accumulators against Dot's four).
+    // (stories15M's classifier: 29 → 49 GB/s on Zen 4 with huge pages).
     hwy::Prefetch(row + 4 * in);
-    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+    // Vector k of the row goes to accumulator k mod 4: four chains of fused multiply-adds, so their latency
+    // overlaps (the packed rows' kernel below, which dequantizes as it goes, was latency-bound with two).
+    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
     std::size_t i = 0;
-    for (; i + 2 * lanes <= in; i += 2 * lanes) {
+    for (; i + 4 * lanes <= in; i += 4 * lanes) {
       sum0 = hn::MulAdd(hn::LoadU(d, row + i), hn::LoadU(d, x + i), sum0);
       sum1 = hn::MulAdd(hn::LoadU(d, row + i + lanes), hn::LoadU(d, x + i + lanes), sum1);
+      sum2 = hn::MulAdd(hn::LoadU(d, row + i + 2 * lanes), hn::LoadU(d, x + i + 2 * lanes), sum2);
+      sum3 = hn::MulAdd(hn::LoadU(d, row + i + 3 * lanes), hn::LoadU(d, x + i + 3 * lanes), sum3);
     }
-    if (i + lanes <= in) {
-      sum0 = hn::MulAdd(hn::LoadU(d, row + i), hn::LoadU(d, x + i), sum0);
-      i += lanes;
-    }
-    float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+    if (i + lanes <= in) sum0 = hn::MulAdd(hn::LoadU(d, row + i), hn::LoadU(d, x + i), sum0), i += lanes;
+    if (i + lanes <= in) sum1 = hn::MulAdd(hn::LoadU(d, row + i), hn::LoadU(d, x + i), sum1), i += lanes;
+    if (i + lanes <= in) sum2 = hn::MulAdd(hn::LoadU(d, row + i), hn::LoadU(d, x + i), sum2), i += lanes;
+    float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3))));
     for (; i < in; ++i) dot += row[i] * x[i];
     y[o] = accumulate ? y[o] + dot : dot;
   }
@@ -77,7 +80,18 @@ HWY_INLINE hn::Vec<hn::Rebind<std::int32_t, DQ>> Bytes(const std::byte* p) {
 }
 
 // Encodings by ggml type id; kF16 and kBF16 are value-by-value, the others blocks (lab/quants.hpp's layouts).
-enum : std::uint32_t { kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30 };
+enum : std::uint32_t {
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30
+};
 template <std::uint32_t kType>
 constexpr std::size_t kBlockValues = kType == kF16 || kType == kBF16   ? 1
                                      : kType >= kQ4_K&& kType <= kQ6_K ? 256
@@ -86,6 +100,8 @@ template <std::uint32_t kType>
 constexpr std::size_t kBlockBytes = kType == kF16 || kType == kBF16 ? 2
                                     : kType == kQ4_0                ? 18
                                     : kType == kQ4_1                ? 20
+                                    : kType == kQ5_0                ? 22
+                                    : kType == kQ5_1                ? 24
                                     : kType == kQ8_0                ? 34
                                     : kType == kQ4_K                ? 144
                                     : kType == kQ5_K                ? 176
@@ -118,6 +134,26 @@ HWY_INLINE void DequantizeBlock(const std::byte* src, Emit&& emit) {
       for (std::size_t j = 0; j < 16; j += n) {
         const auto v = Bytes(q + j);
         const auto x = hn::Mul(vd, hn::ConvertTo(d, hn::Sub(half == 0 ? hn::And(v, low) : hn::ShiftRight<4>(v), bias)));
+        emit(16 * half + j, kMin ? hn::Add(x, vm) : x);
+      }
+    }
+  } else if constexpr (kType == kQ5_0 || kType == kQ5_1) {
+    // Q5_0: x[v] = d · ((nibble | fifth << 4) − 16); Q5_1: x[v] = d · (nibble | fifth << 4) + m; fifth: bit v of qh
+    constexpr bool kMin = kType == kQ5_1;
+    const hn::Rebind<std::uint32_t, DQ> du;
+    const auto vd = hn::Set(d, HalfToFloat(src));
+    const auto vm = hn::Set(d, kMin ? HalfToFloat(src + 2) : 0.0f);
+    std::uint32_t qh;
+    std::memcpy(&qh, src + (kMin ? 4 : 2), 4);
+    const std::byte* q = src + (kMin ? 8 : 6);
+    const auto bias = hn::Set(di, kMin ? 0 : 16);
+    for (std::size_t half = 0; half < 2; ++half) {  // the low nibbles (values 0-15), then the high ones (16-31)
+      for (std::size_t j = 0; j < 16; j += n) {
+        const auto v = Bytes(q + j);
+        const auto fifth = hn::BitCast(
+            di, hn::And(hn::Shr(hn::Set(du, qh), hn::Iota(du, std::uint32_t(16 * half + j))), hn::Set(du, 1u)));
+        const auto nibble = half == 0 ? hn::And(v, low) : hn::ShiftRight<4>(v);
+        const auto x = hn::Mul(vd, hn::ConvertTo(d, hn::Sub(hn::Or(nibble, hn::ShiftLeft<4>(fifth)), bias)));
         emit(16 * half + j, kMin ? hn::Add(x, vm) : x);
       }
     }
@@ -204,6 +240,8 @@ HWY_INLINE void WithEncoding(std::uint32_t encoding, F&& f) {
     case kBF16: return f.template operator()<kBF16>();
     case kQ4_0: return f.template operator()<kQ4_0>();
     case kQ4_1: return f.template operator()<kQ4_1>();
+    case kQ5_0: return f.template operator()<kQ5_0>();
+    case kQ5_1: return f.template operator()<kQ5_1>();
     case kQ8_0: return f.template operator()<kQ8_0>();
     case kQ4_K: return f.template operator()<kQ4_K>();
     case kQ5_K: return f.template operator()<kQ5_K>();
@@ -222,8 +260,8 @@ void WidenRows(std::uint32_t encoding, const std::byte* packed, std::size_t row_
 }
 
 // MatvecRows over packed rows: each row widened 256 values at a time into a buffer the dot product then reads, the
-// accumulators fed in MatvecRows's order (256 is a multiple of both vectors' width and of every block), so the same
-// bits as MatvecRows over the rows widened first.
+// accumulators fed in MatvecRows's order (256 is a multiple of four vectors and of every block), so the same bits as
+// MatvecRows over the rows widened first.
 template <std::uint32_t kType>
 void MatvecPackedRowsFor(const std::byte* packed, std::size_t row_bytes, const float* x, float* y, std::size_t in,
                          std::size_t first, std::size_t last, bool accumulate) {
@@ -232,28 +270,41 @@ void MatvecPackedRowsFor(const std::byte* packed, std::size_t row_bytes, const f
   const std::size_t lanes = hn::Lanes(d);
   if constexpr (kType != kF16 && kType != kBF16 && std::is_same_v<hn::Vec<DQ>, hn::Vec<decltype(d)>>) {
     if (hn::Lanes(DQ()) == lanes) {
-      // A block's vectors are the dot product's vectors (every block is a whole number of vector pairs when vectors
-      // hold at most 16 floats): dequantized in registers and fed straight to the accumulators, alternately, as
-      // MatvecRows feeds them (no tail: a row is whole blocks; a block's vector count is even, so each block starts
-      // at sum0). (Two rows at a time, four chains of fused multiply-adds, was slower: SmolLM2 Q4_1 decode, one
-      // thread, 56-60 against 75-79 tokens/s.)
+      // A block's vectors are the dot product's vectors (a block is whole vectors when they hold at most 16
+      // floats): dequantized in registers and fed straight to the accumulators, vector k of the row to accumulator
+      // k mod 4, as MatvecRows feeds them (no tail: a row is whole blocks). (Two rows at a time was slower: SmolLM2
+      // Q4_1 decode, one thread, 56-60 against 75-79 tokens/s with two accumulators.)
       for (std::size_t o = first; o < last; ++o) {
         const std::byte* row = packed + o * row_bytes;
         hwy::Prefetch(row + 4 * row_bytes);
-        auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
-        for (std::size_t b = 0; b < in / kBlockValues<kType>; ++b) {
+        auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
+        // Block b's vectors, the first of them vector kBase (mod 4) of the row: vector k to accumulator k mod 4, as
+        // in MatvecRows (kBase a constant, so the accumulator of each vector is known where the block is unrolled).
+        const auto feed = [&]<std::size_t kBase>(std::size_t b) {
           const float* xb = x + b * kBlockValues<kType>;
-          bool even = true;
+          std::size_t k = kBase;
           DequantizeBlock<kType>(row + b * kBlockBytes<kType>, [&](std::size_t at, hn::Vec<DQ> v) {
-            if (even) {
-              sum0 = hn::MulAdd(v, hn::LoadU(d, xb + at), sum0);
-            } else {
-              sum1 = hn::MulAdd(v, hn::LoadU(d, xb + at), sum1);
+            const auto xv = hn::LoadU(d, xb + at);
+            switch (k++ & 3) {
+              case 0: sum0 = hn::MulAdd(v, xv, sum0); break;
+              case 1: sum1 = hn::MulAdd(v, xv, sum1); break;
+              case 2: sum2 = hn::MulAdd(v, xv, sum2); break;
+              default: sum3 = hn::MulAdd(v, xv, sum3); break;
             }
-            even = !even;
           });
+        };
+        const std::size_t blocks = in / kBlockValues<kType>, per_block = kBlockValues<kType> / lanes;
+        std::size_t b = 0;
+        if (per_block % 4 == 0) {  // every block starts at accumulator 0
+          for (; b < blocks; ++b) feed.template operator()<0>(b);
+        } else {  // two vectors per block (16-float vectors, 32-value blocks): blocks alternate 0-1 and 2-3
+          for (; b + 2 <= blocks; b += 2) {
+            feed.template operator()<0>(b);
+            feed.template operator()<2>(b + 1);
+          }
+          if (b < blocks) feed.template operator()<0>(b);
         }
-        const float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+        const float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3))));
         y[o - first] = accumulate ? y[o - first] + dot : dot;
       }
       return;
@@ -263,22 +314,24 @@ void MatvecPackedRowsFor(const std::byte* packed, std::size_t row_bytes, const f
   for (std::size_t o = first; o < last; ++o) {
     const std::byte* row = packed + o * row_bytes;
     hwy::Prefetch(row + 4 * row_bytes);
-    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d), sum2 = hn::Zero(d), sum3 = hn::Zero(d);
     std::size_t i = 0, n = 0, j = 0;
     while (i < in) {
       n = std::min(kChunk, in - i);
       WidenValues<kType>(row, i, n, buf);
-      for (j = 0; j + 2 * lanes <= n; j += 2 * lanes) {
+      for (j = 0; j + 4 * lanes <= n; j += 4 * lanes) {
         sum0 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum0);
         sum1 = hn::MulAdd(hn::Load(d, buf + j + lanes), hn::LoadU(d, x + i + j + lanes), sum1);
+        sum2 = hn::MulAdd(hn::Load(d, buf + j + 2 * lanes), hn::LoadU(d, x + i + j + 2 * lanes), sum2);
+        sum3 = hn::MulAdd(hn::Load(d, buf + j + 3 * lanes), hn::LoadU(d, x + i + j + 3 * lanes), sum3);
       }
-      if (j + lanes <= n) {  // the row's last chunk only: n < kChunk
-        sum0 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum0);
-        j += lanes;
-      }
+      // The row's last chunk only (n < kChunk) leaves vectors: the next three accumulators, as MatvecRows.
+      if (j + lanes <= n) sum0 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum0), j += lanes;
+      if (j + lanes <= n) sum1 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum1), j += lanes;
+      if (j + lanes <= n) sum2 = hn::MulAdd(hn::Load(d, buf + j), hn::LoadU(d, x + i + j), sum2), j += lanes;
       i += n;
     }
-    float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+    float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(sum0, sum1), hn::Add(sum2, sum3))));
     for (; j < n; ++j) dot += buf[j] * x[in - n + j];
     y[o - first] = accumulate ? y[o - first] + dot : dot;
   }

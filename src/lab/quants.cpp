@@ -2,6 +2,9 @@
 //   Q8_0  34 bytes: d f16, 32 × int8 q                      x = q · d
 //   Q4_0  18 bytes: d f16, 16 bytes of nibbles              x[j] = (lo(b[j]) − 8) · d, x[j + 16] = (hi(b[j]) − 8) · d
 //   Q4_1  20 bytes: d f16, m f16, 16 bytes of nibbles       x[j] = lo(b[j]) · d + m, x[j + 16] = hi(b[j]) · d + m
+//   Q5_0  22 bytes: d f16, qh u32 (bit v: value v's fifth bit), 16 bytes of nibbles
+//                                                           x[v] = ((nibble | fifth << 4) − 16) · d
+//   Q5_1  24 bytes: d f16, m f16, qh u32, 16 bytes of nibbles   x[v] = (nibble | fifth << 4) · d + m
 //   Q4_K 144 bytes per 256: d, dmin f16, 12 bytes of 6-bit scales and mins for 8 sub-blocks of 32, 128 bytes of
 //        nibbles (32 bytes per pair of sub-blocks: low nibbles the first, high the second)
 //                                                           x = (d · sc) · q − (dmin · m)
@@ -17,8 +20,9 @@
 namespace ropekit::detail {
 namespace {
 
-constexpr QuantType kTypes[] = {{2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},    {8, "Q8_0", 32, 34},
-                                {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}};
+constexpr QuantType kTypes[] = {{2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},   {6, "Q5_0", 32, 22},
+                                {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},   {12, "Q4_K", 256, 144},
+                                {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}};
 
 float f16_at(const std::byte* p) {
   std::uint16_t h;
@@ -86,6 +90,26 @@ void dequantize(const QuantType& q, const std::byte* src, std::uint64_t blocks, 
         for (int j = 0; j < 16; ++j) {
           out[j] = d * static_cast<float>(u8(src + 4, j) & 0x0Fu) + m;
           out[j + 16] = d * static_cast<float>(u8(src + 4, j) >> 4) + m;
+        }
+        break;
+      }
+      case 6:    // Q5_0
+      case 7: {  // Q5_1
+        const bool q5_1 = q.type == 7;
+        const float d = f16_at(src), m = q5_1 ? f16_at(src + 2) : 0.0f;
+        std::uint32_t qh;
+        std::memcpy(&qh, src + (q5_1 ? 4 : 2), 4);
+        const std::byte* qs = src + (q5_1 ? 8 : 6);
+        for (int j = 0; j < 16; ++j) {
+          const unsigned lo = (u8(qs, j) & 0x0Fu) | (((qh >> j) & 1u) << 4);
+          const unsigned hi = (u8(qs, j) >> 4) | (((qh >> (j + 16)) & 1u) << 4);
+          if (q5_1) {
+            out[j] = d * static_cast<float>(lo) + m;
+            out[j + 16] = d * static_cast<float>(hi) + m;
+          } else {
+            out[j] = d * static_cast<float>(static_cast<int>(lo) - 16);
+            out[j + 16] = d * static_cast<float>(static_cast<int>(hi) - 16);
+          }
         }
         break;
       }

@@ -1,6 +1,7 @@
-// The quantized ggml block types the GGUF loader reads (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), dequantized to float32
-// as gguf-py's dequantize (the oracle the tests hold them to, bit for bit) and llama.cpp's dequantize_row_* compute
-// them: each product rounded to float32 on its own (no fused multiply-add; the build contracts nothing). Internal.
+// The quantized ggml block types the GGUF loader reads (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), dequantized to
+// float32 as gguf-py's dequantize (the oracle the tests hold them to, bit for bit) and llama.cpp's dequantize_row_*
+// compute them: each product rounded to float32 on its own (no fused multiply-add; the build contracts nothing).
+// Internal.
 #pragma once
 
 #include <cstddef>

@@ -62,11 +62,11 @@ void product_rows(const Product& p, int n, int o0, int o1) {
                   p.accumulate ? 1.0f : 0.0f, p.y + r0, p.out);
     }
   };
-  if (!p.w.is_packed()) {
+  if (const float* w = p.w.float_rows()) {
     if (n == 1) {
-      lab::matvec_rows(p.w.data(), p.x, p.y, in, std::size_t(o0), std::size_t(o1), p.accumulate);
+      lab::matvec_rows(w, p.x, p.y, in, std::size_t(o0), std::size_t(o1), p.accumulate);
     } else {
-      run(p.w.data() + std::size_t(o0) * in, o0, o1);
+      run(w + std::size_t(o0) * in, o0, o1);
     }
     return;
   }

@@ -14,6 +14,8 @@ std::string_view to_string(WeightEncoding encoding) {
     case WeightEncoding::BF16: return "BF16";
     case WeightEncoding::Q4_0: return "Q4_0";
     case WeightEncoding::Q4_1: return "Q4_1";
+    case WeightEncoding::Q5_0: return "Q5_0";
+    case WeightEncoding::Q5_1: return "Q5_1";
     case WeightEncoding::Q8_0: return "Q8_0";
     case WeightEncoding::Q4_K: return "Q4_K";
     case WeightEncoding::Q5_K: return "Q5_K";
@@ -23,8 +25,8 @@ std::string_view to_string(WeightEncoding encoding) {
 }
 
 void WeightMatrix::rows_to_float(std::int64_t first, std::int64_t count, std::int64_t width, float* out) const {
-  if (!is_packed()) {
-    std::memcpy(out, data() + first * width, static_cast<std::size_t>(count * width) * sizeof(float));
+  if (const float* rows = float_rows()) {
+    std::memcpy(out, rows + first * width, static_cast<std::size_t>(count * width) * sizeof(float));
     return;
   }
   lab::widen_rows(*this, static_cast<std::size_t>(first), static_cast<std::size_t>(count), out);
@@ -32,6 +34,7 @@ void WeightMatrix::rows_to_float(std::int64_t first, std::int64_t count, std::in
 
 std::vector<float> WeightMatrix::to_floats(std::int64_t width) const {
   if (!is_packed()) return *this;
+  if (encoding == WeightEncoding::F32) return {float_rows(), float_rows() + rows * cols};
   std::vector<float> out(static_cast<std::size_t>(rows * cols));
   rows_to_float(0, rows, width, out.data());
   return out;

@@ -100,8 +100,9 @@ void add_generate(CLI::App& app, Streams io) {
   auto* cmd =
       app.add_subcommand("generate", "generate text from a llama2.c or GGUF Llama checkpoint (run.c's semantics)");
   auto o = std::make_shared<GenerateOptions>();
-  cmd->add_option("--model", o->model,
-                  "llama2.c checkpoint (.bin), GGUF (llama: F32, F16, BF16 or quantized) or Hugging Face model directory")
+  cmd->add_option(
+         "--model", o->model,
+         "llama2.c checkpoint (.bin), GGUF (llama: F32, F16, BF16 or quantized) or Hugging Face model directory")
       ->required();
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin (default for GGUF: the model file's own)");
   cmd->add_option("--prompt", o->prompt, "the prompt (default: none, the story starts at BOS)");
