@@ -17,6 +17,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
 #endif
 
 #include <algorithm>
@@ -485,6 +487,25 @@ TEST(Targets, TheNativeBf16TargetIsListedWhereTheCpuHasTheExtension) {
   if (listed) {
     EXPECT_EQ(targets.front(), "AVX3_BF16");
     EXPECT_EQ(targets[1], *avx512);
+  }
+}
+
+// On AArch64 the best target gets a FEAT_BF16 twin (BFCVT/BFCVTN), listed first as "<best>_BF16", exactly where the
+// kernel reports HWCAP2_BF16; no other target has one.
+TEST(Targets, TheArmBf16TwinIsListedWhereTheCpuHasTheExtension) {
+  const std::vector<std::string> targets = simd_targets();
+#if defined(__aarch64__)
+  const bool has_bf16 = (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;
+#else
+  const bool has_bf16 = false;
+#endif
+  const auto twins = std::count_if(targets.begin(), targets.end(), [](const std::string& t) {
+    return t != "AVX3_BF16" && t.size() > 5 && t.substr(t.size() - 5) == "_BF16";
+  });
+  EXPECT_EQ(twins, has_bf16 ? 1 : 0);
+  if (has_bf16) {
+    ASSERT_GE(targets.size(), 2u);
+    EXPECT_EQ(targets.front(), targets[1] + "_BF16");
   }
 }
 

@@ -66,7 +66,15 @@ struct F32PinnedCodec : F32Codec {
 // rounding class of every bf16 value in tests/append_test.cpp's cache-converter test). ropekit lists
 // the native codec as its own target, AVX3_BF16 (cpu/dispatch.hpp): Highway 1.0 has no target for
 // the extension, and kernels pick the codec when they are chosen, so the hot loop has no flag.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// On AArch64 with FEAT_BF16 the twin narrows with BFCVTN (NEON) or BFCVT (SVE): round to nearest even, NaNs quieted
+// with their high payload bits kept (FPCR.DN is 0 under Linux). The instructions follow FPCR.FZ: with Linux's
+// FZ = 0 they convert subnormal inputs exactly (under qemu the tests pass with the test below removed), but a program
+// may set FZ (-ffast-math's startup code does), and then they flush them to ±0 as x86's does — so a vector holding a
+// subnormal takes the software path here too. Assembled with `.arch_extension bf16`, so the targets themselves need
+// no bf16 flag.
+#define ROPEKIT_ARM_SVE \
+  (HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || HWY_TARGET == HWY_SVE2_128)
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || (HWY_ARCH_ARM_A64 && (HWY_TARGET == HWY_NEON || ROPEKIT_ARM_SVE))
 #define ROPEKIT_NATIVE_BF16 1
 #else
 #define ROPEKIT_NATIVE_BF16 0
@@ -93,7 +101,7 @@ struct BF16CodecT {
     const auto out = hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), quiet_nan, rounded);
     return hn::DemoteTo(du16, hn::BitCast(di32, out));
   }
-#if ROPEKIT_NATIVE_BF16
+#if ROPEKIT_NATIVE_BF16 && HWY_ARCH_X86
   // fpclass 0x20: denormal. Intrinsics and inline assembly, not _mm512_cvtneps_pbh: that intrinsic
   // needs the function compiled for avx512bf16, which Highway's AVX3 targets are not (nor may it be
   // inlined into them).
@@ -106,6 +114,34 @@ struct BF16CodecT {
     asm("vcvtneps2bf16 %1, %0" : "=v"(out) : "v"(v.raw));
     return decltype(SoftwareDemote(v)){out};
   }
+#elif ROPEKIT_NATIVE_BF16
+  // A subnormal lane: exponent bits 0, mantissa bits not.
+  static auto Subnormal(VF v) {
+    const hn::RebindToUnsigned<DF> du32;
+    const auto bits = hn::BitCast(du32, v);
+    return hn::AndNot(hn::Eq(hn::And(bits, hn::Set(du32, 0x7f800000u)), hn::Zero(du32)),
+                      hn::Eq(hn::And(bits, hn::Set(du32, 0x007fffffu)), hn::Zero(du32)));
+  }
+  static bool NoSubnormal(VF v) { return hn::AllFalse(hn::RebindToUnsigned<DF>(), Subnormal(v)); }
+  static bool NoSubnormal(VF x, VF y) {
+    return hn::AllFalse(hn::RebindToUnsigned<DF>(), hn::Or(Subnormal(x), Subnormal(y)));
+  }
+#if HWY_TARGET == HWY_NEON
+  static auto NativeDemote(VF v) {
+    uint16x4_t out;
+    asm(".arch_extension bf16\n\tbfcvtn %0.4h, %1.4s" : "=w"(out) : "w"(v.raw));
+    return decltype(SoftwareDemote(v)){out};
+  }
+#else  // SVE (vectors are the sizeless types themselves): BFCVT leaves each bf16 in the low half of its 32-bit lane;
+       // the demotion packs the lanes (exact: each value is below 2^16)
+  static auto NativeDemote(VF v) {
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::RebindToSigned<DF> di32;
+    svuint32_t out = svdup_n_u32(0);
+    asm(".arch_extension bf16\n\tbfcvt %0.h, %1/m, %2.s" : "+w"(out) : "Upl"(svptrue_b32()), "w"(v));
+    return hn::DemoteTo(hn::Rebind<std::uint16_t, DF>(), hn::BitCast(di32, hn::And(out, hn::Set(du32, 0xffffu))));
+  }
+#endif
 #endif
   template <bool kStream, class V16>
   static void Put(V16 bits, T* p) {

@@ -6,6 +6,8 @@
 
 #if HWY_ARCH_X86
 #include <cpuid.h>
+#elif HWY_ARCH_ARM_A64
+#include <sys/auxv.h>
 #endif
 
 #include <atomic>
@@ -24,6 +26,14 @@ namespace {
 bool cpu_has_avx512_bf16() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid_count(7, 1, &a, &b, &c, &d) != 0 && (a & (1u << 5)) != 0;
+}
+#endif
+
+#if HWY_ARCH_ARM_A64
+// HWCAP2_BF16 (FEAT_BF16: BFCVT, BFCVTN), as the kernel reports it in the auxiliary vector.
+bool cpu_has_arm_bf16() {
+  constexpr unsigned long kHwcap2Bf16 = 1ul << 14;
+  return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;
 }
 #endif
 
@@ -85,7 +95,7 @@ std::size_t dispatch_index(std::int64_t target) {
 
 std::vector<Target> find_targets() {
   std::vector<Target> targets;
-#if HWY_ARCH_X86
+#if HWY_ARCH_X86 || HWY_ARCH_ARM_A64
   bool twin = false;
 #endif
   for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
@@ -94,6 +104,13 @@ std::vector<Target> find_targets() {
     // The first AVX-512 target (Highway lists the best first) gets a native-bf16 twin before it.
     if (!twin && (t == HWY_AVX3 || t == HWY_AVX3_DL) && cpu_has_avx512_bf16()) {
       targets.push_back({{index, true}, "AVX3_BF16"});
+      twin = true;
+    }
+#elif HWY_ARCH_ARM_A64
+    // The best Arm target (SVE2, SVE, their fixed-width forms, or NEON) gets a twin whose bf16 stores narrow with
+    // FEAT_BF16's BFCVT/BFCVTN, where the CPU has it: "NEON_BF16", "SVE2_BF16", ...
+    if (!twin && cpu_has_arm_bf16()) {
+      targets.push_back({{index, true}, std::string(hwy::TargetName(t)) + "_BF16"});
       twin = true;
     }
 #endif

@@ -28,7 +28,9 @@ namespace ropekit::cpu {
 // dispatch table, and whether its bf16 stores narrow natively.
 struct Selection {
   std::size_t index = 0;
-  bool native_bf16 = false;  // float → bf16 narrowing by vcvtneps2bf16 (x86 AVX-512 targets only)
+  // float → bf16 narrowing by the CPU's instruction: vcvtneps2bf16 (x86 AVX-512 with AVX512_BF16), BFCVT/BFCVTN
+  // (AArch64 with FEAT_BF16)
+  bool native_bf16 = false;
 };
 
 struct Target {

@@ -304,7 +304,7 @@ HWY_INLINE void RotateHead(const PairMap& map, const typename Codec::T* src, typ
   }
 }
 
-#if ROPEKIT_NATIVE_BF16
+#if ROPEKIT_NATIVE_BF16 && HWY_ARCH_X86
 // bf16 rows on AVX3_BF16 in even/odd lanes: 32 bf16 values load as one vector of 32-bit lanes, whose
 // low halves (the even values) widen with one shift and whose high halves (the odd ones) with one AND;
 // the rotated evens and odds narrow together with one vcvtne2ps2bf16 and go back to value order with
@@ -453,7 +453,7 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
   const VF vs[kSteps] = {hn::LoadU(d, scratch.read_s + I * n)...};
   const bool copy_pass = dst != src && map.head_dim > map.rotary_dim;
   const auto pass_bytes = static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(T);
-#if ROPEKIT_NATIVE_BF16
+#if ROPEKIT_NATIVE_BF16 && HWY_ARCH_X86
   if constexpr (std::is_same_v<Codec, BF16CodecT<true>> && kSteps % 2 == 0) {
     return Bf16EvenOdd::Heads<kPairing>(map, src, src_stride, dst, dst_stride, heads, vc, vs, prefetch,
                                         std::make_index_sequence<kSteps / 2>());
