@@ -448,6 +448,15 @@ TEST(HfModel, RefusesBrokenSafetensorsNamingFileTensorAndBytes) {
   bad[std::size_t(norm.offset) + 3] = char(0x7f);  // bf16 0x7f80: +inf
   write_bytes(file, bad);
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"model.norm.weight", "element 1", "must be finite"});
+  // The same in a matrix kept packed in the map (checked at load all the same): element 70 of layer 0's v rows.
+  bad = good;
+  const auto& wv = parsed.tensors.at("model.layers.0.self_attn.v_proj.weight");
+  bad[std::size_t(wv.offset) + 140] = char(0x80);
+  bad[std::size_t(wv.offset) + 141] = char(0xff);  // bf16 0xff80: −inf
+  write_bytes(file, bad);
+  expect_error([&] { ropekit::load_model_file(s.dir); },
+               {"model.layers.0.self_attn.v_proj.weight", "element 70", "at byte " + std::to_string(wv.offset + 140),
+                "-inf", "must be finite"});
   // No weights at all.
   fs::remove(file);
   expect_error([&] { ropekit::load_model_file(s.dir); }, {"neither model.safetensors"});

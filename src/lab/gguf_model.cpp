@@ -91,20 +91,10 @@ class GgufModelReader {
     m.rows = static_cast<std::int64_t>(dims[1]);
     m.row_bytes = static_cast<std::size_t>(dims[0] / layout.block_values * layout.block_bytes);
     m.packed = base_ + layout.start;
-    std::vector<float> values;
-    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / m.cols);
-    for (std::int64_t r = 0; r < m.rows; r += chunk) {
-      const std::int64_t n = std::min(chunk, m.rows - r);
-      values.resize(static_cast<std::size_t>(n * m.cols));
-      m.rows_to_float(r, n, m.cols, values.data());
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        if (!std::isfinite(values[i])) {
-          const std::uint64_t element = static_cast<std::uint64_t>(r * m.cols) + i;
-          throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", c_.origin(),
-                                  name, element, layout.start + element / layout.block_values * layout.block_bytes,
-                                  values[i]));
-        }
-      }
+    if (const auto bad = detail::first_non_finite(m)) {
+      const auto [element, value] = *bad;
+      throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", c_.origin(), name,
+                              element, layout.start + element / layout.block_values * layout.block_bytes, value));
     }
     return m;
   }

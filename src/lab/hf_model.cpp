@@ -214,19 +214,10 @@ class Weights {
       m.cols = static_cast<std::int64_t>(shape[1]);
       m.row_bytes = static_cast<std::size_t>(2 * shape[1]);
       m.packed = base;
-      std::vector<float> values;
-      const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / m.cols);
-      for (std::int64_t r = 0; r < m.rows; r += chunk) {
-        const std::int64_t n = std::min(chunk, m.rows - r);
-        values.resize(static_cast<std::size_t>(n * m.cols));
-        m.rows_to_float(r, n, m.cols, values.data());
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          if (!std::isfinite(values[i])) {
-            const std::uint64_t element = static_cast<std::uint64_t>(r * m.cols) + i;
-            throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite",
-                                    shard.map.path(), name, element, info.offset + 2 * element, values[i]));
-          }
-        }
+      if (const auto bad = detail::first_non_finite(m)) {
+        const auto [element, value] = *bad;
+        throw Error(fmt::format("{}: tensor {}: element {} at byte {} is {}: weights must be finite", shard.map.path(),
+                                name, element, info.offset + 2 * element, value));
       }
       used_.insert(it->second);
       return m;

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ropekit/model.hpp"
@@ -113,6 +115,10 @@ class MappedFile {
   void* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+// The first value of a packed matrix that is not finite — its element index and value — widening a block of rows at
+// a time (a NaN or infinite weight would make every logit NaN without saying why); nullopt: every value is finite.
+std::optional<std::pair<std::uint64_t, float>> first_non_finite(const WeightMatrix& m);
 
 // load_gguf_model over `bytes` that `storage` keeps alive (a MappedFile): packed matrices point into them; null
 // storage: the first packed matrix copies them (the public load_gguf_model).

@@ -1,8 +1,13 @@
 // WeightMatrix (ropekit/model.hpp): a checkpoint's matrices kept in their own encoding and widened to float32 row
 // by row as the runner's products read them.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "lab/kernels.hpp"
+#include "lab/loader.hpp"
 #include "ropekit/model.hpp"
 
 namespace ropekit {
@@ -31,6 +36,24 @@ void WeightMatrix::rows_to_float(std::int64_t first, std::int64_t count, std::in
   }
   lab::widen_rows(*this, static_cast<std::size_t>(first), static_cast<std::size_t>(count), out);
 }
+
+namespace detail {
+
+std::optional<std::pair<std::uint64_t, float>> first_non_finite(const WeightMatrix& m) {
+  std::vector<float> values;
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / m.cols);
+  for (std::int64_t r = 0; r < m.rows; r += chunk) {
+    const std::int64_t n = std::min(chunk, m.rows - r);
+    values.resize(static_cast<std::size_t>(n * m.cols));
+    m.rows_to_float(r, n, m.cols, values.data());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) return std::pair{static_cast<std::uint64_t>(r * m.cols) + i, values[i]};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace detail
 
 std::vector<float> WeightMatrix::to_floats(std::int64_t width) const {
   if (!is_packed()) return *this;
