@@ -65,14 +65,14 @@ class GgufModelReader {
   }
 
   // Tensor `name` with dims exactly `dims` (ggml order), as float32 values.
-  std::vector<float> tensor(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
+  std::vector<float> tensor(const std::string& name, const std::vector<std::uint64_t>& dims, bool optional = false) {
     const TensorInfo* t = find(name, optional);
     return t == nullptr ? std::vector<float>{} : widen(name, *t, dims);
   }
 
   // Matrix `name` with dims exactly {cols, rows}: float32 values, or the file's F16/BF16/quantized rows kept packed
   // (after the same checks, every value decoded once to check that it is finite, a block of rows at a time).
-  WeightMatrix matrix(const std::string& name, std::vector<std::uint64_t> dims, bool optional = false) {
+  WeightMatrix matrix(const std::string& name, const std::vector<std::uint64_t>& dims, bool optional = false) {
     const TensorInfo* t = find(name, optional);
     if (t == nullptr) return {};
     // F32 rows are copied, unless the file is mapped for the model: then they too are read in place.
