@@ -570,21 +570,14 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   for (std::int64_t row = first; row < last;) {
     // A run of rows: the token's q heads (or k heads) from h on, up to the range's end.
     std::int64_t run;
-    if (h == 0 && QKContiguous<QCodec, KCodec>(args, b, s, job.q_heads) && last - row > job.q_heads) {
-      // The token's k rows follow its q rows at the same stride (a fused QKV projection's output): one
-      // run over both, without a second loop entry and coefficient setup (kernel_floor's decode, 40 heads
-      // × 128, with the skipped divisions: bf16 0.303-0.305 → 0.296-0.303 µs, fp32 1-3 % faster).
+    if (h < job.q_heads) {
+      // The token's q heads from h on; and its k rows too where they follow its q rows at the same stride (a
+      // fused QKV projection's output): one run over both, without a second loop entry and coefficient setup
+      // (kernel_floor's decode, 40 heads × 128, with the skipped divisions: bf16 0.303-0.305 → 0.296-0.303 µs,
+      // fp32 1-3 % faster).
+      const bool with_k = h == 0 && last - row > job.q_heads && QKContiguous<QCodec, KCodec>(args, b, s, job.q_heads);
       using T = typename QCodec::T;
-      run = std::min(heads, last - row);
-      T* src = static_cast<T*>(args.q.row(b, s, 0));
-      const bool out = args.q_out.data != nullptr;
-      RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride,
-                                    out ? static_cast<T*>(args.q_out.row(b, s, 0)) : src,
-                                    out ? args.q_out.head_stride : args.q.head_stride, run, scratch, job.stream_stores,
-                                    streamed, job.prefetch_rows);
-    } else if (h < job.q_heads) {
-      using T = typename QCodec::T;
-      run = std::min(job.q_heads - h, last - row);
+      run = std::min(with_k ? heads : job.q_heads - h, last - row);
       T* src = static_cast<T*>(args.q.row(b, s, h));
       const bool out = args.q_out.data != nullptr;
       RotateHeads<QCodec, kPairing>(*job.map, src, args.q.head_stride,

@@ -175,9 +175,8 @@ class Weights {
     return read(name, shape, false);
   }
   // Matrix `name` of shape exactly `shape` ([rows, cols]): float32 values, or F16/BF16 rows kept packed in the map.
-  WeightMatrix matrix(const std::string& name, const std::vector<std::uint64_t>& shape) {
-    WeightMatrix m = read(name, shape, true);
-    return m;
+  WeightMatrix matrix(const std::string& name, const std::vector<std::uint64_t>& shape) const {
+    return read(name, shape, true);
   }
   // What the packed matrices point into: the maps of their shards (null: none is packed).
   std::shared_ptr<const void> storage() const {
@@ -448,7 +447,7 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
       for (const int l : g.layers) model.layer_windows.at(std::size_t(l)) = *g.sliding_window;
     }
   }
-  Weights w(dir);
+  const Weights w(dir);
   const std::uint64_t dim = std::uint64_t(c.dim), hidden = std::uint64_t(c.hidden_dim);
   const std::uint64_t kv = std::uint64_t(c.kv_dim()), vocab = std::uint64_t(c.vocab_size);
   const std::uint64_t qd = std::uint64_t(c.q_dim()), hd = std::uint64_t(c.head_dim());

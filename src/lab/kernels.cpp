@@ -14,6 +14,7 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include "lab/kernels.hpp"
+#include "lab/quants.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::lab {
@@ -59,18 +60,6 @@ HWY_INLINE float HalfToFloat(const std::byte* p) {
   return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
 }
 
-// Q4_K's and Q5_K's 6-bit scale and min of sub-block s from the 12 packed bytes (lab/quants.cpp's layout).
-HWY_INLINE void ScaleMin(const std::byte* b, int s, unsigned& sc, unsigned& m) {
-  const auto u8 = [b](int i) { return std::to_integer<unsigned>(b[i]); };
-  if (s < 4) {
-    sc = u8(s) & 63u;
-    m = u8(s + 4) & 63u;
-  } else {
-    sc = (u8(s + 4) & 0x0Fu) | ((u8(s - 4) >> 6) << 4);
-    m = (u8(s + 4) >> 4) | ((u8(s) >> 6) << 4);
-  }
-}
-
 // n bytes → n int32 lanes.
 HWY_INLINE hn::Vec<hn::Rebind<std::int32_t, DQ>> Bytes(const std::byte* p) {
   const hn::Rebind<std::uint8_t, DQ> du8;
@@ -79,33 +68,21 @@ HWY_INLINE hn::Vec<hn::Rebind<std::int32_t, DQ>> Bytes(const std::byte* p) {
       hn::PromoteTo(hn::Rebind<std::uint32_t, DQ>(), hn::LoadU(du8, reinterpret_cast<const std::uint8_t*>(p))));
 }
 
-// Encodings by ggml type id; kF16 and kBF16 are value-by-value, the others blocks (lab/quants.hpp's layouts).
-enum : std::uint32_t {
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBF16 = 30
-};
+// Encodings by ggml type id (WeightEncoding's values); kF16 and kBF16 are value-by-value, the others blocks of
+// lab/quants.hpp's table.
+constexpr std::uint32_t kF16 = std::uint32_t(WeightEncoding::F16), kBF16 = std::uint32_t(WeightEncoding::BF16),
+                        kQ4_0 = std::uint32_t(WeightEncoding::Q4_0), kQ4_1 = std::uint32_t(WeightEncoding::Q4_1),
+                        kQ5_0 = std::uint32_t(WeightEncoding::Q5_0), kQ5_1 = std::uint32_t(WeightEncoding::Q5_1),
+                        kQ8_0 = std::uint32_t(WeightEncoding::Q8_0), kQ4_K = std::uint32_t(WeightEncoding::Q4_K),
+                        kQ5_K = std::uint32_t(WeightEncoding::Q5_K), kQ6_K = std::uint32_t(WeightEncoding::Q6_K);
 template <std::uint32_t kType>
-constexpr std::size_t kBlockValues = kType == kF16 || kType == kBF16   ? 1
-                                     : kType >= kQ4_K&& kType <= kQ6_K ? 256
-                                                                       : 32;
+constexpr std::size_t kBlockValues = kType == kF16 || kType == kBF16
+                                         ? 1
+                                         : std::size_t(detail::quant_type(kType)->block_values);
 template <std::uint32_t kType>
-constexpr std::size_t kBlockBytes = kType == kF16 || kType == kBF16 ? 2
-                                    : kType == kQ4_0                ? 18
-                                    : kType == kQ4_1                ? 20
-                                    : kType == kQ5_0                ? 22
-                                    : kType == kQ5_1                ? 24
-                                    : kType == kQ8_0                ? 34
-                                    : kType == kQ4_K                ? 144
-                                    : kType == kQ5_K                ? 176
-                                                                    : 210;
+constexpr std::size_t kBlockBytes = kType == kF16 || kType == kBF16
+                                        ? 2
+                                        : std::size_t(detail::quant_type(kType)->block_bytes);
 
 // One block of kType at src → its values, emitted in value order as vectors of DQ: emit(offset, vector). The same
 // products and sums as detail::dequantize (lab/quants.cpp), each rounded on its own (no fused multiply-add), so the
@@ -164,7 +141,7 @@ HWY_INLINE void DequantizeBlock(const std::byte* src, Emit&& emit) {
     const std::byte *scales = src + 4, *qh = src + 16, *qs = src + (kHigh ? 48 : 16);
     for (int sb = 0; sb < 8; ++sb) {
       unsigned sc, m;
-      ScaleMin(scales, sb, sc, m);
+      detail::scale_min(scales, sb, sc, m);
       const auto ds = hn::Set(d, dd * static_cast<float>(sc)), ms = hn::Set(d, dmin * static_cast<float>(m));
       const std::byte* nibbles = qs + 32 * (sb / 2);
       for (std::size_t l = 0; l < 32; l += n) {

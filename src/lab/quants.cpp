@@ -20,10 +20,6 @@
 namespace ropekit::detail {
 namespace {
 
-constexpr QuantType kTypes[] = {{2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},   {6, "Q5_0", 32, 22},
-                                {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},   {12, "Q4_K", 256, 144},
-                                {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210}};
-
 float f16_at(const std::byte* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
@@ -31,17 +27,6 @@ float f16_at(const std::byte* p) {
 }
 
 unsigned u8(const std::byte* p, int i) { return std::to_integer<unsigned>(p[i]); }
-
-// Q4_K's and Q5_K's 6-bit scale and min of sub-block s from the 12 packed bytes.
-void scale_min(const std::byte* b, int s, unsigned& sc, unsigned& m) {
-  if (s < 4) {
-    sc = u8(b, s) & 63u;
-    m = u8(b, s + 4) & 63u;
-  } else {
-    sc = (u8(b, s + 4) & 0x0Fu) | ((u8(b, s - 4) >> 6) << 4);
-    m = (u8(b, s + 4) >> 4) | ((u8(b, s) >> 6) << 4);
-  }
-}
 
 // The K-quants with 4-bit lows: Q4_K (no high bits) and Q5_K (qh: 32 bytes of fifth bits).
 void dequantize_k4(const std::byte* block, const std::byte* scales, const std::byte* qh, const std::byte* qs,
@@ -61,13 +46,6 @@ void dequantize_k4(const std::byte* block, const std::byte* scales, const std::b
 }
 
 }  // namespace
-
-const QuantType* quant_type(std::uint32_t type) {
-  for (const QuantType& q : kTypes) {
-    if (q.type == type) return &q;
-  }
-  return nullptr;
-}
 
 void dequantize(const QuantType& q, const std::byte* src, std::uint64_t blocks, float* out) {
   for (std::uint64_t b = 0; b < blocks; ++b, src += q.block_bytes, out += q.block_values) {

@@ -54,19 +54,16 @@ constexpr std::size_t kPanelFloats = std::size_t{1} << 16;
 // the widened values stored as float32 (tests/model_test.cpp).
 void product_rows(const Product& p, int n, int o0, int o1) {
   const auto in = std::size_t(p.in);
-  const auto run = [&](const float* w, int r0, int r1) {
-    if (n == 1) {
-      lab::matvec_rows(w, p.x, p.y + r0, in, 0, std::size_t(r1 - r0), p.accumulate);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, p.in, 1.0f, p.x, p.in, w, p.in,
-                  p.accumulate ? 1.0f : 0.0f, p.y + r0, p.out);
-    }
+  // Outputs [r0, r1) of many tokens from the float32 rows w (W's row r0 first).
+  const auto sgemm = [&](const float* w, int r0, int r1) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, p.in, 1.0f, p.x, p.in, w, p.in,
+                p.accumulate ? 1.0f : 0.0f, p.y + r0, p.out);
   };
   if (const float* w = p.w.float_rows()) {
     if (n == 1) {
       lab::matvec_rows(w, p.x, p.y, in, std::size_t(o0), std::size_t(o1), p.accumulate);
     } else {
-      run(w + std::size_t(o0) * in, o0, o1);
+      sgemm(w + std::size_t(o0) * in, o0, o1);
     }
     return;
   }
@@ -80,7 +77,7 @@ void product_rows(const Product& p, int n, int o0, int o1) {
   for (int r0 = o0; r0 < o1; r0 += rows) {
     const int r1 = std::min(o1, r0 + rows);
     p.w.rows_to_float(r0, r1 - r0, p.in, panel.data());
-    run(panel.data(), r0, r1);
+    sgemm(panel.data(), r0, r1);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "lab/kernels.hpp"
 #include "lab/loader.hpp"
+#include "lab/quants.hpp"
 #include "ropekit/model.hpp"
 
 namespace ropekit {
@@ -17,16 +18,11 @@ std::string_view to_string(WeightEncoding encoding) {
     case WeightEncoding::F32: return "F32";
     case WeightEncoding::F16: return "F16";
     case WeightEncoding::BF16: return "BF16";
-    case WeightEncoding::Q4_0: return "Q4_0";
-    case WeightEncoding::Q4_1: return "Q4_1";
-    case WeightEncoding::Q5_0: return "Q5_0";
-    case WeightEncoding::Q5_1: return "Q5_1";
-    case WeightEncoding::Q8_0: return "Q8_0";
-    case WeightEncoding::Q4_K: return "Q4_K";
-    case WeightEncoding::Q5_K: return "Q5_K";
-    case WeightEncoding::Q6_K: return "Q6_K";
+    default: {
+      const detail::QuantType* q = detail::quant_type(static_cast<std::uint32_t>(encoding));
+      return q != nullptr ? q->name : "unknown";
+    }
   }
-  return "unknown";
 }
 
 void WeightMatrix::rows_to_float(std::int64_t first, std::int64_t count, std::int64_t width, float* out) const {
