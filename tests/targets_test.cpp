@@ -126,14 +126,17 @@ TEST_P(Rotation, NonTemporalStoresGiveTheSameBits) {
   cpu::set_stream_threshold_bytes(saved);
 }
 
-// The software prefetch ahead of large rotations' rows is chosen from the CPU's identity (issue 42): off on AMD family
-// 25 (measured on Zen 4), on elsewhere; a large call's job carries this host's choice, a small one never prefetches.
-// A prefetch is a hint: the per-target tests above run with whichever this host chose, and the bits cannot differ.
+// The software prefetch ahead of large rotations' rows is chosen from the CPU's identity (issue 42): off on AMD
+// families 25 and 26 (measured on Zen 4 and Zen 5), on elsewhere; a large call's job carries this host's choice, a
+// small one never prefetches. A prefetch is a hint: the per-target tests above run with whichever this host chose, and
+// the bits cannot differ.
 TEST(MemoryPolicy, SoftwarePrefetchFollowsTheCpuIdentity) {
   EXPECT_TRUE(cpu::software_row_prefetch({.vendor = "GenuineIntel", .family = 6, .model = 207}));
   EXPECT_TRUE(cpu::software_row_prefetch({.vendor = "GenuineIntel", .family = 6, .model = 167}));
   EXPECT_FALSE(cpu::software_row_prefetch({.vendor = "AuthenticAMD", .family = 25, .model = 17}));
-  EXPECT_TRUE(cpu::software_row_prefetch({.vendor = "AuthenticAMD", .family = 26, .model = 2}));  // not measured
+  EXPECT_FALSE(cpu::software_row_prefetch({.vendor = "AuthenticAMD", .family = 26, .model = 2}));  // Zen 5
+  EXPECT_TRUE(
+      cpu::software_row_prefetch({.vendor = "AuthenticAMD", .family = 23, .model = 49}));  // Zen 2: not measured
   const Case large{.op = Op::Rotate, .spec = "half128", .dtype = DType::F32, .seq = 512, .q_heads = 32, .k_heads = 8};
   const Case small{.op = Op::Rotate, .spec = "half128", .dtype = DType::F32, .seq = 1, .q_heads = 32, .k_heads = 8};
   Workload big(large, 1), decode(small, 1);
@@ -141,9 +144,9 @@ TEST(MemoryPolicy, SoftwarePrefetchFollowsTheCpuIdentity) {
   EXPECT_FALSE(decode.prepare().job().prefetch_rows);
 }
 
-// The 256-bit kernel for one thread (issue 42): only on AMD family 25, only for large float32 half-pairing rotations
-// out of place, only where no target was chosen; the kernel it names is the AVX2 target's, whose bits the per-target
-// tests above check against the scalar reference.
+// The 256-bit kernel for one thread (issue 42): only on AMD families 25 and 26, only for large float32 half-pairing
+// rotations out of place, only where no target was chosen; the kernel it names is the AVX2 target's, whose bits the
+// per-target tests above check against the scalar reference.
 TEST(MemoryPolicy, OneThread256BitKernelFollowsTheCpuIdentityAndTheCall) {
   const CpuIdentity zen4{.vendor = "AuthenticAMD", .family = 25, .model = 17};
   const std::int64_t mib = std::int64_t{1} << 20;
@@ -155,8 +158,10 @@ TEST(MemoryPolicy, OneThread256BitKernelFollowsTheCpuIdentityAndTheCall) {
   EXPECT_FALSE(cpu::one_thread_256_bit(zen4, DType::F32, DType::F16, Pairing::Half, true, mib));
   EXPECT_FALSE(cpu::one_thread_256_bit({.vendor = "GenuineIntel", .family = 6, .model = 207}, DType::F32, DType::F32,
                                        Pairing::Half, true, mib));
-  EXPECT_FALSE(cpu::one_thread_256_bit({.vendor = "AuthenticAMD", .family = 26, .model = 2}, DType::F32, DType::F32,
-                                       Pairing::Half, true, mib));  // not measured
+  EXPECT_TRUE(cpu::one_thread_256_bit({.vendor = "AuthenticAMD", .family = 26, .model = 2}, DType::F32, DType::F32,
+                                      Pairing::Half, true, mib));  // Zen 5
+  EXPECT_FALSE(cpu::one_thread_256_bit({.vendor = "AuthenticAMD", .family = 23, .model = 49}, DType::F32, DType::F32,
+                                       Pairing::Half, true, mib));  // Zen 2: not measured
   const Case large{.op = Op::Rotate,
                    .spec = "half128",
                    .dtype = DType::F32,

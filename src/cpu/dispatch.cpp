@@ -161,13 +161,21 @@ bool default_target() { return g_selected.load(std::memory_order_relaxed) < 0; }
 
 Selection current_selection() { return current_target().selection; }
 
-bool software_row_prefetch(const CpuIdentity& cpu) { return !(cpu.vendor == "AuthenticAMD" && cpu.family == 25); }
+namespace {
+// The AMD families both choices were measured on: 25 (Zen 4, model 17) and 26 (Zen 5, model 2). Each was measured on
+// each family separately (docs/performance.md); a family not listed keeps the Intel-tuned defaults until measured.
+bool measured_zen(const CpuIdentity& cpu) {
+  return cpu.vendor == "AuthenticAMD" && (cpu.family == 25 || cpu.family == 26);
+}
+}  // namespace
+
+bool software_row_prefetch(const CpuIdentity& cpu) { return !measured_zen(cpu); }
 
 bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
                         std::int64_t bytes_moved) {
   // Large only: decode-sized calls (in L1/L2) tied, 0.96–1.03.
-  return cpu.vendor == "AuthenticAMD" && cpu.family == 25 && q == DType::F32 && k == DType::F32 &&
-         pairing == Pairing::Half && out_of_place && bytes_moved >= kLargeCallBytes;
+  return measured_zen(cpu) && q == DType::F32 && k == DType::F32 && pairing == Pairing::Half && out_of_place &&
+         bytes_moved >= kLargeCallBytes;
 }
 
 bool software_row_prefetch() {
