@@ -233,23 +233,12 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
   for (; j < pairs; ++j) StorePair<kPairing>(j, cos_row[j] * m, sin_row[j] * m * sign, c, s);
 }
 
+// BuildCoefficients' work where the table's rows are not the coefficients themselves: written into the scratch's c
+// and s.
 template <Pairing kPairing>
-void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
+void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   const PairMap& map = *job.map;
   const int pairs = map.num_pairs();
-  scratch.read_c = scratch.c;
-  scratch.read_s = scratch.s;
-  if (kPairing == Pairing::Half && job.table != nullptr && map.num_axes == 1 && job.magnitude == 1.0f &&
-      job.sin_sign == 1.0f && pairs % static_cast<int>(hn::Lanes(DF())) == 0) {
-    // The table's rows are the half pairing's coefficients (c = cos·1, s = sin·1·1, exact): read in
-    // place, without copying 2 × 256 bytes per token through the scratch (whole vectors only: no tail
-    // step reads past the row). With the two changes beside it, fp32 decode (kernel_floor) went from
-    // 1.3 to 1.2× the hand-written kernel.
-    const std::int64_t p = job.args.positions.at(0, token);
-    scratch.read_c = job.table->cos_row(p);
-    scratch.read_s = job.table->sin_row(p);
-    return;
-  }
   if (kPairing == Pairing::Half && job.table == nullptr && map.num_axes == 1 && job.magnitude == 1.0f &&
       job.sin_sign == 1.0f) {
     // The angle row is already the half pairing's coefficients (c = cos·1, s = sin·1·1): written in
@@ -280,6 +269,28 @@ void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
     const int a = map.axis[j];
     StorePair<kPairing>(j, cos_row[a][j] * m, sin_row[a][j] * m * sign, scratch.c, scratch.s);
   }
+}
+
+// Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
+// decode call a few compares and two loads: the table's rows are the half pairing's coefficients (c = cos·1,
+// s = sin·1·1, exact) and are read in place, without copying 2 × 256 bytes per token through the scratch (whole
+// vectors only: no tail step reads past the row). As a call (before 2026-11-27) its prologue realigned the stack,
+// and reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
+// missed store-to-load forwarding: 17 % of a 5-head fp32 decode call on Zen 5 (perf record).
+template <Pairing kPairing>
+HWY_INLINE void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
+  if (kPairing == Pairing::Half && job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f &&
+      job.sin_sign == 1.0f && job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0) {
+    const std::int64_t p = job.args.positions.at(0, token);
+    scratch.read_c = job.table->cos_row(p);
+    scratch.read_s = job.table->sin_row(p);
+    return;
+  }
+  WriteCoefficients<kPairing>(job, token, scratch);
+  // After the work, not before it: a scratch may serve several jobs (attention's regimes), so the pointers are set
+  // every time, and here the constructor's stores of c and s have long left the store buffer.
+  scratch.read_c = scratch.c;
+  scratch.read_s = scratch.s;
 }
 
 // Rotates one head row: src → dst (dst == src: in place; else the pass-through lanes are copied).
