@@ -559,10 +559,9 @@ HWY_INLINE bool QKContiguous(const RotateArgs& args, std::int64_t b, std::int64_
   }
 }
 
-// The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
-// KCodec (both chosen once, at prepare).
+// Rows [first, last) of the job by (token, head) runs: any range, any layout, every kernel path.
 template <Pairing kPairing, class QCodec, class KCodec>
-void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
+void RotateRowRuns(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first >= last) return;
   Scratch scratch(*job.map);
   const RotateArgs& args = job.args;
@@ -619,6 +618,87 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
     }
   }
   if (streamed) hwy::FlushStream();  // order the non-temporal stores before the caller reads
+}
+
+#if !HWY_HAVE_SCALABLE
+// Whole tokens [token, end) of a job whose rows take the in-registers path (kSteps vectors of rotary width, no
+// non-temporal stores): per token its coefficients, then its q rows and its k rows (one run where k continues q), the
+// rows found from the token's (b, s) alone. The same steps as RotateRowRuns, so the same bits; what it saves is
+// RotateRowRuns' per-run work — the head/run bookkeeping, four row addresses and the contiguity test recomputed
+// with the loop state spilled to the stack, and the dispatch on the width — about as many instructions per token as
+// a 64-dim token's ten rows take (perf annotate, Zen 5).
+template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
+HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end) {
+  Scratch scratch(*job.map);
+  const RotateArgs& args = job.args;
+  const PairMap& map = *job.map;
+  using QT = typename QCodec::T;
+  using KT = typename KCodec::T;
+  const auto steps = std::make_index_sequence<kSteps>();
+  const std::int64_t q_heads = job.q_heads, k_heads = job.k_heads;
+  const bool q_out = args.q_out.data != nullptr, k_out = args.k_out.data != nullptr;
+  const std::int64_t q_dst_stride = q_out ? args.q_out.head_stride : args.q.head_stride;
+  const std::int64_t k_dst_stride = k_out ? args.k_out.head_stride : args.k.head_stride;
+  std::int64_t b = 0, s = 0;
+  if (token != 0) b = token / job.seq, s = token % job.seq;  // (a one-thread call skips the divisions, as below)
+  for (; token < end; ++token) {
+    BuildCoefficients<kPairing>(job, token, scratch);
+    std::int64_t merged = 0;  // k rows rotated with q's run
+    if (q_heads > 0) {
+      QT* src = static_cast<QT*>(args.q.row(b, s, 0));
+      QT* dst = q_out ? static_cast<QT*>(args.q_out.row(b, s, 0)) : src;
+      if (k_heads > 0 && QKContiguous<QCodec, KCodec>(args, b, s, q_heads)) merged = k_heads;
+      RotateHeadsInRegisters<QCodec, kPairing, kSteps>(map, src, args.q.head_stride, dst, q_dst_stride,
+                                                       q_heads + merged, scratch, job.prefetch_rows, steps);
+    }
+    if (k_heads > 0 && merged == 0) {
+      KT* src = static_cast<KT*>(args.k.row(b, s, 0));
+      KT* dst = k_out ? static_cast<KT*>(args.k_out.row(b, s, 0)) : src;
+      RotateHeadsInRegisters<KCodec, kPairing, kSteps>(map, src, args.k.head_stride, dst, k_dst_stride, k_heads,
+                                                       scratch, job.prefetch_rows, steps);
+    }
+    if (++s == job.seq) {
+      s = 0;
+      ++b;
+    }
+  }
+}
+#endif  // !HWY_HAVE_SCALABLE
+
+// The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
+// KCodec (both chosen once, at prepare). The whole tokens of the range take RotateWholeTokens where the rows are
+// in-register widths (every model's head_dim of 64–256 on AVX-512 and AVX2), the partial ones at its ends the runs.
+template <Pairing kPairing, class QCodec, class KCodec>
+void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  if (first >= last) return;
+#if !HWY_HAVE_SCALABLE
+  const std::int64_t heads = job.q_heads + job.k_heads;
+  // Divisions only where a thread's range starts or ends inside the rows: 64-bit divides are tens of cycles, a
+  // noticeable part of a decode call.
+  const std::int64_t token = first == 0 ? 0 : (first + heads - 1) / heads;
+  const std::int64_t end = last == job.rows() ? job.tokens : last / heads;
+  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
+  const std::size_t n = hn::Lanes(DF());
+  const auto width =
+      static_cast<std::size_t>(kPairing == Pairing::Half ? job.map->rotary_dim / 2 : job.map->rotary_dim);
+  // Two whole tokens at least: a single one (a decode call) ran 2–5 % slower this way than as runs (Zen 5, fp16 and
+  // fp32 decode, 3 alternated runs), the extra call's cost not repaid.
+  if (end - token >= 2 && (!job.stream_stores || in_place) && width % n == 0) {
+    const auto whole = [&](auto steps) {
+      RotateRowRuns<kPairing, QCodec, KCodec>(job, first, token * heads);
+      RotateWholeTokens<kPairing, QCodec, KCodec, decltype(steps)::value>(job, token, end);
+      RotateRowRuns<kPairing, QCodec, KCodec>(job, end * heads, last);
+    };
+    switch (width / n) {
+      case 1: return whole(std::integral_constant<std::size_t, 1>());
+      case 2: return whole(std::integral_constant<std::size_t, 2>());
+      case 4: return whole(std::integral_constant<std::size_t, 4>());
+      case kMaxStepsInRegisters: return whole(std::integral_constant<std::size_t, kMaxStepsInRegisters>());
+      default: break;
+    }
+  }
+#endif
+  RotateRowRuns<kPairing, QCodec, KCodec>(job, first, last);
 }
 
 template <Pairing kPairing, class Bf16, class QCodec>
