@@ -1,0 +1,70 @@
+// run_probe HEADS [f32|bf16|f16] [calls] — a prepared decode-shaped RotateCall::run (1 token of HEADS heads × 128:
+// 4/5 of them q, the rest k right after q, out of place, one thread, the table's rows) against a memcpy of the same
+// bytes: prints ns per call of each and their ratio, medians of 15 batches. Varying HEADS separates a call's fixed
+// cost from its cost per head (a 2-head call is nearly all fixed cost) and shows where the rows leave L1.
+// SPLIT=1 puts k in its own buffer (two runs per token instead of one). Public API only (bench/compare/README.md).
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ropekit/ropekit.hpp"
+
+namespace {
+
+double median_ns(long calls, const std::function<void()>& f) {
+  std::vector<double> ns;
+  for (int r = 0; r < 15; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (long i = 0; i < calls / 15; ++i) f();
+    ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+                 double(calls / 15));
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ropekit;
+  constexpr int kDim = 128;
+  const int heads = argc > 1 ? std::max(2, std::atoi(argv[1])) : 40;
+  const std::string type = argc > 2 ? argv[2] : "f32";
+  const long calls = argc > 3 ? std::atol(argv[3]) : 3000000;
+  const DType dtype = type == "bf16" ? DType::BF16 : type == "f16" ? DType::F16 : DType::F32;
+  const int q_heads = std::max(1, heads * 4 / 5), k_heads = heads - q_heads;
+  const std::size_t bytes = std::size_t(heads) * kDim * element_size(dtype);
+  const bool split = std::getenv("SPLIT") != nullptr;
+  // k after q in one buffer (a fused QKV projection's layout), or (SPLIT) 4 KiB into a buffer of its own.
+  std::vector<std::byte> in(bytes + 4096, std::byte{0x3e}), out(bytes + 4096), k_in(bytes + 8192, std::byte{0x3e}),
+      k_out(bytes + 8192);
+  const std::size_t q_bytes = std::size_t(q_heads) * kDim * element_size(dtype);
+  std::byte* k_src = split ? k_in.data() + 4096 : in.data() + q_bytes;
+  std::byte* k_dst = split ? k_out.data() + 4096 : out.data() + q_bytes;
+  const Rope rope(Spec{.head_dim = kDim, .rotary_dim = kDim, .base = 5e5, .pairing = Pairing::Half});
+  const std::vector<std::int64_t> pos = {4095};
+  const RotateCall call = rope.prepare({.q = bshd(in.data(), dtype, 1, 1, q_heads, kDim),
+                                        .k = bshd(k_src, dtype, 1, 1, k_heads, kDim),
+                                        .q_out = bshd(out.data(), dtype, 1, 1, q_heads, kDim),
+                                        .k_out = bshd(k_dst, dtype, 1, 1, k_heads, kDim),
+                                        .positions = positions(pos),
+                                        .threads = 1},
+                                       rope.table(4096));
+  const double run = median_ns(calls, [&] {
+    call.run(0, call.rows());
+    asm volatile("" ::: "memory");
+  });
+  const double copy = median_ns(calls, [&] {
+    std::memcpy(out.data(), in.data(), bytes);
+    asm volatile("" ::: "memory");
+  });
+  std::printf("%d heads (%d q + %d k) %s%s: run %.1f ns, memcpy %.1f ns, run / memcpy %.2f\n", heads, q_heads, k_heads,
+              type.c_str(), split ? ", k apart" : "", run, copy, run / copy);
+  return 0;
+}
