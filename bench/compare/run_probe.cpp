@@ -2,10 +2,12 @@
 // 4/5 of them q, the rest k right after q, out of place, one thread, the table's rows) against a memcpy of the same
 // bytes: prints ns per call of each and their ratio, medians of 15 batches. Varying HEADS separates a call's fixed
 // cost from its cost per head (a 2-head call is nearly all fixed cost) and shows where the rows leave L1.
-// SPLIT=1 puts k in its own buffer (two runs per token instead of one). Public API only (bench/compare/README.md).
+// SPLIT=1 puts k in its own buffer (two runs per token instead of one); OFFSET=16 misaligns every buffer by 16 bytes.
+// Public API only (bench/compare/README.md).
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,16 +44,24 @@ int main(int argc, char** argv) {
   const std::size_t bytes = std::size_t(heads) * kDim * element_size(dtype);
   const bool split = std::getenv("SPLIT") != nullptr;
   // k after q in one buffer (a fused QKV projection's layout), or (SPLIT) 4 KiB into a buffer of its own.
-  std::vector<std::byte> in(bytes + 4096, std::byte{0x3e}), out(bytes + 4096), k_in(bytes + 8192, std::byte{0x3e}),
-      k_out(bytes + 8192);
+  // Every buffer starts OFFSET bytes (default 0) past a 64-byte boundary: 16 gives rows that split cache lines.
+  const std::size_t offset = std::getenv("OFFSET") != nullptr ? std::size_t(std::atoi(std::getenv("OFFSET"))) : 0;
+  std::vector<std::byte> in_buffer(bytes + 8192, std::byte{0x3e}), out_buffer(bytes + 8192),
+      k_in_buffer(bytes + 8192, std::byte{0x3e}), k_out_buffer(bytes + 8192);
+  const auto at = [&](std::vector<std::byte>& v) {
+    const auto address = reinterpret_cast<std::uintptr_t>(v.data());
+    return v.data() + ((64 - address % 64) % 64 + offset);
+  };
+  std::byte* const in = at(in_buffer);
+  std::byte* const out = at(out_buffer);
   const std::size_t q_bytes = std::size_t(q_heads) * kDim * element_size(dtype);
-  std::byte* k_src = split ? k_in.data() + 4096 : in.data() + q_bytes;
-  std::byte* k_dst = split ? k_out.data() + 4096 : out.data() + q_bytes;
+  std::byte* k_src = split ? at(k_in_buffer) + 4096 : in + q_bytes;
+  std::byte* k_dst = split ? at(k_out_buffer) + 4096 : out + q_bytes;
   const Rope rope(Spec{.head_dim = kDim, .rotary_dim = kDim, .base = 5e5, .pairing = Pairing::Half});
   const std::vector<std::int64_t> pos = {4095};
-  const RotateCall call = rope.prepare({.q = bshd(in.data(), dtype, 1, 1, q_heads, kDim),
+  const RotateCall call = rope.prepare({.q = bshd(in, dtype, 1, 1, q_heads, kDim),
                                         .k = bshd(k_src, dtype, 1, 1, k_heads, kDim),
-                                        .q_out = bshd(out.data(), dtype, 1, 1, q_heads, kDim),
+                                        .q_out = bshd(out, dtype, 1, 1, q_heads, kDim),
                                         .k_out = bshd(k_dst, dtype, 1, 1, k_heads, kDim),
                                         .positions = positions(pos),
                                         .threads = 1},
@@ -61,7 +71,7 @@ int main(int argc, char** argv) {
     asm volatile("" ::: "memory");
   });
   const double copy = median_ns(calls, [&] {
-    std::memcpy(out.data(), in.data(), bytes);
+    std::memcpy(out, in, bytes);
     asm volatile("" ::: "memory");
   });
   std::printf("%d heads (%d q + %d k) %s%s: run %.1f ns, memcpy %.1f ns, run / memcpy %.2f\n", heads, q_heads, k_heads,

@@ -242,6 +242,24 @@ std::vector<Case> eval_cases() {
       }
     }
   }
+  // Decode: one token (the kernels' one-token path), q and k in buffers of their own, in and out of place, both
+  // angle sources, the in-register widths (64–256) and others.
+  for (const char* s : {"half128", "half256", "yarn64", "interleaved128", "half72", "half32of128"}) {
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        out.push_back({.op = Op::Rotate,
+                       .spec = s,
+                       .dtype = dt,
+                       .layout = variant & 1 ? Layout::BshdOff16 : Layout::Bshd,
+                       .positions = PositionKind::Scattered,
+                       .seq = 1,
+                       .q_heads = 8,
+                       .k_heads = 2,
+                       .in_place = variant < 2,
+                       .angles = variant == 3 ? Angles::OnTheFly : Angles::Table});
+      }
+    }
+  }
   // Calls big enough that several threads really run (each gets >= 256 KiB), every thread count.
   for (const char* s : {"half128", "interleaved128"}) {
     for (DType dt : {DType::F32, DType::BF16}) {

@@ -188,6 +188,13 @@ struct Scratch {
   const float* read_s;
 };
 
+// A token's coefficients where they are read in place (the table's rows): what the in-register kernels read of a
+// Scratch, without one.
+struct RowCoefficients {
+  const float* read_c;
+  const float* read_s;
+};
+
 // Stores pair j's coefficients in the layout of the pairing (see RotateRow).
 template <Pairing kPairing>
 HWY_INLINE void StorePair(int j, float cj, float sj, float* c, float* s) {
@@ -278,9 +285,14 @@ void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
 // and reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
 // missed store-to-load forwarding: 17 % of a 5-head fp32 decode call on Zen 5 (perf record).
 template <Pairing kPairing>
+HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
+  return kPairing == Pairing::Half && job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f &&
+         job.sin_sign == 1.0f && job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
+}
+
+template <Pairing kPairing>
 HWY_INLINE void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
-  if (kPairing == Pairing::Half && job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f &&
-      job.sin_sign == 1.0f && job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0) {
+  if (TableRowsAreCoefficients<kPairing>(job)) {
     const std::int64_t p = job.args.positions.at(0, token);
     scratch.read_c = job.table->cos_row(p);
     scratch.read_s = job.table->sin_row(p);
@@ -452,10 +464,11 @@ struct Bf16EvenOdd {
 // Not on SVE targets: their vectors are sizeless, so they cannot be held in arrays; RotateHeads takes the row loop
 // there (the same steps, so the same bits).
 #if !HWY_HAVE_SCALABLE
-template <class Codec, Pairing kPairing, std::size_t kSteps, std::size_t... I>
+// (`scratch`: a Scratch, or a RowCoefficients where no scratch is needed: only its read_c and read_s are read.)
+template <class Codec, Pairing kPairing, std::size_t kSteps, class Coefficients, std::size_t... I>
 HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec::T* src, std::int64_t src_stride,
                                        typename Codec::T* dst, std::int64_t dst_stride, std::int64_t heads,
-                                       const Scratch& scratch, bool prefetch, std::index_sequence<I...>) {
+                                       const Coefficients& scratch, bool prefetch, std::index_sequence<I...>) {
   using T = typename Codec::T;
   const DF d;
   const std::size_t n = hn::Lanes(d);
@@ -665,6 +678,55 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
 }
 #endif  // !HWY_HAVE_SCALABLE
 
+#if !HWY_HAVE_SCALABLE
+// A call of one whole token whose coefficients are the table's rows (a decode step): its q rows and its k rows (one
+// run where k continues q) straight from the views' first rows, without a scratch, the runs' bookkeeping or the
+// contiguity test's address arithmetic — what is left of a decode call's fixed cost after the rows. Returns false
+// where the width is not an in-register one (the runs take it). Not inlined: inside RotateRowsFor the compiler
+// spilled the row strides and reloaded them every head (fp32, 40 heads: 5–11 % slower than the runs; as a call,
+// 0.94–1.0×).
+template <Pairing kPairing, class QCodec, class KCodec>
+HWY_NOINLINE bool RotateOneToken(const RotateJob& job) {
+  const std::size_t n = hn::Lanes(DF());
+  const auto width = static_cast<std::size_t>(job.map->rotary_dim / 2);
+  if (width % n != 0) return false;
+  const RotateArgs& args = job.args;
+  const std::int64_t p = args.positions.at(0, 0);
+  const RowCoefficients coefficients{job.table->cos_row(p), job.table->sin_row(p)};
+  using QT = typename QCodec::T;
+  using KT = typename KCodec::T;
+  const auto rows = [&](auto steps) {
+    constexpr std::size_t kSteps = decltype(steps)::value;
+    const auto each = std::make_index_sequence<kSteps>();
+    std::int64_t merged = 0;  // k rows rotated with q's run
+    if (job.q_heads > 0) {
+      QT* src = static_cast<QT*>(args.q.data);
+      const bool out = args.q_out.data != nullptr;
+      if (job.k_heads > 0 && QKContiguous<QCodec, KCodec>(args, 0, 0, job.q_heads)) merged = job.k_heads;
+      RotateHeadsInRegisters<QCodec, kPairing, kSteps>(*job.map, src, args.q.head_stride,
+                                                       out ? static_cast<QT*>(args.q_out.data) : src,
+                                                       out ? args.q_out.head_stride : args.q.head_stride,
+                                                       job.q_heads + merged, coefficients, job.prefetch_rows, each);
+    }
+    if (job.k_heads > 0 && merged == 0) {
+      KT* src = static_cast<KT*>(args.k.data);
+      const bool out = args.k_out.data != nullptr;
+      RotateHeadsInRegisters<KCodec, kPairing, kSteps>(
+          *job.map, src, args.k.head_stride, out ? static_cast<KT*>(args.k_out.data) : src,
+          out ? args.k_out.head_stride : args.k.head_stride, job.k_heads, coefficients, job.prefetch_rows, each);
+    }
+    return true;
+  };
+  switch (width / n) {
+    case 1: return rows(std::integral_constant<std::size_t, 1>());
+    case 2: return rows(std::integral_constant<std::size_t, 2>());
+    case 4: return rows(std::integral_constant<std::size_t, 4>());
+    case kMaxStepsInRegisters: return rows(std::integral_constant<std::size_t, kMaxStepsInRegisters>());
+    default: return false;
+  }
+}
+#endif
+
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
 // KCodec (both chosen once, at prepare). The whole tokens of the range take RotateWholeTokens where the rows are
 // in-register widths (every model's head_dim of 64–256 on AVX-512 and AVX2), the partial ones at its ends the runs.
@@ -673,6 +735,11 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   if (first >= last) return;
 #if !HWY_HAVE_SCALABLE
   const std::int64_t heads = job.q_heads + job.k_heads;
+  if (job.tokens == 1 && first == 0 && last == heads && TableRowsAreCoefficients<kPairing>(job) &&
+      (!job.stream_stores || (job.args.q_out.data == nullptr && job.args.k_out.data == nullptr)) &&
+      RotateOneToken<kPairing, QCodec, KCodec>(job)) {
+    return;
+  }
   // Divisions only where a thread's range starts or ends inside the rows: 64-bit divides are tens of cycles, a
   // noticeable part of a decode call.
   const std::int64_t token = first == 0 ? 0 : (first + heads - 1) / heads;
