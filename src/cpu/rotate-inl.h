@@ -278,18 +278,19 @@ void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   }
 }
 
-// Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
-// decode call a few compares and two loads: the table's rows are the half pairing's coefficients (c = cos·1,
-// s = sin·1·1, exact) and are read in place, without copying 2 × 256 bytes per token through the scratch (whole
-// vectors only: no tail step reads past the row). As a call (before 2026-11-27) its prologue realigned the stack,
-// and reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
-// missed store-to-load forwarding: 17 % of a 5-head fp32 decode call on Zen 5 (perf record).
+// Whether the table's rows are the job's coefficients as they are: the half pairing's c = cos·1, s = sin·1·1 (exact),
+// in whole vectors (no tail step reads past a row). Then they are read in place, without copying 2 × 256 bytes per
+// token through a scratch. A property of the job alone.
 template <Pairing kPairing>
 HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
   return kPairing == Pairing::Half && job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f &&
          job.sin_sign == 1.0f && job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
 }
 
+// Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
+// decode call a few compares and two loads. As a call (before 2026-11-27) its prologue realigned the stack, and
+// reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
+// missed store-to-load forwarding: 17 % of a 5-head fp32 decode call on Zen 5 (perf record).
 template <Pairing kPairing>
 HWY_INLINE void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   if (TableRowsAreCoefficients<kPairing>(job)) {
