@@ -516,6 +516,30 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
 // one thread: 0.38 vs 0.50 µs per call; with at most 4 steps AVX2 took the row loop there).
 constexpr std::size_t kMaxStepsInRegisters = 8;
 
+#if !HWY_HAVE_SCALABLE
+// The rotary width of `map`'s rows in whole vectors (of pairs for Half, of lanes for Interleaved); 0 where it is not
+// whole vectors.
+template <Pairing kPairing>
+HWY_INLINE std::size_t WidthInVectors(const PairMap& map) {
+  const std::size_t n = hn::Lanes(DF());
+  const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
+  return width % n == 0 ? width / n : 0;
+}
+
+// Calls f(std::integral_constant<std::size_t, kSteps>()) where `steps` is an in-register width (1, 2, 4 or 8 vectors)
+// and returns true; false for any other.
+template <class F>
+HWY_INLINE bool WithStepsInRegisters(std::size_t steps, F&& f) {
+  switch (steps) {
+    case 1: f(std::integral_constant<std::size_t, 1>()); return true;
+    case 2: f(std::integral_constant<std::size_t, 2>()); return true;
+    case 4: f(std::integral_constant<std::size_t, 4>()); return true;
+    case kMaxStepsInRegisters: f(std::integral_constant<std::size_t, kMaxStepsInRegisters>()); return true;
+    default: return false;
+  }
+}
+#endif
+
 // `heads` rows of one token (src rows src_stride elements apart, dst rows dst_stride apart; dst ==
 // src: in place): in registers where the rotary width is 1, 2, 4 or 8 whole vectors and no
 // non-temporal store is wanted, else row by row.
@@ -526,25 +550,12 @@ HWY_INLINE void RotateHeads(const PairMap& map, const typename Codec::T* src, st
 #if HWY_HAVE_SCALABLE
   (void)prefetch;  // only the in-registers path prefetches
 #else
-  const std::size_t n = hn::Lanes(DF());
-  const auto width = static_cast<std::size_t>(kPairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
-  if ((!stream || dst == src) && width % n == 0) {
-    switch (width / n) {
-      case 1:
-        return RotateHeadsInRegisters<Codec, kPairing, 1>(map, src, src_stride, dst, dst_stride, heads, scratch,
-                                                          prefetch, std::make_index_sequence<1>());
-      case 2:
-        return RotateHeadsInRegisters<Codec, kPairing, 2>(map, src, src_stride, dst, dst_stride, heads, scratch,
-                                                          prefetch, std::make_index_sequence<2>());
-      case 4:
-        return RotateHeadsInRegisters<Codec, kPairing, 4>(map, src, src_stride, dst, dst_stride, heads, scratch,
-                                                          prefetch, std::make_index_sequence<4>());
-      case kMaxStepsInRegisters:
-        return RotateHeadsInRegisters<Codec, kPairing, kMaxStepsInRegisters>(
-            map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
-            std::make_index_sequence<kMaxStepsInRegisters>());
-      default: break;
-    }
+  if ((!stream || dst == src) && WithStepsInRegisters(WidthInVectors<kPairing>(map), [&](auto steps) {
+        constexpr std::size_t kSteps = decltype(steps)::value;
+        RotateHeadsInRegisters<Codec, kPairing, kSteps>(map, src, src_stride, dst, dst_stride, heads, scratch, prefetch,
+                                                        std::make_index_sequence<kSteps>());
+      })) {
+    return;
   }
 #endif
   for (std::int64_t h = 0; h < heads; ++h) {
@@ -635,135 +646,94 @@ void RotateRowRuns(const RotateJob& job, std::int64_t first, std::int64_t last) 
 }
 
 #if !HWY_HAVE_SCALABLE
+// Token (b, s)'s q rows, then its k rows — one run where k continues q — through the in-register kernel of kSteps
+// vectors, with the token's coefficients (a Scratch, or a RowCoefficients).
+template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps, class Coefficients>
+HWY_INLINE void RotateTokenInRegisters(const RotateJob& job, std::int64_t b, std::int64_t s,
+                                       const Coefficients& coefficients) {
+  const RotateArgs& args = job.args;
+  const auto steps = std::make_index_sequence<kSteps>();
+  std::int64_t merged = 0;  // k rows rotated with q's run
+  if (job.q_heads > 0) {
+    using T = typename QCodec::T;
+    T* src = static_cast<T*>(args.q.row(b, s, 0));
+    const bool out = args.q_out.data != nullptr;
+    if (job.k_heads > 0 && QKContiguous<QCodec, KCodec>(args, b, s, job.q_heads)) merged = job.k_heads;
+    RotateHeadsInRegisters<QCodec, kPairing, kSteps>(*job.map, src, args.q.head_stride,
+                                                     out ? static_cast<T*>(args.q_out.row(b, s, 0)) : src,
+                                                     out ? args.q_out.head_stride : args.q.head_stride,
+                                                     job.q_heads + merged, coefficients, job.prefetch_rows, steps);
+  }
+  if (job.k_heads > 0 && merged == 0) {
+    using T = typename KCodec::T;
+    T* src = static_cast<T*>(args.k.row(b, s, 0));
+    const bool out = args.k_out.data != nullptr;
+    RotateHeadsInRegisters<KCodec, kPairing, kSteps>(
+        *job.map, src, args.k.head_stride, out ? static_cast<T*>(args.k_out.row(b, s, 0)) : src,
+        out ? args.k_out.head_stride : args.k.head_stride, job.k_heads, coefficients, job.prefetch_rows, steps);
+  }
+}
+
 // Whole tokens [token, end) of a job whose rows take the in-registers path (kSteps vectors of rotary width, no
-// non-temporal stores): per token its coefficients, then its q rows and its k rows (one run where k continues q), the
-// rows found from the token's (b, s) alone. The same steps as RotateRowRuns, so the same bits; what it saves is
-// RotateRowRuns' per-run work — the head/run bookkeeping, four row addresses and the contiguity test recomputed
-// with the loop state spilled to the stack, and the dispatch on the width — about as many instructions per token as
-// a 64-dim token's ten rows take (perf annotate, Zen 5).
+// non-temporal stores): per token its coefficients and RotateTokenInRegisters, the rows found from the token's (b, s)
+// alone. The same steps as RotateRowRuns, so the same bits; what it saves is RotateRowRuns' per-run work — the
+// head/run bookkeeping, four row addresses and the contiguity test recomputed with the loop state spilled to the
+// stack, and the dispatch on the width — about as many instructions per token as a 64-dim token's ten rows take
+// (perf annotate, Zen 5).
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
 HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end) {
   Scratch scratch(*job.map);
-  const RotateArgs& args = job.args;
-  const PairMap& map = *job.map;
-  using QT = typename QCodec::T;
-  using KT = typename KCodec::T;
-  const auto steps = std::make_index_sequence<kSteps>();
-  const std::int64_t q_heads = job.q_heads, k_heads = job.k_heads;
-  const bool q_out = args.q_out.data != nullptr, k_out = args.k_out.data != nullptr;
-  const std::int64_t q_dst_stride = q_out ? args.q_out.head_stride : args.q.head_stride;
-  const std::int64_t k_dst_stride = k_out ? args.k_out.head_stride : args.k.head_stride;
   std::int64_t b = 0, s = 0;
   if (token != 0) b = token / job.seq, s = token % job.seq;  // (a one-thread call skips the divisions, as below)
   for (; token < end; ++token) {
     BuildCoefficients<kPairing>(job, token, scratch);
-    std::int64_t merged = 0;  // k rows rotated with q's run
-    if (q_heads > 0) {
-      QT* src = static_cast<QT*>(args.q.row(b, s, 0));
-      QT* dst = q_out ? static_cast<QT*>(args.q_out.row(b, s, 0)) : src;
-      if (k_heads > 0 && QKContiguous<QCodec, KCodec>(args, b, s, q_heads)) merged = k_heads;
-      RotateHeadsInRegisters<QCodec, kPairing, kSteps>(map, src, args.q.head_stride, dst, q_dst_stride,
-                                                       q_heads + merged, scratch, job.prefetch_rows, steps);
-    }
-    if (k_heads > 0 && merged == 0) {
-      KT* src = static_cast<KT*>(args.k.row(b, s, 0));
-      KT* dst = k_out ? static_cast<KT*>(args.k_out.row(b, s, 0)) : src;
-      RotateHeadsInRegisters<KCodec, kPairing, kSteps>(map, src, args.k.head_stride, dst, k_dst_stride, k_heads,
-                                                       scratch, job.prefetch_rows, steps);
-    }
+    RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, b, s, scratch);
     if (++s == job.seq) {
       s = 0;
       ++b;
     }
   }
 }
+
+// A call of one whole token whose coefficients are the table's rows (a decode step), in kSteps vectors: without a
+// scratch, the runs' bookkeeping or their address arithmetic (the token is (0, 0)) — what is left of a decode call's
+// fixed cost after the rows. Not inlined: inside RotateRowsFor the compiler spilled the row strides and reloaded them
+// every head (fp32, 40 heads: 5–11 % slower than the runs; as a call, 0.94–1.0×).
+template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
+HWY_NOINLINE void RotateOneToken(const RotateJob& job) {
+  const std::int64_t p = job.args.positions.at(0, 0);
+  RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(
+      job, 0, 0, RowCoefficients{job.table->cos_row(p), job.table->sin_row(p)});
+}
 #endif  // !HWY_HAVE_SCALABLE
 
-#if !HWY_HAVE_SCALABLE
-// A call of one whole token whose coefficients are the table's rows (a decode step): its q rows and its k rows (one
-// run where k continues q) straight from the views' first rows, without a scratch, the runs' bookkeeping or the
-// contiguity test's address arithmetic — what is left of a decode call's fixed cost after the rows. Returns false
-// where the width is not an in-register one (the runs take it). Not inlined: inside RotateRowsFor the compiler
-// spilled the row strides and reloaded them every head (fp32, 40 heads: 5–11 % slower than the runs; as a call,
-// 0.94–1.0×).
-template <Pairing kPairing, class QCodec, class KCodec>
-HWY_NOINLINE bool RotateOneToken(const RotateJob& job) {
-  const std::size_t n = hn::Lanes(DF());
-  const auto width = static_cast<std::size_t>(job.map->rotary_dim / 2);
-  if (width % n != 0) return false;
-  const RotateArgs& args = job.args;
-  const std::int64_t p = args.positions.at(0, 0);
-  const RowCoefficients coefficients{job.table->cos_row(p), job.table->sin_row(p)};
-  using QT = typename QCodec::T;
-  using KT = typename KCodec::T;
-  const auto rows = [&](auto steps) {
-    constexpr std::size_t kSteps = decltype(steps)::value;
-    const auto each = std::make_index_sequence<kSteps>();
-    std::int64_t merged = 0;  // k rows rotated with q's run
-    if (job.q_heads > 0) {
-      QT* src = static_cast<QT*>(args.q.data);
-      const bool out = args.q_out.data != nullptr;
-      if (job.k_heads > 0 && QKContiguous<QCodec, KCodec>(args, 0, 0, job.q_heads)) merged = job.k_heads;
-      RotateHeadsInRegisters<QCodec, kPairing, kSteps>(*job.map, src, args.q.head_stride,
-                                                       out ? static_cast<QT*>(args.q_out.data) : src,
-                                                       out ? args.q_out.head_stride : args.q.head_stride,
-                                                       job.q_heads + merged, coefficients, job.prefetch_rows, each);
-    }
-    if (job.k_heads > 0 && merged == 0) {
-      KT* src = static_cast<KT*>(args.k.data);
-      const bool out = args.k_out.data != nullptr;
-      RotateHeadsInRegisters<KCodec, kPairing, kSteps>(
-          *job.map, src, args.k.head_stride, out ? static_cast<KT*>(args.k_out.data) : src,
-          out ? args.k_out.head_stride : args.k.head_stride, job.k_heads, coefficients, job.prefetch_rows, each);
-    }
-    return true;
-  };
-  switch (width / n) {
-    case 1: return rows(std::integral_constant<std::size_t, 1>());
-    case 2: return rows(std::integral_constant<std::size_t, 2>());
-    case 4: return rows(std::integral_constant<std::size_t, 4>());
-    case kMaxStepsInRegisters: return rows(std::integral_constant<std::size_t, kMaxStepsInRegisters>());
-    default: return false;
-  }
-}
-#endif
-
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
-// KCodec (both chosen once, at prepare). The whole tokens of the range take RotateWholeTokens where the rows are
-// in-register widths (every model's head_dim of 64–256 on AVX-512 and AVX2), the partial ones at its ends the runs.
+// KCodec (both chosen once, at prepare). Where the rows are in-register widths (every model's head_dim of 64–256 on
+// AVX-512 and AVX2) and take no non-temporal stores: a one-token call with the table's rows as coefficients takes
+// RotateOneToken, the whole tokens of a longer range RotateWholeTokens and the partial ones at its ends the runs.
 template <Pairing kPairing, class QCodec, class KCodec>
 void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first >= last) return;
 #if !HWY_HAVE_SCALABLE
+  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
+  const std::size_t steps = !job.stream_stores || in_place ? WidthInVectors<kPairing>(*job.map) : 0;
   const std::int64_t heads = job.q_heads + job.k_heads;
   if (job.tokens == 1 && first == 0 && last == heads && TableRowsAreCoefficients<kPairing>(job) &&
-      (!job.stream_stores || (job.args.q_out.data == nullptr && job.args.k_out.data == nullptr)) &&
-      RotateOneToken<kPairing, QCodec, KCodec>(job)) {
+      WithStepsInRegisters(steps, [&](auto k) { RotateOneToken<kPairing, QCodec, KCodec, decltype(k)::value>(job); })) {
     return;
   }
   // Divisions only where a thread's range starts or ends inside the rows: 64-bit divides are tens of cycles, a
   // noticeable part of a decode call.
   const std::int64_t token = first == 0 ? 0 : (first + heads - 1) / heads;
   const std::int64_t end = last == job.rows() ? job.tokens : last / heads;
-  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
-  const std::size_t n = hn::Lanes(DF());
-  const auto width =
-      static_cast<std::size_t>(kPairing == Pairing::Half ? job.map->rotary_dim / 2 : job.map->rotary_dim);
   // Two whole tokens at least: a single one (a decode call) ran 2–5 % slower this way than as runs (Zen 5, fp16 and
   // fp32 decode, 3 alternated runs), the extra call's cost not repaid.
-  if (end - token >= 2 && (!job.stream_stores || in_place) && width % n == 0) {
-    const auto whole = [&](auto steps) {
-      RotateRowRuns<kPairing, QCodec, KCodec>(job, first, token * heads);
-      RotateWholeTokens<kPairing, QCodec, KCodec, decltype(steps)::value>(job, token, end);
-      RotateRowRuns<kPairing, QCodec, KCodec>(job, end * heads, last);
-    };
-    switch (width / n) {
-      case 1: return whole(std::integral_constant<std::size_t, 1>());
-      case 2: return whole(std::integral_constant<std::size_t, 2>());
-      case 4: return whole(std::integral_constant<std::size_t, 4>());
-      case kMaxStepsInRegisters: return whole(std::integral_constant<std::size_t, kMaxStepsInRegisters>());
-      default: break;
-    }
+  if (end - token >= 2 && WithStepsInRegisters(steps, [&](auto k) {
+        RotateRowRuns<kPairing, QCodec, KCodec>(job, first, token * heads);
+        RotateWholeTokens<kPairing, QCodec, KCodec, decltype(k)::value>(job, token, end);
+        RotateRowRuns<kPairing, QCodec, KCodec>(job, end * heads, last);
+      })) {
+    return;
   }
 #endif
   RotateRowRuns<kPairing, QCodec, KCodec>(job, first, last);
