@@ -7,27 +7,16 @@
 //
 //   append_probe
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <vector>
 
+#include "probe_timing.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
 
-double ns_per_call(const std::function<void()>& f, long calls = 20000) {
-  std::vector<double> batches;
-  for (int r = 0; r < 15; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (long i = 0; i < calls; ++i) f();
-    batches.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
-                      double(calls));
-  }
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
+using probe::ns_per_call;
 
 // 64-byte aligned, as an engine's tensors are.
 template <class T>

@@ -18,32 +18,19 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <vector>
 
+#include "probe_timing.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr int kHeads = 40, kDim = 128;
 
-// Median over 15 batches of ns per call.
-double ns_per_call(const std::function<void()>& f, long calls = 20000) {
-  std::vector<double> batches;
-  for (int r = 0; r < 15; ++r) {
-    const auto start = Clock::now();
-    for (long i = 0; i < calls; ++i) f();
-    batches.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / double(calls));
-  }
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
+using probe::ns_per_call;
 
 // ns per cycle: 4 independent chains of 1-cycle adds, 4 adds per iteration → one iteration per cycle.
 double ns_per_cycle() {

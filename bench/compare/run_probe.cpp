@@ -5,33 +5,16 @@
 // SPLIT=1 puts k in its own buffer (two runs per token instead of one); OFFSET=16 misaligns every buffer by 16 bytes.
 // Public API only (bench/compare/README.md).
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "probe_timing.hpp"
 #include "ropekit/ropekit.hpp"
-
-namespace {
-
-double median_ns(long calls, const std::function<void()>& f) {
-  std::vector<double> ns;
-  for (int r = 0; r < 15; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (long i = 0; i < calls / 15; ++i) f();
-    ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
-                 double(calls / 15));
-  }
-  std::sort(ns.begin(), ns.end());
-  return ns[ns.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ropekit;
@@ -66,14 +49,18 @@ int main(int argc, char** argv) {
                                         .positions = positions(pos),
                                         .threads = 1},
                                        rope.table(4096));
-  const double run = median_ns(calls, [&] {
-    call.run(0, call.rows());
-    asm volatile("" ::: "memory");
-  });
-  const double copy = median_ns(calls, [&] {
-    std::memcpy(out, in, bytes);
-    asm volatile("" ::: "memory");
-  });
+  const double run = probe::ns_per_call(
+      [&] {
+        call.run(0, call.rows());
+        asm volatile("" ::: "memory");
+      },
+      calls / 15);
+  const double copy = probe::ns_per_call(
+      [&] {
+        std::memcpy(out, in, bytes);
+        asm volatile("" ::: "memory");
+      },
+      calls / 15);
   std::printf("%d heads (%d q + %d k) %s%s: run %.1f ns, memcpy %.1f ns, run / memcpy %.2f\n", heads, q_heads, k_heads,
               type.c_str(), split ? ", k apart" : "", run, copy, run / copy);
   return 0;
