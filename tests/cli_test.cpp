@@ -755,6 +755,18 @@ TEST(Cli, PositionsFromADescription) {
            {R"({"kind": "packed"})", "\"cu_seqlens\" is missing"},
            {R"({"kind": "packed", "cu_seqlens": [0, 2.5]})", "not an integer"},
            {R"({"kind": "packed", "cu_seqlens": [0, 5, 3]})", "cu_seqlens[2] = 3"},
+           // Sizes past what the CLI makes (2^26 positions) or the library's grids allow: refused before any
+           // allocation (the positions fuzzer's [0, 3, 444444444445] asked for 3.5 TB).
+           {R"({"kind": "packed", "cu_seqlens": [0, 3, 444444444445], "start_offsets": [1, 2]})",
+            "\"cu_seqlens\"[2] = 444444444445: more than the 2^26 positions"},
+           {R"({"kind": "cp", "seq_len": 68719476736, "cp_size": 2, "cp_rank": 0})", "\"seq_len\" = 68719476736"},
+           {R"({"kind": "cp", "cu_seqlens": [0, 67108868], "cp_size": 2, "cp_rank": 0})", "\"cu_seqlens\"[1]"},
+           {R"({"kind": "vision", "grid_thw": [[1, 65536, 65536]], "config": {"model_type": "qwen2_vl",
+               "vision_config": {"embed_dim": 64, "num_heads": 4}}})",
+            "more than 16777216 tokens"},  // the library's own bound on vision grids
+           {R"({"kind": "mrope", "family": "qwen2_vl", "mm_token_type_ids": [[0, 1]],
+               "image_grid_thw": [[4096, 4096, 4096]]})",
+            "holds 17179869184"},  // checked against the tokens before anything is made
            {R"({"kind": "cp", "seq_len": 10, "cp_size": 2, "cp_rank": 0})", "multiple of 4"},
            {R"({"kind": "cp", "seq_len": 8, "cp_size": 2, "cp_rank": 2})", "\"cp_rank\" = 2"},
            {R"({"kind": "cp", "seq_len": 8, "cp_size": 2, "cp_rank": 0, "sharding": "ring"})",

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
 
 #include "cli.hpp"
 #include "model_io.hpp"
@@ -99,6 +100,26 @@ class Reader {
   std::string_view origin_;
 };
 
+// The most positions a packed or context-parallel description may ask `ropekit positions` to make: 2^26 (0.5 GiB of
+// int64), beyond any sequence a model takes. The library bounds those by the position range (2^47) only, so without
+// this a file's few bytes could ask for terabytes (the positions fuzzer's "cu_seqlens": [0, 3, 444444444445] did);
+// vision and M-RoPE grids have the library's own bounds.
+constexpr std::int64_t kMaxTokens = std::int64_t{1} << 26;
+
+void check_tokens(std::int64_t tokens, std::string_view origin, std::string_view what) {
+  if (tokens > kMaxTokens) {
+    throw Error(
+        fmt::format("{}: {} = {}: more than the 2^26 positions `ropekit positions` makes", origin, what, tokens));
+  }
+}
+
+// cu_seqlens' largest entry (its end, once the library has checked it does not decrease) against kMaxTokens.
+std::vector<std::int64_t> bounded_cu_seqlens(const Reader& r, std::string_view origin) {
+  std::vector<std::int64_t> cu = r.integers("cu_seqlens", true);
+  for (std::size_t d = 0; d < cu.size(); ++d) check_tokens(cu[d], origin, fmt::format("\"cu_seqlens\"[{}]", d));
+  return cu;
+}
+
 CpSharding sharding_of(const std::string& s, std::string_view origin) {
   if (s == "contiguous") return CpSharding::Contiguous;
   if (s == "zigzag") return CpSharding::ZigZag;
@@ -139,7 +160,7 @@ PositionIds positions_from_json(std::string_view text, std::string_view origin) 
   PositionIds out;
   if (kind == "packed") {
     r.only({"kind", "cu_seqlens", "start_offsets"});
-    out.values = packed_positions(r.integers("cu_seqlens", true), r.integers("start_offsets", false));
+    out.values = packed_positions(bounded_cu_seqlens(r, origin), r.integers("start_offsets", false));
   } else if (kind == "cp") {
     r.only({"kind", "seq_len", "cu_seqlens", "cp_size", "cp_rank", "sharding", "stripe", "start", "start_offsets"});
     const std::int64_t size = r.integer("cp_size"), rank = r.integer("cp_rank");
@@ -152,9 +173,11 @@ PositionIds positions_from_json(std::string_view text, std::string_view origin) 
                         .sharding = sharding_of(r.text("sharding", "zigzag"), origin),
                         .stripe = r.integer("stripe", 1)};
     if (r.has("cu_seqlens")) {
-      out.values = cp_positions_packed(r.integers("cu_seqlens", true), shard, r.integers("start_offsets", false));
+      out.values = cp_positions_packed(bounded_cu_seqlens(r, origin), shard, r.integers("start_offsets", false));
     } else {
-      out.values = cp_positions(r.integer("seq_len"), shard, r.integer("start", 0));
+      const std::int64_t seq_len = r.integer("seq_len");
+      check_tokens(seq_len, origin, "\"seq_len\"");
+      out.values = cp_positions(seq_len, shard, r.integer("start", 0));
     }
   } else if (kind == "tree") {
     r.only({"kind", "parents", "root_position"});
