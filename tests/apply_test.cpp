@@ -595,58 +595,62 @@ TEST(ApplyCall, SetPositionsGivesTheBitsOfAFreshPrepare) {
     }
     const Rope rope(c.spec, AngleMode::Accurate, c.length);
     const int axes = rope.pair_map().num_axes;
-    const std::int64_t d = c.spec.head_dim, tokens = 3, qh = 4, kh = 2;
-    for (DType dt : {DType::F32, DType::BF16}) {
-      const std::int64_t es = element_size(dt);
-      std::vector<std::uint8_t> q0(std::size_t(tokens * qh * d * es)), k0(std::size_t(tokens * kh * d * es));
-      for (auto* buffer : {&q0, &k0}) {
-        for (std::size_t i = 0; i < buffer->size() / std::size_t(es); ++i) {
-          const float x = normal(rng);
-          if (dt == DType::F32) {
-            std::memcpy(buffer->data() + 4 * i, &x, 4);
-          } else {
-            const std::uint16_t h = float_to_bf16(x);
-            std::memcpy(buffer->data() + 2 * i, &h, 2);
+    const std::int64_t d = c.spec.head_dim, qh = 4, kh = 2;
+    // One token too: a decode step's kernel is chosen at prepare (OneTokenRows) and must follow the angle source
+    // from the table to on the fly and back.
+    for (const std::int64_t tokens : {3, 1}) {
+      for (DType dt : {DType::F32, DType::BF16}) {
+        const std::int64_t es = element_size(dt);
+        std::vector<std::uint8_t> q0(std::size_t(tokens * qh * d * es)), k0(std::size_t(tokens * kh * d * es));
+        for (auto* buffer : {&q0, &k0}) {
+          for (std::size_t i = 0; i < buffer->size() / std::size_t(es); ++i) {
+            const float x = normal(rng);
+            if (dt == DType::F32) {
+              std::memcpy(buffer->data() + 4 * i, &x, 4);
+            } else {
+              const std::uint16_t h = float_to_bf16(x);
+              std::memcpy(buffer->data() + 2 * i, &h, 2);
+            }
           }
         }
-      }
-      std::vector<std::uint8_t> q = q0, k = k0, q_want = q0, k_want = k0;
-      const auto args_for = [&](std::vector<std::uint8_t>& qb, std::vector<std::uint8_t>& kb,
-                                const std::vector<std::int64_t>& pos) {
-        return RotateArgs{.q = bshd(qb.data(), dt, 1, tokens, qh, d),
-                          .k = bshd(kb.data(), dt, 1, tokens, kh, d),
-                          .positions = axes == 3 ? mrope_positions(pos) : positions(pos)};
-      };
-      const auto pick = [&](std::int64_t lo, std::int64_t hi) {
-        std::vector<std::int64_t> pos(std::size_t(tokens * axes));
-        for (auto& p : pos) p = std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
-        return pos;
-      };
-      std::vector<std::int64_t> first = pick(0, 50);
-      RotateCall call = rope.prepare(args_for(q, k, first));
-      ASSERT_NE(call.job().table, nullptr) << c.name;
-      // In the table, far beyond it (2^40: on the fly), back inside; each time from the same inputs.
-      for (const auto& [lo, hi] : {std::pair<std::int64_t, std::int64_t>{0, 200},
-                                   {std::int64_t{1} << 40, (std::int64_t{1} << 40) + 9},
-                                   {1, 7}}) {
-        const std::vector<std::int64_t> pos = pick(lo, hi);
+        std::vector<std::uint8_t> q = q0, k = k0, q_want = q0, k_want = k0;
+        const auto args_for = [&](std::vector<std::uint8_t>& qb, std::vector<std::uint8_t>& kb,
+                                  const std::vector<std::int64_t>& pos) {
+          return RotateArgs{.q = bshd(qb.data(), dt, 1, tokens, qh, d),
+                            .k = bshd(kb.data(), dt, 1, tokens, kh, d),
+                            .positions = axes == 3 ? mrope_positions(pos) : positions(pos)};
+        };
+        const auto pick = [&](std::int64_t lo, std::int64_t hi) {
+          std::vector<std::int64_t> pos(std::size_t(tokens * axes));
+          for (auto& p : pos) p = std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+          return pos;
+        };
+        std::vector<std::int64_t> first = pick(0, 50);
+        RotateCall call = rope.prepare(args_for(q, k, first));
+        ASSERT_NE(call.job().table, nullptr) << c.name;
+        // In the table, far beyond it (2^40: on the fly), back inside; each time from the same inputs.
+        for (const auto& [lo, hi] : {std::pair<std::int64_t, std::int64_t>{0, 200},
+                                     {std::int64_t{1} << 40, (std::int64_t{1} << 40) + 9},
+                                     {1, 7}}) {
+          const std::vector<std::int64_t> pos = pick(lo, hi);
+          q = q0, k = k0, q_want = q0, k_want = k0;
+          call.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
+          EXPECT_EQ(call.job().table == nullptr, lo >= (std::int64_t{1} << 40)) << c.name;
+          call.run();
+          rope.prepare(args_for(q_want, k_want, pos)).run();
+          EXPECT_EQ(q, q_want) << c.name << " " << to_string(dt) << " " << tokens << " tokens, positions from " << lo;
+          EXPECT_EQ(k, k_want) << c.name << " " << to_string(dt) << " " << tokens << " tokens, positions from " << lo;
+        }
+        // A call prepared on the fly stays on the fly.
+        RotateCall otf = rope.prepare_on_the_fly(args_for(q, k, first));
+        const std::vector<std::int64_t> pos = pick(0, 100);
         q = q0, k = k0, q_want = q0, k_want = k0;
-        call.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
-        EXPECT_EQ(call.job().table == nullptr, lo >= (std::int64_t{1} << 40)) << c.name;
-        call.run();
+        otf.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
+        EXPECT_EQ(otf.job().table, nullptr);
+        otf.run();
         rope.prepare(args_for(q_want, k_want, pos)).run();
-        EXPECT_EQ(q, q_want) << c.name << " " << to_string(dt) << " positions from " << lo;
-        EXPECT_EQ(k, k_want) << c.name << " " << to_string(dt) << " positions from " << lo;
+        EXPECT_EQ(q, q_want) << c.name;
       }
-      // A call prepared on the fly stays on the fly.
-      RotateCall otf = rope.prepare_on_the_fly(args_for(q, k, first));
-      const std::vector<std::int64_t> pos = pick(0, 100);
-      q = q0, k = k0, q_want = q0, k_want = k0;
-      otf.set_positions(axes == 3 ? mrope_positions(pos) : positions(pos));
-      EXPECT_EQ(otf.job().table, nullptr);
-      otf.run();
-      rope.prepare(args_for(q_want, k_want, pos)).run();
-      EXPECT_EQ(q, q_want) << c.name;
     }
   }
 }

@@ -85,6 +85,15 @@ struct PrepareAccess {
     }
     // Every check before the first change: a bad call leaves the job as it was.
     const std::int64_t max_position = check_positions(positions, "positions", job.tokens, job.map->num_axes);
+    // The common decode step: the call's table still covers the positions, and then it stays the angle source
+    // whichever way the call was prepared (the code below keeps it too). Without copying and releasing the
+    // shared_ptr (two atomic read-modify-writes: ≈ 1 ns of a 40-head step's 100, kernel_floor on Zen 5).
+    if (const Table* pinned = call.table_pin_.get(); pinned != nullptr && max_position < pinned->num_positions()) {
+      job.args.positions = positions;
+      job.table = pinned;
+      job.angles = nullptr;
+      return;
+    }
     // null: the call has no plan pinned
     const auto* state = static_cast<const Rope::State*>(call.plan_pin_.get());
     std::shared_ptr<const Table> table = call.table_pin_;

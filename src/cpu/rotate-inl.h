@@ -278,13 +278,20 @@ void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   }
 }
 
-// Whether the table's rows are the job's coefficients as they are: the half pairing's c = cos·1, s = sin·1·1 (exact),
-// in whole vectors (no tail step reads past a row). Then they are read in place, without copying 2 × 256 bytes per
-// token through a scratch. A property of the job alone.
+// Whether a table's rows would be the job's coefficients as they are: the half pairing's c = cos·1, s = sin·1·1
+// (exact), in whole vectors (no tail step reads past a row). Then they are read in place, without copying 2 × 256
+// bytes per token through a scratch. A property of the prepared job alone (set_positions changes only its angle
+// source).
+template <Pairing kPairing>
+HWY_INLINE bool TableRowsCanBeCoefficients(const RotateJob& job) {
+  return kPairing == Pairing::Half && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
+         job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
+}
+
+// ... and the job reads a table.
 template <Pairing kPairing>
 HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
-  return kPairing == Pairing::Half && job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f &&
-         job.sin_sign == 1.0f && job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
+  return job.table != nullptr && TableRowsCanBeCoefficients<kPairing>(job);
 }
 
 // Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
@@ -695,22 +702,12 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
   }
 }
 
-// A call of one whole token whose coefficients are the table's rows (a decode step), in kSteps vectors: without a
-// scratch, the runs' bookkeeping or their address arithmetic (the token is (0, 0)) — what is left of a decode call's
-// fixed cost after the rows. Not inlined: inside RotateRowsFor the compiler spilled the row strides and reloaded them
-// every head (fp32, 40 heads: 5–11 % slower than the runs; as a call, 0.94–1.0×).
-template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
-HWY_NOINLINE void RotateOneToken(const RotateJob& job) {
-  const std::int64_t p = job.args.positions.at(0, 0);
-  RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(
-      job, 0, 0, RowCoefficients{job.table->cos_row(p), job.table->sin_row(p)});
-}
 #endif  // !HWY_HAVE_SCALABLE
 
 // The kernel of one call shape: rows [first, last) of the job, q rows through QCodec, k rows through
 // KCodec (both chosen once, at prepare). Where the rows are in-register widths (every model's head_dim of 64–256 on
-// AVX-512 and AVX2) and take no non-temporal stores: a one-token call with the table's rows as coefficients takes
-// RotateOneToken, the whole tokens of a longer range RotateWholeTokens and the partial ones at its ends the runs.
+// AVX-512 and AVX2) and take no non-temporal stores, the whole tokens of a range take RotateWholeTokens and the
+// partial ones at its ends the runs. (A one-token call may have a kernel of its own: OneTokenRows.)
 template <Pairing kPairing, class QCodec, class KCodec>
 void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first >= last) return;
@@ -718,10 +715,6 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
   const std::size_t steps = !job.stream_stores || in_place ? WidthInVectors<kPairing>(*job.map) : 0;
   const std::int64_t heads = job.q_heads + job.k_heads;
-  if (job.tokens == 1 && first == 0 && last == heads && TableRowsAreCoefficients<kPairing>(job) &&
-      WithStepsInRegisters(steps, [&](auto k) { RotateOneToken<kPairing, QCodec, KCodec, decltype(k)::value>(job); })) {
-    return;
-  }
   // Divisions only where a thread's range starts or ends inside the rows: 64-bit divides are tens of cycles, a
   // noticeable part of a decode call.
   const std::int64_t token = first == 0 ? 0 : (first + heads - 1) / heads;
@@ -739,36 +732,87 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   RotateRowRuns<kPairing, QCodec, KCodec>(job, first, last);
 }
 
-template <Pairing kPairing, class Bf16, class QCodec>
+#if !HWY_HAVE_SCALABLE
+// The kernel of a one-token call (a decode step) whose rows are kSteps vectors wide, half pairing, magnitude 1 and
+// no non-temporal stores — all fixed at prepare, so OneTokenKernelFor decides them once: a call of every row with a
+// table reads the table's rows in place as its coefficients, without a scratch, the runs' bookkeeping or their
+// address arithmetic (the token is (0, 0)). What is left to decide per run is whether the range is the whole token
+// and whether a table is there (set_positions may move the call to angles on the fly and back). Other ranges take
+// RotateRowsFor. (Until 2026-11-27 RotateRowsFor tested the whole shape on every run; deciding it at prepare took a
+// 2-head fp32 call from 13.1 to 11.6 ns, 40 heads from 96.7 to 91.7 ns: run_probe, Zen 5, medians of 9 rounds.)
+template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
+void OneTokenRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
+  if (first == 0 && last == job.q_heads + job.k_heads && job.table != nullptr) {
+    const std::int64_t p = job.args.positions.at(0, 0);
+    RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(
+        job, 0, 0, RowCoefficients{job.table->cos_row(p), job.table->sin_row(p)});
+    return;
+  }
+  RotateRowsFor<kPairing, QCodec, KCodec>(job, first, last);
+}
+
+#endif  // !HWY_HAVE_SCALABLE
+
+// The kernel for (QCodec, KCodec): OneTokenRows of kSteps vectors, or (kSteps = 0) RotateRowsFor.
+template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
+detail::RowsKernel KernelOf() {
+#if !HWY_HAVE_SCALABLE
+  if constexpr (kSteps > 0) return &OneTokenRows<kPairing, QCodec, KCodec, kSteps>;
+#endif
+  return &RotateRowsFor<kPairing, QCodec, KCodec>;
+}
+
+template <Pairing kPairing, std::size_t kSteps, class Bf16, class QCodec>
 detail::RowsKernel KernelForK(DType k) {
   switch (k) {
-    case DType::BF16: return &RotateRowsFor<kPairing, QCodec, Bf16>;
-    case DType::F16: return &RotateRowsFor<kPairing, QCodec, F16Codec>;
-    default: return &RotateRowsFor<kPairing, QCodec, F32Codec>;
+    case DType::BF16: return KernelOf<kPairing, QCodec, Bf16, kSteps>();
+    case DType::F16: return KernelOf<kPairing, QCodec, F16Codec, kSteps>();
+    default: return KernelOf<kPairing, QCodec, F32Codec, kSteps>();
   }
 }
 
-template <Pairing kPairing, class Bf16>
+template <Pairing kPairing, std::size_t kSteps, class Bf16>
 detail::RowsKernel KernelFor(DType q, DType k) {
   switch (q) {
-    case DType::BF16: return KernelForK<kPairing, Bf16, Bf16>(k);
-    case DType::F16: return KernelForK<kPairing, Bf16, F16Codec>(k);
-    default: return KernelForK<kPairing, Bf16, F32Codec>(k);
+    case DType::BF16: return KernelForK<kPairing, kSteps, Bf16, Bf16>(k);
+    case DType::F16: return KernelForK<kPairing, kSteps, Bf16, F16Codec>(k);
+    default: return KernelForK<kPairing, kSteps, Bf16, F32Codec>(k);
   }
 }
 
-template <Pairing kPairing>
+template <Pairing kPairing, std::size_t kSteps>
 detail::RowsKernel KernelFor(DType q, DType k, bool native_bf16, bool small) {
-  if (small && q == DType::F32 && k == DType::F32) return &RotateRowsFor<kPairing, F32PinnedCodec, F32PinnedCodec>;
-  return native_bf16 ? KernelFor<kPairing, BF16NativeCodec>(q, k) : KernelFor<kPairing, BF16Codec>(q, k);
+  if (small && q == DType::F32 && k == DType::F32) return KernelOf<kPairing, F32PinnedCodec, F32PinnedCodec, kSteps>();
+  return native_bf16 ? KernelFor<kPairing, kSteps, BF16NativeCodec>(q, k)
+                     : KernelFor<kPairing, kSteps, BF16Codec>(q, k);
 }
 
-// The kernel for a call's pairing and dtypes (an absent view's dtype is irrelevant: it has no rows);
-// native_bf16: narrow bf16 stores with the target's instruction where it has one.
-// small: the call's bytes fit the L1 data cache, which picks F32PinnedCodec for fp32.
-inline detail::RowsKernel RotateKernelFor(Pairing pairing, DType q, DType k, bool native_bf16, bool small) {
-  return pairing == Pairing::Interleaved ? KernelFor<Pairing::Interleaved>(q, k, native_bf16, small)
-                                         : KernelFor<Pairing::Half>(q, k, native_bf16, small);
+// The in-register width (in vectors) of a one-token call that can take OneTokenRows: one token, half pairing, a
+// table's rows usable as its coefficients (TableRowsCanBeCoefficients) and no non-temporal stores out of place; 0
+// for any other call.
+inline std::size_t OneTokenSteps(const RotateJob& job) {
+#if HWY_HAVE_SCALABLE
+  (void)job;
+  return 0;
+#else
+  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
+  if (job.tokens != 1 || !TableRowsCanBeCoefficients<Pairing::Half>(job) || (job.stream_stores && !in_place)) return 0;
+  return WidthInVectors<Pairing::Half>(*job.map);
+#endif
+}
+
+// The kernel for a job's shape (its pairing, the dtypes q and k are read as — an absent view's dtype is irrelevant:
+// it has no rows — and, for a one-token call, OneTokenSteps); native_bf16: narrow bf16 stores with the target's
+// instruction where it has one; small: the call's bytes fit the L1 data cache, which picks F32PinnedCodec for fp32.
+inline detail::RowsKernel RotateKernelFor(const RotateJob& job, DType q, DType k, bool native_bf16, bool small) {
+  if (job.map->pairing == Pairing::Interleaved) return KernelFor<Pairing::Interleaved, 0>(q, k, native_bf16, small);
+  detail::RowsKernel kernel = nullptr;
+#if !HWY_HAVE_SCALABLE
+  WithStepsInRegisters(OneTokenSteps(job), [&](auto steps) {
+    kernel = KernelFor<Pairing::Half, decltype(steps)::value>(q, k, native_bf16, small);
+  });
+#endif
+  return kernel != nullptr ? kernel : KernelFor<Pairing::Half, 0>(q, k, native_bf16, small);
 }
 
 // Token rows (a TokenKernel's work, ropekit/call.hpp) in Codec's storage type, with the caller's
@@ -863,7 +907,9 @@ inline detail::TokenPairKernel TokenPairKernelFor(Pairing pairing, bool native_b
 
 #else  // !ROPEKIT_SIMD_KERNELS: the scalar reference is this target's kernel.
 
-inline detail::RowsKernel RotateKernelFor(Pairing, DType, DType, bool, bool) { return &detail::rotate_rows_reference; }
+inline detail::RowsKernel RotateKernelFor(const RotateJob&, DType, DType, bool, bool) {
+  return &detail::rotate_rows_reference;
+}
 
 // No per-target scratch is needed: the reference keeps its own.
 struct Scratch {

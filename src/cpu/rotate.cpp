@@ -74,10 +74,10 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
   if (avx2 >= 0 && default_target() &&
       one_thread_256_bit(cpu_identity(), q, k, job.map->pairing, out_of_place, job.bytes_moved)) {
     const Selection t = available_targets()[std::size_t(avx2)].selection;
-    job.one_thread_kernel = HWY_DISPATCH_TABLE(RotateKernelFor)[t.index](job.map->pairing, q, k, t.native_bf16, small);
+    job.one_thread_kernel = HWY_DISPATCH_TABLE(RotateKernelFor)[t.index](job, q, k, t.native_bf16, small);
   }
-  return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job.map->pairing, job.args.q.dtype, job.args.k.dtype,
-                                                           target.native_bf16, small);
+  return HWY_DISPATCH_TABLE(RotateKernelFor)[target.index](job, job.args.q.dtype, job.args.k.dtype, target.native_bf16,
+                                                           small);
 }
 
 detail::TokenKernel select_token_kernel(DType dtype) {
