@@ -11,8 +11,12 @@
 //   3. ropekit on the same rows: RotateCall::run (the call prepared once), Rope::prepare + run (validated
 //      each call), RotateCall::set_positions + run (a decode step of a prepared call), and a memcpy of the
 //      same bytes.
+//   4. the same for a prefill-shaped call the benchmark holds to 0.85 of its in-place stream (512 tokens × (32 q +
+//      8 k) heads × 128, in place, q and k in buffers of their own, one thread: 5 MiB of 16-bit rows, 10 MiB of
+//      fp32, in the last-level cache): an in-place stream over the same bytes (load, xor, store: the benchmark's
+//      ceiling), the hand-written kernels with each token's coefficients read from a table row, and ropekit's run.
 // A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
-// above the floor's ratio to memcpy cannot be met on this host (docs/performance-log.md).
+// above the floor's ratio to memcpy (or to the stream) cannot be met on this host (docs/performance-log.md).
 //
 //   kernel_floor            needs AVX-512 F/BW (and AVX512_BF16 for the bf16 rows); prints a table
 #include <immintrin.h>
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -174,6 +179,117 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate
   }
 }
 
+// Prefill: kTokens tokens of 32 q and 8 k heads, rotated in place, q and k in buffers of their own (the benchmark's
+// bshd layout), token t's coefficients the table row t: fp32 and fp16 c[64] then s[64]; bf16 regrouped even/odd,
+// ce[32], co[32], se[32], so[32] (a table laid out for this kernel: ropekit regroups its rows in registers instead).
+constexpr int kTokens = 512, kQHeads = 32, kKHeads = 8;
+
+template <class Rows>
+__attribute__((always_inline)) inline void each_token(Rows rows) {
+  for (int t = 0; t < kTokens; ++t) {
+    rows(t, kQHeads, std::size_t(t) * kQHeads * kDim, true);
+    rows(t, kKHeads, std::size_t(t) * kKHeads * kDim, false);
+  }
+}
+
+__attribute__((target("avx512f,fma"), noinline)) void prefill_f32(float* q, float* k, const float* table) {
+  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,fma"))) {
+    const float* coef = table + std::size_t(t) * kDim;
+    __m512 c[4], s[4];
+    for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
+    float* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) {
+      __m512 a[4], b[4];
+      for (int i = 0; i < 4; ++i) a[i] = _mm512_load_ps(rows + 16 * i), b[i] = _mm512_load_ps(rows + 64 + 16 * i);
+      for (int i = 0; i < 4; ++i) {
+        _mm512_store_ps(rows + 16 * i, _mm512_fmsub_ps(a[i], c[i], _mm512_mul_ps(b[i], s[i])));
+        _mm512_store_ps(rows + 64 + 16 * i, _mm512_fmadd_ps(b[i], c[i], _mm512_mul_ps(a[i], s[i])));
+      }
+    }
+  });
+}
+
+__attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(std::uint16_t* q, std::uint16_t* k,
+                                                                       const float* table) {
+  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,f16c,fma"))) {
+    const float* coef = table + std::size_t(t) * kDim;
+    __m512 c[4], s[4];
+    for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
+    std::uint16_t* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) {
+      for (int i = 0; i < 4; ++i) {
+        auto* pa = reinterpret_cast<__m256i*>(rows + 16 * i);
+        auto* pb = reinterpret_cast<__m256i*>(rows + 64 + 16 * i);
+        const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(pa)), b = _mm512_cvtph_ps(_mm256_load_si256(pb));
+        _mm256_store_si256(
+            pa, _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
+        _mm256_store_si256(
+            pb, _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
+      }
+    }
+  });
+}
+
+// bf16 as rotate_bf16<kTest, kInterleave>, in place.
+template <bool kTest, bool kInterleave>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void prefill_bf16(std::uint16_t* q,
+                                                                                       std::uint16_t* k,
+                                                                                       const float* table) {
+  alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i order = _mm512_load_si512(kOrder);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  each_token([&](int t, int heads, std::size_t at,
+                 bool is_q) __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
+    const float* coef = table + std::size_t(t) * kDim;
+    __m512 ce[2], co[2], se[2], so[2];
+    for (int j = 0; j < 2; ++j) {
+      ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + 32 + 16 * j);
+      se[j] = _mm512_loadu_ps(coef + 64 + 16 * j), so[j] = _mm512_loadu_ps(coef + 96 + 16 * j);
+    }
+    std::uint16_t* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) {
+      for (int j = 0; j < 2; ++j) {
+        const __m512i va = _mm512_load_si512(rows + 32 * j), vb = _mm512_load_si512(rows + 64 + 32 * j);
+        const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
+                     ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
+        const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
+                     bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
+        __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
+                               _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
+        __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
+                               _mm512_fmadd_ps(bo, co[j], _mm512_mul_ps(ao, so[j])));
+        if constexpr (kTest) {
+          if (!_kortestz_mask32_u8(_mm512_testn_epi16_mask(pa, magnitude), _mm512_testn_epi16_mask(pb, magnitude))) {
+            g_flagged = g_flagged + 1;
+          }
+        }
+        if constexpr (kInterleave) {
+          pa = _mm512_permutexvar_epi16(order, pa);
+          pb = _mm512_permutexvar_epi16(order, pb);
+        }
+        _mm512_store_si512(rows + 32 * j, pa);
+        _mm512_store_si512(rows + 64 + 32 * j, pb);
+      }
+    }
+  });
+}
+
+// The benchmark's in-place ceiling by hand: every 64 bytes loaded, xor-ed with a constant and stored back.
+__attribute__((target("avx512f"), noinline)) void xor_stream(void* data, std::size_t bytes) {
+  const __m512i flip = _mm512_set1_epi32(0x00010001);
+  auto* p = static_cast<__m512i*>(data);
+  for (std::size_t i = 0; i < bytes / 64; ++i)
+    _mm512_store_si512(p + i, _mm512_xor_si512(_mm512_load_si512(p + i), flip));
+}
+
+template <class T>
+T* aligned_rows(std::size_t count) {
+  return static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
+}
+
 void row(const char* what, double ns, double memcpy_ns, double cycle) {
   std::printf("| %s | %.3f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / kHeads, memcpy_ns / ns);
 }
@@ -285,8 +401,90 @@ int main() {
           bf16_step.run();
         }),
         copy_bf16, cycle);
-    if (g_flagged != 0)
-      std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
   }
+
+  // Prefill (item 4 of the file comment).
+  constexpr std::size_t kQValues = std::size_t(kTokens) * kQHeads * kDim,
+                        kKValues = std::size_t(kTokens) * kKHeads * kDim;
+  constexpr long kCalls = 25;  // a call is tens of µs
+  const auto prefill_row = [&](const char* what, double ns, double stream_ns) {
+    std::printf("| %s | %.1f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / (kTokens * kHeads), stream_ns / ns);
+  };
+  std::vector<std::int64_t> prefill_pos(kTokens);
+  for (int t = 0; t < kTokens; ++t) prefill_pos[std::size_t(t)] = t;
+  const auto prefill_table = rope.table(kTokens);
+  // The hand kernels' tables: c then s per token, and the same regrouped even/odd for bf16.
+  std::vector<float> cs(std::size_t(kTokens) * kDim), even_odd(std::size_t(kTokens) * kDim);
+  for (int t = 0; t < kTokens; ++t) {
+    const float* c = prefill_table->cos_row(t);
+    const float* sn = prefill_table->sin_row(t);
+    float* row_cs = cs.data() + std::size_t(t) * kDim;
+    float* row_eo = even_odd.data() + std::size_t(t) * kDim;
+    for (int i = 0; i < kDim / 2; ++i) row_cs[i] = c[i], row_cs[kDim / 2 + i] = sn[i];
+    for (int i = 0; i < kDim / 4; ++i) {
+      row_eo[i] = c[2 * i], row_eo[32 + i] = c[2 * i + 1], row_eo[64 + i] = sn[2 * i], row_eo[96 + i] = sn[2 * i + 1];
+    }
+  }
+  const auto prefill_call = [&](void* q, void* k, DType dtype) {
+    return rope.prepare({.q = bshd(q, dtype, 1, kTokens, kQHeads, kDim),
+                         .k = bshd(k, dtype, 1, kTokens, kKHeads, kDim),
+                         .positions = positions(prefill_pos),
+                         .threads = 1},
+                        prefill_table);
+  };
+  std::printf(
+      "\n| prefill, %d tokens × 40 heads × 128, in place, one thread | µs | cycles per head | stream / this |\n"
+      "|---|---|---|---|\n",
+      kTokens);
+  {
+    float* q = aligned_rows<float>(kQValues);
+    float* k = aligned_rows<float>(kKValues);
+    for (std::size_t i = 0; i < kQValues; ++i) q[i] = g_f32[i % (kHeads * kDim)];
+    for (std::size_t i = 0; i < kKValues; ++i) k[i] = g_f32[i % (kHeads * kDim)];
+    const double stream = ns_per_call(
+        [&] {
+          xor_stream(q, kQValues * 4);
+          xor_stream(k, kKValues * 4);
+        },
+        kCalls);
+    prefill_row("in-place stream over the fp32 rows", stream, stream);
+    prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32(q, k, cs.data()); }, kCalls), stream);
+    const RotateCall call = prefill_call(q, k, DType::F32);
+    prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kCalls), stream);
+    std::free(q);
+    std::free(k);
+  }
+  for (const DType dtype : {DType::F16, DType::BF16}) {
+    if (dtype == DType::BF16 && !bf16) continue;
+    const bool is_bf16 = dtype == DType::BF16;
+    auto* q = aligned_rows<std::uint16_t>(kQValues);
+    auto* k = aligned_rows<std::uint16_t>(kKValues);
+    const std::uint16_t* from = is_bf16 ? g_bf16 : g_f16;
+    for (std::size_t i = 0; i < kQValues; ++i) q[i] = from[i % (kHeads * kDim)];
+    for (std::size_t i = 0; i < kKValues; ++i) k[i] = from[i % (kHeads * kDim)];
+    const double stream = ns_per_call(
+        [&] {
+          xor_stream(q, kQValues * 2);
+          xor_stream(k, kKValues * 2);
+        },
+        kCalls);
+    prefill_row(is_bf16 ? "in-place stream over the bf16 rows" : "in-place stream over the fp16 rows", stream, stream);
+    if (is_bf16) {
+      prefill_row("bf16 by hand: even/odd, ±0 test, interleave",
+                  ns_per_call([&] { prefill_bf16<true, true>(q, k, even_odd.data()); }, kCalls), stream);
+      prefill_row("bf16 by hand: without either",
+                  ns_per_call([&] { prefill_bf16<false, false>(q, k, even_odd.data()); }, kCalls), stream);
+    } else {
+      prefill_row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph",
+                  ns_per_call([&] { prefill_f16(q, k, cs.data()); }, kCalls), stream);
+    }
+    const RotateCall call = prefill_call(q, k, dtype);
+    prefill_row(is_bf16 ? "bf16 ropekit RotateCall::run" : "fp16 ropekit RotateCall::run",
+                ns_per_call([&] { call.run(0, call.rows()); }, kCalls), stream);
+    std::free(q);
+    std::free(k);
+  }
+  if (g_flagged != 0)
+    std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
   return 0;
 }
