@@ -86,47 +86,52 @@ volatile int g_flagged = 0;
 
 enum class FloatWork { Rotation, FmaOnly, None };
 
-// fp32, half pairing: each head's 4 vector pairs (a, b) rotated with c and s held in registers.
+// fp32, half pairing: one head's 4 vector pairs (a, b) rotated with c and s held in registers, row → dst (the same row:
+// in place; each step stores only what it loaded).
 template <FloatWork kWork>
-__attribute__((target("avx512f,fma"), noinline)) void rotate_f32(const float* in, float* out) {
-  __m512 c[4], s[4];
-  for (int i = 0; i < 4; ++i) c[i] = _mm512_load_ps(g_coef + 16 * i), s[i] = _mm512_load_ps(g_coef + 64 + 16 * i);
-  for (int h = 0; h < kHeads; ++h) {
-    const float* row = in + h * kDim;
-    float* dst = out + h * kDim;
-    for (int i = 0; i < 4; ++i) {
-      const __m512 a = _mm512_load_ps(row + 16 * i), b = _mm512_load_ps(row + 64 + 16 * i);
-      if constexpr (kWork == FloatWork::Rotation) {
-        _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])));
-        _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])));
-      } else if constexpr (kWork == FloatWork::FmaOnly) {
-        _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], b));
-        _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], a));
-      } else {
-        _mm512_store_ps(dst + 16 * i, b);
-        _mm512_store_ps(dst + 64 + 16 * i, a);
-      }
+__attribute__((target("avx512f,fma"), always_inline)) inline void f32_head(const float* row, float* dst,
+                                                                           const __m512* c, const __m512* s) {
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = _mm512_load_ps(row + 16 * i), b = _mm512_load_ps(row + 64 + 16 * i);
+    if constexpr (kWork == FloatWork::Rotation) {
+      _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])));
+      _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])));
+    } else if constexpr (kWork == FloatWork::FmaOnly) {
+      _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], b));
+      _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], a));
+    } else {
+      _mm512_store_ps(dst + 16 * i, b);
+      _mm512_store_ps(dst + 64 + 16 * i, a);
     }
   }
 }
 
+template <FloatWork kWork>
+__attribute__((target("avx512f,fma"), noinline)) void rotate_f32(const float* in, float* out) {
+  __m512 c[4], s[4];
+  for (int i = 0; i < 4; ++i) c[i] = _mm512_load_ps(g_coef + 16 * i), s[i] = _mm512_load_ps(g_coef + 64 + 16 * i);
+  for (int h = 0; h < kHeads; ++h) f32_head<kWork>(in + h * kDim, out + h * kDim, c, s);
+}
+
 // fp16, half pairing: 16 values widen with vcvtph2ps and narrow with vcvtps2ph (round to nearest
 // even, exact for every input: no software fallback), the fp32 arithmetic between.
+__attribute__((target("avx512f,f16c,fma"), always_inline)) inline void f16_head(const std::uint16_t* row,
+                                                                                std::uint16_t* dst, const __m512* c,
+                                                                                const __m512* s) {
+  for (int i = 0; i < 4; ++i) {
+    const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 16 * i)));
+    const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 64 + 16 * i)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 16 * i),
+                       _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 + 16 * i),
+                       _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
 __attribute__((target("avx512f,f16c,fma"), noinline)) void rotate_f16(const std::uint16_t* in, std::uint16_t* out) {
   __m512 c[4], s[4];
   for (int i = 0; i < 4; ++i) c[i] = _mm512_load_ps(g_coef + 16 * i), s[i] = _mm512_load_ps(g_coef + 64 + 16 * i);
-  for (int h = 0; h < kHeads; ++h) {
-    const std::uint16_t* row = in + h * kDim;
-    std::uint16_t* dst = out + h * kDim;
-    for (int i = 0; i < 4; ++i) {
-      const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 16 * i)));
-      const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 64 + 16 * i)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 16 * i),
-                         _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 + 16 * i),
-                         _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
-    }
-  }
+  for (int h = 0; h < kHeads; ++h) f16_head(in + h * kDim, out + h * kDim, c, s);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) __m512i pack_bf16(__m512 even, __m512 odd) {
@@ -137,46 +142,57 @@ __attribute__((target("avx512f,avx512bf16"))) __m512i pack_bf16(__m512 even, __m
 
 // bf16, half pairing, even/odd lanes: 32 values load as 16 words pairs, widen by a shift (evens) and an
 // AND (odds), narrow together with vcvtne2ps2bf16; kTest: the ±0 test, kInterleave: vpermw to value order.
-template <bool kTest, bool kInterleave>
-__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate_bf16(const std::uint16_t* in,
-                                                                                      std::uint16_t* out) {
+struct Bf16Constants {
+  __m512i order, high, magnitude;
+};
+
+__attribute__((target("avx512f,avx512bw"))) Bf16Constants bf16_constants() {
   alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                                            21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                            11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  return {_mm512_load_si512(kOrder), _mm512_set1_epi32(static_cast<int>(0xffff0000u)), _mm512_set1_epi16(0x7fff)};
+}
+
+// One head, r → w (the same row: in place; each step stores only what it loaded), with the coefficients regrouped
+// even/odd (ce, co, se, so: two vectors each).
+template <bool kTest, bool kInterleave>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline void bf16_head(
+    const std::uint16_t* r, std::uint16_t* w, const __m512* ce, const __m512* co, const __m512* se, const __m512* so,
+    const Bf16Constants& k) {
+  for (int j = 0; j < 2; ++j) {
+    const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + 64 + 32 * j);
+    const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
+                 ao = _mm512_castsi512_ps(_mm512_and_si512(va, k.high));
+    const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
+                 bo = _mm512_castsi512_ps(_mm512_and_si512(vb, k.high));
+    __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
+                           _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
+    __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
+                           _mm512_fmadd_ps(bo, co[j], _mm512_mul_ps(ao, so[j])));
+    if constexpr (kTest) {
+      if (!_kortestz_mask32_u8(_mm512_testn_epi16_mask(pa, k.magnitude), _mm512_testn_epi16_mask(pb, k.magnitude))) {
+        g_flagged = g_flagged + 1;  // ropekit narrows such a step again exactly; here it only counts
+      }
+    }
+    if constexpr (kInterleave) {
+      pa = _mm512_permutexvar_epi16(k.order, pa);
+      pb = _mm512_permutexvar_epi16(k.order, pb);
+    }
+    _mm512_store_si512(w + 32 * j, pa);
+    _mm512_store_si512(w + 64 + 32 * j, pb);
+  }
+}
+
+template <bool kTest, bool kInterleave>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate_bf16(const std::uint16_t* in,
+                                                                                      std::uint16_t* out) {
   __m512 ce[2], co[2], se[2], so[2];
   for (int j = 0; j < 2; ++j) {
     ce[j] = _mm512_load_ps(g_coef + 128 + 16 * j), co[j] = _mm512_load_ps(g_coef + 160 + 16 * j);
     se[j] = _mm512_load_ps(g_coef + 192 + 16 * j), so[j] = _mm512_load_ps(g_coef + 224 + 16 * j);
   }
-  const __m512i order = _mm512_load_si512(kOrder);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
-  for (int h = 0; h < kHeads; ++h) {
-    const std::uint16_t* r = in + h * kDim;
-    std::uint16_t* w = out + h * kDim;
-    for (int j = 0; j < 2; ++j) {
-      const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + 64 + 32 * j);
-      const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
-                   ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
-      const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
-                   bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
-      __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
-                             _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
-      __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
-                             _mm512_fmadd_ps(bo, co[j], _mm512_mul_ps(ao, so[j])));
-      if constexpr (kTest) {
-        if (!_kortestz_mask32_u8(_mm512_testn_epi16_mask(pa, magnitude), _mm512_testn_epi16_mask(pb, magnitude))) {
-          g_flagged = g_flagged + 1;  // ropekit narrows such a step again exactly; here it only counts
-        }
-      }
-      if constexpr (kInterleave) {
-        pa = _mm512_permutexvar_epi16(order, pa);
-        pb = _mm512_permutexvar_epi16(order, pb);
-      }
-      _mm512_store_si512(w + 32 * j, pa);
-      _mm512_store_si512(w + 64 + 32 * j, pb);
-    }
-  }
+  const Bf16Constants k = bf16_constants();
+  for (int h = 0; h < kHeads; ++h) bf16_head<kTest, kInterleave>(in + h * kDim, out + h * kDim, ce, co, se, so, k);
 }
 
 // Prefill: kTokens tokens of 32 q and 8 k heads, rotated in place, q and k in buffers of their own (the benchmark's
@@ -184,6 +200,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate
 // ce[32], co[32], se[32], so[32] (a table laid out for this kernel: ropekit regroups its rows in registers instead).
 constexpr int kTokens = 512, kQHeads = 32, kKHeads = 8;
 
+// Each token's q rows, then its k rows: rows(token, heads, first value of its rows, q?).
 template <class Rows>
 __attribute__((always_inline)) inline void each_token(Rows rows) {
   for (int t = 0; t < kTokens; ++t) {
@@ -198,14 +215,7 @@ __attribute__((target("avx512f,fma"), noinline)) void prefill_f32(float* q, floa
     __m512 c[4], s[4];
     for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
     float* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) {
-      __m512 a[4], b[4];
-      for (int i = 0; i < 4; ++i) a[i] = _mm512_load_ps(rows + 16 * i), b[i] = _mm512_load_ps(rows + 64 + 16 * i);
-      for (int i = 0; i < 4; ++i) {
-        _mm512_store_ps(rows + 16 * i, _mm512_fmsub_ps(a[i], c[i], _mm512_mul_ps(b[i], s[i])));
-        _mm512_store_ps(rows + 64 + 16 * i, _mm512_fmadd_ps(b[i], c[i], _mm512_mul_ps(a[i], s[i])));
-      }
-    }
+    for (int h = 0; h < heads; ++h, rows += kDim) f32_head<FloatWork::Rotation>(rows, rows, c, s);
   });
 }
 
@@ -216,65 +226,28 @@ __attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(std::uint
     __m512 c[4], s[4];
     for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
     std::uint16_t* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) {
-      for (int i = 0; i < 4; ++i) {
-        auto* pa = reinterpret_cast<__m256i*>(rows + 16 * i);
-        auto* pb = reinterpret_cast<__m256i*>(rows + 64 + 16 * i);
-        const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(pa)), b = _mm512_cvtph_ps(_mm256_load_si256(pb));
-        _mm256_store_si256(
-            pa, _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
-        _mm256_store_si256(
-            pb, _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
-      }
-    }
+    for (int h = 0; h < heads; ++h, rows += kDim) f16_head(rows, rows, c, s);
   });
 }
 
-// bf16 as rotate_bf16<kTest, kInterleave>, in place.
 template <bool kTest, bool kInterleave>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void prefill_bf16(std::uint16_t* q,
                                                                                        std::uint16_t* k,
                                                                                        const float* table) {
-  alignas(64) static constexpr std::uint16_t kOrder[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i order = _mm512_load_si512(kOrder);
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
-  each_token([&](int t, int heads, std::size_t at,
-                 bool is_q) __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
-    const float* coef = table + std::size_t(t) * kDim;
-    __m512 ce[2], co[2], se[2], so[2];
-    for (int j = 0; j < 2; ++j) {
-      ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + 32 + 16 * j);
-      se[j] = _mm512_loadu_ps(coef + 64 + 16 * j), so[j] = _mm512_loadu_ps(coef + 96 + 16 * j);
-    }
-    std::uint16_t* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) {
-      for (int j = 0; j < 2; ++j) {
-        const __m512i va = _mm512_load_si512(rows + 32 * j), vb = _mm512_load_si512(rows + 64 + 32 * j);
-        const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
-                     ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
-        const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
-                     bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
-        __m512i pa = pack_bf16(_mm512_fmsub_ps(ae, ce[j], _mm512_mul_ps(be, se[j])),
-                               _mm512_fmsub_ps(ao, co[j], _mm512_mul_ps(bo, so[j])));
-        __m512i pb = pack_bf16(_mm512_fmadd_ps(be, ce[j], _mm512_mul_ps(ae, se[j])),
-                               _mm512_fmadd_ps(bo, co[j], _mm512_mul_ps(ao, so[j])));
-        if constexpr (kTest) {
-          if (!_kortestz_mask32_u8(_mm512_testn_epi16_mask(pa, magnitude), _mm512_testn_epi16_mask(pb, magnitude))) {
-            g_flagged = g_flagged + 1;
-          }
-        }
-        if constexpr (kInterleave) {
-          pa = _mm512_permutexvar_epi16(order, pa);
-          pb = _mm512_permutexvar_epi16(order, pb);
-        }
-        _mm512_store_si512(rows + 32 * j, pa);
-        _mm512_store_si512(rows + 64 + 32 * j, pb);
-      }
-    }
-  });
+  const Bf16Constants constants = bf16_constants();
+  each_token([&](int t, int heads, std::size_t at, bool is_q)
+                 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
+                   const float* coef = table + std::size_t(t) * kDim;
+                   __m512 ce[2], co[2], se[2], so[2];
+                   for (int j = 0; j < 2; ++j) {
+                     ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + 32 + 16 * j);
+                     se[j] = _mm512_loadu_ps(coef + 64 + 16 * j), so[j] = _mm512_loadu_ps(coef + 96 + 16 * j);
+                   }
+                   std::uint16_t* rows = (is_q ? q : k) + at;
+                   for (int h = 0; h < heads; ++h, rows += kDim) {
+                     bf16_head<kTest, kInterleave>(rows, rows, ce, co, se, so, constants);
+                   }
+                 });
 }
 
 // The benchmark's in-place ceiling by hand: every 64 bytes loaded, xor-ed with a constant and stored back.
