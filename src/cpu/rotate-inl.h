@@ -751,10 +751,10 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
 
 #if !HWY_HAVE_SCALABLE
 // The kernel of a one-token call (a decode step) whose rows are kSteps vectors wide, half pairing, magnitude 1 and
-// no non-temporal stores — all fixed at prepare, so OneTokenKernelFor decides them once: a call of every row with a
-// table reads the table's rows in place as its coefficients, without a scratch, the runs' bookkeeping or their
-// address arithmetic (the token is (0, 0)). What is left to decide per run is whether the range is the whole token
-// and whether a table is there (set_positions may move the call to angles on the fly and back). Other ranges take
+// no non-temporal stores — all fixed at prepare, so RotateKernelFor decides them once (OneTokenSteps): a call of every
+// row with a table reads the table's rows in place as its coefficients, without a scratch, the runs' bookkeeping or
+// their address arithmetic (the token is (0, 0)). What is left to decide per run is whether the range is the whole
+// token and whether a table is there (set_positions may move the call to angles on the fly and back). Other ranges take
 // RotateRowsFor. (Until 2026-11-27 RotateRowsFor tested the whole shape on every run; deciding it at prepare took a
 // 2-head fp32 call from 13.1 to 11.6 ns, 40 heads from 96.7 to 91.7 ns: run_probe, Zen 5, medians of 9 rounds.)
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
