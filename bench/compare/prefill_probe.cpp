@@ -2,6 +2,9 @@
 // place, one thread, q and k in buffers of their own, positions 0..tokens−1), with the angles from the Rope's table
 // and on the fly: the difference is what the call's angle rows cost per token, which at 64 dims and few heads is
 // most of an on-the-fly call. Public API only (bench/compare/README.md).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,14 +22,22 @@ int main(int argc, char** argv) {
   const int tokens = argc > 5 ? std::atoi(argv[5]) : 4096;
   const DType dtype = type == "bf16" ? DType::BF16 : type == "f16" ? DType::F16 : DType::F32;
   const std::size_t es = element_size(dtype);
-  // Bytes that are finite, normal values in every dtype (0x3e3e...: bf16 0.186, fp16 1.56, fp32 0.186).
-  std::vector<std::byte> q(std::size_t(tokens) * q_heads * dim * es, std::byte{0x3e}),
-      k(std::size_t(tokens) * k_heads * dim * es, std::byte{0x3e});
+  // Bytes that are finite, normal values in every dtype (0x3e3e...: bf16 0.186, fp16 1.56, fp32 0.186), each buffer
+  // from a 64-byte boundary as the benchmark's are (a std::vector's large blocks start 16 bytes past one, and rows
+  // that split cache lines are another case: the benchmark's bshdoff16).
+  const std::size_t q_bytes = std::size_t(tokens) * q_heads * dim * es,
+                    k_bytes = std::size_t(tokens) * k_heads * dim * es;
+  std::vector<std::byte> q_buffer(q_bytes + 64, std::byte{0x3e}), k_buffer(k_bytes + 64, std::byte{0x3e});
+  const auto aligned = [](std::vector<std::byte>& v) {
+    return v.data() + (64 - reinterpret_cast<std::uintptr_t>(v.data()) % 64) % 64;
+  };
+  std::byte* const q = aligned(q_buffer);
+  std::byte* const k = aligned(k_buffer);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(tokens));
   for (int t = 0; t < tokens; ++t) pos[std::size_t(t)] = t;
   const Rope rope(Spec{.head_dim = dim, .rotary_dim = dim, .base = 1e4, .pairing = Pairing::Half});
-  const RotateArgs args{.q = bshd(q.data(), dtype, 1, tokens, q_heads, dim),
-                        .k = bshd(k.data(), dtype, 1, tokens, k_heads, dim),
+  const RotateArgs args{.q = bshd(q, dtype, 1, tokens, q_heads, dim),
+                        .k = bshd(k, dtype, 1, tokens, k_heads, dim),
                         .positions = positions(pos),
                         .threads = 1};
   const RotateCall table = rope.prepare(args, rope.table(tokens));
