@@ -263,6 +263,36 @@ T* aligned_rows(std::size_t count) {
   return static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
 }
 
+constexpr std::size_t kQValues = std::size_t(kTokens) * kQHeads * kDim,
+                      kKValues = std::size_t(kTokens) * kKHeads * kDim;
+constexpr long kPrefillCalls = 25;  // a call is tens of µs
+
+// The prefill shape's q and k rows in storage type T, each head a copy of one of `from`'s decode rows, and the time of
+// the in-place stream over them (the ceiling their rows are held to).
+template <class T>
+struct PrefillRows {
+  T* q = aligned_rows<T>(kQValues);
+  T* k = aligned_rows<T>(kKValues);
+  explicit PrefillRows(const T* from) {
+    for (std::size_t i = 0; i < kQValues; ++i) q[i] = from[i % (kHeads * kDim)];
+    for (std::size_t i = 0; i < kKValues; ++i) k[i] = from[i % (kHeads * kDim)];
+  }
+  PrefillRows(const PrefillRows&) = delete;
+  PrefillRows& operator=(const PrefillRows&) = delete;
+  ~PrefillRows() {
+    std::free(q);
+    std::free(k);
+  }
+  double stream_ns() const {
+    return ns_per_call(
+        [&] {
+          xor_stream(q, kQValues * sizeof(T));
+          xor_stream(k, kKValues * sizeof(T));
+        },
+        kPrefillCalls);
+  }
+};
+
 void row(const char* what, double ns, double memcpy_ns, double cycle) {
   std::printf("| %s | %.3f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / kHeads, memcpy_ns / ns);
 }
@@ -377,9 +407,6 @@ int main() {
   }
 
   // Prefill (item 4 of the file comment).
-  constexpr std::size_t kQValues = std::size_t(kTokens) * kQHeads * kDim,
-                        kKValues = std::size_t(kTokens) * kKHeads * kDim;
-  constexpr long kCalls = 25;  // a call is tens of µs
   const auto prefill_row = [&](const char* what, double ns, double stream_ns) {
     std::printf("| %s | %.1f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / (kTokens * kHeads), stream_ns / ns);
   };
@@ -410,52 +437,35 @@ int main() {
       "|---|---|---|---|\n",
       kTokens);
   {
-    float* q = aligned_rows<float>(kQValues);
-    float* k = aligned_rows<float>(kKValues);
-    for (std::size_t i = 0; i < kQValues; ++i) q[i] = g_f32[i % (kHeads * kDim)];
-    for (std::size_t i = 0; i < kKValues; ++i) k[i] = g_f32[i % (kHeads * kDim)];
-    const double stream = ns_per_call(
-        [&] {
-          xor_stream(q, kQValues * 4);
-          xor_stream(k, kKValues * 4);
-        },
-        kCalls);
+    const PrefillRows<float> rows(g_f32);
+    float* const q = rows.q;
+    float* const k = rows.k;
+    const double stream = rows.stream_ns();
     prefill_row("in-place stream over the fp32 rows", stream, stream);
-    prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32(q, k, cs.data()); }, kCalls), stream);
+    prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32(q, k, cs.data()); }, kPrefillCalls), stream);
     const RotateCall call = prefill_call(q, k, DType::F32);
-    prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kCalls), stream);
-    std::free(q);
-    std::free(k);
+    prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
   }
   for (const DType dtype : {DType::F16, DType::BF16}) {
     if (dtype == DType::BF16 && !bf16) continue;
     const bool is_bf16 = dtype == DType::BF16;
-    auto* q = aligned_rows<std::uint16_t>(kQValues);
-    auto* k = aligned_rows<std::uint16_t>(kKValues);
-    const std::uint16_t* from = is_bf16 ? g_bf16 : g_f16;
-    for (std::size_t i = 0; i < kQValues; ++i) q[i] = from[i % (kHeads * kDim)];
-    for (std::size_t i = 0; i < kKValues; ++i) k[i] = from[i % (kHeads * kDim)];
-    const double stream = ns_per_call(
-        [&] {
-          xor_stream(q, kQValues * 2);
-          xor_stream(k, kKValues * 2);
-        },
-        kCalls);
+    const PrefillRows<std::uint16_t> rows(is_bf16 ? g_bf16 : g_f16);
+    std::uint16_t* const q = rows.q;
+    std::uint16_t* const k = rows.k;
+    const double stream = rows.stream_ns();
     prefill_row(is_bf16 ? "in-place stream over the bf16 rows" : "in-place stream over the fp16 rows", stream, stream);
     if (is_bf16) {
       prefill_row("bf16 by hand: even/odd, ±0 test, interleave",
-                  ns_per_call([&] { prefill_bf16<true, true>(q, k, even_odd.data()); }, kCalls), stream);
+                  ns_per_call([&] { prefill_bf16<true, true>(q, k, even_odd.data()); }, kPrefillCalls), stream);
       prefill_row("bf16 by hand: without either",
-                  ns_per_call([&] { prefill_bf16<false, false>(q, k, even_odd.data()); }, kCalls), stream);
+                  ns_per_call([&] { prefill_bf16<false, false>(q, k, even_odd.data()); }, kPrefillCalls), stream);
     } else {
       prefill_row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph",
-                  ns_per_call([&] { prefill_f16(q, k, cs.data()); }, kCalls), stream);
+                  ns_per_call([&] { prefill_f16(q, k, cs.data()); }, kPrefillCalls), stream);
     }
     const RotateCall call = prefill_call(q, k, dtype);
     prefill_row(is_bf16 ? "bf16 ropekit RotateCall::run" : "fp16 ropekit RotateCall::run",
-                ns_per_call([&] { call.run(0, call.rows()); }, kCalls), stream);
-    std::free(q);
-    std::free(k);
+                ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
   }
   if (g_flagged != 0)
     std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
