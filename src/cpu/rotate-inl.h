@@ -294,6 +294,12 @@ HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
   return job.table != nullptr && TableRowsCanBeCoefficients<kPairing>(job);
 }
 
+// Token `token`'s coefficients read in place from the table's rows (where TableRowsAreCoefficients).
+HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64_t token) {
+  const std::int64_t p = job.args.positions.at(0, token);
+  return {job.table->cos_row(p), job.table->sin_row(p)};
+}
+
 // Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
 // decode call a few compares and two loads. As a call (before 2026-11-27) its prologue realigned the stack, and
 // reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
@@ -301,9 +307,9 @@ HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
 template <Pairing kPairing>
 HWY_INLINE void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   if (TableRowsAreCoefficients<kPairing>(job)) {
-    const std::int64_t p = job.args.positions.at(0, token);
-    scratch.read_c = job.table->cos_row(p);
-    scratch.read_s = job.table->sin_row(p);
+    const RowCoefficients rows = TableRowCoefficients(job, token);
+    scratch.read_c = rows.read_c;
+    scratch.read_s = rows.read_s;
     return;
   }
   WriteCoefficients<kPairing>(job, token, scratch);
@@ -533,6 +539,14 @@ HWY_INLINE std::size_t WidthInVectors(const PairMap& map) {
   return width % n == 0 ? width / n : 0;
 }
 
+// The in-register width of a job's rows (WidthInVectors), or 0 where its stores are non-temporal (out of place, large
+// calls): those take the row loop, which streams.
+template <Pairing kPairing>
+HWY_INLINE std::size_t RegisterSteps(const RotateJob& job) {
+  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
+  return !job.stream_stores || in_place ? WidthInVectors<kPairing>(*job.map) : 0;
+}
+
 // Calls f(std::integral_constant<std::size_t, kSteps>()) where `steps` is an in-register width (1, 2, 4 or 8 vectors)
 // and returns true; false for any other.
 template <class F>
@@ -705,9 +719,7 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
   if constexpr (kSteps <= 2) {
     if (TableRowsAreCoefficients<kPairing>(job)) {
       for (; token < end; ++token, next()) {
-        const std::int64_t p = job.args.positions.at(0, token);
-        RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(
-            job, b, s, RowCoefficients{job.table->cos_row(p), job.table->sin_row(p)});
+        RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, b, s, TableRowCoefficients(job, token));
       }
       return;
     }
@@ -729,8 +741,7 @@ template <Pairing kPairing, class QCodec, class KCodec>
 void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first >= last) return;
 #if !HWY_HAVE_SCALABLE
-  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
-  const std::size_t steps = !job.stream_stores || in_place ? WidthInVectors<kPairing>(*job.map) : 0;
+  const std::size_t steps = RegisterSteps<kPairing>(job);
   const std::int64_t heads = job.q_heads + job.k_heads;
   // Divisions only where a thread's range starts or ends inside the rows: 64-bit divides are tens of cycles, a
   // noticeable part of a decode call.
@@ -760,9 +771,7 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
 void OneTokenRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first == 0 && last == job.q_heads + job.k_heads && job.table != nullptr) {
-    const std::int64_t p = job.args.positions.at(0, 0);
-    RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(
-        job, 0, 0, RowCoefficients{job.table->cos_row(p), job.table->sin_row(p)});
+    RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, 0, 0, TableRowCoefficients(job, 0));
     return;
   }
   RotateRowsFor<kPairing, QCodec, KCodec>(job, first, last);
@@ -812,9 +821,7 @@ inline std::size_t OneTokenSteps(const RotateJob& job) {
   (void)job;
   return 0;
 #else
-  const bool in_place = job.args.q_out.data == nullptr && job.args.k_out.data == nullptr;
-  if (job.tokens != 1 || !TableRowsCanBeCoefficients<Pairing::Half>(job) || (job.stream_stores && !in_place)) return 0;
-  return WidthInVectors<Pairing::Half>(*job.map);
+  return job.tokens == 1 && TableRowsCanBeCoefficients<Pairing::Half>(job) ? RegisterSteps<Pairing::Half>(job) : 0;
 #endif
 }
 
