@@ -7,8 +7,10 @@
 //      pair), the same with half the floating-point work, with none (a copy through registers), and bf16
 //      in even/odd lanes as ropekit's AVX3_BF16 target runs it, with and without its two shuffle-port
 //      instructions (the ±0 test that guards the exact rounding of subnormals, and the lane interleave),
-//      and fp16 (vcvtph2ps, the fp32 rotation, vcvtps2ph);
-//   3. ropekit on the same rows: RotateCall::run (the call prepared once), Rope::prepare + run (validated
+//      and fp16 (vcvtph2ps, the fp32 rotation, vcvtps2ph); and each of them again on 256-bit vectors (a core
+//      that splits 512-bit operations, as Zen 4 does, may run those faster);
+//   3. ropekit on the same rows: RotateCall::run (the call prepared once; fp32 also under the AVX2 target, which the
+//      CPU policy picks for some calls on AMD hosts), Rope::prepare + run (validated
 //      each call), RotateCall::set_positions + run (a decode step of a prepared call), and a memcpy of the
 //      same bytes.
 //   4. the same for a prefill-shaped call the benchmark holds to 0.85 of its in-place stream (512 tokens × (32 q +
@@ -18,7 +20,7 @@
 // A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
 // above the floor's ratio to memcpy (or to the stream) cannot be met on this host (docs/performance-log.md).
 //
-//   kernel_floor            needs AVX-512 F/BW (and AVX512_BF16 for the bf16 rows); prints a table
+//   kernel_floor            needs AVX-512 F/BW/VL (and AVX512_BF16 for the bf16 rows); prints a table
 #include <immintrin.h>
 
 #include <algorithm>
@@ -195,6 +197,104 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void rotate
   for (int h = 0; h < kHeads; ++h) bf16_head<kTest, kInterleave>(in + h * kDim, out + h * kDim, ce, co, se, so, k);
 }
 
+// 256-bit twins of the kernels above (issue 42 asks whether a core wants half-width vectors): the same steps on ymm
+// registers, twice as many of them, compiled with AVX-512VL so that all 32 vector registers hold them (AVX2 code has
+// 16). fp32 and fp16 as above; bf16 even/odd with 16 values per load, narrowed by the ymm vcvtne2ps2bf16 and put back
+// in value order by a ymm vpermw.
+#define YMM_TARGET "avx512f,avx512vl,avx512bw,f16c,fma"
+__attribute__((target(YMM_TARGET), always_inline)) inline void f32_head_256(const float* row, float* dst,
+                                                                            const __m256* c, const __m256* s) {
+  for (int i = 0; i < 8; ++i) {
+    const __m256 a = _mm256_load_ps(row + 8 * i), b = _mm256_load_ps(row + 64 + 8 * i);
+    _mm256_store_ps(dst + 8 * i, _mm256_fmsub_ps(a, c[i], _mm256_mul_ps(b, s[i])));
+    _mm256_store_ps(dst + 64 + 8 * i, _mm256_fmadd_ps(b, c[i], _mm256_mul_ps(a, s[i])));
+  }
+}
+
+__attribute__((target(YMM_TARGET), always_inline)) inline void f16_head_256(const std::uint16_t* row,
+                                                                            std::uint16_t* dst, const __m256* c,
+                                                                            const __m256* s) {
+  for (int i = 0; i < 8; ++i) {
+    const __m256 a = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(row + 8 * i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(row + 64 + 8 * i)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 8 * i),
+                    _mm256_cvtps_ph(_mm256_fmsub_ps(a, c[i], _mm256_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
+    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 64 + 8 * i),
+                    _mm256_cvtps_ph(_mm256_fmadd_ps(b, c[i], _mm256_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
+  }
+}
+
+// c and s (fp32, fp16) or ce, co, se, so (bf16: two ymm of each per 512-bit one) from a row laid out as g_coef's.
+struct Ymm {
+  __m256 c[8], s[8];
+};
+__attribute__((target(YMM_TARGET), always_inline)) inline Ymm ymm_coefficients(const float* coef) {
+  Ymm y;
+  for (int i = 0; i < 8; ++i) y.c[i] = _mm256_loadu_ps(coef + 8 * i), y.s[i] = _mm256_loadu_ps(coef + 64 + 8 * i);
+  return y;
+}
+
+struct Bf16Constants256 {
+  __m256i order, high, magnitude;
+};
+
+__attribute__((target(YMM_TARGET))) Bf16Constants256 bf16_constants_256() {
+  alignas(32) static constexpr std::uint16_t kOrder[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(kOrder)), _mm256_set1_epi32(static_cast<int>(0xffff0000u)),
+          _mm256_set1_epi16(0x7fff)};
+}
+
+__attribute__((target(YMM_TARGET ",avx512bf16"))) inline __m256i pack_bf16_256(__m256 even, __m256 odd) {
+  __m256i packed;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed) : "v"(odd), "v"(even));
+  return packed;
+}
+
+// One bf16 head with the contract's ±0 test and the interleave; e = ce[4], co[4], se[4], so[4] (Ymm's c: ce then co,
+// s: se then so).
+__attribute__((target(YMM_TARGET ",avx512bf16"), always_inline)) inline void bf16_head_256(const std::uint16_t* r,
+                                                                                           std::uint16_t* w,
+                                                                                           const Ymm& e,
+                                                                                           const Bf16Constants256& k) {
+  for (int j = 0; j < 4; ++j) {
+    const __m256i va = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 16 * j));
+    const __m256i vb = _mm256_load_si256(reinterpret_cast<const __m256i*>(r + 64 + 16 * j));
+    const __m256 ae = _mm256_castsi256_ps(_mm256_slli_epi32(va, 16)),
+                 ao = _mm256_castsi256_ps(_mm256_and_si256(va, k.high));
+    const __m256 be = _mm256_castsi256_ps(_mm256_slli_epi32(vb, 16)),
+                 bo = _mm256_castsi256_ps(_mm256_and_si256(vb, k.high));
+    const __m256 ce = e.c[j], co = e.c[4 + j], se = e.s[j], so = e.s[4 + j];
+    __m256i pa =
+        pack_bf16_256(_mm256_fmsub_ps(ae, ce, _mm256_mul_ps(be, se)), _mm256_fmsub_ps(ao, co, _mm256_mul_ps(bo, so)));
+    __m256i pb =
+        pack_bf16_256(_mm256_fmadd_ps(be, ce, _mm256_mul_ps(ae, se)), _mm256_fmadd_ps(bo, co, _mm256_mul_ps(ao, so)));
+    if (!_kortestz_mask16_u8(_mm256_testn_epi16_mask(pa, k.magnitude), _mm256_testn_epi16_mask(pb, k.magnitude))) {
+      g_flagged = g_flagged + 1;
+    }
+    pa = _mm256_permutexvar_epi16(k.order, pa);
+    pb = _mm256_permutexvar_epi16(k.order, pb);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(w + 16 * j), pa);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(w + 64 + 16 * j), pb);
+  }
+}
+
+__attribute__((target(YMM_TARGET), noinline)) void rotate_f32_256(const float* in, float* out) {
+  const Ymm y = ymm_coefficients(g_coef);
+  for (int h = 0; h < kHeads; ++h) f32_head_256(in + h * kDim, out + h * kDim, y.c, y.s);
+}
+
+__attribute__((target(YMM_TARGET), noinline)) void rotate_f16_256(const std::uint16_t* in, std::uint16_t* out) {
+  const Ymm y = ymm_coefficients(g_coef);
+  for (int h = 0; h < kHeads; ++h) f16_head_256(in + h * kDim, out + h * kDim, y.c, y.s);
+}
+
+__attribute__((target(YMM_TARGET ",avx512bf16"), noinline)) void rotate_bf16_256(const std::uint16_t* in,
+                                                                                 std::uint16_t* out) {
+  const Ymm e = ymm_coefficients(g_coef + 128);  // ce, co, se, so as rotate_bf16 reads them
+  const Bf16Constants256 k = bf16_constants_256();
+  for (int h = 0; h < kHeads; ++h) bf16_head_256(in + h * kDim, out + h * kDim, e, k);
+}
+
 // Prefill: kTokens tokens of 32 q and 8 k heads, rotated in place, q and k in buffers of their own (the benchmark's
 // bshd layout), token t's coefficients the table row t: fp32 and fp16 c[64] then s[64]; bf16 regrouped even/odd,
 // ce[32], co[32], se[32], so[32] (a table laid out for this kernel: ropekit regroups its rows in registers instead).
@@ -297,15 +397,45 @@ void row(const char* what, double ns, double memcpy_ns, double cycle) {
   std::printf("| %s | %.3f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / kHeads, memcpy_ns / ns);
 }
 
+__attribute__((target(YMM_TARGET), noinline)) void prefill_f32_256(float* q, float* k, const float* table) {
+  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
+    const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
+    float* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) f32_head_256(rows, rows, y.c, y.s);
+  });
+}
+
+__attribute__((target(YMM_TARGET), noinline)) void prefill_f16_256(std::uint16_t* q, std::uint16_t* k,
+                                                                   const float* table) {
+  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
+    const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
+    std::uint16_t* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) f16_head_256(rows, rows, y.c, y.s);
+  });
+}
+
+__attribute__((target(YMM_TARGET ",avx512bf16"), noinline)) void prefill_bf16_256(std::uint16_t* q, std::uint16_t* k,
+                                                                                  const float* table) {
+  const Bf16Constants256 constants = bf16_constants_256();
+  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET ",avx512bf16"))) {
+    const Ymm e = ymm_coefficients(table + std::size_t(t) * kDim);
+    std::uint16_t* rows = (is_q ? q : k) + at;
+    for (int h = 0; h < heads; ++h, rows += kDim) bf16_head_256(rows, rows, e, constants);
+  });
+}
+
 }  // namespace
 
 int main() {
   using namespace ropekit;
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
-    std::puts("kernel_floor: this CPU has no AVX-512 F/BW; nothing to measure");
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl")) {
+    std::puts("kernel_floor: this CPU has no AVX-512 F/BW/VL; nothing to measure");
     return 0;
   }
   const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  const auto targets = simd_targets();
+  const bool avx2 = std::find(targets.begin(), targets.end(), "AVX2") != targets.end();
   const double cycle = ns_per_cycle();
   std::printf("SIMD target %s; one cycle = %.3f ns (a chain of dependent adds)\n\n", simd_target().c_str(), cycle);
 
@@ -353,8 +483,16 @@ int main() {
       copy_f32, cycle);
   row("fp32 by hand: no arithmetic (a swap)", ns_per_call([] { rotate_f32<FloatWork::None>(g_f32, g_copy); }), copy_f32,
       cycle);
+  row("fp32 by hand, 256-bit: rotation", ns_per_call([] { rotate_f32_256(g_f32, g_copy); }), copy_f32, cycle);
   const RotateCall f32_call = call_for(g_f32, g_copy, DType::F32);
   row("fp32 ropekit RotateCall::run", ns_per_call([&] { f32_call.run(0, f32_call.rows()); }), copy_f32, cycle);
+  if (avx2) {
+    set_simd_target("AVX2");  // the kernel is chosen at prepare
+    const RotateCall f32_avx2 = call_for(g_f32, g_copy, DType::F32);
+    set_simd_target("");
+    row("fp32 ropekit RotateCall::run, AVX2 target", ns_per_call([&] { f32_avx2.run(0, f32_avx2.rows()); }), copy_f32,
+        cycle);
+  }
   row("fp32 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_f32, g_copy, DType::F32).run(); }), copy_f32,
       cycle);
   RotateCall f32_step = call_for(g_f32, g_copy, DType::F32);
@@ -371,6 +509,7 @@ int main() {
     row("memcpy of the fp16 rows", copy_f16, copy_f16, cycle);
     row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph", ns_per_call([] { rotate_f16(g_f16, g_f16_out); }), copy_f16,
         cycle);
+    row("fp16 by hand, 256-bit", ns_per_call([] { rotate_f16_256(g_f16, g_f16_out); }), copy_f16, cycle);
     const RotateCall f16_call = call_for(g_f16, g_f16_out, DType::F16);
     row("fp16 ropekit RotateCall::run", ns_per_call([&] { f16_call.run(0, f16_call.rows()); }), copy_f16, cycle);
     RotateCall f16_step = call_for(g_f16, g_f16_out, DType::F16);
@@ -394,6 +533,8 @@ int main() {
         copy_bf16, cycle);
     row("bf16 by hand: without either", ns_per_call([] { rotate_bf16<false, false>(g_bf16, g_bf16_out); }), copy_bf16,
         cycle);
+    row("bf16 by hand, 256-bit: even/odd, ±0 test, interleave",
+        ns_per_call([] { rotate_bf16_256(g_bf16, g_bf16_out); }), copy_bf16, cycle);
     const RotateCall bf16_call = call_for(g_bf16, g_bf16_out, DType::BF16);
     row("bf16 ropekit RotateCall::run", ns_per_call([&] { bf16_call.run(0, bf16_call.rows()); }), copy_bf16, cycle);
     row("bf16 ropekit Rope::prepare + run", ns_per_call([&] { call_for(g_bf16, g_bf16_out, DType::BF16).run(); }),
@@ -443,8 +584,16 @@ int main() {
     const double stream = rows.stream_ns();
     prefill_row("in-place stream over the fp32 rows", stream, stream);
     prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32(q, k, cs.data()); }, kPrefillCalls), stream);
+    prefill_row("fp32 by hand, 256-bit", ns_per_call([&] { prefill_f32_256(q, k, cs.data()); }, kPrefillCalls), stream);
     const RotateCall call = prefill_call(q, k, DType::F32);
     prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
+    if (avx2) {
+      set_simd_target("AVX2");
+      const RotateCall avx2_call = prefill_call(q, k, DType::F32);
+      set_simd_target("");
+      prefill_row("fp32 ropekit RotateCall::run, AVX2 target",
+                  ns_per_call([&] { avx2_call.run(0, avx2_call.rows()); }, kPrefillCalls), stream);
+    }
   }
   for (const DType dtype : {DType::F16, DType::BF16}) {
     if (dtype == DType::BF16 && !bf16) continue;
@@ -459,9 +608,13 @@ int main() {
                   ns_per_call([&] { prefill_bf16<true, true>(q, k, even_odd.data()); }, kPrefillCalls), stream);
       prefill_row("bf16 by hand: without either",
                   ns_per_call([&] { prefill_bf16<false, false>(q, k, even_odd.data()); }, kPrefillCalls), stream);
+      prefill_row("bf16 by hand, 256-bit: even/odd, ±0 test, interleave",
+                  ns_per_call([&] { prefill_bf16_256(q, k, even_odd.data()); }, kPrefillCalls), stream);
     } else {
       prefill_row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph",
                   ns_per_call([&] { prefill_f16(q, k, cs.data()); }, kPrefillCalls), stream);
+      prefill_row("fp16 by hand, 256-bit", ns_per_call([&] { prefill_f16_256(q, k, cs.data()); }, kPrefillCalls),
+                  stream);
     }
     const RotateCall call = prefill_call(q, k, dtype);
     prefill_row(is_bf16 ? "bf16 ropekit RotateCall::run" : "fp16 ropekit RotateCall::run",
