@@ -16,7 +16,8 @@
 //   4. the same for a prefill-shaped call the benchmark holds to 0.85 of its in-place stream (512 tokens × (32 q +
 //      8 k) heads × 128, in place, q and k in buffers of their own, one thread: 5 MiB of 16-bit rows, 10 MiB of
 //      fp32, in the last-level cache): an in-place stream over the same bytes (load, xor, store: the benchmark's
-//      ceiling), the hand-written kernels with each token's coefficients read from a table row, and ropekit's run.
+//      ceiling), the hand-written kernels with each token's coefficients read from a table row, and ropekit's run;
+//      and again for the benchmark's 64-dim case (4096 tokens × (8 q + 2 k) × 64, in place: 5 MiB of 16-bit rows).
 // A kernel whose time equals its hand-written floor's is bound by the core, not by its code; a target
 // above the floor's ratio to memcpy (or to the stream) cannot be met on this host (docs/performance-log.md).
 //
@@ -90,20 +91,22 @@ enum class FloatWork { Rotation, FmaOnly, None };
 
 // fp32, half pairing: one head's 4 vector pairs (a, b) rotated with c and s held in registers, row → dst (the same row:
 // in place; each step stores only what it loaded).
-template <FloatWork kWork>
+// (kD: the head dim, 128 but for the 64-dim prefill table: kD / 32 vector pairs, b at kD / 2.)
+template <FloatWork kWork, int kD = kDim>
 __attribute__((target("avx512f,fma"), always_inline)) inline void f32_head(const float* row, float* dst,
                                                                            const __m512* c, const __m512* s) {
-  for (int i = 0; i < 4; ++i) {
-    const __m512 a = _mm512_load_ps(row + 16 * i), b = _mm512_load_ps(row + 64 + 16 * i);
+  constexpr int kB = kD / 2;
+  for (int i = 0; i < kD / 32; ++i) {
+    const __m512 a = _mm512_load_ps(row + 16 * i), b = _mm512_load_ps(row + kB + 16 * i);
     if constexpr (kWork == FloatWork::Rotation) {
       _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])));
-      _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])));
+      _mm512_store_ps(dst + kB + 16 * i, _mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])));
     } else if constexpr (kWork == FloatWork::FmaOnly) {
       _mm512_store_ps(dst + 16 * i, _mm512_fmsub_ps(a, c[i], b));
-      _mm512_store_ps(dst + 64 + 16 * i, _mm512_fmadd_ps(b, c[i], a));
+      _mm512_store_ps(dst + kB + 16 * i, _mm512_fmadd_ps(b, c[i], a));
     } else {
       _mm512_store_ps(dst + 16 * i, b);
-      _mm512_store_ps(dst + 64 + 16 * i, a);
+      _mm512_store_ps(dst + kB + 16 * i, a);
     }
   }
 }
@@ -117,15 +120,17 @@ __attribute__((target("avx512f,fma"), noinline)) void rotate_f32(const float* in
 
 // fp16, half pairing: 16 values widen with vcvtph2ps and narrow with vcvtps2ph (round to nearest
 // even, exact for every input: no software fallback), the fp32 arithmetic between.
+template <int kD = kDim>
 __attribute__((target("avx512f,f16c,fma"), always_inline)) inline void f16_head(const std::uint16_t* row,
                                                                                 std::uint16_t* dst, const __m512* c,
                                                                                 const __m512* s) {
-  for (int i = 0; i < 4; ++i) {
+  constexpr int kB = kD / 2;
+  for (int i = 0; i < kD / 32; ++i) {
     const __m512 a = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 16 * i)));
-    const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + 64 + 16 * i)));
+    const __m512 b = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(row + kB + 16 * i)));
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 16 * i),
                        _mm512_cvtps_ph(_mm512_fmsub_ps(a, c[i], _mm512_mul_ps(b, s[i])), _MM_FROUND_TO_NEAREST_INT));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 64 + 16 * i),
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + kB + 16 * i),
                        _mm512_cvtps_ph(_mm512_fmadd_ps(b, c[i], _mm512_mul_ps(a, s[i])), _MM_FROUND_TO_NEAREST_INT));
   }
 }
@@ -157,12 +162,13 @@ __attribute__((target("avx512f,avx512bw"))) Bf16Constants bf16_constants() {
 
 // One head, r → w (the same row: in place; each step stores only what it loaded), with the coefficients regrouped
 // even/odd (ce, co, se, so: two vectors each).
-template <bool kTest, bool kInterleave>
+template <bool kTest, bool kInterleave, int kD = kDim>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline void bf16_head(
     const std::uint16_t* r, std::uint16_t* w, const __m512* ce, const __m512* co, const __m512* se, const __m512* so,
     const Bf16Constants& k) {
-  for (int j = 0; j < 2; ++j) {
-    const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + 64 + 32 * j);
+  constexpr int kB = kD / 2;
+  for (int j = 0; j < kD / 64; ++j) {
+    const __m512i va = _mm512_load_si512(r + 32 * j), vb = _mm512_load_si512(r + kB + 32 * j);
     const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
                  ao = _mm512_castsi512_ps(_mm512_and_si512(va, k.high));
     const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
@@ -181,7 +187,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline
       pb = _mm512_permutexvar_epi16(k.order, pb);
     }
     _mm512_store_si512(w + 32 * j, pa);
-    _mm512_store_si512(w + 64 + 32 * j, pb);
+    _mm512_store_si512(w + kB + 32 * j, pb);
   }
 }
 
@@ -295,59 +301,74 @@ __attribute__((target(YMM_TARGET ",avx512bf16"), noinline)) void rotate_bf16_256
   for (int h = 0; h < kHeads; ++h) bf16_head_256(in + h * kDim, out + h * kDim, e, k);
 }
 
-// Prefill: kTokens tokens of 32 q and 8 k heads, rotated in place, q and k in buffers of their own (the benchmark's
-// bshd layout), token t's coefficients the table row t: fp32 and fp16 c[64] then s[64]; bf16 regrouped even/odd,
-// ce[32], co[32], se[32], so[32] (a table laid out for this kernel: ropekit regroups its rows in registers instead).
-constexpr int kTokens = 512, kQHeads = 32, kKHeads = 8;
+// Prefill: tokens of q and k heads of kD values, rotated in place, q and k in buffers of their own (the benchmark's
+// bshd layout), token t's coefficients the table row t: fp32 and fp16 c[kD / 2] then s[kD / 2]; bf16 regrouped
+// even/odd, ce, co, se, so (kD / 4 each: a table laid out for this kernel; ropekit regroups its rows in registers
+// instead).
+struct Shape {
+  int tokens, q_heads, k_heads;
+};
+constexpr Shape kPrefill = {512, 32, 8};    // the benchmark's 512-token case at 128 dims
+constexpr Shape kPrefill64 = {4096, 8, 2};  // and its 64-dim case (4096 tokens of 10 heads)
 
 // Each token's q rows, then its k rows: rows(token, heads, first value of its rows, q?).
 template <class Rows>
-__attribute__((always_inline)) inline void each_token(Rows rows) {
-  for (int t = 0; t < kTokens; ++t) {
-    rows(t, kQHeads, std::size_t(t) * kQHeads * kDim, true);
-    rows(t, kKHeads, std::size_t(t) * kKHeads * kDim, false);
+__attribute__((always_inline)) inline void each_token(const Shape& shape, int dim, Rows rows) {
+  for (int t = 0; t < shape.tokens; ++t) {
+    rows(t, shape.q_heads, std::size_t(t) * shape.q_heads * dim, true);
+    rows(t, shape.k_heads, std::size_t(t) * shape.k_heads * dim, false);
   }
 }
 
-__attribute__((target("avx512f,fma"), noinline)) void prefill_f32(float* q, float* k, const float* table) {
-  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,fma"))) {
-    const float* coef = table + std::size_t(t) * kDim;
-    __m512 c[4], s[4];
-    for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
-    float* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) f32_head<FloatWork::Rotation>(rows, rows, c, s);
-  });
+template <int kD>
+__attribute__((target("avx512f,fma"), noinline)) void prefill_f32(const Shape& shape, float* q, float* k,
+                                                                  const float* table) {
+  each_token(
+      shape, kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,fma"))) {
+        const float* coef = table + std::size_t(t) * kD;
+        __m512 c[kD / 32], s[kD / 32];
+        for (int i = 0; i < kD / 32; ++i)
+          c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + kD / 2 + 16 * i);
+        float* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kD) f32_head<FloatWork::Rotation, kD>(rows, rows, c, s);
+      });
 }
 
-__attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(std::uint16_t* q, std::uint16_t* k,
-                                                                       const float* table) {
-  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,f16c,fma"))) {
-    const float* coef = table + std::size_t(t) * kDim;
-    __m512 c[4], s[4];
-    for (int i = 0; i < 4; ++i) c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + 64 + 16 * i);
-    std::uint16_t* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) f16_head(rows, rows, c, s);
-  });
+template <int kD>
+__attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(const Shape& shape, std::uint16_t* q,
+                                                                       std::uint16_t* k, const float* table) {
+  each_token(
+      shape, kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,f16c,fma"))) {
+        const float* coef = table + std::size_t(t) * kD;
+        __m512 c[kD / 32], s[kD / 32];
+        for (int i = 0; i < kD / 32; ++i)
+          c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + kD / 2 + 16 * i);
+        std::uint16_t* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kD) f16_head<kD>(rows, rows, c, s);
+      });
 }
 
-template <bool kTest, bool kInterleave>
-__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void prefill_bf16(std::uint16_t* q,
+template <bool kTest, bool kInterleave, int kD>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void prefill_bf16(const Shape& shape,
+                                                                                       std::uint16_t* q,
                                                                                        std::uint16_t* k,
                                                                                        const float* table) {
   const Bf16Constants constants = bf16_constants();
-  each_token([&](int t, int heads, std::size_t at, bool is_q)
-                 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
-                   const float* coef = table + std::size_t(t) * kDim;
-                   __m512 ce[2], co[2], se[2], so[2];
-                   for (int j = 0; j < 2; ++j) {
-                     ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + 32 + 16 * j);
-                     se[j] = _mm512_loadu_ps(coef + 64 + 16 * j), so[j] = _mm512_loadu_ps(coef + 96 + 16 * j);
-                   }
-                   std::uint16_t* rows = (is_q ? q : k) + at;
-                   for (int h = 0; h < heads; ++h, rows += kDim) {
-                     bf16_head<kTest, kInterleave>(rows, rows, ce, co, se, so, constants);
-                   }
-                 });
+  each_token(
+      shape,
+      kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
+        const float* coef = table + std::size_t(t) * kD;
+        __m512 ce[kD / 64], co[kD / 64], se[kD / 64], so[kD / 64];
+        for (int j = 0; j < kD / 64; ++j) {
+          ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + kD / 4 + 16 * j);
+          se[j] = _mm512_loadu_ps(coef + kD / 2 + 16 * j);
+          so[j] = _mm512_loadu_ps(coef + 3 * kD / 4 + 16 * j);
+        }
+        std::uint16_t* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kD) {
+          bf16_head<kTest, kInterleave, kD>(rows, rows, ce, co, se, so, constants);
+        }
+      });
 }
 
 // The benchmark's in-place ceiling by hand: every 64 bytes loaded, xor-ed with a constant and stored back.
@@ -363,19 +384,27 @@ T* aligned_rows(std::size_t count) {
   return static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64));
 }
 
-constexpr std::size_t kQValues = std::size_t(kTokens) * kQHeads * kDim,
-                      kKValues = std::size_t(kTokens) * kKHeads * kDim;
 constexpr long kPrefillCalls = 25;  // a call is tens of µs
 
-// The prefill shape's q and k rows in storage type T, each head a copy of one of `from`'s decode rows, and the time of
-// the in-place stream over them (the ceiling their rows are held to).
+// A prefill shape's q and k rows of `dim` values in storage type T, each head's a and b halves from the a and b halves
+// of one of `from`'s decode rows (128 values), and the time of the in-place stream over them (the ceiling their rows
+// are held to).
 template <class T>
 struct PrefillRows {
-  T* q = aligned_rows<T>(kQValues);
-  T* k = aligned_rows<T>(kKValues);
-  explicit PrefillRows(const T* from) {
-    for (std::size_t i = 0; i < kQValues; ++i) q[i] = from[i % (kHeads * kDim)];
-    for (std::size_t i = 0; i < kKValues; ++i) k[i] = from[i % (kHeads * kDim)];
+  std::size_t q_values, k_values;
+  T* q;
+  T* k;
+  PrefillRows(const Shape& shape, int dim, const T* from)
+      : q_values(std::size_t(shape.tokens) * shape.q_heads * dim),
+        k_values(std::size_t(shape.tokens) * shape.k_heads * dim),
+        q(aligned_rows<T>(q_values)),
+        k(aligned_rows<T>(k_values)) {
+    const auto value = [&](std::size_t i) {
+      const std::size_t row = i / std::size_t(dim) % kHeads, lane = i % std::size_t(dim), half = std::size_t(dim) / 2;
+      return from[row * kDim + (lane < half ? lane : kDim / 2 + lane - half)];
+    };
+    for (std::size_t i = 0; i < q_values; ++i) q[i] = value(i);
+    for (std::size_t i = 0; i < k_values; ++i) k[i] = value(i);
   }
   PrefillRows(const PrefillRows&) = delete;
   PrefillRows& operator=(const PrefillRows&) = delete;
@@ -386,8 +415,8 @@ struct PrefillRows {
   double stream_ns() const {
     return ns_per_call(
         [&] {
-          xor_stream(q, kQValues * sizeof(T));
-          xor_stream(k, kKValues * sizeof(T));
+          xor_stream(q, q_values * sizeof(T));
+          xor_stream(k, k_values * sizeof(T));
         },
         kPrefillCalls);
   }
@@ -398,30 +427,125 @@ void row(const char* what, double ns, double memcpy_ns, double cycle) {
 }
 
 __attribute__((target(YMM_TARGET), noinline)) void prefill_f32_256(float* q, float* k, const float* table) {
-  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
-    const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
-    float* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) f32_head_256(rows, rows, y.c, y.s);
-  });
+  each_token(
+      kPrefill, kDim, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
+        const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
+        float* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kDim) f32_head_256(rows, rows, y.c, y.s);
+      });
 }
 
 __attribute__((target(YMM_TARGET), noinline)) void prefill_f16_256(std::uint16_t* q, std::uint16_t* k,
                                                                    const float* table) {
-  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
-    const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
-    std::uint16_t* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) f16_head_256(rows, rows, y.c, y.s);
-  });
+  each_token(
+      kPrefill, kDim, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET))) {
+        const Ymm y = ymm_coefficients(table + std::size_t(t) * kDim);
+        std::uint16_t* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kDim) f16_head_256(rows, rows, y.c, y.s);
+      });
 }
 
 __attribute__((target(YMM_TARGET ",avx512bf16"), noinline)) void prefill_bf16_256(std::uint16_t* q, std::uint16_t* k,
                                                                                   const float* table) {
   const Bf16Constants256 constants = bf16_constants_256();
-  each_token([&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET ",avx512bf16"))) {
-    const Ymm e = ymm_coefficients(table + std::size_t(t) * kDim);
-    std::uint16_t* rows = (is_q ? q : k) + at;
-    for (int h = 0; h < heads; ++h, rows += kDim) bf16_head_256(rows, rows, e, constants);
-  });
+  each_token(
+      kPrefill,
+      kDim, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target(YMM_TARGET ",avx512bf16"))) {
+        const Ymm e = ymm_coefficients(table + std::size_t(t) * kDim);
+        std::uint16_t* rows = (is_q ? q : k) + at;
+        for (int h = 0; h < heads; ++h, rows += kDim) bf16_head_256(rows, rows, e, constants);
+      });
+}
+
+// The prefill table for `shape` at kD dims: the in-place stream, the hand-written kernels and ropekit's run for each
+// dtype (wide: the 256-bit twins and ropekit's fp32 under the AVX2 target too, for the 128-dim shape).
+template <int kD>
+void prefill_table(const Shape& shape, double cycle, bool bf16, bool wide) {
+  using namespace ropekit;
+  const auto prefill_row = [&](const char* what, double ns, double stream_ns) {
+    std::printf("| %s | %.1f | %.1f | %.2f |\n", what, ns / 1000.0,
+                ns / cycle / (double(shape.tokens) * (shape.q_heads + shape.k_heads)), stream_ns / ns);
+  };
+  const Rope rope(Spec{.head_dim = kD, .rotary_dim = kD, .base = 5e5, .pairing = Pairing::Half});
+  std::vector<std::int64_t> pos(std::size_t(shape.tokens));
+  for (int t = 0; t < shape.tokens; ++t) pos[std::size_t(t)] = t;
+  const auto table = rope.table(shape.tokens);
+  // The hand kernels' tables: c then s per token, and the same regrouped even/odd for bf16.
+  std::vector<float> cs(std::size_t(shape.tokens) * kD), even_odd(std::size_t(shape.tokens) * kD);
+  for (int t = 0; t < shape.tokens; ++t) {
+    const float* c = table->cos_row(t);
+    const float* sn = table->sin_row(t);
+    float* row_cs = cs.data() + std::size_t(t) * kD;
+    float* row_eo = even_odd.data() + std::size_t(t) * kD;
+    for (int i = 0; i < kD / 2; ++i) row_cs[i] = c[i], row_cs[kD / 2 + i] = sn[i];
+    for (int i = 0; i < kD / 4; ++i) {
+      row_eo[i] = c[2 * i], row_eo[kD / 4 + i] = c[2 * i + 1];
+      row_eo[kD / 2 + i] = sn[2 * i], row_eo[3 * kD / 4 + i] = sn[2 * i + 1];
+    }
+  }
+  const auto call_for = [&](void* q, void* k, DType dtype) {
+    return rope.prepare({.q = bshd(q, dtype, 1, shape.tokens, shape.q_heads, kD),
+                         .k = bshd(k, dtype, 1, shape.tokens, shape.k_heads, kD),
+                         .positions = positions(pos),
+                         .threads = 1},
+                        table);
+  };
+  std::printf(
+      "\n| prefill, %d tokens × %d heads × %d, in place, one thread | µs | cycles per head | stream / this |\n"
+      "|---|---|---|---|\n",
+      shape.tokens, shape.q_heads + shape.k_heads, kD);
+  {
+    const PrefillRows<float> rows(shape, kD, g_f32);
+    float* const q = rows.q;
+    float* const k = rows.k;
+    const double stream = rows.stream_ns();
+    prefill_row("in-place stream over the fp32 rows", stream, stream);
+    prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32<kD>(shape, q, k, cs.data()); }, kPrefillCalls), stream);
+    if (wide) {
+      prefill_row("fp32 by hand, 256-bit", ns_per_call([&] { prefill_f32_256(q, k, cs.data()); }, kPrefillCalls),
+                  stream);
+    }
+    const RotateCall call = call_for(q, k, DType::F32);
+    prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
+    if (wide) {
+      set_simd_target("AVX2");
+      const RotateCall avx2_call = call_for(q, k, DType::F32);
+      set_simd_target("");
+      prefill_row("fp32 ropekit RotateCall::run, AVX2 target",
+                  ns_per_call([&] { avx2_call.run(0, avx2_call.rows()); }, kPrefillCalls), stream);
+    }
+  }
+  for (const DType dtype : {DType::F16, DType::BF16}) {
+    if (dtype == DType::BF16 && !bf16) continue;
+    const bool is_bf16 = dtype == DType::BF16;
+    const PrefillRows<std::uint16_t> rows(shape, kD, is_bf16 ? g_bf16 : g_f16);
+    std::uint16_t* const q = rows.q;
+    std::uint16_t* const k = rows.k;
+    const double stream = rows.stream_ns();
+    prefill_row(is_bf16 ? "in-place stream over the bf16 rows" : "in-place stream over the fp16 rows", stream, stream);
+    if (is_bf16) {
+      prefill_row("bf16 by hand: even/odd, ±0 test, interleave",
+                  ns_per_call([&] { prefill_bf16<true, true, kD>(shape, q, k, even_odd.data()); }, kPrefillCalls),
+                  stream);
+      prefill_row("bf16 by hand: without either",
+                  ns_per_call([&] { prefill_bf16<false, false, kD>(shape, q, k, even_odd.data()); }, kPrefillCalls),
+                  stream);
+      if (wide) {
+        prefill_row("bf16 by hand, 256-bit: even/odd, ±0 test, interleave",
+                    ns_per_call([&] { prefill_bf16_256(q, k, even_odd.data()); }, kPrefillCalls), stream);
+      }
+    } else {
+      prefill_row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph",
+                  ns_per_call([&] { prefill_f16<kD>(shape, q, k, cs.data()); }, kPrefillCalls), stream);
+      if (wide) {
+        prefill_row("fp16 by hand, 256-bit", ns_per_call([&] { prefill_f16_256(q, k, cs.data()); }, kPrefillCalls),
+                    stream);
+      }
+    }
+    const RotateCall call = call_for(q, k, dtype);
+    prefill_row(is_bf16 ? "bf16 ropekit RotateCall::run" : "fp16 ropekit RotateCall::run",
+                ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
+  }
 }
 
 }  // namespace
@@ -547,79 +671,10 @@ int main() {
         copy_bf16, cycle);
   }
 
-  // Prefill (item 4 of the file comment).
-  const auto prefill_row = [&](const char* what, double ns, double stream_ns) {
-    std::printf("| %s | %.1f | %.1f | %.2f |\n", what, ns / 1000.0, ns / cycle / (kTokens * kHeads), stream_ns / ns);
-  };
-  std::vector<std::int64_t> prefill_pos(kTokens);
-  for (int t = 0; t < kTokens; ++t) prefill_pos[std::size_t(t)] = t;
-  const auto prefill_table = rope.table(kTokens);
-  // The hand kernels' tables: c then s per token, and the same regrouped even/odd for bf16.
-  std::vector<float> cs(std::size_t(kTokens) * kDim), even_odd(std::size_t(kTokens) * kDim);
-  for (int t = 0; t < kTokens; ++t) {
-    const float* c = prefill_table->cos_row(t);
-    const float* sn = prefill_table->sin_row(t);
-    float* row_cs = cs.data() + std::size_t(t) * kDim;
-    float* row_eo = even_odd.data() + std::size_t(t) * kDim;
-    for (int i = 0; i < kDim / 2; ++i) row_cs[i] = c[i], row_cs[kDim / 2 + i] = sn[i];
-    for (int i = 0; i < kDim / 4; ++i) {
-      row_eo[i] = c[2 * i], row_eo[32 + i] = c[2 * i + 1], row_eo[64 + i] = sn[2 * i], row_eo[96 + i] = sn[2 * i + 1];
-    }
-  }
-  const auto prefill_call = [&](void* q, void* k, DType dtype) {
-    return rope.prepare({.q = bshd(q, dtype, 1, kTokens, kQHeads, kDim),
-                         .k = bshd(k, dtype, 1, kTokens, kKHeads, kDim),
-                         .positions = positions(prefill_pos),
-                         .threads = 1},
-                        prefill_table);
-  };
-  std::printf(
-      "\n| prefill, %d tokens × 40 heads × 128, in place, one thread | µs | cycles per head | stream / this |\n"
-      "|---|---|---|---|\n",
-      kTokens);
-  {
-    const PrefillRows<float> rows(g_f32);
-    float* const q = rows.q;
-    float* const k = rows.k;
-    const double stream = rows.stream_ns();
-    prefill_row("in-place stream over the fp32 rows", stream, stream);
-    prefill_row("fp32 by hand", ns_per_call([&] { prefill_f32(q, k, cs.data()); }, kPrefillCalls), stream);
-    prefill_row("fp32 by hand, 256-bit", ns_per_call([&] { prefill_f32_256(q, k, cs.data()); }, kPrefillCalls), stream);
-    const RotateCall call = prefill_call(q, k, DType::F32);
-    prefill_row("fp32 ropekit RotateCall::run", ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
-    if (avx2) {
-      set_simd_target("AVX2");
-      const RotateCall avx2_call = prefill_call(q, k, DType::F32);
-      set_simd_target("");
-      prefill_row("fp32 ropekit RotateCall::run, AVX2 target",
-                  ns_per_call([&] { avx2_call.run(0, avx2_call.rows()); }, kPrefillCalls), stream);
-    }
-  }
-  for (const DType dtype : {DType::F16, DType::BF16}) {
-    if (dtype == DType::BF16 && !bf16) continue;
-    const bool is_bf16 = dtype == DType::BF16;
-    const PrefillRows<std::uint16_t> rows(is_bf16 ? g_bf16 : g_f16);
-    std::uint16_t* const q = rows.q;
-    std::uint16_t* const k = rows.k;
-    const double stream = rows.stream_ns();
-    prefill_row(is_bf16 ? "in-place stream over the bf16 rows" : "in-place stream over the fp16 rows", stream, stream);
-    if (is_bf16) {
-      prefill_row("bf16 by hand: even/odd, ±0 test, interleave",
-                  ns_per_call([&] { prefill_bf16<true, true>(q, k, even_odd.data()); }, kPrefillCalls), stream);
-      prefill_row("bf16 by hand: without either",
-                  ns_per_call([&] { prefill_bf16<false, false>(q, k, even_odd.data()); }, kPrefillCalls), stream);
-      prefill_row("bf16 by hand, 256-bit: even/odd, ±0 test, interleave",
-                  ns_per_call([&] { prefill_bf16_256(q, k, even_odd.data()); }, kPrefillCalls), stream);
-    } else {
-      prefill_row("fp16 by hand: vcvtph2ps, rotation, vcvtps2ph",
-                  ns_per_call([&] { prefill_f16(q, k, cs.data()); }, kPrefillCalls), stream);
-      prefill_row("fp16 by hand, 256-bit", ns_per_call([&] { prefill_f16_256(q, k, cs.data()); }, kPrefillCalls),
-                  stream);
-    }
-    const RotateCall call = prefill_call(q, k, dtype);
-    prefill_row(is_bf16 ? "bf16 ropekit RotateCall::run" : "fp16 ropekit RotateCall::run",
-                ns_per_call([&] { call.run(0, call.rows()); }, kPrefillCalls), stream);
-  }
+  // Prefill (item 4 of the file comment): the benchmark's 128-dim case with the 256-bit twins and the AVX2 target, and
+  // its 64-dim case.
+  prefill_table<kDim>(kPrefill, cycle, bf16, avx2);
+  prefill_table<64>(kPrefill64, cycle, bf16, false);
   if (g_flagged != 0)
     std::printf("\n(%d steps met a ±0 result: the bf16 rows above are not the common path)\n", int(g_flagged));
   return 0;
