@@ -320,15 +320,20 @@ __attribute__((always_inline)) inline void each_token(const Shape& shape, int di
   }
 }
 
+// A table row's c (kD / 2 values) and s (the next kD / 2) as kD / 32 vectors each.
+template <int kD>
+__attribute__((target("avx512f"), always_inline)) inline void load_cs(const float* coef, __m512* c, __m512* s) {
+  for (int i = 0; i < kD / 32; ++i)
+    c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + kD / 2 + 16 * i);
+}
+
 template <int kD>
 __attribute__((target("avx512f,fma"), noinline)) void prefill_f32(const Shape& shape, float* q, float* k,
                                                                   const float* table) {
   each_token(
       shape, kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,fma"))) {
-        const float* coef = table + std::size_t(t) * kD;
         __m512 c[kD / 32], s[kD / 32];
-        for (int i = 0; i < kD / 32; ++i)
-          c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + kD / 2 + 16 * i);
+        load_cs<kD>(table + std::size_t(t) * kD, c, s);
         float* rows = (is_q ? q : k) + at;
         for (int h = 0; h < heads; ++h, rows += kD) f32_head<FloatWork::Rotation, kD>(rows, rows, c, s);
       });
@@ -339,10 +344,8 @@ __attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(const Sha
                                                                        std::uint16_t* k, const float* table) {
   each_token(
       shape, kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,f16c,fma"))) {
-        const float* coef = table + std::size_t(t) * kD;
         __m512 c[kD / 32], s[kD / 32];
-        for (int i = 0; i < kD / 32; ++i)
-          c[i] = _mm512_loadu_ps(coef + 16 * i), s[i] = _mm512_loadu_ps(coef + kD / 2 + 16 * i);
+        load_cs<kD>(table + std::size_t(t) * kD, c, s);
         std::uint16_t* rows = (is_q ? q : k) + at;
         for (int h = 0; h < heads; ++h, rows += kD) f16_head<kD>(rows, rows, c, s);
       });
