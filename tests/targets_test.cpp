@@ -230,6 +230,43 @@ TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
   expect_same_bits(got.k_out, want.k_out, "k_out");
 }
 
+// Ranges of whole tokens that start and end inside a later batch entry — what a thread's share of a batched prefill is
+// — through the whole-token kernels (in-register widths of 64 and 128 dims, a table whose rows are the coefficients,
+// every dtype, in and out of place), against the reference on the same views. A kernel that found a range's first
+// token from its sequence index alone, not its batch entry too, wrote the first batch's rows again.
+TEST_P(Rotation, WholeTokenRangesInsideLaterBatchEntriesGiveTheReferenceBits) {
+  for (const char* spec : {"half64", "half128"})
+    for (DType dt : {DType::F32, DType::BF16, DType::F16})
+      for (bool in_place : {true, false}) {
+        SCOPED_TRACE(std::string(spec) + " " + std::string(to_string(dt)) + (in_place ? " in place" : " out of place"));
+        const Case c{.op = Op::Rotate,
+                     .spec = spec,
+                     .dtype = dt,
+                     .layout = cases::Layout::Bshd,
+                     .batch = 3,
+                     .seq = 5,
+                     .q_heads = 3,
+                     .k_heads = 2,
+                     .in_place = in_place};
+        Workload got(c, 17), want(c, 17);
+        const RotateCall reference = want.prepare();
+        detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+        const RotateCall call = got.prepare();
+        const std::int64_t heads = 5;
+        // Tokens [0, 7), [7, 12) and [12, 15): the second and third ranges start inside batch entries 1 and 2.
+        for (const auto& [first, last] : {std::pair{0, 7}, std::pair{7, 12}, std::pair{12, 15}}) {
+          call.run(first * heads, last * heads);
+        }
+        if (in_place) {
+          expect_same_bits(got.q, want.q, "q");
+          expect_same_bits(got.k, want.k, "k");
+        } else {
+          expect_same_bits(got.q_out, want.q_out, "q_out");
+          expect_same_bits(got.k_out, want.k_out, "k_out");
+        }
+      }
+}
+
 // q and k as slices of one fused projection per token ([q heads | k heads], the same head stride), the
 // layout a QKV projection writes: the kernel then rotates each token's q and k rows in one run. In
 // place and out of place (outputs fused alike, or q's output apart: one run each), every dtype and

@@ -444,6 +444,57 @@ struct Bf16EvenOdd {
     }
   }
 
+  // Whole tokens [token, end) of bf16 q and k rows, half pairing, 2·sizeof...(J) vectors of pairs, each token's
+  // coefficients the table's rows, no pass-through lanes, no prefetch: bench/compare/kernel_floor's hand-written
+  // kernel's shape, written as it is — the token's coefficients regrouped once for its q and k rows, a plain loop over
+  // each view's heads, no flags. The generic walk (RotateWholeTokens → RotateTokenInRegisters → Heads) does the same
+  // steps, so the same bits, but its flags, regroup per run and merged q/k runs left GCC a loop that reloaded its
+  // interleave index per head (Zen 5, alternated installs: prefill 4096 tokens × 10 heads × 64 in place 24.8–24.9 →
+  // 23.6–24.2 ns per token, kernel_floor's 64-dim table 1.27–1.29 → 1.21–1.22 of the hand kernel's time; the bf16
+  // grid cases with a table, 3–5 rounds, in place 1.00–1.11×, out of place 0.99–1.08×).
+  template <std::size_t... J>
+  HWY_NOINLINE static void WholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end,
+                                       std::index_sequence<J...>) {
+    const DF d;
+    const std::size_t n = hn::Lanes(d);
+    constexpr std::size_t kVectors = 2 * sizeof...(J);
+    const std::size_t width = kVectors * n;
+    const RotateArgs& args = job.args;
+    const __m512i order = Interleave();
+    std::int64_t b = 0, s = 0;
+    if (token != 0) b = token / job.seq, s = token % job.seq;
+    const auto rows = [&](const ropekit::Heads& in_view, const ropekit::Heads& out_view, std::int64_t heads,
+                          const VF* ce, const VF* co, const VF* se, const VF* so) HWY_ATTR
+        __attribute__((always_inline)) {
+      auto* in = static_cast<std::uint16_t*>(in_view.row(b, s, 0));
+      auto* out = out_view.data != nullptr ? static_cast<std::uint16_t*>(out_view.row(b, s, 0)) : in;
+      const std::int64_t in_stride = in_view.head_stride;
+      const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
+      for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
+        (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J], co[J],
+                  so[J], order),
+         ...);
+      }
+    };
+    for (; token < end; ++token) {
+      const RowCoefficients c = TableRowCoefficients(job, token);
+      const VF ce[] = {
+          hn::ConcatEven(d, hn::LoadU(d, c.read_c + (2 * J + 1) * n), hn::LoadU(d, c.read_c + 2 * J * n))...};
+      const VF co[] = {
+          hn::ConcatOdd(d, hn::LoadU(d, c.read_c + (2 * J + 1) * n), hn::LoadU(d, c.read_c + 2 * J * n))...};
+      const VF se[] = {
+          hn::ConcatEven(d, hn::LoadU(d, c.read_s + (2 * J + 1) * n), hn::LoadU(d, c.read_s + 2 * J * n))...};
+      const VF so[] = {
+          hn::ConcatOdd(d, hn::LoadU(d, c.read_s + (2 * J + 1) * n), hn::LoadU(d, c.read_s + 2 * J * n))...};
+      if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, ce, co, se, so);
+      if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, ce, co, se, so);
+      if (++s == job.seq) {
+        s = 0;
+        ++b;
+      }
+    }
+  }
+
   // 32 interleaved values (16 pairs): a' = fma(a, c, −b·s), b' = fma(b, c, a·s), as InterleavedStep's
   // lanes compute them.
   HWY_INLINE static void InterleavedStep(const std::uint16_t* in, std::uint16_t* out, VF c, VF s, __m512i order) {
@@ -711,6 +762,15 @@ HWY_INLINE void RotateTokenInRegisters(const RotateJob& job, std::int64_t b, std
 // (perf annotate, Zen 5).
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
 HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end) {
+#if ROPEKIT_NATIVE_BF16 && HWY_ARCH_X86
+  // bf16 rows in the hand-written kernel's shape take a kernel of their own (Bf16EvenOdd::WholeTokens).
+  if constexpr (kPairing == Pairing::Half && std::is_same_v<QCodec, BF16CodecT<true>> &&
+                std::is_same_v<KCodec, BF16CodecT<true>> && kSteps % 2 == 0) {
+    if (TableRowsAreCoefficients<kPairing>(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
+      return Bf16EvenOdd::WholeTokens(job, token, end, std::make_index_sequence<kSteps / 2>());
+    }
+  }
+#endif
   std::int64_t b = 0, s = 0;
   if (token != 0) b = token / job.seq, s = token % job.seq;  // (a one-thread call skips the divisions, as below)
   const auto next = [&] {
