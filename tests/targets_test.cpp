@@ -209,6 +209,23 @@ TEST_P(Rotation, EveryBf16AndFp16BitPatternMatchesTheReference) {
   }
 }
 
+// Case c's rotation, its rows run by `run(call)` in whatever pieces it likes, must carry the reference's bits (the
+// outputs: q and k in place, q_out and k_out out of place).
+template <class Run>
+void ExpectPiecesGiveTheReferenceBits(const Case& c, std::uint32_t seed, Run run) {
+  Workload got(c, seed), want(c, seed);
+  const RotateCall reference = want.prepare();
+  detail::rotate_rows_reference(reference.job(), 0, reference.rows());
+  run(got.prepare());
+  if (c.in_place) {
+    expect_same_bits(got.q, want.q, "q");
+    expect_same_bits(got.k, want.k, "k");
+  } else {
+    expect_same_bits(got.q_out, want.q_out, "q_out");
+    expect_same_bits(got.k_out, want.k_out, "k_out");
+  }
+}
+
 // A RotateCall's rows can be split anyhow — this is what an engine's thread pool does.
 TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
   const Case c{.op = Op::Rotate,
@@ -220,14 +237,12 @@ TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
                .q_heads = 5,
                .k_heads = 3,
                .in_place = false};
-  Workload got(c, 11), want(c, 11);
-  const RotateCall reference = want.prepare();
-  detail::rotate_rows_reference(reference.job(), 0, reference.rows());
-  const RotateCall call = got.prepare();
-  ASSERT_EQ(call.rows(), 2 * 7 * (5 + 3));
-  for (std::int64_t first = call.rows(); first > 0; first -= 13) call.run(std::max<std::int64_t>(0, first - 13), first);
-  expect_same_bits(got.q_out, want.q_out, "q_out");
-  expect_same_bits(got.k_out, want.k_out, "k_out");
+  ExpectPiecesGiveTheReferenceBits(c, 11, [](const RotateCall& call) {
+    ASSERT_EQ(call.rows(), 2 * 7 * (5 + 3));
+    for (std::int64_t first = call.rows(); first > 0; first -= 13) {
+      call.run(std::max<std::int64_t>(0, first - 13), first);
+    }
+  });
 }
 
 // Ranges of whole tokens that start and end inside a later batch entry — what a thread's share of a batched prefill is
@@ -248,22 +263,12 @@ TEST_P(Rotation, WholeTokenRangesInsideLaterBatchEntriesGiveTheReferenceBits) {
                      .q_heads = 3,
                      .k_heads = 2,
                      .in_place = in_place};
-        Workload got(c, 17), want(c, 17);
-        const RotateCall reference = want.prepare();
-        detail::rotate_rows_reference(reference.job(), 0, reference.rows());
-        const RotateCall call = got.prepare();
-        const std::int64_t heads = 5;
-        // Tokens [0, 7), [7, 12) and [12, 15): the second and third ranges start inside batch entries 1 and 2.
-        for (const auto& [first, last] : {std::pair{0, 7}, std::pair{7, 12}, std::pair{12, 15}}) {
-          call.run(first * heads, last * heads);
-        }
-        if (in_place) {
-          expect_same_bits(got.q, want.q, "q");
-          expect_same_bits(got.k, want.k, "k");
-        } else {
-          expect_same_bits(got.q_out, want.q_out, "q_out");
-          expect_same_bits(got.k_out, want.k_out, "k_out");
-        }
+        ExpectPiecesGiveTheReferenceBits(c, 17, [](const RotateCall& call) {
+          // Tokens [0, 7), [7, 12) and [12, 15) of 5 rows each: the second and third start inside batch entries 1, 2.
+          for (const auto& [first, last] : {std::pair{0, 7}, std::pair{7, 12}, std::pair{12, 15}}) {
+            call.run(first * 5, last * 5);
+          }
+        });
       }
 }
 

@@ -401,6 +401,19 @@ struct Bf16EvenOdd {
     }
   }
 
+  // The coefficients vc, vs (2·sizeof...(J) vectors each, the layout RotateRow reads) regrouped for the even/odd steps.
+  // Half: c and s of the even pairs (ce, se) and of the odd pairs (co, so). Interleaved: the lanes hold c_j twice and
+  // (−s_j, s_j), so ce and so are one c and one s per pair (co and se go unused); even lanes are the pairs' a values,
+  // odd lanes their b values, and no lane swap is needed.
+  template <std::size_t... J>
+  HWY_INLINE static void Regroup(const VF* vc, const VF* vs, VF* ce, VF* co, VF* se, VF* so,
+                                 std::index_sequence<J...>) {
+    const DF d;
+    ((ce[J] = hn::ConcatEven(d, vc[2 * J + 1], vc[2 * J]), co[J] = hn::ConcatOdd(d, vc[2 * J + 1], vc[2 * J]),
+      se[J] = hn::ConcatEven(d, vs[2 * J + 1], vs[2 * J]), so[J] = hn::ConcatOdd(d, vs[2 * J + 1], vs[2 * J])),
+     ...);
+  }
+
   // Rows of 2·sizeof...(J) vectors (Half: of pairs; Interleaved: of lanes), the coefficients (vc, vs:
   // the layout RotateRow reads) regrouped once per token.
   template <Pairing kPairing, std::size_t... J>
@@ -413,13 +426,8 @@ struct Bf16EvenOdd {
     const __m512i order = Interleave();
     const bool copy_pass = dst != src && map.head_dim > map.rotary_dim;
     const auto pass_bytes = static_cast<std::size_t>(map.head_dim - map.rotary_dim) * sizeof(std::uint16_t);
-    // Half: c and s of the even pairs (ce, se) and of the odd pairs (co, so). Interleaved: the lanes
-    // hold c_j twice and (−s_j, s_j), so ce and so are one c and one s per pair (co and se go unused);
-    // even lanes are the pairs' a values, odd lanes their b values, and no lane swap is needed.
-    const VF ce[] = {hn::ConcatEven(d, vc[2 * J + 1], vc[2 * J])...};
-    const VF co[] = {hn::ConcatOdd(d, vc[2 * J + 1], vc[2 * J])...};
-    const VF se[] = {hn::ConcatEven(d, vs[2 * J + 1], vs[2 * J])...};
-    const VF so[] = {hn::ConcatOdd(d, vs[2 * J + 1], vs[2 * J])...};
+    VF ce[sizeof...(J)], co[sizeof...(J)], se[sizeof...(J)], so[sizeof...(J)];
+    Regroup(vc, vs, ce, co, se, so, std::index_sequence<J...>());
     // Two copies of the loop: with the pass-through copy (out of place, partial rotary) and without, so that the common
     // loop holds no call (see NarrowExact).
     const auto loop = [&](auto copy) HWY_ATTR __attribute__((always_inline)) {
@@ -478,14 +486,10 @@ struct Bf16EvenOdd {
     };
     for (; token < end; ++token) {
       const RowCoefficients c = TableRowCoefficients(job, token);
-      const VF ce[] = {
-          hn::ConcatEven(d, hn::LoadU(d, c.read_c + (2 * J + 1) * n), hn::LoadU(d, c.read_c + 2 * J * n))...};
-      const VF co[] = {
-          hn::ConcatOdd(d, hn::LoadU(d, c.read_c + (2 * J + 1) * n), hn::LoadU(d, c.read_c + 2 * J * n))...};
-      const VF se[] = {
-          hn::ConcatEven(d, hn::LoadU(d, c.read_s + (2 * J + 1) * n), hn::LoadU(d, c.read_s + 2 * J * n))...};
-      const VF so[] = {
-          hn::ConcatOdd(d, hn::LoadU(d, c.read_s + (2 * J + 1) * n), hn::LoadU(d, c.read_s + 2 * J * n))...};
+      VF vc[kVectors], vs[kVectors], ce[sizeof...(J)], co[sizeof...(J)], se[sizeof...(J)], so[sizeof...(J)];
+      for (std::size_t i = 0; i < kVectors; ++i)
+        vc[i] = hn::LoadU(d, c.read_c + i * n), vs[i] = hn::LoadU(d, c.read_s + i * n);
+      Regroup(vc, vs, ce, co, se, so, std::index_sequence<J...>());
       if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, ce, co, se, so);
       if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, ce, co, se, so);
       if (++s == job.seq) {
