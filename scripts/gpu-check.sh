@@ -57,8 +57,9 @@ step configure cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DROP
 step build cmake --build build/gpu --target cuda_device_test cuda_host_test cuda_bench || { tail -40 "$out/build.log"; exit 1; }
 step host ctest --test-dir build/gpu -R CudaHost --output-on-failure -V
 step device ctest --test-dir build/gpu -L cuda --output-on-failure -V --timeout 120
-# ROPEKIT_GPU_QUICK=1: the tests and the benchmark only (a rerun after a fix, when device minutes are short);
-# ROPEKIT_GPU_TORCH=0: everything but the PyTorch peers.
+# ROPEKIT_GPU_QUICK=1: the C++ tests and the benchmark only (a rerun after a fix, when device minutes are short: no
+# memcheck, PyTorch peers or Python build); ROPEKIT_GPU_TORCH=0: everything but the PyTorch peers; ROPEKIT_GPU_PYTHON=0:
+# everything but the Python build and its tests.
 quick=${ROPEKIT_GPU_QUICK:-0}
 if [ "$quick" = 1 ]; then
   echo "memcheck     skipped (ROPEKIT_GPU_QUICK=1)" | tee -a "$summary"
@@ -80,8 +81,8 @@ fi
 # and its Python has development headers: pybind11 and pytest come as wheels in .gpudeps/wheels (made here with
 # `pip download -d .gpudeps/wheels pybind11==2.13.6 pytest==8.3.5`), unpacked, not installed.
 pyinc=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2> /dev/null)
-if [ "${ROPEKIT_GPU_PYTHON:-1}" = 0 ]; then
-  echo "python       skipped (ROPEKIT_GPU_PYTHON=0)" | tee -a "$summary"
+if [ "$quick" = 1 ] || [ "${ROPEKIT_GPU_PYTHON:-1}" = 0 ]; then
+  echo "python       skipped (ROPEKIT_GPU_QUICK=1 or ROPEKIT_GPU_PYTHON=0)" | tee -a "$summary"
 elif ! python3 -c "import torch; assert torch.cuda.is_available()" 2> /dev/null; then
   echo "python       no PyTorch with CUDA here" | tee -a "$summary"
 elif [ ! -f "$pyinc/Python.h" ] || ! ls .gpudeps/wheels/pybind11-*.whl > /dev/null 2>&1; then
@@ -94,7 +95,7 @@ else
     -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=ON -DROPEKIT_BUILD_EXAMPLES=OFF -DROPEKIT_BUILD_TOOLS=OFF \
     -DPython_EXECUTABLE=$(command -v python3) -Dpybind11_DIR=$pybind11_dir ${prefix_args[*]} &&
     cmake --build build/gpu-python --target ropekit_python ropekit_torch_ops" &&
-    step python env PYTHONPATH="build/gpu-python/python:$pylibs" ROPEKIT_EXPECT_OPS=c++ timeout 300 python3 -m pytest -q \
+    step python env PYTHONPATH="build/gpu-python/python:$pylibs" ROPEKIT_EXPECT_OPS=c++ timeout 300 python3 -m pytest -q -rs \
       -p no:cacheprovider python/tests/test_cuda_ops.py python/tests/test_ops.py
   tail -3 "$out/python.log" 2> /dev/null | tee -a "$summary"
 fi

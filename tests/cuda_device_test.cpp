@@ -178,24 +178,35 @@ TEST(CudaDevice, CodecsEqualTheHostsOnEveryPattern) {
   DeviceCopy din(in.data(), n * 4);
   std::vector<std::uint16_t> bf(n), f16(n);
   std::vector<float> widened(n);
-  DeviceCopy dbf(bf.data(), n * 2), df16(f16.data(), n * 2), dw(widened.data(), n * 4);
+  std::vector<std::uint32_t> bf2(n), f162(n);
+  DeviceCopy dbf(bf.data(), n * 2), df16(f16.data(), n * 2), dw(widened.data(), n * 4), dbf2(bf2.data(), n * 4),
+      df162(f162.data(), n * 4);
   ASSERT_EQ(
       cuda::launch_codecs(reinterpret_cast<const std::uint32_t*>(din.device),
                           reinterpret_cast<std::uint16_t*>(dbf.device), reinterpret_cast<std::uint16_t*>(df16.device),
-                          reinterpret_cast<float*>(dw.device), static_cast<std::int64_t>(n)),
+                          reinterpret_cast<float*>(dw.device), reinterpret_cast<std::uint32_t*>(dbf2.device),
+                          reinterpret_cast<std::uint32_t*>(df162.device), static_cast<std::int64_t>(n)),
       0);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   dbf.back(bf.data());
   df16.back(f16.data());
   dw.back(widened.data());
+  dbf2.back(bf2.data());
+  df162.back(f162.data());
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n && bad < 10; ++i) {
     const float v = cuda::float_of(in[i]);
     const float w = cuda::f16_load(static_cast<std::uint16_t>(in[i]));
-    if (bf[i] != cuda::bf16_store(v) || f16[i] != cuda::f16_store(v) || cuda::bits_of(widened[i]) != cuda::bits_of(w)) {
+    // The packed stores: this pattern in the low half, its neighbour's in the high half, each rounded as alone.
+    const float u = cuda::float_of(in[(i ^ 1) < n ? (i ^ 1) : i]);
+    const std::uint32_t bf_pair = cuda::bf16_store(v) | std::uint32_t{cuda::bf16_store(u)} << 16;
+    const std::uint32_t f16_pair = cuda::f16_store(v) | std::uint32_t{cuda::f16_store(u)} << 16;
+    if (bf[i] != cuda::bf16_store(v) || f16[i] != cuda::f16_store(v) || cuda::bits_of(widened[i]) != cuda::bits_of(w) ||
+        bf2[i] != bf_pair || f162[i] != f16_pair) {
       ADD_FAILURE() << std::hex << "pattern 0x" << in[i] << ": device bf16 0x" << bf[i] << " host 0x"
                     << cuda::bf16_store(v) << ", f16 0x" << f16[i] << " host 0x" << cuda::f16_store(v) << ", widened 0x"
-                    << cuda::bits_of(widened[i]) << " host 0x" << cuda::bits_of(w);
+                    << cuda::bits_of(widened[i]) << " host 0x" << cuda::bits_of(w) << ", bf16x2 0x" << bf2[i]
+                    << " host 0x" << bf_pair << ", f16x2 0x" << f162[i] << " host 0x" << f16_pair;
       ++bad;
     }
   }

@@ -98,14 +98,33 @@ ROPEKIT_HD double dsqrt(double a) {
 
 // bf16: the top half of a float32; rounding to nearest even, NaN kept quiet with its sign (ropekit/dtype.hpp).
 ROPEKIT_HD float bf16_load(std::uint16_t b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
+ROPEKIT_HD bool is_nan_bits(std::uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; }
+ROPEKIT_HD std::uint16_t bf16_quiet(std::uint32_t b) { return static_cast<std::uint16_t>((b >> 16) | 0x0040u); }
 ROPEKIT_HD std::uint16_t bf16_store(float x) {
   std::uint32_t b = bits_of(x);
-  if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((b >> 16) | 0x0040u);
 #if defined(__CUDA_ARCH__)
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  // Both results, then a select: a branch per element (with its convergence barrier) cost more on a GPU than the
+  // conversion itself.
+  const std::uint16_t rounded = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  return is_nan_bits(b) ? bf16_quiet(b) : rounded;
 #else
+  if (is_nan_bits(b)) return bf16_quiet(b);
   b += 0x7fffu + ((b >> 16) & 1u);
   return static_cast<std::uint16_t>(b >> 16);
+#endif
+}
+// Two bf16 results in one 32-bit word, lo in the low half (the lower address): bf16_store of each. On a GPU one
+// cvt.rn.bf16x2.f32 for both (half the conversions of a 16-bit row), NaN lanes then replaced by selects.
+ROPEKIT_HD std::uint32_t bf16x2_store(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __nv_bfloat162 both = __floats2bfloat162_rn(lo, hi);  // .x = lo: the low half
+  std::uint32_t w;
+  std::memcpy(&w, &both, 4);
+  const std::uint32_t bl = bits_of(lo), bh = bits_of(hi);
+  w = is_nan_bits(bl) ? (w & 0xffff0000u) | bf16_quiet(bl) : w;
+  return is_nan_bits(bh) ? (w & 0x0000ffffu) | (static_cast<std::uint32_t>(bf16_quiet(bh)) << 16) : w;
+#else
+  return bf16_store(lo) | (static_cast<std::uint32_t>(bf16_store(hi)) << 16);
 #endif
 }
 
@@ -113,22 +132,30 @@ ROPEKIT_HD std::uint16_t bf16_store(float x) {
 ROPEKIT_HD float f16_load(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN (payload kept)
+  const float special = float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN (payload kept)
 #if defined(__CUDA_ARCH__)
-  return __half2float(__ushort_as_half(h));  // exact
-#endif
+  const float widened = __half2float(__ushort_as_half(h));  // exact; NaNs made canonical, hence the select
+  return exponent == 0x1f ? special : widened;
+#else
+  if (exponent == 0x1f) return special;
   if (exponent != 0) return float_of(sign | ((exponent + 112u) << 23) | (mantissa << 13));
   // Zero and subnormals: mantissa · 2^-24, exact in float32.
   const float magnitude = fmul(static_cast<float>(mantissa), 5.9604644775390625e-8f);
   return float_of(sign | bits_of(magnitude));
+#endif
+}
+// A NaN's fp16: quiet, its sign and the top of its payload.
+ROPEKIT_HD std::uint16_t f16_quiet(std::uint32_t b) {
+  return static_cast<std::uint16_t>(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
 }
 ROPEKIT_HD std::uint16_t f16_store(float x) {
   const std::uint32_t b = bits_of(x);
-  const std::uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // quiet NaN
 #if defined(__CUDA_ARCH__)
-  return __half_as_ushort(__float2half_rn(x));
-#endif
+  const std::uint16_t rounded = __half_as_ushort(__float2half_rn(x));
+  return is_nan_bits(b) ? f16_quiet(b) : rounded;
+#else
+  if (is_nan_bits(b)) return f16_quiet(b);
+  const std::uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520 rounds to infinity
   if (a < 0x38800000u) {
     // |x| < 2^-14: a multiple of 2^-24 (subnormals). Float32's spacing in [0.5, 1) is 2^-24, so |x| + 0.5 rounds
@@ -140,6 +167,20 @@ ROPEKIT_HD std::uint16_t f16_store(float x) {
   // into the exponent, as it should; 65504 + half a spacing and above were taken above).
   const std::uint32_t rounded = a + 0xc8000fffu + ((a >> 13) & 1u);
   return static_cast<std::uint16_t>(sign | (rounded >> 13));
+#endif
+}
+// Two fp16 results in one word, lo in the low half: f16_store of each (on a GPU one cvt.rn.f16x2.f32).
+ROPEKIT_HD std::uint32_t f16x2_store(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  const __half2 both = __floats2half2_rn(lo, hi);  // .x = lo: the low half
+  std::uint32_t w;
+  std::memcpy(&w, &both, 4);
+  const std::uint32_t bl = bits_of(lo), bh = bits_of(hi);
+  w = is_nan_bits(bl) ? (w & 0xffff0000u) | f16_quiet(bl) : w;
+  return is_nan_bits(bh) ? (w & 0x0000ffffu) | (static_cast<std::uint32_t>(f16_quiet(bh)) << 16) : w;
+#else
+  return f16_store(lo) | (static_cast<std::uint32_t>(f16_store(hi)) << 16);
+#endif
 }
 
 // fp8 E4M3 (the KV cache's storage, ropekit/dtype.hpp): saturating round to nearest even, every NaN to 0x7f; exact

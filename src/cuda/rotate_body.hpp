@@ -343,18 +343,62 @@ struct StorageOf<Storage::F32> {
   static ROPEKIT_HD float load(float x) { return x; }
   static ROPEKIT_HD float store(float x) { return x; }
 };
+// The 16-bit types also round two results into one word (store2: lo in the low half, the lower address).
 template <>
 struct StorageOf<Storage::BF16> {
   using Raw = std::uint16_t;
   static ROPEKIT_HD float load(std::uint16_t x) { return bf16_load(x); }
   static ROPEKIT_HD std::uint16_t store(float x) { return bf16_store(x); }
+  static ROPEKIT_HD std::uint32_t store2(float lo, float hi) { return bf16x2_store(lo, hi); }
 };
 template <>
 struct StorageOf<Storage::F16> {
   using Raw = std::uint16_t;
   static ROPEKIT_HD float load(std::uint16_t x) { return f16_load(x); }
   static ROPEKIT_HD std::uint16_t store(float x) { return f16_store(x); }
+  static ROPEKIT_HD std::uint32_t store2(float lo, float hi) { return f16x2_store(lo, hi); }
 };
+
+// A thread's W turned pairs (ra: the a lanes, rb: the b lanes) rounded to storage St and written with one access per
+// run of lanes at pa (and pb, half pairing). 16-bit storage rounds two results per conversion where they share a
+// word: a lane and its b lane (interleaved), or two neighbouring a lanes and two b lanes (half pairing, W even).
+template <Storage St, int W, bool Adjacent>
+ROPEKIT_HD void store_turned(char* pa, char* pb, const float (&ra)[W], const float (&rb)[W]) {
+  using Io = StorageOf<St>;
+  using Raw = typename Io::Raw;
+  if constexpr (St != Storage::F32 && Adjacent) {
+    std::uint32_t v[W];
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W; ++w) v[w] = Io::store2(ra[w], rb[w]);
+    store_run(pa, v);
+  } else if constexpr (St != Storage::F32 && W % 2 == 0) {
+    std::uint32_t va[W / 2], vb[W / 2];
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W / 2; ++w) {
+      va[w] = Io::store2(ra[2 * w], ra[2 * w + 1]);
+      vb[w] = Io::store2(rb[2 * w], rb[2 * w + 1]);
+    }
+    store_run(pa, va);
+    store_run(pb, vb);
+  } else if constexpr (Adjacent) {
+    Raw v[2 * W];
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W; ++w) {
+      v[2 * w] = Io::store(ra[w]);
+      v[2 * w + 1] = Io::store(rb[w]);
+    }
+    store_run(pa, v);
+  } else {
+    Raw ya[W], yb[W];
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W; ++w) {
+      ya[w] = Io::store(ra[w]);
+      yb[w] = Io::store(rb[w]);
+    }
+    store_run(pa, ya);
+    store_run(pb, yb);
+  }
+}
 
 // The bytes one access of a (storage, W, adjacent) configuration moves: W elements, or 2W when adjacent.
 template <Storage St, int W, bool Adjacent>
@@ -418,26 +462,15 @@ ROPEKIT_HD void rotate_thread_as(const RotateShape& s, std::int64_t block, int t
     for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * s.head_groups;
       if (h >= heads) break;
-      Raw ya[W], yb[W];
+      float ra[W], rb[W];
       ROPEKIT_UNROLL
       for (int w = 0; w < W; ++w) {
         const float a = Io::load(xa[i][w]), bv = Io::load(xb[i][w]);
-        ya[w] = Io::store(fma(a, c[w], -fmul(bv, sn[w])));
-        yb[w] = Io::store(fma(bv, c[w], fmul(a, sn[w])));
+        ra[w] = fma(a, c[w], -fmul(bv, sn[w]));
+        rb[w] = fma(bv, c[w], fmul(a, sn[w]));
       }
       char* dst = dst_of(h);
-      if constexpr (Adjacent) {
-        Raw v[2 * W];
-        ROPEKIT_UNROLL
-        for (int w = 0; w < W; ++w) {
-          v[2 * w] = ya[w];
-          v[2 * w + 1] = yb[w];
-        }
-        store_run(dst + la * es, v);
-      } else {
-        store_run(dst + la * es, ya);
-        store_run(dst + lb * es, yb);
-      }
+      store_turned<St, W, Adjacent>(dst + la * es, dst + lb * es, ra, rb);
       const char* src = src_of(h);
       if (dst != src) {  // out of place: this thread's share of the pass-through lanes
         for (int w = 0; w < W; ++w) {

@@ -21,6 +21,20 @@ __global__ void rotate_kernel(RotateShape shape) {
                                     static_cast<int>(blockDim.x));
 }
 
+// The rotation is bound by the memory accesses in flight, i.e. by the warps an SM holds, i.e. by registers: fp16 rows
+// at 16-byte accesses take 80 registers as compiled (3 blocks of 256 per SM); capped at 64 (4 blocks; 20 bytes
+// spilled outside the heads loop) they ran 0.70 → 0.73 of the copy on an H200 (2 × 8192 bf16-shaped prefill, 65,536
+// tokens 0.72 → 0.75). The cap is this kernel's alone: every kernel given __launch_bounds__(256, 1) lost (bf16 at
+// 16 bytes 0.87 → 0.80), the compiler then spending registers freely.
+constexpr int kCappedBlock = 256;
+template <Storage St, int W, bool Adjacent>
+__global__ void __launch_bounds__(kCappedBlock, 4) rotate_kernel_capped(RotateShape shape) {
+  rotate_thread_as<St, W, Adjacent>(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                                    static_cast<int>(blockDim.x));
+}
+template <Storage St, int W, bool Adjacent>
+constexpr bool kCapped = St == Storage::F16&& W == 8 && !Adjacent;
+
 // The key rows' pairs, the values and MLA's nope lanes, one segment after the other (one launch: a decode step's
 // append is launch-bound); the QK-normed rows, whose double-precision sums need more registers, in a kernel of their
 // own.
@@ -44,13 +58,16 @@ __global__ void kshift_kernel(KShiftShape shape) {
 }
 
 __global__ void codec_kernel(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened,
-                             std::int64_t n) {
+                             std::uint32_t* bf16x2, std::uint32_t* f16x2, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float x = float_of(in[i]);
   bf16[i] = bf16_store(x);
   f16[i] = f16_store(x);
   widened[i] = f16_load(static_cast<std::uint16_t>(in[i]));
+  const float y = float_of(in[(i ^ 1) < n ? (i ^ 1) : i]);  // the pattern beside it in the high half
+  bf16x2[i] = bf16x2_store(x, y);
+  f16x2[i] = f16x2_store(x, y);
 }
 
 // Blocks for `threads` threads; 0 when there is nothing to do, −1 past the grid's x limit.
@@ -91,10 +108,11 @@ int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim) 
   return static_cast<int>(cudaGetLastError());
 }
 
-int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened, std::int64_t n) {
+int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened,
+                  std::uint32_t* bf16x2, std::uint32_t* f16x2, std::int64_t n) {
   const std::int64_t blocks = blocks_for(n, 256);
   if (blocks <= 0) return blocks == 0 ? 0 : static_cast<int>(cudaErrorInvalidConfiguration);
-  codec_kernel<<<static_cast<unsigned>(blocks), 256>>>(in, bf16, f16, widened, n);
+  codec_kernel<<<static_cast<unsigned>(blocks), 256>>>(in, bf16, f16, widened, bf16x2, f16x2, n);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -104,12 +122,20 @@ int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim) 
   if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
   bool launched = false;
   with_rotate_configuration(device_shape, [&](auto st, auto w, auto adjacent) {
-    rotate_kernel<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>
-        <<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0, static_cast<cudaStream_t>(stream)>>>(
-            device_shape);
+    constexpr Storage St = decltype(st)::value;
+    constexpr int W = decltype(w)::value;
+    constexpr bool Adjacent = decltype(adjacent)::value;
+    const auto grid = static_cast<unsigned>(blocks), block = static_cast<unsigned>(block_dim);
+    if constexpr (kCapped<St, W, Adjacent>) {
+      if (block_dim > kCappedBlock) return;  // not launched: refused below
+      rotate_kernel_capped<St, W, Adjacent><<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(device_shape);
+    } else {
+      rotate_kernel<St, W, Adjacent><<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(device_shape);
+    }
     launched = true;
   });
-  if (!launched) return static_cast<int>(cudaErrorInvalidValue);  // a configuration choose_vector does not make
+  // A configuration choose_vector does not make, or a block too large for the capped kernel.
+  if (!launched) return static_cast<int>(cudaErrorInvalidValue);
   return static_cast<int>(cudaGetLastError());
 }
 

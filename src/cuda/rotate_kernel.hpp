@@ -18,7 +18,9 @@ int launch_append(const AppendShape& device_shape, void* stream, int block_dim =
 int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim = 256);
 
 // The storage codecs on the device (tests/cuda_device_test.cpp): bf16_store and f16_store of each float32 pattern in
-// `in`, and f16_load of its low 16 bits, on the default stream.
-int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened, std::int64_t n);
+// `in`, f16_load of its low 16 bits, and bf16x2_store / f16x2_store of it with its neighbour in[i ^ 1] (itself for
+// the last of an odd count) in the high half, on the default stream.
+int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f16, float* widened,
+                  std::uint32_t* bf16x2, std::uint32_t* f16x2, std::int64_t n);
 
 }  // namespace ropekit::cuda
