@@ -534,6 +534,67 @@ struct Bf16EvenOdd {
 };
 #endif
 
+#if !HWY_HAVE_SCALABLE
+// Whether a head of kSteps vectors of pairs takes HalfHeadLoadsFirst: half pairing, a codec that stores vector by
+// vector, and a, b, c and s all in registers (spilled — AVX2, 128 dims of fp32 — decode took 1.2x as long).
+template <class Codec, Pairing kPairing, std::size_t kSteps>
+constexpr bool kLoadsFirst = kPairing == Pairing::Half && !kStoresInPairs<Codec> && 4 * kSteps <= kRegistersForRows;
+
+// One head of sizeof...(I) vectors of pairs, half pairing, c and s in registers: the head's loads first, then its
+// stores in address order (a's steps, then b's): stores that alternate between the two halves split two cache lines
+// each where the rows are not 64-byte aligned (fp32, out of place, rows 16 bytes off: 0.85 of memcpy alternating, 0.97
+// in order). HalfStep's arithmetic, so its bits.
+template <class Codec, std::size_t... I>
+HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::T* out, const VF* vc, const VF* vs,
+                                   std::index_sequence<I...>) {
+  const DF d;
+  const std::size_t n = hn::Lanes(d);
+  const std::size_t width = sizeof...(I) * n;
+  const VF a[] = {Codec::Load(d, in + I * n)...};
+  const VF b[] = {Codec::Load(d, in + width + I * n)...};
+  const VF ra[] = {hn::MulSub(a[I], vc[I], hn::Mul(b[I], vs[I]))...};
+  const VF rb[] = {hn::MulAdd(b[I], vc[I], hn::Mul(a[I], vs[I]))...};
+  (Codec::template Store<false>(ra[I], d, out + I * n), ...);
+  (Codec::template Store<false>(rb[I], d, out + width + I * n), ...);
+}
+
+// Whole tokens [token, end) of one such codec's q and k rows (kLoadsFirst), each token's coefficients the table's
+// rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 — per token c and s loaded once
+// for its q and k rows, then a plain loop over each view's heads, no flags. The same steps as the generic walk
+// (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits.
+template <class Codec, std::size_t... I>
+HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end,
+                                   std::index_sequence<I...>) {
+  using T = typename Codec::T;
+  const DF d;
+  const std::size_t n = hn::Lanes(d);
+  const RotateArgs& args = job.args;
+  std::int64_t b = 0, s = 0;
+  if (token != 0) b = token / job.seq, s = token % job.seq;
+  const auto rows = [&](const ropekit::Heads& in_view, const ropekit::Heads& out_view, std::int64_t heads, const VF* vc,
+                        const VF* vs) HWY_ATTR __attribute__((always_inline)) {
+    auto* in = static_cast<T*>(in_view.row(b, s, 0));
+    auto* out = out_view.data != nullptr ? static_cast<T*>(out_view.row(b, s, 0)) : in;
+    const std::int64_t in_stride = in_view.head_stride;
+    const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
+    for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
+      HalfHeadLoadsFirst<Codec>(in, out, vc, vs, std::index_sequence<I...>());
+    }
+  };
+  for (; token < end; ++token) {
+    const RowCoefficients c = TableRowCoefficients(job, token);
+    const VF vc[] = {hn::LoadU(d, c.read_c + I * n)...};
+    const VF vs[] = {hn::LoadU(d, c.read_s + I * n)...};
+    if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, vc, vs);
+    if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, vc, vs);
+    if (++s == job.seq) {
+      s = 0;
+      ++b;
+    }
+  }
+}
+#endif
+
 // `heads` rows of one token with the coefficients held in registers across the heads: rotary widths
 // (of pairs for Half, of lanes for Interleaved) of kSteps whole vectors, the steps unrolled. The same
 // steps as RotateRow, so the same bits; short rows (decode, head_dim 64–128) no longer reload c and s
@@ -565,18 +626,8 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
     T* out = dst + h * dst_stride;
     if (prefetch) PrefetchAhead(in, out, (kPairing == Pairing::Half ? 2 : 1) * width * sizeof(T));
     if (copy_pass) std::memcpy(out + map.rotary_dim, in + map.rotary_dim, pass_bytes);
-    if constexpr (kPairing == Pairing::Half && !kStoresInPairs<Codec> && 4 * kSteps <= kRegistersForRows) {
-      // The head's loads first, then its stores in address order (a's steps, then b's): stores that
-      // alternate between the two halves split two cache lines each where the rows are not 64-byte
-      // aligned (fp32, out of place, rows 16 bytes off: 0.85 of memcpy alternating, 0.97 in order).
-      // Only where a, b, c and s all fit in registers: spilled (AVX2, 128 dims of fp32), decode took
-      // 1.2x as long.
-      const VF a[kSteps] = {Codec::Load(d, in + I * n)...};
-      const VF b[kSteps] = {Codec::Load(d, in + width + I * n)...};
-      const VF ra[kSteps] = {hn::MulSub(a[I], vc[I], hn::Mul(b[I], vs[I]))...};
-      const VF rb[kSteps] = {hn::MulAdd(b[I], vc[I], hn::Mul(a[I], vs[I]))...};
-      (Codec::template Store<false>(ra[I], d, out + I * n), ...);
-      (Codec::template Store<false>(rb[I], d, out + width + I * n), ...);
+    if constexpr (kLoadsFirst<Codec, kPairing, kSteps>) {
+      HalfHeadLoadsFirst<Codec>(in, out, vc, vs, std::index_sequence<I...>());
     } else if constexpr (kPairing == Pairing::Half) {
       (HalfStep<Codec, false>(d, in + I * n, in + width + I * n, out + I * n, out + width + I * n, vc[I], vs[I]), ...);
     } else {
@@ -775,6 +826,13 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
     }
   }
 #endif
+  // fp32 rows of 64 dims likewise (PlainWholeTokens).
+  if constexpr (std::is_same_v<QCodec, KCodec> && std::is_same_v<typename QCodec::T, float> &&
+                kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2) {
+    if (TableRowsAreCoefficients<kPairing>(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
+      return PlainWholeTokens<QCodec>(job, token, end, std::make_index_sequence<kSteps>());
+    }
+  }
   std::int64_t b = 0, s = 0;
   if (token != 0) b = token / job.seq, s = token % job.seq;  // (a one-thread call skips the divisions, as below)
   const auto next = [&] {
