@@ -559,9 +559,9 @@ HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::
 }
 
 // Whole tokens [token, end) of one such codec's q and k rows (kLoadsFirst), each token's coefficients the table's
-// rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 — per token c and s loaded once
-// for its q and k rows, then a plain loop over each view's heads, no flags. The same steps as the generic walk
-// (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits.
+// rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 and fp16 — per token c and s
+// loaded once for its q and k rows, then a plain loop over each view's heads, no flags. The same steps as the generic
+// walk (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits.
 template <class Codec, std::size_t... I>
 HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end,
                                    std::index_sequence<I...>) {
@@ -826,9 +826,12 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
     }
   }
 #endif
-  // fp32 rows of 64 dims likewise (PlainWholeTokens).
-  if constexpr (std::is_same_v<QCodec, KCodec> && std::is_same_v<typename QCodec::T, float> &&
-                kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2) {
+  // fp32 and fp16 rows of 64 dims likewise (PlainWholeTokens; Zen 5, 4096 tokens × 10 heads × 64, alternated
+  // installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
+  if constexpr (std::is_same_v<QCodec, KCodec> &&
+                (std::is_same_v<typename QCodec::T, float> ||
+                 std::is_same_v<QCodec, F16Codec>)&&kLoadsFirst<QCodec, kPairing, kSteps> &&
+                kSteps <= 2) {
     if (TableRowsAreCoefficients<kPairing>(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
       return PlainWholeTokens<QCodec>(job, token, end, std::make_index_sequence<kSteps>());
     }
