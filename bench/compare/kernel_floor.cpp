@@ -351,21 +351,33 @@ __attribute__((target("avx512f,f16c,fma"), noinline)) void prefill_f16(const Sha
       });
 }
 
-template <bool kTest, bool kInterleave, int kD>
+// kRegroup: the table is the fp32 kernels' (c then s per token, pairs in order), regrouped even/odd per token with
+// two-source permutes, as ropekit must from its table's rows; else a table laid out even/odd for this kernel.
+template <bool kTest, bool kInterleave, int kD, bool kRegroup = false>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), noinline)) void prefill_bf16(const Shape& shape,
                                                                                        std::uint16_t* q,
                                                                                        std::uint16_t* k,
                                                                                        const float* table) {
   const Bf16Constants constants = bf16_constants();
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   each_token(
       shape,
       kD, [&](int t, int heads, std::size_t at, bool is_q) __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) {
         const float* coef = table + std::size_t(t) * kD;
         __m512 ce[kD / 64], co[kD / 64], se[kD / 64], so[kD / 64];
         for (int j = 0; j < kD / 64; ++j) {
-          ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + kD / 4 + 16 * j);
-          se[j] = _mm512_loadu_ps(coef + kD / 2 + 16 * j);
-          so[j] = _mm512_loadu_ps(coef + 3 * kD / 4 + 16 * j);
+          if constexpr (kRegroup) {
+            const __m512 c0 = _mm512_loadu_ps(coef + 32 * j), c1 = _mm512_loadu_ps(coef + 32 * j + 16);
+            const __m512 s0 = _mm512_loadu_ps(coef + kD / 2 + 32 * j),
+                         s1 = _mm512_loadu_ps(coef + kD / 2 + 32 * j + 16);
+            ce[j] = _mm512_permutex2var_ps(c0, even, c1), co[j] = _mm512_permutex2var_ps(c0, odd, c1);
+            se[j] = _mm512_permutex2var_ps(s0, even, s1), so[j] = _mm512_permutex2var_ps(s0, odd, s1);
+          } else {
+            ce[j] = _mm512_loadu_ps(coef + 16 * j), co[j] = _mm512_loadu_ps(coef + kD / 4 + 16 * j);
+            se[j] = _mm512_loadu_ps(coef + kD / 2 + 16 * j);
+            so[j] = _mm512_loadu_ps(coef + 3 * kD / 4 + 16 * j);
+          }
         }
         std::uint16_t* rows = (is_q ? q : k) + at;
         for (int h = 0; h < heads; ++h, rows += kD) {
@@ -532,6 +544,9 @@ void prefill_table(const Shape& shape, double cycle, bool bf16, bool wide) {
                   stream);
       prefill_row("bf16 by hand: without either",
                   ns_per_call([&] { prefill_bf16<false, false, kD>(shape, q, k, even_odd.data()); }, kPrefillCalls),
+                  stream);
+      prefill_row("bf16 by hand: regrouped per token from c then s",
+                  ns_per_call([&] { prefill_bf16<true, true, kD, true>(shape, q, k, cs.data()); }, kPrefillCalls),
                   stream);
       if (wide) {
         prefill_row("bf16 by hand, 256-bit: even/odd, ±0 test, interleave",
