@@ -113,6 +113,15 @@ ROPEKIT_HD std::uint16_t bf16_store(float x) {
   return static_cast<std::uint16_t>(b >> 16);
 #endif
 }
+// A packed pair of 16-bit results (lo's in the low half) with each NaN lane replaced by quiet(its float's bits): the
+// hardware's packed conversions make every NaN canonical.
+template <class Quiet>
+ROPEKIT_HD std::uint32_t with_quiet_nans(std::uint32_t w, float lo, float hi, Quiet quiet) {
+  const std::uint32_t bl = bits_of(lo), bh = bits_of(hi);
+  w = is_nan_bits(bl) ? (w & 0xffff0000u) | quiet(bl) : w;
+  return is_nan_bits(bh) ? (w & 0x0000ffffu) | (static_cast<std::uint32_t>(quiet(bh)) << 16) : w;
+}
+
 // Two bf16 results in one 32-bit word, lo in the low half (the lower address): bf16_store of each. On a GPU one
 // cvt.rn.bf16x2.f32 for both (half the conversions of a 16-bit row), NaN lanes then replaced by selects.
 ROPEKIT_HD std::uint32_t bf16x2_store(float lo, float hi) {
@@ -120,9 +129,7 @@ ROPEKIT_HD std::uint32_t bf16x2_store(float lo, float hi) {
   const __nv_bfloat162 both = __floats2bfloat162_rn(lo, hi);  // .x = lo: the low half
   std::uint32_t w;
   std::memcpy(&w, &both, 4);
-  const std::uint32_t bl = bits_of(lo), bh = bits_of(hi);
-  w = is_nan_bits(bl) ? (w & 0xffff0000u) | bf16_quiet(bl) : w;
-  return is_nan_bits(bh) ? (w & 0x0000ffffu) | (static_cast<std::uint32_t>(bf16_quiet(bh)) << 16) : w;
+  return with_quiet_nans(w, lo, hi, bf16_quiet);
 #else
   return bf16_store(lo) | (static_cast<std::uint32_t>(bf16_store(hi)) << 16);
 #endif
@@ -175,9 +182,7 @@ ROPEKIT_HD std::uint32_t f16x2_store(float lo, float hi) {
   const __half2 both = __floats2half2_rn(lo, hi);  // .x = lo: the low half
   std::uint32_t w;
   std::memcpy(&w, &both, 4);
-  const std::uint32_t bl = bits_of(lo), bh = bits_of(hi);
-  w = is_nan_bits(bl) ? (w & 0xffff0000u) | f16_quiet(bl) : w;
-  return is_nan_bits(bh) ? (w & 0x0000ffffu) | (static_cast<std::uint32_t>(f16_quiet(bh)) << 16) : w;
+  return with_quiet_nans(w, lo, hi, f16_quiet);
 #else
   return f16_store(lo) | (static_cast<std::uint32_t>(f16_store(hi)) << 16);
 #endif
