@@ -2,7 +2,8 @@
 // in the same run (issue 41's ceiling), in place, over issue 41's shapes: FlashInfer's published prefill (2 × 8192
 // tokens, 32 q + 8 k heads × 128, θ = 5e5), 512 and 65,536 tokens, fp32 / bf16 / fp16, both pairings, angles from the
 // table or on the fly; decode (1 token per sequence, batch 1 to 256) against the launch latency (an empty kernel's
-// round trip is not measured here: the ratio to the copy of the same bytes is reported, and µs per call).
+// round trip is not measured here: the ratio to the copy of the same bytes is reported, and µs per call); then the
+// launch's choices compared on FlashInfer's shape: the access width, and the head groups (a token's rows per thread).
 //
 //   build/gpu/bench/cuda_bench [--json FILE]         (scripts/gpu-check.sh runs it and keeps the JSON)
 //
@@ -152,6 +153,17 @@ int main(int argc, char** argv) {
     }
   }
   detail::set_cuda_max_access_bytes(cuda::kMaxAccessBytes);
+  // A token's rows per thread (cuda::choose_head_groups picks 2 groups of 20 rows here): every row of the token in one
+  // thread, 8 groups of 5, and one row per thread (40 groups: no loop over heads, coefficients read per row).
+  for (const DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
+    for (const int groups : {1, 8, 40}) {
+      detail::set_cuda_head_groups(groups);
+      run(fmt::format("prefill 2x8192 {} half table, {} head groups", to_string(dtype), groups), rope, 65536, dtype, 2,
+          8192, 0);
+    }
+  }
+  detail::set_cuda_head_groups(0);
   // The fused rotate-and-append (ropekit::cuda::append): bf16 q rotated in place, bf16 k rotated into a bf16 NHD
   // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
   // v each read once and written once (to the cache for k and v).

@@ -131,6 +131,35 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
   for (const int bytes : {2, 4, 8, 16}) EXPECT_GT(widths[bytes], 300) << bytes << "-byte accesses";
 }
 
+// The benchmark's head-groups setting (detail::set_cuda_head_groups): every shape choose_vector makes takes it, capped
+// at the shape's heads; 0 gives the launch's own choice back. (The bits for any grouping: the test above.)
+TEST(CudaHost, TheBenchmarksHeadGroupsAreCappedAtTheHeads) {
+  const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
+  const std::int64_t tokens = 64, q_heads = 6, k_heads = 2, d = 128;
+  std::vector<std::uint16_t> q(std::size_t(tokens * q_heads * d)), k(std::size_t(tokens * k_heads * d));
+  std::vector<std::int64_t> pos(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) pos[std::size_t(t)] = t;
+  const RotateCall call = rope.prepare({.q = bshd(q.data(), DType::BF16, 1, tokens, q_heads, d),
+                                        .k = bshd(k.data(), DType::BF16, 1, tokens, k_heads, d),
+                                        .positions = positions(pos)},
+                                       rope.table(tokens));
+  const auto groups = [&] {
+    detail::CudaLanes lanes;
+    cuda::RotateShape shape;
+    EXPECT_TRUE(detail::make_cuda_shape(call.job(), lanes, shape));
+    detail::choose_vector(*call.job().map, shape);
+    return shape.head_groups;
+  };
+  const std::int64_t chosen = groups();
+  EXPECT_EQ(chosen, q_heads + k_heads);  // 64 tokens are far from filling a GPU: one row per thread
+  detail::set_cuda_head_groups(3);
+  EXPECT_EQ(groups(), 3);
+  detail::set_cuda_head_groups(100);
+  EXPECT_EQ(groups(), q_heads + k_heads);
+  detail::set_cuda_head_groups(0);
+  EXPECT_EQ(groups(), chosen);
+}
+
 // ---- what the device API adds to the rotation body --------------------------------------------------------------
 
 // The device API gives the body both angle sources (the table's rows below table_positions, the turns above) and an

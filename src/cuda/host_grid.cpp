@@ -1,6 +1,7 @@
 // The host's run of the CUDA rotation body over the launch grid (host_grid.hpp).
 #include "cuda/host_grid.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -48,6 +49,7 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
 namespace {
 
 std::atomic<int> max_access{cuda::kMaxAccessBytes};
+std::atomic<int> forced_head_groups{0};
 
 // Whether pairs j0 … j0 + W − 1 of every run have the lanes a (W, adjacent) access reads: W consecutive a lanes and W
 // consecutive b lanes starting at multiples of W, or (adjacent) 2W lanes a, b, a, b, … from a multiple of 2W.
@@ -80,6 +82,7 @@ bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t 
 
 int cuda_max_access_bytes() { return max_access.load(std::memory_order_relaxed); }
 void set_cuda_max_access_bytes(int bytes) { max_access.store(bytes, std::memory_order_relaxed); }
+void set_cuda_head_groups(int groups) { forced_head_groups.store(groups, std::memory_order_relaxed); }
 
 void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
   s.vector_pairs = 1;
@@ -97,7 +100,10 @@ void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
       s.adjacent = adjacent;
     }
   }
-  s.head_groups = cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, s.q_heads + s.k_heads);
+  const std::int64_t heads = s.q_heads + s.k_heads;
+  const int forced = forced_head_groups.load(std::memory_order_relaxed);
+  s.head_groups = forced > 0 ? std::max<std::int64_t>(1, std::min<std::int64_t>(forced, heads))
+                             : cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, heads);
 }
 
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& s) {

@@ -32,6 +32,10 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
 // The widest access choose_vector allows by default (kMaxAccessBytes); the GPU benchmark sets it to compare widths.
 int cuda_max_access_bytes();
 void set_cuda_max_access_bytes(int bytes);
+// The head groups choose_vector gives every rotation shape (at most the shape's heads), in place of
+// cuda::choose_head_groups' choice; 0 (the default): choose. The GPU benchmark sets it to compare a token's rows per
+// thread (groups = heads: one row per thread, its coefficients read per row).
+void set_cuda_head_groups(int groups);
 // For the rotation kernel (a shape from fill_cuda_views, whose threads turn one pair each): the pairs a thread turns
 // and how it reaches their lanes (RotateShape::vector_pairs, adjacent) — the widest accesses of at most max_bytes
 // (and kMaxAccessBytes) that the pair map's runs and every view's rows (address and strides) are aligned to, one
