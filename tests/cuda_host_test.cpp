@@ -86,6 +86,7 @@ TEST(CudaHost, Fp8CodecEqualsTheLibrarysOnEveryPattern) {
 }
 
 TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
+  const std::int64_t misaligned_before = cuda::host_misaligned_runs.load();
   int ran = 0, skipped = 0;
   std::map<int, int> widths;  // runs by the access width chosen (bytes)
   std::uint32_t seed = 0;
@@ -129,6 +130,22 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
   EXPECT_GT(ran, 900);
   // Every access width a GPU can make is exercised: 2 and 4 (one element), 8 and 16 (runs of pairs).
   for (const int bytes : {2, 4, 8, 16}) EXPECT_GT(widths[bytes], 300) << bytes << "-byte accesses";
+  // Every access the body made is one a GPU can make: aligned to its width.
+  EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);
+}
+
+// The audit above can fail: a 16-byte run 2 bytes past an aligned address, and an 8-byte one, are counted.
+TEST(CudaHost, AMisalignedRunIsCounted) {
+  alignas(16) char buffer[48] = {};
+  std::uint16_t run[8];
+  const std::int64_t before = cuda::host_misaligned_runs.load();
+  cuda::load_run(buffer + 16, run);
+  cuda::store_run(buffer + 32, run);
+  EXPECT_EQ(cuda::host_misaligned_runs.load(), before);
+  cuda::load_run(buffer + 2, run);
+  std::uint16_t half[4] = {};
+  cuda::store_run(buffer + 12, half);  // 8 bytes at 12: 4-byte aligned only
+  EXPECT_EQ(cuda::host_misaligned_runs.load(), before + 2);
 }
 
 // The benchmark's head-groups setting (detail::set_cuda_head_groups): every shape choose_vector makes takes it, capped
@@ -286,6 +303,7 @@ TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
 }
 
 TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
+  const std::int64_t misaligned_before = cuda::host_misaligned_runs.load();
   int ran = 0;
   for_each_append_case([&](const Rope& rope, const AppendCase& c) {
     AppendBuffers want(c);
@@ -307,6 +325,7 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   });
   std::printf("CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte\n", ran);
   EXPECT_EQ(ran, 720);
+  EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);  // every access one a GPU can make
 }
 
 // What the device append changes in the body's inputs, run on the host: int32 slots read as the device gives them,
@@ -427,6 +446,7 @@ TEST(CudaHost, AppendBodyReadsAPageTable) {
 // plan, rotate under the new); the body turns a copy of the same key memory at the same slots. Every key byte
 // compared, untouched entries included.
 TEST(CudaHost, KShiftBodyOverTheLaunchGridEqualsTheCpu) {
+  const std::int64_t misaligned_before = cuda::host_misaligned_runs.load();
   const Spec half{.head_dim = 64,
                   .rotary_dim = 64,
                   .base = 10000.0,
@@ -510,6 +530,7 @@ TEST(CudaHost, KShiftBodyOverTheLaunchGridEqualsTheCpu) {
   }
   std::printf("CUDA K-shift body on the host: %d cases equal the CPU's PagedKvCache byte for byte\n", ran);
   EXPECT_EQ(ran, 48);
+  EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);  // every access one a GPU can make
 }
 
 // What the device K-shift changes in the body's inputs (ropekit::cuda::shift): one position for every entry (|δ|),

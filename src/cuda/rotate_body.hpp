@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -148,6 +149,19 @@ struct RotateShape {
 
 ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
 
+#if !defined(__CUDA_ARCH__)
+// Accesses that a GPU could not make as the bodies do (load_raw / store_raw, load_run / store_run): an address that is
+// not a multiple of the access's width (a misaligned access faults on a GPU, where the host's memcpy would not
+// notice). The host tests run the kernel body over its whole launch grid and expect none (tests/cuda_host_test.cpp), so
+// the alignment choose_vector promises is checked on every machine, not only where a GPU is at hand.
+inline std::atomic<std::int64_t> host_misaligned_runs{0};
+template <int kBytes>
+inline void audit_run(const char* p) {
+  if (kBytes > 1 && reinterpret_cast<std::uintptr_t>(p) % kBytes != 0)
+    host_misaligned_runs.fetch_add(1, std::memory_order_relaxed);
+}
+#endif
+
 // Raw element access. The device API checks on the host that every device pointer is aligned to its element size
 // (views' strides count elements), so a GPU reads and writes each element with one access of its width — a memcpy
 // from a char pointer of unknown alignment compiles to byte accesses there, 2–4× the memory instructions, which
@@ -157,6 +171,7 @@ ROPEKIT_HD T load_raw(const char* p) {
 #if defined(__CUDA_ARCH__)
   return *reinterpret_cast<const T*>(p);
 #else
+  audit_run<sizeof(T)>(p);
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
@@ -168,6 +183,7 @@ ROPEKIT_HD void store_raw(char* p, T v) {
 #if defined(__CUDA_ARCH__)
   *reinterpret_cast<T*>(p) = v;
 #else
+  audit_run<sizeof(T)>(p);
   std::memcpy(p, &v, sizeof(T));
 #endif
 }
@@ -303,6 +319,7 @@ ROPEKIT_HD void load_run(const char* p, T (&out)[N]) {
     std::memcpy(out, &w, 2);
   }
 #else
+  audit_run<bytes>(p);
   std::memcpy(out, p, bytes);
 #endif
 }
@@ -330,6 +347,7 @@ ROPEKIT_HD void store_run(char* p, const T (&in)[N]) {
     *reinterpret_cast<std::uint16_t*>(p) = w;
   }
 #else
+  audit_run<bytes>(p);
   std::memcpy(p, in, bytes);
 #endif
 }
