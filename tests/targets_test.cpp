@@ -246,11 +246,11 @@ TEST_P(Rotation, AnySplitOfTheRowsGivesTheSameBits) {
 }
 
 // Ranges of whole tokens that start and end inside a later batch entry — what a thread's share of a batched prefill is
-// — through the whole-token kernels (in-register widths of 64 and 128 dims, a table whose rows are the coefficients,
-// every dtype, in and out of place), against the reference on the same views. A kernel that found a range's first
-// token from its sequence index alone, not its batch entry too, wrote the first batch's rows again.
+// — through the whole-token kernels (in-register widths of 64 and 128 dims, both pairings, a table whose rows are the
+// coefficients, every dtype, in and out of place), against the reference on the same views. A kernel that found a
+// range's first token from its sequence index alone, not its batch entry too, wrote the first batch's rows again.
 TEST_P(Rotation, WholeTokenRangesInsideLaterBatchEntriesGiveTheReferenceBits) {
-  for (const char* spec : {"half64", "half128"})
+  for (const char* spec : {"half64", "half128", "interleaved64", "interleaved128"})
     for (DType dt : {DType::F32, DType::BF16, DType::F16})
       for (bool in_place : {true, false}) {
         SCOPED_TRACE(std::string(spec) + " " + std::string(to_string(dt)) + (in_place ? " in place" : " out of place"));

@@ -208,6 +208,19 @@ HWY_INLINE void StorePair(int j, float cj, float sj, float* c, float* s) {
   }
 }
 
+// Half a vector of pairs' coefficients c_j, s_j as the interleaved pairing's lanes: c_j twice, and (−s_j, s_j) —
+// each 32-bit value zero-extended to 64 bits and copied into the upper half, the lower (a-lane) sine's sign flipped.
+using DH = hn::Half<DF>;
+HWY_INLINE void PairsToLanes(hn::Vec<DH> c, hn::Vec<DH> s, VF& vc, VF& vs) {
+  const DF d;
+  const hn::RebindToUnsigned<DH> duh;
+  const hn::Rebind<std::uint64_t, decltype(duh)> du64;
+  const auto cj = hn::PromoteTo(du64, hn::BitCast(duh, c));
+  const auto sj = hn::PromoteTo(du64, hn::BitCast(duh, s));
+  vc = hn::BitCast(d, hn::Or(cj, hn::ShiftLeft<32>(cj)));
+  vs = hn::BitCast(d, hn::Or(hn::Xor(sj, hn::Set(du64, 0x80000000ull)), hn::ShiftLeft<32>(sj)));
+}
+
 // The reference's float32 coefficients c = cos·m, s = (sin·m)·sign (exact: sign is ±1), for one
 // position stream with pair j reading frequency j: vectors of pairs, expanded to lanes for the
 // Interleaved pairing. Pure products, so vector and scalar lanes round alike.
@@ -222,19 +235,15 @@ void ScaleCoefficients(const float* cos_row, const float* sin_row, int pairs, fl
       hn::Store(hn::Mul(hn::Mul(hn::LoadU(d, sin_row + j), hn::Set(d, m)), hn::Set(d, sign)), d, s + j);
     }
   } else {
-    // Half a vector of pairs becomes a vector of lanes: each 32-bit value is zero-extended to 64
-    // bits and copied into the upper half; the lower (a-lane) sine gets its sign flipped.
     const DF d;
-    const hn::Half<DF> dh;
-    const hn::RebindToUnsigned<decltype(dh)> duh;
-    const hn::Rebind<std::uint64_t, decltype(duh)> du64;
+    const DH dh;
     const int n = static_cast<int>(hn::Lanes(dh));
     for (; j + n <= pairs; j += n) {
-      const auto cj = hn::PromoteTo(du64, hn::BitCast(duh, hn::Mul(hn::LoadU(dh, cos_row + j), hn::Set(dh, m))));
-      const auto sj = hn::PromoteTo(
-          du64, hn::BitCast(duh, hn::Mul(hn::Mul(hn::LoadU(dh, sin_row + j), hn::Set(dh, m)), hn::Set(dh, sign))));
-      hn::Store(hn::BitCast(d, hn::Or(cj, hn::ShiftLeft<32>(cj))), d, c + 2 * j);
-      hn::Store(hn::BitCast(d, hn::Or(hn::Xor(sj, hn::Set(du64, 0x80000000ull)), hn::ShiftLeft<32>(sj))), d, s + 2 * j);
+      VF vc, vs;
+      PairsToLanes(hn::Mul(hn::LoadU(dh, cos_row + j), hn::Set(dh, m)),
+                   hn::Mul(hn::Mul(hn::LoadU(dh, sin_row + j), hn::Set(dh, m)), hn::Set(dh, sign)), vc, vs);
+      hn::Store(vc, d, c + 2 * j);
+      hn::Store(vs, d, s + 2 * j);
     }
   }
   for (; j < pairs; ++j) StorePair<kPairing>(j, cos_row[j] * m, sin_row[j] * m * sign, c, s);
@@ -285,6 +294,14 @@ void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
 template <Pairing kPairing>
 HWY_INLINE bool TableRowsCanBeCoefficients(const RotateJob& job) {
   return kPairing == Pairing::Half && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
+         job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
+}
+
+// Whether a job's table rows are each pair's coefficients c_j = cos·1, s_j = sin·1·1 as they are, in whole vectors of
+// pairs — for either pairing (the whole-token kernels read them so; for the half pairing they are also the kernels'
+// lane layout, TableRowsCanBeCoefficients).
+HWY_INLINE bool TableRowsArePairCoefficients(const RotateJob& job) {
+  return job.table != nullptr && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
          job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
 }
 
@@ -460,7 +477,9 @@ struct Bf16EvenOdd {
   // interleave index per head (Zen 5, alternated installs: prefill 4096 tokens × 10 heads × 64 in place 24.8–24.9 →
   // 23.6–24.2 ns per token, kernel_floor's 64-dim table 1.27–1.29 → 1.21–1.22 of the hand kernel's time; the bf16
   // grid cases with a table, 3–5 rounds, in place 1.00–1.11×, out of place 0.99–1.08×).
-  template <std::size_t... J>
+  // Interleaved pairing likewise: there the regrouped coefficients are the table's rows themselves (one c and one s
+  // per pair: Regroup's ce and so), loaded as they are — no expansion to lanes and no regroup per token.
+  template <Pairing kPairing, std::size_t... J>
   HWY_NOINLINE static void WholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end,
                                        std::index_sequence<J...>) {
     const DF d;
@@ -479,17 +498,26 @@ struct Bf16EvenOdd {
       const std::int64_t in_stride = in_view.head_stride;
       const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
       for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
-        (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J], co[J],
-                  so[J], order),
-         ...);
+        if constexpr (kPairing == Pairing::Half) {
+          (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J],
+                    co[J], so[J], order),
+           ...);
+        } else {
+          (InterleavedStep(in + 2 * J * n, out + 2 * J * n, ce[J], so[J], order), ...);
+        }
       }
     };
     for (; token < end; ++token) {
       const RowCoefficients c = TableRowCoefficients(job, token);
-      VF vc[kVectors], vs[kVectors], ce[sizeof...(J)], co[sizeof...(J)], se[sizeof...(J)], so[sizeof...(J)];
-      for (std::size_t i = 0; i < kVectors; ++i)
-        vc[i] = hn::LoadU(d, c.read_c + i * n), vs[i] = hn::LoadU(d, c.read_s + i * n);
-      Regroup(vc, vs, ce, co, se, so, std::index_sequence<J...>());
+      VF ce[sizeof...(J)], co[sizeof...(J)], se[sizeof...(J)], so[sizeof...(J)];
+      if constexpr (kPairing == Pairing::Half) {
+        VF vc[kVectors], vs[kVectors];
+        for (std::size_t i = 0; i < kVectors; ++i)
+          vc[i] = hn::LoadU(d, c.read_c + i * n), vs[i] = hn::LoadU(d, c.read_s + i * n);
+        Regroup(vc, vs, ce, co, se, so, std::index_sequence<J...>());
+      } else {
+        ((ce[J] = hn::LoadU(d, c.read_c + J * n), so[J] = hn::LoadU(d, c.read_s + J * n)), ...);
+      }
       if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, ce, co, se, so);
       if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, ce, co, se, so);
       if (++s == job.seq) {
@@ -558,11 +586,22 @@ HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::
   (Codec::template Store<false>(rb[I], d, out + width + I * n), ...);
 }
 
+// Whether rows of kSteps vectors take PlainWholeTokens: fp32 or fp16 in q and k (codecs that store vector by vector),
+// rows of 64 dims on AVX-512 (half: two vectors of pairs, in registers with their loads first; interleaved: four of
+// lanes).
+template <class QCodec, class KCodec, Pairing kPairing, std::size_t kSteps>
+constexpr bool kPlainWholeTokens = std::is_same_v<QCodec, KCodec> &&
+                                   (std::is_same_v<typename QCodec::T, float> || std::is_same_v<QCodec, F16Codec>)&&(
+                                       kPairing == Pairing::Half ? kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2
+                                                                 : kSteps <= 4);
+
 // Whole tokens [token, end) of one such codec's q and k rows (kLoadsFirst), each token's coefficients the table's
 // rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 and fp16 — per token c and s
 // loaded once for its q and k rows, then a plain loop over each view's heads, no flags. The same steps as the generic
-// walk (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits.
-template <class Codec, std::size_t... I>
+// walk (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits. Interleaved pairing: sizeof...(I) vectors
+// of lanes, each token's rows expanded to lanes in registers (PairsToLanes, as WriteCoefficients expands them into the
+// scratch).
+template <class Codec, Pairing kPairing, std::size_t... I>
 HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end,
                                    std::index_sequence<I...>) {
   using T = typename Codec::T;
@@ -578,13 +617,22 @@ HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std
     const std::int64_t in_stride = in_view.head_stride;
     const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
     for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
-      HalfHeadLoadsFirst<Codec>(in, out, vc, vs, std::index_sequence<I...>());
+      if constexpr (kPairing == Pairing::Half) {
+        HalfHeadLoadsFirst<Codec>(in, out, vc, vs, std::index_sequence<I...>());
+      } else {
+        (InterleavedStep<Codec, false>(d, in + I * n, out + I * n, vc[I], vs[I]), ...);
+      }
     }
   };
   for (; token < end; ++token) {
     const RowCoefficients c = TableRowCoefficients(job, token);
-    const VF vc[] = {hn::LoadU(d, c.read_c + I * n)...};
-    const VF vs[] = {hn::LoadU(d, c.read_s + I * n)...};
+    VF vc[sizeof...(I)], vs[sizeof...(I)];
+    if constexpr (kPairing == Pairing::Half) {
+      ((vc[I] = hn::LoadU(d, c.read_c + I * n), vs[I] = hn::LoadU(d, c.read_s + I * n)), ...);
+    } else {
+      const DH dh;
+      (PairsToLanes(hn::LoadU(dh, c.read_c + I * n / 2), hn::LoadU(dh, c.read_s + I * n / 2), vc[I], vs[I]), ...);
+    }
     if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, vc, vs);
     if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, vc, vs);
     if (++s == job.seq) {
@@ -819,21 +867,18 @@ template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
 HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end) {
 #if ROPEKIT_NATIVE_BF16 && HWY_ARCH_X86
   // bf16 rows in the hand-written kernel's shape take a kernel of their own (Bf16EvenOdd::WholeTokens).
-  if constexpr (kPairing == Pairing::Half && std::is_same_v<QCodec, BF16CodecT<true>> &&
-                std::is_same_v<KCodec, BF16CodecT<true>> && kSteps % 2 == 0) {
-    if (TableRowsAreCoefficients<kPairing>(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
-      return Bf16EvenOdd::WholeTokens(job, token, end, std::make_index_sequence<kSteps / 2>());
+  if constexpr (std::is_same_v<QCodec, BF16CodecT<true>> && std::is_same_v<KCodec, BF16CodecT<true>> &&
+                kSteps % 2 == 0) {
+    if (TableRowsArePairCoefficients(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
+      return Bf16EvenOdd::WholeTokens<kPairing>(job, token, end, std::make_index_sequence<kSteps / 2>());
     }
   }
 #endif
   // fp32 and fp16 rows of 64 dims likewise (PlainWholeTokens; Zen 5, 4096 tokens × 10 heads × 64, alternated
   // installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
-  if constexpr (std::is_same_v<QCodec, KCodec> &&
-                (std::is_same_v<typename QCodec::T, float> ||
-                 std::is_same_v<QCodec, F16Codec>)&&kLoadsFirst<QCodec, kPairing, kSteps> &&
-                kSteps <= 2) {
-    if (TableRowsAreCoefficients<kPairing>(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
-      return PlainWholeTokens<QCodec>(job, token, end, std::make_index_sequence<kSteps>());
+  if constexpr (kPlainWholeTokens<QCodec, KCodec, kPairing, kSteps>) {
+    if (TableRowsArePairCoefficients(job) && !job.prefetch_rows && job.map->rotary_dim == job.map->head_dim) {
+      return PlainWholeTokens<QCodec, kPairing>(job, token, end, std::make_index_sequence<kSteps>());
     }
   }
   std::int64_t b = 0, s = 0;
