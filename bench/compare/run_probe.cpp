@@ -2,7 +2,8 @@
 // 4/5 of them q, the rest k right after q, out of place, one thread, the table's rows) against a memcpy of the same
 // bytes: prints ns per call of each and their ratio, medians of 15 batches. Varying HEADS separates a call's fixed
 // cost from its cost per head (a 2-head call is nearly all fixed cost) and shows where the rows leave L1.
-// SPLIT=1 puts k in its own buffer (two runs per token instead of one); OFFSET=16 misaligns every buffer by 16 bytes.
+// SPLIT=1 puts k in its own buffer (two runs per token instead of one); OFFSET=16 misaligns every buffer by 16 bytes;
+// PAIRING=interleaved rotates adjacent lanes (GPT-J, llama.cpp's NORMAL) instead of halves.
 // Public API only (bench/compare/README.md).
 #include <algorithm>
 #include <cstddef>
@@ -40,7 +41,11 @@ int main(int argc, char** argv) {
   const std::size_t q_bytes = std::size_t(q_heads) * kDim * element_size(dtype);
   std::byte* k_src = split ? at(k_in_buffer) + 4096 : in + q_bytes;
   std::byte* k_dst = split ? at(k_out_buffer) + 4096 : out + q_bytes;
-  const Rope rope(Spec{.head_dim = kDim, .rotary_dim = kDim, .base = 5e5, .pairing = Pairing::Half});
+  const bool interleaved = std::getenv("PAIRING") != nullptr && std::string(std::getenv("PAIRING")) == "interleaved";
+  const Rope rope(Spec{.head_dim = kDim,
+                       .rotary_dim = kDim,
+                       .base = 5e5,
+                       .pairing = interleaved ? Pairing::Interleaved : Pairing::Half});
   const std::vector<std::int64_t> pos = {4095};
   const RotateCall call = rope.prepare({.q = bshd(in, dtype, 1, 1, q_heads, kDim),
                                         .k = bshd(k_src, dtype, 1, 1, k_heads, kDim),
@@ -61,7 +66,8 @@ int main(int argc, char** argv) {
         asm volatile("" ::: "memory");
       },
       calls / 15);
-  std::printf("%d heads (%d q + %d k) %s%s: run %.1f ns, memcpy %.1f ns, run / memcpy %.2f\n", heads, q_heads, k_heads,
-              type.c_str(), split ? ", k apart" : "", run, copy, run / copy);
+  std::printf("%d heads (%d q + %d k) %s%s%s: run %.1f ns, memcpy %.1f ns, run / memcpy %.2f\n", heads, q_heads,
+              k_heads, type.c_str(), split ? ", k apart" : "", interleaved ? ", interleaved" : "", run, copy,
+              run / copy);
   return 0;
 }

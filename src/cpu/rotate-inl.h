@@ -589,11 +589,13 @@ HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::
 // Whether rows of kSteps vectors take PlainWholeTokens: fp32 or fp16 in q and k (codecs that store vector by vector),
 // rows of 64 dims on AVX-512 (half: two vectors of pairs, in registers with their loads first; interleaved: four of
 // lanes).
+template <class QCodec, class KCodec>
+constexpr bool kPlainCodecs = std::is_same_v<QCodec, KCodec> &&
+                              (std::is_same_v<typename QCodec::T, float> || std::is_same_v<QCodec, F16Codec>);
 template <class QCodec, class KCodec, Pairing kPairing, std::size_t kSteps>
-constexpr bool kPlainWholeTokens = std::is_same_v<QCodec, KCodec> &&
-                                   (std::is_same_v<typename QCodec::T, float> || std::is_same_v<QCodec, F16Codec>)&&(
-                                       kPairing == Pairing::Half ? kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2
-                                                                 : kSteps <= 4);
+constexpr bool kPlainWholeTokens = kPlainCodecs<QCodec, KCodec> &&
+                                   (kPairing == Pairing::Half ? kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2
+                                                              : kSteps <= 4);
 
 // Whole tokens [token, end) of one such codec's q and k rows (kLoadsFirst), each token's coefficients the table's
 // rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 and fp16 — per token c and s
@@ -946,10 +948,18 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
 // token and whether a table is there (set_positions may move the call to angles on the fly and back). Other ranges take
 // RotateRowsFor. (Until 2026-11-27 RotateRowsFor tested the whole shape on every run; deciding it at prepare took a
 // 2-head fp32 call from 13.1 to 11.6 ns, 40 heads from 96.7 to 91.7 ns: run_probe, Zen 5, medians of 9 rounds.)
+// Interleaved pairing (no pass-through lanes: OneTokenSteps): the whole-token kernels, which read the table's rows
+// without a scratch — fp32 and fp16 rows of up to 128 dims expanded to lanes in registers, bf16 as they are.
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>
 void OneTokenRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
   if (first == 0 && last == job.q_heads + job.k_heads && job.table != nullptr) {
-    RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, 0, 0, TableRowCoefficients(job, 0));
+    if constexpr (kPairing == Pairing::Half) {
+      RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, 0, 0, TableRowCoefficients(job, 0));
+    } else if constexpr (kPlainCodecs<QCodec, KCodec> && kSteps <= kMaxStepsInRegisters) {
+      PlainWholeTokens<QCodec, kPairing>(job, 0, 1, std::make_index_sequence<kSteps>());
+    } else {
+      RotateWholeTokens<kPairing, QCodec, KCodec, kSteps>(job, 0, 1);
+    }
     return;
   }
   RotateRowsFor<kPairing, QCodec, KCodec>(job, first, last);
@@ -991,15 +1001,23 @@ detail::RowsKernel KernelFor(DType q, DType k, bool native_bf16, bool small) {
                      : KernelFor<kPairing, kSteps, BF16Codec>(q, k);
 }
 
-// The in-register width (in vectors) of a one-token call that can take OneTokenRows: one token, half pairing, a
-// table's rows usable as its coefficients (TableRowsCanBeCoefficients) and no non-temporal stores out of place; 0
-// for any other call.
+// The in-register width (in vectors) of a one-token call that can take OneTokenRows: one token, no non-temporal stores
+// out of place, and a table's rows usable as its coefficients — as they are (half pairing: TableRowsCanBeCoefficients)
+// or as each pair's c and s (interleaved, no pass-through lanes: the whole-token kernels); 0 for any other call.
 inline std::size_t OneTokenSteps(const RotateJob& job) {
 #if HWY_HAVE_SCALABLE
   (void)job;
   return 0;
 #else
-  return job.tokens == 1 && TableRowsCanBeCoefficients<Pairing::Half>(job) ? RegisterSteps<Pairing::Half>(job) : 0;
+  if (job.tokens != 1) return 0;
+  if (job.map->pairing == Pairing::Interleaved) {
+    const bool whole = job.map->rotary_dim == job.map->head_dim && !job.prefetch_rows;
+    return whole && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
+                   job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0
+               ? RegisterSteps<Pairing::Interleaved>(job)
+               : 0;
+  }
+  return TableRowsCanBeCoefficients<Pairing::Half>(job) ? RegisterSteps<Pairing::Half>(job) : 0;
 #endif
 }
 
@@ -1007,14 +1025,19 @@ inline std::size_t OneTokenSteps(const RotateJob& job) {
 // it has no rows — and, for a one-token call, OneTokenSteps); native_bf16: narrow bf16 stores with the target's
 // instruction where it has one; small: the call's bytes fit the L1 data cache, which picks F32PinnedCodec for fp32.
 inline detail::RowsKernel RotateKernelFor(const RotateJob& job, DType q, DType k, bool native_bf16, bool small) {
-  if (job.map->pairing == Pairing::Interleaved) return KernelFor<Pairing::Interleaved, 0>(q, k, native_bf16, small);
-  detail::RowsKernel kernel = nullptr;
+  const auto for_pairing = [&](auto pairing) {
+    constexpr Pairing kPairing = decltype(pairing)::value;
+    detail::RowsKernel kernel = nullptr;
 #if !HWY_HAVE_SCALABLE
-  WithStepsInRegisters(OneTokenSteps(job), [&](auto steps) {
-    kernel = KernelFor<Pairing::Half, decltype(steps)::value>(q, k, native_bf16, small);
-  });
+    WithStepsInRegisters(OneTokenSteps(job), [&](auto steps) {
+      kernel = KernelFor<kPairing, decltype(steps)::value>(q, k, native_bf16, small);
+    });
 #endif
-  return kernel != nullptr ? kernel : KernelFor<Pairing::Half, 0>(q, k, native_bf16, small);
+    return kernel != nullptr ? kernel : KernelFor<kPairing, 0>(q, k, native_bf16, small);
+  };
+  if (job.map->pairing == Pairing::Interleaved)
+    return for_pairing(std::integral_constant<Pairing, Pairing::Interleaved>());
+  return for_pairing(std::integral_constant<Pairing, Pairing::Half>());
 }
 
 // Token rows (a TokenKernel's work, ropekit/call.hpp) in Codec's storage type, with the caller's
