@@ -287,25 +287,20 @@ void WriteCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratc
   }
 }
 
-// Whether a table's rows would be the job's coefficients as they are: the half pairing's c = cos·1, s = sin·1·1
-// (exact), in whole vectors (no tail step reads past a row). Then they are read in place, without copying 2 × 256
-// bytes per token through a scratch. A property of the prepared job alone (set_positions changes only its angle
-// source).
-template <Pairing kPairing>
-HWY_INLINE bool TableRowsCanBeCoefficients(const RotateJob& job) {
-  return kPairing == Pairing::Half && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
-         job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
-}
-
 // Whether a job's angle rows — the table's, or the rows computed on the fly — are each pair's coefficients
-// c_j = cos·1, s_j = sin·1·1 as they are, in whole vectors of pairs — for either pairing (the whole-token kernels read
-// them so; for the half pairing a table's are also the kernels' lane layout, TableRowsCanBeCoefficients).
+// c_j = cos·1, s_j = sin·1·1 as they are (exact), in whole vectors of pairs (no tail step reads past a row): for either
+// pairing the whole-token kernels read them so. A property of the prepared job alone (set_positions changes only its
+// angle source).
 HWY_INLINE bool RowsArePairCoefficients(const RotateJob& job) {
   return job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
          job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0;
 }
-HWY_INLINE bool TableRowsArePairCoefficients(const RotateJob& job) {
-  return job.table != nullptr && RowsArePairCoefficients(job);
+
+// Whether a table's rows would be the job's coefficients in the kernels' own lane layout: the half pairing's. Then they
+// are read in place, without copying 2 × 256 bytes per token through a scratch.
+template <Pairing kPairing>
+HWY_INLINE bool TableRowsCanBeCoefficients(const RotateJob& job) {
+  return kPairing == Pairing::Half && RowsArePairCoefficients(job);
 }
 
 // ... and the job reads a table.
@@ -509,15 +504,16 @@ struct Bf16EvenOdd {
   }
 
   // Whole tokens [token, end) of bf16 q and k rows, half pairing, 2·sizeof...(J) vectors of pairs, each token's
-  // coefficients the table's rows, no pass-through lanes, no prefetch: bench/compare/kernel_floor's hand-written
-  // kernel's shape, written as it is — the token's coefficients regrouped once for its q and k rows, a plain loop over
-  // each view's heads, no flags. The generic walk (RotateWholeTokens → RotateTokenInRegisters → Heads) does the same
-  // steps, so the same bits, but its flags, regroup per run and merged q/k runs left GCC a loop that reloaded its
-  // interleave index per head (Zen 5, alternated installs: prefill 4096 tokens × 10 heads × 64 in place 24.8–24.9 →
-  // 23.6–24.2 ns per token, kernel_floor's 64-dim table 1.27–1.29 → 1.21–1.22 of the hand kernel's time; the bf16
-  // grid cases with a table, 3–5 rounds, in place 1.00–1.11×, out of place 0.99–1.08×).
-  // Interleaved pairing likewise: there the regrouped coefficients are the table's rows themselves (one c and one s
-  // per pair: Regroup's ce and so), loaded as they are — no expansion to lanes and no regroup per token.
+  // coefficients its angle row (token_rows: the table's, or computed on the fly), no pass-through lanes, no prefetch:
+  // bench/compare/kernel_floor's hand-written kernel's shape, written as it is — the token's coefficients regrouped
+  // once for its q and k rows, a plain loop over each view's heads, no flags. The generic walk (RotateWholeTokens →
+  // RotateTokenInRegisters → Heads) does the same steps, so the same bits, but its flags, regroup per run and merged
+  // q/k runs left GCC a loop that reloaded its interleave index per head (Zen 5, alternated installs: prefill 4096
+  // tokens × 10 heads × 64 in place 24.8–24.9 → 23.6–24.2 ns per token, kernel_floor's 64-dim table 1.27–1.29
+  // → 1.21–1.22 of the hand kernel's time; the bf16 grid cases with a table, 3–5 rounds, in place 1.00–1.11×, out of
+  // place 0.99–1.08×). Interleaved pairing likewise: there the regrouped coefficients are the table's rows themselves
+  // (one c and one s per pair: Regroup's ce and so), loaded as they are — no expansion to lanes and no regroup per
+  // token.
   template <Pairing kPairing, class Rows, std::size_t... J>
   HWY_NOINLINE static void WholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end, Rows& token_rows,
                                        std::index_sequence<J...>) {
@@ -637,12 +633,12 @@ constexpr bool kPlainWholeTokens = kPlainCodecs<QCodec, KCodec> &&
                                    (kPairing == Pairing::Half ? kLoadsFirst<QCodec, kPairing, kSteps> && kSteps <= 2
                                                               : kSteps <= 8);
 
-// Whole tokens [token, end) of one such codec's q and k rows (kLoadsFirst), each token's coefficients the table's
-// rows, no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens' shape for fp32 and fp16 — per token c and s
-// loaded once for its q and k rows, then a plain loop over each view's heads, no flags. The same steps as the generic
-// walk (RotateTokenInRegisters → RotateHeadsInRegisters), so the same bits. Interleaved pairing: sizeof...(I) vectors
-// of lanes, each token's rows expanded to lanes in registers (PairsToLanes, as WriteCoefficients expands them into the
-// scratch).
+// Whole tokens [token, end) of one such codec's q and k rows (kPlainWholeTokens), each token's coefficients its angle
+// row (token_rows: the table's, or computed on the fly), no pass-through lanes, no prefetch: Bf16EvenOdd::WholeTokens'
+// shape for fp32 and fp16 — per token c and s loaded once for its q and k rows, then a plain loop over each view's
+// heads, no flags. The same steps as the generic walk (RotateTokenInRegisters → RotateHeadsInRegisters), so the same
+// bits. Interleaved pairing: sizeof...(I) vectors of lanes, each token's rows expanded to lanes in registers
+// (PairsToLanes, as WriteCoefficients expands them into the scratch).
 template <class Codec, Pairing kPairing, class Rows, std::size_t... I>
 HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end, Rows& token_rows,
                                    std::index_sequence<I...>) {
@@ -918,8 +914,8 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
     }
   }
 #endif
-  // fp32 and fp16 rows of 64 dims likewise (PlainWholeTokens; Zen 5, 4096 tokens × 10 heads × 64, alternated
-  // installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
+  // fp32 and fp16 rows likewise where kPlainWholeTokens (PlainWholeTokens; Zen 5, 4096 tokens × 10 heads × 64, half
+  // pairing, alternated installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
   if constexpr (kPlainWholeTokens<QCodec, KCodec, kPairing, kSteps>) {
     if (WholeTokenRows(job)) {
       return WithRowSource(job, [&](auto& rows) {
@@ -1055,13 +1051,8 @@ inline std::size_t OneTokenSteps(const RotateJob& job) {
   return 0;
 #else
   if (job.tokens != 1) return 0;
-  if (job.map->pairing == Pairing::Interleaved) {
-    const bool whole = job.map->rotary_dim == job.map->head_dim && !job.prefetch_rows;
-    return whole && job.map->num_axes == 1 && job.magnitude == 1.0f && job.sin_sign == 1.0f &&
-                   job.map->num_pairs() % static_cast<int>(hn::Lanes(DF())) == 0
-               ? RegisterSteps<Pairing::Interleaved>(job)
-               : 0;
-  }
+  if (job.map->pairing == Pairing::Interleaved)
+    return WholeTokenRows(job) ? RegisterSteps<Pairing::Interleaved>(job) : 0;
   return TableRowsCanBeCoefficients<Pairing::Half>(job) ? RegisterSteps<Pairing::Half>(job) : 0;
 #endif
 }
