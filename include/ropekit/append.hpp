@@ -159,7 +159,7 @@ class AppendCall {
   // the same tokens), checked as prepare_append checks them — nothing else is checked again. Angles as
   // RotateCall::set_positions takes them; the bits of a fresh prepare_append. On bad positions or slots
   // it throws ropekit::Error and leaves the call as it was. Not while the call runs.
-  void set_positions_and_slots(Positions positions, std::variant<SlotMapping, PageTable> slots);
+  void set_positions_and_slots(const Positions& positions, const std::variant<SlotMapping, PageTable>& slots);
 
   struct Resolved;
 

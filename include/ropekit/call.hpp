@@ -96,7 +96,11 @@ class RotateCall {
   //
   //   ropekit::RotateCall step = rope.prepare(args);   // once per layer: views, strides, overlaps
   //   for each decode step: step.set_positions(ropekit::positions(pos)); step.run();
-  void set_positions(Positions positions);
+  //
+  // By reference, not by value: a 32-byte argument goes through memory, and the copy GCC makes of the
+  // caller's temporary read it back with 16-byte loads across its 8- and 1-byte stores — two missed
+  // store-to-load forwards, a tenth of a 40-head fp32 step (kernel_floor on Zen 5).
+  void set_positions(const Positions& positions);
 
   // The resolved call as the backends read it (src/rope/call_shape.hpp; internal, for ropekit's own
   // consumers and tests).

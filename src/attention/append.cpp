@@ -430,7 +430,8 @@ void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
   if (r_) r_->run(first, last);
 }
 
-void AppendCall::set_positions_and_slots(Positions positions, std::variant<SlotMapping, PageTable> slots) {
+void AppendCall::set_positions_and_slots(const Positions& positions,
+                                         const std::variant<SlotMapping, PageTable>& slots) {
   if (!r_) throw Error("set_positions_and_slots: the call is empty (default-constructed)");
   Resolved& r = *r_;
   // Checked into a spare vector, then the positions; only then is anything changed. The spare keeps the
