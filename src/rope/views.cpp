@@ -236,7 +236,7 @@ void require_disjoint(std::span<const ByteRange> ranges) {
   }
 }
 
-std::int64_t check_positions(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
+std::int64_t check_positions_all(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
   if (pos.type != IndexType::I32 && pos.type != IndexType::I64) {
     throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
   }
