@@ -168,12 +168,13 @@ int main(int argc, char** argv) {
   // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
   // v each read once and written once (to the cache for k and v).
   const auto run_append = [&](const std::string& name, const Rope& rope, std::int64_t batch, std::int64_t seq,
-                              std::int64_t first_position) {
+                              std::int64_t first_position, PageLayout layout = PageLayout::NHD,
+                              CacheDType cache_dtype = CacheDType::BF16) {
     const cuda::DeviceRope gpu(rope, 0, 65536);
     const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq, page_size = 16;
     const std::int64_t pages = (tokens + page_size - 1) / page_size;
     const std::size_t es = 2, q_bytes = std::size_t(tokens * hq * d) * es, k_bytes = std::size_t(tokens * hk * d) * es;
-    const std::size_t cache_bytes = std::size_t(pages * page_size * hk * d) * es;
+    const std::size_t cache_bytes = std::size_t(pages * page_size * hk * d) * element_size(cache_dtype);
     void *q, *k, *v, *kc, *vc, *scratch, *pos, *slots;
     check(cudaMalloc(&q, q_bytes), "q");
     check(cudaMalloc(&k, k_bytes), "k");
@@ -198,8 +199,8 @@ int main(int argc, char** argv) {
                           .slots = SlotMapping{slots, IndexType::I64, tokens}};
     const PagedCache cache{.k = kc,
                            .v = vc,
-                           .dtype = CacheDType::BF16,
-                           .layout = PageLayout::NHD,
+                           .dtype = cache_dtype,
+                           .layout = layout,
                            .num_pages = pages,
                            .page_size = page_size,
                            .kv_heads = hk,
@@ -221,6 +222,17 @@ int main(int argc, char** argv) {
   {
     const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
     run_append("append prefill 1x8192 bf16 half -> bf16 NHD", rope, 1, 8192, 0);
+    // Key rows, values in runs of at most 8 bytes, and element by element (the append before runs: one pair and
+    // one lane per thread), for the same shape; the HND layout; an fp8 cache (converted element by element).
+    detail::set_cuda_max_access_bytes(8);
+    run_append("append prefill 1x8192 bf16 half -> bf16 NHD, accesses <= 8 B", rope, 1, 8192, 0);
+    detail::set_cuda_max_access_bytes(cuda::kMaxAccessBytes);
+    detail::set_cuda_append_runs(false);
+    run_append("append prefill 1x8192 bf16 half -> bf16 NHD, element by element", rope, 1, 8192, 0);
+    detail::set_cuda_append_runs(true);
+    run_append("append prefill 1x8192 bf16 half -> bf16 HND", rope, 1, 8192, 0, PageLayout::HND);
+    run_append("append prefill 1x8192 bf16 half -> fp8 e4m3 NHD", rope, 1, 8192, 0, PageLayout::NHD,
+               CacheDType::F8E4M3);
     for (const std::int64_t batch : {1, 64, 256})
       run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD", batch), rope, batch, 1, 4095);
   }

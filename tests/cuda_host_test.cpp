@@ -304,27 +304,50 @@ TEST(CudaHost, AppendConversionToFp8DividesByTheScale) {
 
 TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   const std::int64_t misaligned_before = cuda::host_misaligned_runs.load();
-  int ran = 0;
+  int ran = 0, key_runs = 0, adjacent_key_runs = 0, value_runs = 0, nope_runs = 0;
   for_each_append_case([&](const Rope& rope, const AppendCase& c) {
     AppendBuffers want(c);
     prepare_append(rope, want.args, want.cache).run();
     // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial. Pair rows in the launch's
-    // head groups (these small cases: one row per thread), in one group and in three.
-    for (const std::int64_t pair_groups : {0, 1, 3}) {
-      SCOPED_TRACE(pair_groups);
-      AppendBuffers got(c);
-      const AppendCall call = prepare_append(rope, got.args, got.cache);
-      ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups));
-      const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
-          {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
-          {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
-          {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
-      for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    // head groups (these small cases: one row per thread), in one group and in three; key rows, values and k_nope
+    // in the widest runs the shape allows, and again element by element (set_cuda_append_runs(false)).
+    for (const bool runs : {true, false}) {
+      detail::set_cuda_append_runs(runs);
+      for (const std::int64_t pair_groups : {0, 1, 3}) {
+        SCOPED_TRACE(::testing::Message() << "pair_groups " << pair_groups << (runs ? " runs" : " elements"));
+        AppendBuffers got(c);
+        const AppendCall call = prepare_append(rope, got.args, got.cache);
+        if (runs && pair_groups == 0) {
+          detail::CudaLanes lanes;
+          cuda::AppendShape shape;
+          ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+          key_runs += shape.key_vector_pairs > 1;
+          adjacent_key_runs += shape.key_adjacent;
+          value_runs += shape.value_bytes > 0;
+          nope_runs += shape.nope_bytes > 0;
+        }
+        ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups));
+        const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
+            {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+            {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+            {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+        for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+      }
     }
+    detail::set_cuda_append_runs(true);
     ++ran;
   });
-  std::printf("CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte\n", ran);
+  detail::set_cuda_append_runs(true);
+  std::printf(
+      "CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte (key rows in runs of pairs: %d, "
+      "adjacent: %d; values in runs: %d; k_nope in runs: %d)\n",
+      ran, key_runs, adjacent_key_runs, value_runs, nope_runs);
   EXPECT_EQ(ran, 720);
+  // Every wide body ran: the cases where the cache holds the rows' type (one in four) have aligned buffers.
+  EXPECT_GT(key_runs, 0);
+  EXPECT_GT(adjacent_key_runs, 0);
+  EXPECT_GT(value_runs, 0);
+  EXPECT_GT(nope_runs, 0);
   EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);  // every access one a GPU can make
 }
 

@@ -81,21 +81,36 @@ struct AppendShape {
   int q_vector_pairs = 1;
   bool q_adjacent = false;
   std::int64_t q_head_groups = 1;
-  // Key rows that are not QK-normed: one thread per (token, head group, pair), the rows of a token split into
-  // pair_groups interleaved sets (rotate_body.hpp's head groups).
+  // Key rows that are not QK-normed: one thread per (token, head group, run of key_vector_pairs pairs), the rows of a
+  // token split into pair_groups interleaved sets (rotate_body.hpp's head groups). Runs wider than one pair
+  // (key_adjacent: the rotation's adjacent runs) only where the cache holds k's type: a run is then read, kept in
+  // k_out and stored in its entry with one access each (choose_append_vectors checks the alignment of every row and
+  // entry); else one pair per thread, element by element, converted into the cache's type.
   ROPEKIT_HD std::int64_t pair_k_heads() const { return k_weight != nullptr ? 0 : rot.k_heads; }
   std::int64_t pair_groups = 1;
+  int key_vector_pairs = 1;
+  bool key_adjacent = false;
   ROPEKIT_HD std::int64_t pair_threads() const {
-    return pair_k_heads() == 0 ? 0 : rot.tokens * pair_groups * rot.pairs;
+    return pair_k_heads() == 0 ? 0 : rot.tokens * pair_groups * (rot.pairs / key_vector_pairs);
   }
+  // Bytes of v (and of k_nope) a value (nope) thread copies per kv head with one access, where the cache holds their
+  // type and the rows and entries are aligned to it (choose_append_vectors); 0: one lane per thread, converted.
+  int value_bytes = 0, nope_bytes = 0;
   ROPEKIT_HD std::int64_t q_groups() const {
     return q_weight == nullptr || rot.q_heads == 0 ? 0 : across_heads ? 1 : rot.q_heads;
   }
   ROPEKIT_HD std::int64_t k_groups() const { return k_weight == nullptr ? 0 : across_heads ? 1 : rot.k_heads; }
   ROPEKIT_HD std::int64_t norm_threads() const { return rot.tokens * (q_groups() + k_groups()); }
-  // One thread per (token, lane) of v and of k_nope, over every kv head.
-  ROPEKIT_HD std::int64_t value_threads() const { return v.data == nullptr ? 0 : rot.tokens * value_lanes; }
-  ROPEKIT_HD std::int64_t nope_threads() const { return k_nope.data == nullptr ? 0 : rot.tokens * k_nope_dim; }
+  // One thread per (token, lane) of v and of k_nope — or per (token, run of lanes) of value_bytes / nope_bytes — over
+  // every kv head.
+  ROPEKIT_HD int value_run() const { return value_bytes == 0 ? 1 : value_bytes / storage_size(v_storage); }
+  ROPEKIT_HD int nope_run() const { return nope_bytes == 0 ? 1 : nope_bytes / storage_size(k_nope_storage); }
+  ROPEKIT_HD std::int64_t value_threads() const {
+    return v.data == nullptr ? 0 : rot.tokens * (value_lanes / value_run());
+  }
+  ROPEKIT_HD std::int64_t nope_threads() const {
+    return k_nope.data == nullptr ? 0 : rot.tokens * (k_nope_dim / nope_run());
+  }
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
 };
 
@@ -164,16 +179,24 @@ ROPEKIT_HD void to_cache(const AppendShape& a, Storage from, std::uint32_t bits,
   }
 }
 
-// Element `lane` of the entry of kv head `head` in `slot` (append.hpp's NHD / HND addressing).
+// Where a slot's entries start, found once per thread: head h's entry is entry first + h·step (step 1 in NHD, the page
+// size in HND, where a page holds each head's entries in turn) — a 64-bit division per element stored was dozens of a
+// GPU's instructions for each. first < 0: the token has no slot.
+struct EntryAt {
+  std::int64_t first;
+  ROPEKIT_HD EntryAt(const AppendShape& a, std::int64_t slot)
+      : first(slot < 0 ? -1
+              : !a.hnd ? slot * a.kv_heads
+                       : slot / a.page_size * a.kv_heads * a.page_size + slot % a.page_size) {}
+  ROPEKIT_HD bool cached() const { return first >= 0; }
+};
+
+// Element `lane` of the entry of kv head `head` at `at` (append.hpp's NHD / HND addressing).
+ROPEKIT_HD char* entry(const AppendShape& a, char* base, const EntryAt& at, std::int64_t head, int lanes, int lane) {
+  return base + ((at.first + head * (a.hnd ? a.page_size : 1)) * lanes + lane) * a.cache_element_size;
+}
 ROPEKIT_HD char* entry(const AppendShape& a, char* base, std::int64_t slot, std::int64_t head, int lanes, int lane) {
-  std::int64_t e;
-  if (!a.hnd) {
-    e = (slot * a.kv_heads + head) * lanes;
-  } else {
-    const std::int64_t page = slot / a.page_size, in_page = slot % a.page_size;
-    e = ((page * a.kv_heads + head) * a.page_size + in_page) * lanes;
-  }
-  return base + (e + lane) * a.cache_element_size;
+  return entry(a, base, EntryAt(a, slot), head, lanes, lane);
 }
 
 // A token's (sequence, index in it): found once per thread, not per element (a 64-bit division is dozens of
@@ -188,58 +211,142 @@ ROPEKIT_HD char* row(const View& v, TokenAt at, std::int64_t head, int element_s
 }
 
 // A key element rotated (or as given) in k's storage, as bits: kept in k_out and stored in the entry.
-ROPEKIT_HD void put_key(const AppendShape& a, TokenAt at, std::int64_t head, std::int64_t slot, int lane,
+ROPEKIT_HD void put_key(const AppendShape& a, TokenAt at, std::int64_t head, const EntryAt& slot, int lane,
                         std::uint32_t bits) {
   const int es = a.rot.element_size;
   if (a.keep_k) write_bits(row(a.k_out, at, head, es) + lane * es, bits, es);
-  if (slot >= 0)
+  if (slot.cached())
     to_cache(a, a.rot.storage, bits, a.k_scale, entry(a, a.cache_k, slot, head, a.key_lanes, a.k_offset + lane));
 }
 
-// Pair j of the key rows h ≡ group (mod pair_groups) of its token, as the rotation kernel turns rows
-// (rotate_body.hpp): coefficients once, kRowsInFlight rows' loads issued before their stores; each element rounded
-// to k's storage (the live key, kept in k_out when given), then converted into the token's key entry.
-ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
+// An element as stored, as its bits (a 16-bit type's in the low half): what put_key takes.
+ROPEKIT_HD std::uint32_t bits_of_raw(float x) { return bits_of(x); }
+ROPEKIT_HD std::uint32_t bits_of_raw(std::uint16_t x) { return x; }
+
+// A run's raw elements (a lanes xa, b lanes xb) stored as they are: W a lanes at pa and W b lanes at pb, or (adjacent)
+// 2W lanes alternating from pa.
+template <bool Adjacent, class Raw, int W>
+ROPEKIT_HD void store_raw_run(char* pa, char* pb, const Raw (&xa)[W], const Raw (&xb)[W]) {
+  if constexpr (Adjacent) {
+    Raw v[2 * W];
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W; ++w) {
+      v[2 * w] = xa[w];
+      v[2 * w + 1] = xb[w];
+    }
+    store_run(pa, v);
+  } else {
+    store_run(pa, xa);
+    store_run(pb, xb);
+  }
+}
+
+// Pairs j0 … j0 + W − 1 of the key rows h ≡ group (mod pair_groups) of its token, k stored as St, as the rotation
+// kernel turns rows (rotate_body.hpp): coefficients once, kRowsInFlight / W rows' loads issued before their stores;
+// each element rounded to k's storage (the live key, kept in k_out when given), then stored in the token's key entry.
+// One pair (W = 1, not adjacent): any pair map, each element converted into the cache's type (put_key). A wider run
+// (only where the cache holds St and every access is aligned: choose_append_vectors): one access per run of lanes for
+// the row, k_out and the entry, the 16-bit results rounded two per conversion as the rotation's (store_turned).
+template <Storage St, int W, bool Adjacent>
+ROPEKIT_HD void pair_thread_as(const AppendShape& a, std::int64_t g) {
+  using Io = StorageOf<St>;
+  using Raw = typename Io::Raw;
+  constexpr int es = static_cast<int>(sizeof(Raw));
+  constexpr bool kOnePair = W == 1 && !Adjacent;
+  constexpr int K = rows_in_flight<W>();
   const RotateShape& s = a.rot;
   const std::int64_t heads = a.pair_k_heads();
-  const int j = static_cast<int>(g % s.pairs);
-  const std::int64_t r = g / s.pairs;
+  const int runs = s.pairs / W;
+  const int j0 = static_cast<int>(g % runs) * W;
+  const std::int64_t r = g / runs;
   const std::int64_t token = r / a.pair_groups, group = r % a.pair_groups;
-  const std::int64_t slot = slot_of(a, token);
-  if (slot < 0 && !a.keep_k) return;  // nothing of this token's keys is written
+  const EntryAt slot(a, slot_of(a, token));
+  if (!slot.cached() && !a.keep_k) return;  // nothing of this token's keys is written
   // A position that cannot be rotated leaves the rows unwritten, as it leaves the rotation's.
-  float c = 1.0f, sn = 0.0f;
-  if (a.rotate_keys && !coefficients(s, token, j, c, sn)) return;
+  float c[W], sn[W];
+  ROPEKIT_UNROLL
+  for (int w = 0; w < W; ++w) {
+    c[w] = 1.0f;
+    sn[w] = 0.0f;
+    if (a.rotate_keys && !coefficients(s, token, j0 + w, c[w], sn[w])) return;
+  }
   const TokenAt at(s, token);
-  const int es = s.element_size, la = s.lane_a[j], lb = s.lane_b[j];
-  for (std::int64_t h0 = group; h0 < heads; h0 += kRowsInFlight * a.pair_groups) {
+  // Adjacent: the run's lanes are la, la + 1, …, la + 2W − 1, a and b alternating.
+  const int la = s.lane_a[j0], lb = s.lane_b[j0];
+  for (std::int64_t h0 = group; h0 < heads; h0 += K * a.pair_groups) {
     // Compile-time row indices (unrolled) keep the rows' bits in registers.
-    std::uint32_t bits_a[kRowsInFlight], bits_b[kRowsInFlight];
+    Raw xa[K][W], xb[K][W];
     ROPEKIT_UNROLL
-    for (int i = 0; i < kRowsInFlight; ++i) {
+    for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * a.pair_groups;
       if (h >= heads) break;
       const char* src = row(s.k_in, at, h, es);
-      bits_a[i] = read_bits(src + la * es, es);
-      bits_b[i] = read_bits(src + lb * es, es);
+      if constexpr (Adjacent) {
+        Raw v[2 * W];
+        load_run(src + la * es, v);
+        ROPEKIT_UNROLL
+        for (int w = 0; w < W; ++w) {
+          xa[i][w] = v[2 * w];
+          xb[i][w] = v[2 * w + 1];
+        }
+      } else {
+        load_run(src + la * es, xa[i]);
+        load_run(src + lb * es, xb[i]);
+      }
     }
     ROPEKIT_UNROLL
-    for (int i = 0; i < kRowsInFlight; ++i) {
+    for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * a.pair_groups;
       if (h >= heads) break;
-      std::uint32_t ya = bits_a[i], yb = bits_b[i];
-      if (a.rotate_keys) {  // rounded to k's storage: the live key's bits
-        const float xa = float_from(s.storage, ya), xb = float_from(s.storage, yb);
-        ya = bits_as(s.storage, fma(xa, c, -fmul(xb, sn)));
-        yb = bits_as(s.storage, fma(xb, c, fmul(xa, sn)));
-      }
-      put_key(a, at, h, slot, la, ya);
-      put_key(a, at, h, slot, lb, yb);
       const char* src = row(s.k_in, at, h, es);
-      for (int lane = s.rotary_dim + j; lane < s.head_dim; lane += s.pairs)
-        put_key(a, at, h, slot, lane, read_bits(src + lane * es, es));
+      if constexpr (kOnePair) {
+        std::uint32_t ya = bits_of_raw(xa[i][0]), yb = bits_of_raw(xb[i][0]);
+        if (a.rotate_keys) {  // rounded to k's storage: the live key's bits
+          const float fa = Io::load(xa[i][0]), fb = Io::load(xb[i][0]);
+          ya = bits_of_raw(Io::store(fma(fa, c[0], -fmul(fb, sn[0]))));
+          yb = bits_of_raw(Io::store(fma(fb, c[0], fmul(fa, sn[0]))));
+        }
+        put_key(a, at, h, slot, la, ya);
+        put_key(a, at, h, slot, lb, yb);
+        for (int lane = s.rotary_dim + j0; lane < s.head_dim; lane += s.pairs)
+          put_key(a, at, h, slot, lane, read_bits(src + lane * es, es));
+      } else {
+        char* const out = a.keep_k ? row(a.k_out, at, h, es) : nullptr;
+        char* const ent = slot.cached() ? entry(a, a.cache_k, slot, h, a.key_lanes, a.k_offset) : nullptr;
+        if (a.rotate_keys) {
+          float ra[W], rb[W];
+          ROPEKIT_UNROLL
+          for (int w = 0; w < W; ++w) {
+            const float fa = Io::load(xa[i][w]), fb = Io::load(xb[i][w]);
+            ra[w] = fma(fa, c[w], -fmul(fb, sn[w]));
+            rb[w] = fma(fb, c[w], fmul(fa, sn[w]));
+          }
+          const TurnedRuns<St, W, Adjacent> turned(ra, rb);
+          if (out != nullptr) turned.store(out + la * es, out + lb * es);
+          if (ent != nullptr) turned.store(ent + la * es, ent + lb * es);
+        } else {
+          if (out != nullptr) store_raw_run<Adjacent>(out + la * es, out + lb * es, xa[i], xb[i]);
+          if (ent != nullptr) store_raw_run<Adjacent>(ent + la * es, ent + lb * es, xa[i], xb[i]);
+        }
+        // The pass-through lanes of this run's pairs: the same type in the row and the entry, copied as bits.
+        ROPEKIT_UNROLL
+        for (int w = 0; w < W; ++w) {
+          for (int lane = s.rotary_dim + j0 + w; lane < s.head_dim; lane += s.pairs) {
+            const std::uint32_t bits = read_bits(src + lane * es, es);
+            if (out != nullptr) write_bits(out + lane * es, bits, es);
+            if (ent != nullptr) write_bits(ent + lane * es, bits, es);
+          }
+        }
+      }
     }
   }
+}
+
+// The key rows' segment for the shape's configuration (the host's grid; a GPU launches the configuration's kernel).
+ROPEKIT_HD void pair_thread(const AppendShape& a, std::int64_t g) {
+  with_configuration(a.rot.storage, a.key_vector_pairs, a.key_adjacent, [&](auto st, auto w, auto adjacent) {
+    pair_thread_as<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>(a, g);
+  });
 }
 
 // RMSNorm of one group (one head, or every head of the token: across_heads) of q or k, rotated in float32 and
@@ -256,8 +363,8 @@ ROPEKIT_HD void norm_thread(const AppendShape& a, std::int64_t g) {
   const float* weight = is_q ? a.q_weight : a.k_weight;
   const View& in = is_q ? s.q_in : s.k_in;
   const int es = s.element_size, d = s.head_dim;
-  const std::int64_t slot = is_q ? -1 : slot_of(a, token);
-  if (!is_q && slot < 0 && !a.keep_k) return;
+  const EntryAt slot(a, is_q ? -1 : slot_of(a, token));
+  if (!is_q && !slot.cached() && !a.keep_k) return;
   double sum = 0.0;  // float products are exact in double; the sum is rounded in lane order, as the CPU's loop
   for (std::int64_t h = first; h < last; ++h) {
     const char* src = row(in, at, h, es);
@@ -310,8 +417,8 @@ ROPEKIT_HD void lane_thread(const AppendShape& a, std::int64_t g, int lanes, con
                             float scale, char* base, int entry_lanes, int first) {
   const std::int64_t token = g / lanes;
   const int lane = static_cast<int>(g % lanes);
-  const std::int64_t slot = slot_of(a, token);
-  if (slot < 0) return;
+  const EntryAt slot(a, slot_of(a, token));
+  if (!slot.cached()) return;
   const TokenAt at(a.rot, token);
   const int es = storage_size(storage);
   for (std::int64_t h0 = 0; h0 < a.kv_heads; h0 += kRowsInFlight) {
@@ -325,6 +432,51 @@ ROPEKIT_HD void lane_thread(const AppendShape& a, std::int64_t g, int lanes, con
       if (h0 + i < a.kv_heads)
         to_cache(a, storage, bits[i], scale, entry(a, base, slot, h0 + i, entry_lanes, first + lane));
     }
+  }
+}
+
+// lane_thread where the cache holds src's type (elements of es bytes) and every row and entry is aligned to kBytes
+// (choose_append_vectors): thread g copies run g % (lanes / n) of n = kBytes / es lanes of every kv head of token
+// g / (lanes / n) with one load and one store per head.
+template <int kBytes>
+ROPEKIT_HD void run_copy_thread(const AppendShape& a, std::int64_t g, int lanes, const View& src, int es, char* base,
+                                int entry_lanes, int first) {
+  using Word = std::conditional_t<kBytes == 2, std::uint16_t, std::uint32_t>;
+  constexpr int kWords = kBytes / static_cast<int>(sizeof(Word));
+  // Rows in flight: 32 bytes per thread (the element path holds kRowsInFlight elements), and the registers they take.
+  constexpr int K = kBytes >= 16 ? 2 : kBytes == 8 ? 4 : kRowsInFlight;
+  const int n = kBytes / es, runs = lanes / n;
+  const std::int64_t token = g / runs;
+  const int lane = static_cast<int>(g % runs) * n;
+  const EntryAt slot(a, slot_of(a, token));
+  if (!slot.cached()) return;
+  const TokenAt at(a.rot, token);
+  const std::int64_t heads = a.kv_heads;  // a local: the stores (char pointers) might otherwise alias it
+  for (std::int64_t h0 = 0; h0 < heads; h0 += K) {
+    Word w[K][kWords] = {};  // zeros GCC cannot see are never stored (registers on a GPU)
+    ROPEKIT_UNROLL
+    for (int i = 0; i < K; ++i) {
+      if (h0 + i >= heads) break;
+      load_run(row(src, at, h0 + i, es) + lane * es, w[i]);
+    }
+    ROPEKIT_UNROLL
+    for (int i = 0; i < K; ++i) {
+      if (h0 + i >= heads) break;
+      store_run(entry(a, base, slot, h0 + i, entry_lanes, first + lane), w[i]);
+    }
+  }
+}
+
+// The values' or k_nope's segment: runs of `bytes` copied (run_copy_thread), or lanes converted (bytes 0).
+ROPEKIT_HD void lanes_segment(const AppendShape& a, std::int64_t g, int bytes, int lanes, const View& src,
+                              Storage storage, float scale, char* base, int entry_lanes, int first) {
+  const int es = storage_size(storage);
+  switch (bytes) {
+    case 16: return run_copy_thread<16>(a, g, lanes, src, es, base, entry_lanes, first);
+    case 8: return run_copy_thread<8>(a, g, lanes, src, es, base, entry_lanes, first);
+    case 4: return run_copy_thread<4>(a, g, lanes, src, es, base, entry_lanes, first);
+    case 2: return run_copy_thread<2>(a, g, lanes, src, es, base, entry_lanes, first);
+    default: return lane_thread(a, g, lanes, src, storage, scale, base, entry_lanes, first);
   }
 }
 
@@ -350,9 +502,10 @@ ROPEKIT_HD void append_part(const AppendShape& a, std::int64_t g) {
   } else if constexpr (P == AppendPart::Norms) {
     norm_thread(a, g);
   } else if constexpr (P == AppendPart::Values) {
-    lane_thread(a, g, a.value_lanes, a.v, a.v_storage, a.v_scale, a.cache_v, a.value_lanes, 0);
+    lanes_segment(a, g, a.value_bytes, a.value_lanes, a.v, a.v_storage, a.v_scale, a.cache_v, a.value_lanes, 0);
   } else {
-    lane_thread(a, g, a.k_nope_dim, a.k_nope, a.k_nope_storage, a.k_scale, a.cache_k, a.key_lanes, a.k_nope_offset);
+    lanes_segment(a, g, a.nope_bytes, a.k_nope_dim, a.k_nope, a.k_nope_storage, a.k_scale, a.cache_k, a.key_lanes,
+                  a.k_nope_offset);
   }
 }
 

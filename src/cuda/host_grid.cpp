@@ -67,20 +67,86 @@ bool runs_fit(const PairMap& map, int w, bool adjacent) {
   return true;
 }
 
-// Whether every row of view v starts on a multiple of `bytes`: its address and each stride that moves between its
-// rows (a batch stride with one sequence, a head stride with one head, a sequence stride with one token per
-// sequence move nowhere).
-bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t heads, int bytes) {
+// Whether every row of view v (elements of element_size bytes) starts on a multiple of `bytes`: its address and each
+// stride that moves between its rows (a batch stride with one sequence, a head stride with one head, a sequence stride
+// with one token per sequence move nowhere).
+bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t heads, int bytes, int element_size) {
   if (v.data == nullptr || heads == 0) return true;
-  const auto aligned = [&](std::int64_t stride) { return (stride * s.element_size) % bytes == 0; };
+  const auto aligned = [&](std::int64_t stride) { return (stride * element_size) % bytes == 0; };
   return reinterpret_cast<std::uintptr_t>(v.data) % std::uintptr_t(bytes) == 0 &&
          (s.tokens <= s.seq || aligned(v.batch_stride)) && (s.seq <= 1 || aligned(v.seq_stride)) &&
          (heads <= 1 || aligned(v.head_stride));
+}
+bool rows_aligned(const cuda::View& v, const cuda::RotateShape& s, std::int64_t heads, int bytes) {
+  return rows_aligned(v, s, heads, bytes, s.element_size);
+}
+
+bool address_aligned(const void* p, int bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % std::uintptr_t(bytes) == 0;
+}
+
+std::atomic<bool> append_runs{true};
+
+// The widest copy of `lanes` lanes of a view (element_size bytes each, `heads` rows per token) into entries of
+// entry_lanes lanes from lane `first` in a cache at `base`: bytes per access (at most max_bytes), 0 for none wider
+// than an element.
+int widest_copy(const cuda::View& v, const cuda::RotateShape& s, std::int64_t heads, int element_size, int lanes,
+                const void* base, int entry_lanes, int first, int max_bytes) {
+  int best = 0;
+  for (int bytes = 2 * element_size; bytes <= std::min(max_bytes, cuda::kMaxAccessBytes); bytes *= 2) {
+    const int n = bytes / element_size;
+    if (lanes % n != 0 || entry_lanes % n != 0 || first % n != 0 || !address_aligned(base, bytes) ||
+        !rows_aligned(v, s, heads, bytes, element_size))
+      break;
+    best = bytes;
+  }
+  return best;
 }
 
 }  // namespace
 
 int cuda_max_access_bytes() { return max_access.load(std::memory_order_relaxed); }
+void set_cuda_append_runs(bool wide) { append_runs.store(wide, std::memory_order_relaxed); }
+
+void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_bytes) {
+  a.key_vector_pairs = 1;
+  a.key_adjacent = false;
+  a.value_bytes = a.nope_bytes = 0;
+  const cuda::RotateShape& s = a.rot;
+  const int ces = a.cache_element_size;
+  const auto cache_holds = [&](cuda::Storage st) {
+    return a.cache != cuda::CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(st);
+  };
+  if (append_runs.load(std::memory_order_relaxed)) {
+    const std::int64_t heads = a.pair_k_heads();
+    if (heads > 0 && cache_holds(s.storage)) {
+      int best = s.element_size;
+      for (const int w : {1, 2, 4, 8}) {
+        for (const bool adjacent : {false, true}) {
+          const int bytes = (adjacent ? 2 * w : w) * s.element_size;
+          if (bytes <= best || bytes > max_bytes || bytes > cuda::kMaxAccessBytes || !runs_fit(map, w, adjacent))
+            continue;
+          // The row, k_out and every entry: an entry starts at a multiple of key_lanes, its run at k_offset + la.
+          if (!rows_aligned(s.k_in, s, heads, bytes) || (a.keep_k && !rows_aligned(a.k_out, s, heads, bytes)) ||
+              !address_aligned(a.cache_k, bytes) || (a.key_lanes * ces) % bytes != 0 || (a.k_offset * ces) % bytes != 0)
+            continue;
+          best = bytes;
+          a.key_vector_pairs = w;
+          a.key_adjacent = adjacent;
+        }
+      }
+    }
+    if (a.v.data != nullptr && cache_holds(a.v_storage)) {
+      a.value_bytes = widest_copy(a.v, s, a.kv_heads, ces, a.value_lanes, a.cache_v, a.value_lanes, 0, max_bytes);
+    }
+    if (a.k_nope.data != nullptr && cache_holds(a.k_nope_storage)) {
+      a.nope_bytes =
+          widest_copy(a.k_nope, s, a.kv_heads, ces, a.k_nope_dim, a.cache_k, a.key_lanes, a.k_nope_offset, max_bytes);
+    }
+  }
+  a.pair_groups = cuda::choose_head_groups(s.tokens, s.pairs / a.key_vector_pairs, a.pair_k_heads());
+}
+
 void set_cuda_max_access_bytes(int bytes) { max_access.store(bytes, std::memory_order_relaxed); }
 void set_cuda_head_groups(int groups) { forced_head_groups.store(groups, std::memory_order_relaxed); }
 
@@ -199,7 +265,7 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
   a.k_weight = job.k_weight.empty() ? nullptr : job.k_weight.data();
   a.eps = args.norm.eps;
   a.across_heads = args.norm.across_heads;
-  a.pair_groups = cuda::choose_head_groups(a.rot.tokens, a.rot.pairs, a.pair_k_heads());
+  choose_append_vectors(*job.rotation->map, a);
   if (a.rotates_queries()) {
     cuda::RotateShape q = cuda::query_rotation(a);
     choose_vector(*job.rotation->map, q);

@@ -43,6 +43,15 @@ void set_cuda_head_groups(int groups);
 // pair per thread and take the shape as filled.
 void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes = cuda_max_access_bytes());
 
+// For the fused append's shape (its views, cache and key heads filled): the key rows' runs (AppendShape::
+// key_vector_pairs, key_adjacent), the values' and k_nope's copies (value_bytes, nope_bytes) — the widest accesses of
+// at most max_bytes that the pair map, every row and every cache entry are aligned to, where the cache holds the
+// tensor's type; one element otherwise — and the key rows' head groups for that many threads.
+void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_bytes = cuda_max_access_bytes());
+// Whether choose_append_vectors may choose runs wider than an element (default true); the tests and the GPU
+// benchmark clear it to run the element-wise bodies beside the wide ones.
+void set_cuda_append_runs(bool wide);
+
 // Runs the kernel body over every (block, thread) of a launch of `block_dim`-thread blocks covering the job, in
 // block order; head_groups > 0 overrides the launch's choice (cuda::choose_head_groups), max_access_bytes > 0 the
 // widest access (choose_vector), and vector_bytes, when given, receives the access width run. False when the job has

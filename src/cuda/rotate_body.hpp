@@ -377,45 +377,55 @@ struct StorageOf<Storage::F16> {
   static ROPEKIT_HD std::uint32_t store2(float lo, float hi) { return f16x2_store(lo, hi); }
 };
 
-// A thread's W turned pairs (ra: the a lanes, rb: the b lanes) rounded to storage St and written with one access per
-// run of lanes at pa (and pb, half pairing). 16-bit storage rounds two results per conversion where they share a
-// word: a lane and its b lane (interleaved), or two neighbouring a lanes and two b lanes (half pairing, W even).
+// A thread's W turned pairs (ra: the a lanes, rb: the b lanes) rounded to storage St, held as the runs of lanes they
+// are stored as: the a run and the b run (half pairing), or one run of a and b alternating (adjacent). 16-bit storage
+// rounds two results per conversion where they share a word: a lane and its b lane (adjacent), or two neighbouring a
+// lanes and two b lanes (half pairing, W even). The fused append stores one rounding in two places (k_out, the entry).
 template <Storage St, int W, bool Adjacent>
-ROPEKIT_HD void store_turned(char* pa, char* pb, const float (&ra)[W], const float (&rb)[W]) {
+struct TurnedRuns {
   using Io = StorageOf<St>;
   using Raw = typename Io::Raw;
-  if constexpr (St != Storage::F32 && Adjacent) {
-    std::uint32_t v[W];
-    ROPEKIT_UNROLL
-    for (int w = 0; w < W; ++w) v[w] = Io::store2(ra[w], rb[w]);
-    store_run(pa, v);
-  } else if constexpr (St != Storage::F32 && W % 2 == 0) {
-    std::uint32_t va[W / 2], vb[W / 2];
-    ROPEKIT_UNROLL
-    for (int w = 0; w < W / 2; ++w) {
-      va[w] = Io::store2(ra[2 * w], ra[2 * w + 1]);
-      vb[w] = Io::store2(rb[2 * w], rb[2 * w + 1]);
+  static constexpr bool kWords = St != Storage::F32 && (Adjacent || W % 2 == 0);  // two results per word
+  using Element = std::conditional_t<kWords, std::uint32_t, Raw>;
+  static constexpr int kA = kWords ? (Adjacent ? W : W / 2) : (Adjacent ? 2 * W : W);  // elements of the a run
+  Element a[kA];
+  Element b[Adjacent ? 1 : kA];  // unused when adjacent
+
+  ROPEKIT_HD TurnedRuns(const float (&ra)[W], const float (&rb)[W]) {
+    if constexpr (kWords && Adjacent) {
+      ROPEKIT_UNROLL
+      for (int w = 0; w < W; ++w) a[w] = Io::store2(ra[w], rb[w]);
+    } else if constexpr (kWords) {
+      ROPEKIT_UNROLL
+      for (int w = 0; w < W / 2; ++w) {
+        a[w] = Io::store2(ra[2 * w], ra[2 * w + 1]);
+        b[w] = Io::store2(rb[2 * w], rb[2 * w + 1]);
+      }
+    } else if constexpr (Adjacent) {
+      ROPEKIT_UNROLL
+      for (int w = 0; w < W; ++w) {
+        a[2 * w] = Io::store(ra[w]);
+        a[2 * w + 1] = Io::store(rb[w]);
+      }
+    } else {
+      ROPEKIT_UNROLL
+      for (int w = 0; w < W; ++w) {
+        a[w] = Io::store(ra[w]);
+        b[w] = Io::store(rb[w]);
+      }
     }
-    store_run(pa, va);
-    store_run(pb, vb);
-  } else if constexpr (Adjacent) {
-    Raw v[2 * W];
-    ROPEKIT_UNROLL
-    for (int w = 0; w < W; ++w) {
-      v[2 * w] = Io::store(ra[w]);
-      v[2 * w + 1] = Io::store(rb[w]);
-    }
-    store_run(pa, v);
-  } else {
-    Raw ya[W], yb[W];
-    ROPEKIT_UNROLL
-    for (int w = 0; w < W; ++w) {
-      ya[w] = Io::store(ra[w]);
-      yb[w] = Io::store(rb[w]);
-    }
-    store_run(pa, ya);
-    store_run(pb, yb);
   }
+
+  // Written with one access per run at pa (and pb, half pairing).
+  ROPEKIT_HD void store(char* pa, char* pb) const {
+    store_run(pa, a);
+    if constexpr (!Adjacent) store_run(pb, b);
+  }
+};
+
+template <Storage St, int W, bool Adjacent>
+ROPEKIT_HD void store_turned(char* pa, char* pb, const float (&ra)[W], const float (&rb)[W]) {
+  TurnedRuns<St, W, Adjacent>(ra, rb).store(pa, pb);
 }
 
 // The bytes one access of a (storage, W, adjacent) configuration moves: W elements, or 2W when adjacent.
@@ -511,8 +521,8 @@ ROPEKIT_HD void call_configuration(F& f) {
 }
 
 template <Storage St, class F>
-ROPEKIT_HD void with_vector(const RotateShape& s, F& f) {
-  switch (s.vector_pairs * 2 + (s.adjacent ? 1 : 0)) {
+ROPEKIT_HD void with_vector(int vector_pairs, bool adjacent, F& f) {
+  switch (vector_pairs * 2 + (adjacent ? 1 : 0)) {
     case 2: return call_configuration<St, 1, false>(f);
     case 3: return call_configuration<St, 1, true>(f);
     case 4: return call_configuration<St, 2, false>(f);
@@ -524,13 +534,20 @@ ROPEKIT_HD void with_vector(const RotateShape& s, F& f) {
   }
 }
 
+// f(storage, W, adjacent) for a (storage, pairs per thread, adjacent) configuration: the rotation's, and the fused
+// append's key rows' (append_body.hpp).
+template <class F>
+ROPEKIT_HD void with_configuration(Storage storage, int vector_pairs, bool adjacent, F&& f) {
+  switch (storage) {
+    case Storage::F32: return with_vector<Storage::F32>(vector_pairs, adjacent, f);
+    case Storage::BF16: return with_vector<Storage::BF16>(vector_pairs, adjacent, f);
+    case Storage::F16: return with_vector<Storage::F16>(vector_pairs, adjacent, f);
+  }
+}
+
 template <class F>
 ROPEKIT_HD void with_rotate_configuration(const RotateShape& s, F&& f) {
-  switch (s.storage) {
-    case Storage::F32: return with_vector<Storage::F32>(s, f);
-    case Storage::BF16: return with_vector<Storage::BF16>(s, f);
-    case Storage::F16: return with_vector<Storage::F16>(s, f);
-  }
+  with_configuration(s.storage, s.vector_pairs, s.adjacent, f);
 }
 
 // The body for the shape's configuration (the host's grid; a GPU launches the configuration's own kernel).

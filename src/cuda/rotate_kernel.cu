@@ -36,11 +36,12 @@ template <Storage St, int W, bool Adjacent>
 constexpr bool kCapped = St == Storage::F16&& W == 8 && !Adjacent;
 
 // The key rows' pairs, the values and MLA's nope lanes, one segment after the other (one launch: a decode step's
-// append is launch-bound); the QK-normed rows, whose double-precision sums need more registers, in a kernel of their
-// own.
+// append is launch-bound), one kernel per configuration of the key rows (storage, pairs per thread, adjacent: as the
+// rotation's); the QK-normed rows, whose double-precision sums need more registers, in a kernel of their own.
+template <Storage St, int W, bool Adjacent>
 __global__ void append_kernel(AppendShape shape) {
   std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g < shape.pair_threads()) return append_part<AppendPart::Pairs>(shape, g);
+  if (g < shape.pair_threads()) return pair_thread_as<St, W, Adjacent>(shape, g);
   g -= shape.pair_threads();
   if (g < shape.value_threads()) return append_part<AppendPart::Values>(shape, g);
   g -= shape.value_threads();
@@ -95,8 +96,14 @@ int launch_append(const AppendShape& device_shape, void* stream, int block_dim) 
   };
   const int rc = launch(append_norm_kernel, device_shape.norm_threads());
   if (rc != 0) return rc;
-  return launch(append_kernel,
-                device_shape.pair_threads() + device_shape.value_threads() + device_shape.nope_threads());
+  int result = static_cast<int>(cudaErrorInvalidValue);  // a configuration choose_append_vectors does not make
+  with_configuration(device_shape.rot.storage, device_shape.key_vector_pairs, device_shape.key_adjacent,
+                     [&](auto st, auto w, auto adjacent) {
+                       result = launch(
+                           append_kernel<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>,
+                           device_shape.pair_threads() + device_shape.value_threads() + device_shape.nope_threads());
+                     });
+  return result;
 }
 
 int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim) {
