@@ -315,12 +315,48 @@ HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64
   return {job.table->cos_row(p), job.table->sin_row(p)};
 }
 
+// One view pair's rows (q → q_out, or k → k_out; out null: in place) as the whole-token kernels walk them, the
+// pointers and element strides read once per call. Read from the views per token (their fields, the element size from
+// the dtype) they were a chain of loads and multiplies before every token's rows.
+template <class T>
+struct ViewRows {
+  ViewRows(const ropekit::Heads& in_view, const ropekit::Heads& out_view, std::int64_t heads_)
+      : in(static_cast<T*>(in_view.data)),
+        out(out_view.data != nullptr ? static_cast<T*>(out_view.data) : in),
+        in_batch(in_view.batch_stride),
+        in_seq(in_view.seq_stride),
+        in_head(in_view.head_stride),
+        out_batch(out_view.data != nullptr ? out_view.batch_stride : in_batch),
+        out_seq(out_view.data != nullptr ? out_view.seq_stride : in_seq),
+        out_head(out_view.data != nullptr ? out_view.head_stride : in_head),
+        heads(heads_) {}
+  T* in_row(std::int64_t b, std::int64_t s) const { return in + b * in_batch + s * in_seq; }
+  T* out_row(std::int64_t b, std::int64_t s) const { return out + b * out_batch + s * out_seq; }
+  T* in;
+  T* out;
+  std::int64_t in_batch, in_seq, in_head, out_batch, out_seq, out_head, heads;
+};
+
 // Each token's pair coefficients for the whole-token kernels (where RowsArePairCoefficients): the table's rows in
 // place, or the token's angle row computed into a scratch — the values WriteCoefficients would give either way (its
 // products by 1 are exact), so the same bits.
 struct TableRowSource {
-  const RotateJob& job;
-  RowCoefficients operator()(std::int64_t token) const { return TableRowCoefficients(job, token); }
+  // The table's first rows, its row length and the positions, read from the job once per call, not per token: through
+  // the job and the table, and the row length from the frequencies' vector, they were a chain of dependent loads
+  // before every token's coefficients.
+  explicit TableRowSource(const RotateJob& job)
+      : positions(job.args.positions),
+        cos(job.table->cos_row(0)),
+        sin(job.table->sin_row(0)),
+        pairs(job.table->num_pairs()) {}
+  RowCoefficients operator()(std::int64_t token) const {
+    const std::int64_t p = positions.at(0, token);
+    return {cos + p * pairs, sin + p * pairs};
+  }
+  Positions positions;
+  const float* cos;
+  const float* sin;
+  std::int64_t pairs;
 };
 struct AngleRowSource {
   explicit AngleRowSource(const RotateJob& j) : job(j), scratch(*j.map) {}
@@ -343,7 +379,7 @@ HWY_INLINE bool WholeTokenRows(const RotateJob& job) {
 template <class F>
 HWY_INLINE void WithRowSource(const RotateJob& job, F&& f) {
   if (job.table != nullptr) {
-    TableRowSource rows{job};
+    TableRowSource rows(job);
     f(rows);
   } else {
     AngleRowSource rows(job);
@@ -525,13 +561,14 @@ struct Bf16EvenOdd {
     const __m512i order = Interleave();
     std::int64_t b = 0, s = 0;
     if (token != 0) b = token / job.seq, s = token % job.seq;
-    const auto rows = [&](const ropekit::Heads& in_view, const ropekit::Heads& out_view, std::int64_t heads,
-                          const VF* ce, const VF* co, const VF* se, const VF* so) HWY_ATTR
+    using Rows16 = ViewRows<std::uint16_t>;
+    const Rows16 q_rows(args.q, args.q_out, job.q_heads), k_rows(args.k, args.k_out, job.k_heads);
+    const std::int64_t seq = job.seq;
+    const auto rows = [&](const Rows16& view, const VF* ce, const VF* co, const VF* se, const VF* so) HWY_ATTR
         __attribute__((always_inline)) {
-      auto* in = static_cast<std::uint16_t*>(in_view.row(b, s, 0));
-      auto* out = out_view.data != nullptr ? static_cast<std::uint16_t*>(out_view.row(b, s, 0)) : in;
-      const std::int64_t in_stride = in_view.head_stride;
-      const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
+      std::uint16_t* in = view.in_row(b, s);
+      std::uint16_t* out = view.out_row(b, s);
+      const std::int64_t in_stride = view.in_head, out_stride = view.out_head, heads = view.heads;
       for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
         if constexpr (kPairing == Pairing::Half) {
           (HalfStep(in + 2 * J * n, in + width + 2 * J * n, out + 2 * J * n, out + width + 2 * J * n, ce[J], se[J],
@@ -553,9 +590,9 @@ struct Bf16EvenOdd {
       } else {
         ((ce[J] = hn::LoadU(d, c.read_c + J * n), so[J] = hn::LoadU(d, c.read_s + J * n)), ...);
       }
-      if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, ce, co, se, so);
-      if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, ce, co, se, so);
-      if (++s == job.seq) {
+      if (q_rows.heads > 0) rows(q_rows, ce, co, se, so);
+      if (k_rows.heads > 0) rows(k_rows, ce, co, se, so);
+      if (++s == seq) {
         s = 0;
         ++b;
       }
@@ -648,12 +685,12 @@ HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std
   const RotateArgs& args = job.args;
   std::int64_t b = 0, s = 0;
   if (token != 0) b = token / job.seq, s = token % job.seq;
-  const auto rows = [&](const ropekit::Heads& in_view, const ropekit::Heads& out_view, std::int64_t heads, const VF* vc,
-                        const VF* vs) HWY_ATTR __attribute__((always_inline)) {
-    auto* in = static_cast<T*>(in_view.row(b, s, 0));
-    auto* out = out_view.data != nullptr ? static_cast<T*>(out_view.row(b, s, 0)) : in;
-    const std::int64_t in_stride = in_view.head_stride;
-    const std::int64_t out_stride = out_view.data != nullptr ? out_view.head_stride : in_stride;
+  const ViewRows<T> q_rows(args.q, args.q_out, job.q_heads), k_rows(args.k, args.k_out, job.k_heads);
+  const std::int64_t seq = job.seq;
+  const auto rows = [&](const ViewRows<T>& view, const VF* vc, const VF* vs) HWY_ATTR __attribute__((always_inline)) {
+    T* in = view.in_row(b, s);
+    T* out = view.out_row(b, s);
+    const std::int64_t in_stride = view.in_head, out_stride = view.out_head, heads = view.heads;
     for (std::int64_t h = 0; h < heads; ++h, in += in_stride, out += out_stride) {
       if constexpr (kPairing == Pairing::Half) {
         HalfHeadLoadsFirst<Codec>(in, out, vc, vs, std::index_sequence<I...>());
@@ -671,9 +708,9 @@ HWY_NOINLINE void PlainWholeTokens(const RotateJob& job, std::int64_t token, std
       const DH dh;
       (PairsToLanes(hn::LoadU(dh, c.read_c + I * n / 2), hn::LoadU(dh, c.read_s + I * n / 2), vc[I], vs[I]), ...);
     }
-    if (job.q_heads > 0) rows(args.q, args.q_out, job.q_heads, vc, vs);
-    if (job.k_heads > 0) rows(args.k, args.k_out, job.k_heads, vc, vs);
-    if (++s == job.seq) {
+    if (q_rows.heads > 0) rows(q_rows, vc, vs);
+    if (k_rows.heads > 0) rows(k_rows, vc, vs);
+    if (++s == seq) {
       s = 0;
       ++b;
     }
@@ -996,7 +1033,7 @@ void OneTokenRows(const RotateJob& job, std::int64_t first, std::int64_t last) {
     if constexpr (kPairing == Pairing::Half) {
       RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, 0, 0, TableRowCoefficients(job, 0));
     } else if constexpr (kPlainCodecs<QCodec, KCodec> && kSteps <= kMaxStepsInRegisters) {
-      TableRowSource rows{job};
+      TableRowSource rows(job);
       PlainWholeTokens<QCodec, kPairing>(job, 0, 1, rows, std::make_index_sequence<kSteps>());
     } else {
       RotateWholeTokens<kPairing, QCodec, KCodec, kSteps>(job, 0, 1);
