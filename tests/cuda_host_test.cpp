@@ -9,8 +9,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -83,6 +85,39 @@ TEST(CudaHost, Fp8CodecEqualsTheLibrarysOnEveryPattern) {
   std::mt19937 rng(11);
   for (int i = 0; i < 1'000'000; ++i) probes.push_back(cuda::float_of(static_cast<std::uint32_t>(rng())));
   for (const float x : probes) ASSERT_EQ(cuda::e4m3_store(x), float_to_e4m3(x)) << x;
+}
+
+// The fp16 rotation widens a run by the conversion alone unless any_f16_special finds an infinity or a NaN in it (on a
+// GPU the conversion makes NaNs canonical; the host's widening is the same either way, so only this predicate decides
+// what a GPU would get): every pattern at every place of runs of 1, 2, 3 and 8 elements, beside finite neighbours.
+TEST(CudaHost, AnyF16SpecialFindsEveryInfinityAndNaN) {
+  int specials = 0;
+  for (std::uint32_t h = 0; h <= 0xffff; ++h) {
+    const auto x = static_cast<std::uint16_t>(h);
+    const bool want = (x & 0x7c00u) == 0x7c00u;
+    specials += want;
+    const std::uint16_t one[1] = {x};
+    ASSERT_EQ(cuda::any_f16_special(one), want) << h;
+    // Neighbours: 1.0, the largest finite, the smallest subnormal, −0 (each has a high exponent bit or none).
+    for (const std::uint16_t finite :
+         {std::uint16_t{0x3c00}, std::uint16_t{0x7bff}, std::uint16_t{0x0001}, std::uint16_t{0x8000}}) {
+      for (int at = 0; at < 8; ++at) {
+        std::uint16_t two[2] = {finite, finite}, three[3] = {finite, finite, finite}, eight[8];
+        std::fill(std::begin(eight), std::end(eight), finite);
+        if (at < 2) two[at] = x;
+        if (at < 3) three[at] = x;
+        eight[at] = x;
+        if (at < 2) {
+          ASSERT_EQ(cuda::any_f16_special(two), want) << h << " at " << at;
+        }
+        if (at < 3) {
+          ASSERT_EQ(cuda::any_f16_special(three), want) << h << " at " << at;
+        }
+        ASSERT_EQ(cuda::any_f16_special(eight), want) << h << " at " << at;
+      }
+    }
+  }
+  EXPECT_EQ(specials, 2048);  // 2 signs × 1024 mantissas with the exponent all ones
 }
 
 TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {

@@ -427,7 +427,7 @@ Workload::Workload(const Case& c, std::uint32_t seed)
   std::mt19937 rng(seed);
   const int d = head_dim_, dv = c.value_dim();
   if (c.op == Op::Rotate) {
-    const bool specials = c.layout == Layout::Strided;  // eval cases: special values too
+    const bool specials = c.layout == Layout::Strided || c.specials;  // eval cases: special values too
     const int mis = int(rng() % 5);
     q = make_tensor(c.dtype, c.layout, c.batch, c.seq, c.q_heads, d, mis, rng, specials);
     k = make_tensor(c.dtype, c.layout, c.batch, c.seq, c.k_heads, d, mis + 1, rng, specials);

@@ -63,6 +63,9 @@ struct Case {
   Direction direction = Direction::Forward;
   Angles angles = Angles::Table;
   bool step = false;  // decode as an engine steps: a call prepared once, moved by RotateCall::set_positions
+  // Special values (±0, ±inf, NaN, subnormals, ties) among q and k's, as the strided eval cases always have: the CUDA
+  // tests' packed twins of those cases set it, so that the kernels' wide runs meet them too.
+  bool specials = false;
 
   // Attention, CacheAttention
   std::int64_t k_seq = 0;

@@ -315,12 +315,7 @@ ROPEKIT_HD void pair_thread_as(const AppendShape& a, std::int64_t g) {
         char* const ent = slot.cached() ? entry(a, a.cache_k, slot, h, a.key_lanes, a.k_offset) : nullptr;
         if (a.rotate_keys) {
           float ra[W], rb[W];
-          ROPEKIT_UNROLL
-          for (int w = 0; w < W; ++w) {
-            const float fa = Io::load(xa[i][w]), fb = Io::load(xb[i][w]);
-            ra[w] = fma(fa, c[w], -fmul(fb, sn[w]));
-            rb[w] = fma(fb, c[w], fmul(fa, sn[w]));
-          }
+          turn_run<St, W>(xa[i], xb[i], c, sn, ra, rb);
           const TurnedRuns<St, W, Adjacent> turned(ra, rb);
           if (out != nullptr) turned.store(out + la * es, out + lb * es);
           if (ent != nullptr) turned.store(ent + la * es, ent + lb * es);

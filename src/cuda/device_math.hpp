@@ -151,6 +151,15 @@ ROPEKIT_HD float f16_load(std::uint16_t h) {
   return float_of(sign | bits_of(magnitude));
 #endif
 }
+// f16_load of a finite fp16 (exponent not all ones): on a GPU the conversion alone, without the select that keeps an
+// infinity's or a NaN's bits (the rotation tests a run's elements once: any_f16_special).
+ROPEKIT_HD float f16_load_finite(std::uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return f16_load(h);
+#endif
+}
 // A NaN's fp16: quiet, its sign and the top of its payload.
 ROPEKIT_HD std::uint16_t f16_quiet(std::uint32_t b) {
   return static_cast<std::uint16_t>(((b >> 16) & 0x8000u) | 0x7e00u | ((b >> 13) & 0x3ffu));
