@@ -63,13 +63,18 @@ struct AngleOps {
 template <std::size_t K>
 struct AngleOpsX {
   using D = AngleOps::D;
+  // Constructors of the target's own (HWY_ATTR): implicit ones are compiled without it, and on Arm they then cannot
+  // inline the vectors' constructors.
   struct V {
+    HWY_INLINE HWY_ATTR V() {}
     AngleOps::V v[K];
   };
   struct U {
+    HWY_INLINE HWY_ATTR U() {}
     AngleOps::U v[K];
   };
   struct M {
+    HWY_INLINE HWY_ATTR M() {}
     AngleOps::M v[K];
   };
   template <class R, class F>
