@@ -280,19 +280,7 @@ ROPEKIT_HD void pair_thread_as(const AppendShape& a, std::int64_t g) {
     for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * a.pair_groups;
       if (h >= heads) break;
-      const char* src = row(s.k_in, at, h, es);
-      if constexpr (Adjacent) {
-        Raw v[2 * W];
-        load_run(src + la * es, v);
-        ROPEKIT_UNROLL
-        for (int w = 0; w < W; ++w) {
-          xa[i][w] = v[2 * w];
-          xb[i][w] = v[2 * w + 1];
-        }
-      } else {
-        load_run(src + la * es, xa[i]);
-        load_run(src + lb * es, xb[i]);
-      }
+      load_pairs<Adjacent>(row(s.k_in, at, h, es), la, lb, xa[i], xb[i]);
     }
     ROPEKIT_UNROLL
     for (int i = 0; i < K; ++i) {

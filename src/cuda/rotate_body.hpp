@@ -352,6 +352,25 @@ ROPEKIT_HD void store_run(char* p, const T (&in)[N]) {
 #endif
 }
 
+// The W pairs of a run of row `src` as stored: the a lanes (from la) into xa and the b lanes (from lb) into xb with one
+// access each — or, adjacent, one access of the 2W lanes from la, a and b alternating.
+template <bool Adjacent, class Raw, int W>
+ROPEKIT_HD void load_pairs(const char* src, int la, int lb, Raw (&xa)[W], Raw (&xb)[W]) {
+  constexpr int es = static_cast<int>(sizeof(Raw));
+  if constexpr (Adjacent) {
+    Raw v[2 * W];
+    load_run(src + la * es, v);
+    ROPEKIT_UNROLL
+    for (int w = 0; w < W; ++w) {
+      xa[w] = v[2 * w];
+      xb[w] = v[2 * w + 1];
+    }
+  } else {
+    load_run(src + la * es, xa);
+    load_run(src + lb * es, xb);
+  }
+}
+
 // A storage type known at compile time: its element as stored, widened exactly to float32, rounded once from it.
 template <Storage St>
 struct StorageOf;
@@ -516,19 +535,7 @@ ROPEKIT_HD void rotate_thread_as(const RotateShape& s, std::int64_t block, int t
     for (int i = 0; i < K; ++i) {
       const std::int64_t h = h0 + i * s.head_groups;
       if (h >= heads) break;
-      const char* src = src_of(h);
-      if constexpr (Adjacent) {
-        Raw v[2 * W];
-        load_run(src + la * es, v);
-        ROPEKIT_UNROLL
-        for (int w = 0; w < W; ++w) {
-          xa[i][w] = v[2 * w];
-          xb[i][w] = v[2 * w + 1];
-        }
-      } else {
-        load_run(src + la * es, xa[i]);
-        load_run(src + lb * es, xb[i]);
-      }
+      load_pairs<Adjacent>(src_of(h), la, lb, xa[i], xb[i]);
     }
     ROPEKIT_UNROLL
     for (int i = 0; i < K; ++i) {
