@@ -309,12 +309,6 @@ HWY_INLINE bool TableRowsAreCoefficients(const RotateJob& job) {
   return job.table != nullptr && TableRowsCanBeCoefficients<kPairing>(job);
 }
 
-// Token `token`'s coefficients read in place from the table's rows (where TableRowsAreCoefficients).
-HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64_t token) {
-  const std::int64_t p = job.args.positions.at(0, token);
-  return {job.table->cos_row(p), job.table->sin_row(p)};
-}
-
 // One view pair's rows (q → q_out, or k → k_out; out null: in place) as the whole-token kernels walk them, the
 // pointers and element strides read once per call. Read from the views per token (their fields, the element size from
 // the dtype) they were a chain of loads and multiplies before every token's rows.
@@ -363,6 +357,12 @@ struct TableRowSource {
   const float* sin;
   std::int64_t pairs;
 };
+// Token `token`'s coefficients read in place from the table's rows (where TableRowsAreCoefficients): a row source made
+// for one token.
+HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64_t token) {
+  return TableRowSource(job)(token);
+}
+
 struct AngleRowSource {
   explicit AngleRowSource(const RotateJob& j) : job(j), scratch(*j.map) {}
   RowCoefficients operator()(std::int64_t token) {
@@ -980,8 +980,9 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
   // from 0.91 to 0.74 of the stream (4096 tokens, memory-bound), for reasons not found.
   if constexpr (kSteps <= 2) {
     if (TableRowsAreCoefficients<kPairing>(job)) {
+      const TableRowSource rows(job);
       for (; token < end; ++token, next()) {
-        RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, b, s, TableRowCoefficients(job, token));
+        RotateTokenInRegisters<kPairing, QCodec, KCodec, kSteps>(job, b, s, rows(token));
       }
       return;
     }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <tuple>
+#include <utility>
 
 #include "rope/angles.hpp"
 #include "ropekit/table.hpp"
@@ -85,6 +87,26 @@ bool address_aligned(const void* p, int bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % std::uintptr_t(bytes) == 0;
 }
 
+// The widest run a thread can turn with one access per run of lanes — (pairs per thread, adjacent) — of at most
+// max_bytes (and kMaxAccessBytes) whose lanes the pair map's runs have and for which aligned(bytes) holds for every
+// row the caller's kernel touches; (1, false), one element per access, where none is wider.
+template <class Aligned>
+std::pair<int, bool> widest_run(const PairMap& map, int element_size, int max_bytes, Aligned aligned) {
+  std::pair<int, bool> run{1, false};
+  int best = element_size;
+  for (const int w : {1, 2, 4, 8}) {
+    for (const bool adjacent : {false, true}) {
+      const int bytes = (adjacent ? 2 * w : w) * element_size;
+      if (bytes <= best || bytes > max_bytes || bytes > cuda::kMaxAccessBytes || !runs_fit(map, w, adjacent) ||
+          !aligned(bytes))
+        continue;
+      best = bytes;
+      run = {w, adjacent};
+    }
+  }
+  return run;
+}
+
 std::atomic<bool> append_runs{true};
 
 // The widest copy of `lanes` lanes of a view (element_size bytes each, `heads` rows per token) into entries of
@@ -120,21 +142,11 @@ void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_byt
   if (append_runs.load(std::memory_order_relaxed)) {
     const std::int64_t heads = a.pair_k_heads();
     if (heads > 0 && cache_holds(s.storage)) {
-      int best = s.element_size;
-      for (const int w : {1, 2, 4, 8}) {
-        for (const bool adjacent : {false, true}) {
-          const int bytes = (adjacent ? 2 * w : w) * s.element_size;
-          if (bytes <= best || bytes > max_bytes || bytes > cuda::kMaxAccessBytes || !runs_fit(map, w, adjacent))
-            continue;
-          // The row, k_out and every entry: an entry starts at a multiple of key_lanes, its run at k_offset + la.
-          if (!rows_aligned(s.k_in, s, heads, bytes) || (a.keep_k && !rows_aligned(a.k_out, s, heads, bytes)) ||
-              !address_aligned(a.cache_k, bytes) || (a.key_lanes * ces) % bytes != 0 || (a.k_offset * ces) % bytes != 0)
-            continue;
-          best = bytes;
-          a.key_vector_pairs = w;
-          a.key_adjacent = adjacent;
-        }
-      }
+      // The row, k_out and every entry: an entry starts at a multiple of key_lanes, its run at k_offset + la.
+      std::tie(a.key_vector_pairs, a.key_adjacent) = widest_run(map, s.element_size, max_bytes, [&](int bytes) {
+        return rows_aligned(s.k_in, s, heads, bytes) && (!a.keep_k || rows_aligned(a.k_out, s, heads, bytes)) &&
+               address_aligned(a.cache_k, bytes) && (a.key_lanes * ces) % bytes == 0 && (a.k_offset * ces) % bytes == 0;
+      });
     }
     if (a.v.data != nullptr && cache_holds(a.v_storage)) {
       a.value_bytes = widest_copy(a.v, s, a.kv_heads, ces, a.value_lanes, a.cache_v, a.value_lanes, 0, max_bytes);
@@ -151,21 +163,10 @@ void set_cuda_max_access_bytes(int bytes) { max_access.store(bytes, std::memory_
 void set_cuda_head_groups(int groups) { forced_head_groups.store(groups, std::memory_order_relaxed); }
 
 void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
-  s.vector_pairs = 1;
-  s.adjacent = false;
-  int best = s.element_size;
-  for (const int w : {1, 2, 4, 8}) {
-    for (const bool adjacent : {false, true}) {
-      const int bytes = (adjacent ? 2 * w : w) * s.element_size;
-      if (bytes <= best || bytes > max_bytes || bytes > cuda::kMaxAccessBytes || !runs_fit(map, w, adjacent)) continue;
-      if (!rows_aligned(s.q_in, s, s.q_heads, bytes) || !rows_aligned(s.q_out, s, s.q_heads, bytes) ||
-          !rows_aligned(s.k_in, s, s.k_heads, bytes) || !rows_aligned(s.k_out, s, s.k_heads, bytes))
-        continue;
-      best = bytes;
-      s.vector_pairs = w;
-      s.adjacent = adjacent;
-    }
-  }
+  std::tie(s.vector_pairs, s.adjacent) = widest_run(map, s.element_size, max_bytes, [&](int bytes) {
+    return rows_aligned(s.q_in, s, s.q_heads, bytes) && rows_aligned(s.q_out, s, s.q_heads, bytes) &&
+           rows_aligned(s.k_in, s, s.k_heads, bytes) && rows_aligned(s.k_out, s, s.k_heads, bytes);
+  });
   const std::int64_t heads = s.q_heads + s.k_heads;
   const int forced = forced_head_groups.load(std::memory_order_relaxed);
   s.head_groups = forced > 0 ? std::max<std::int64_t>(1, std::min<std::int64_t>(forced, heads))
