@@ -235,6 +235,15 @@ int main(int argc, char** argv) {
                CacheDType::F8E4M3);
     for (const std::int64_t batch : {1, 64, 256})
       run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD", batch), rope, batch, 1, 4095);
+    // The launches: up to 64 sequences the decode append above is one launch (detail::choose_append_launch), from 256
+    // a launch per body; each timed the other way too.
+    for (const auto& [mode, what] : {std::pair{detail::AppendLaunches::PerBody, "a launch per body"},
+                                     {detail::AppendLaunches::One, "one launch"}}) {
+      detail::set_cuda_append_launches(mode);
+      for (const std::int64_t batch : {1, 64, 256})
+        run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD, {}", batch, what), rope, batch, 1, 4095);
+    }
+    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
   }
   if (!json.empty()) {
     std::FILE* f = std::fopen(json.c_str(), "w");

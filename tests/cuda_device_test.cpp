@@ -287,43 +287,53 @@ TEST(CudaDevice, AppendKernelEqualsTheCpu) {
   using namespace cuda_cases;
   int ran = 0;
   for_each_append_case([&](const Rope& rope, const AppendCase& c) {
-    AppendBuffers want(c), got(c);
+    AppendBuffers want(c);
     prepare_append(rope, want.args, want.cache).run();
-    const AppendCall call = prepare_append(rope, got.args, got.cache);
-    const detail::AppendJob job = detail::AppendAccess::job(call);
-    detail::CudaLanes lanes;
-    cuda::AppendShape a;
-    ASSERT_TRUE(detail::make_cuda_append_shape(job, lanes, a));
-    Mirror m;
-    for (Memory* buffer : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
-      m.add(buffer->bytes.data(), buffer->bytes.size());
-    add_angles(m, a.rot, lanes, *job.rotation);
-    m.add(got.pos.data(), got.pos.size() * 8);
-    m.add(job.slots.data(), job.slots.size() * 8);
-    m.add(job.q_weight.data(), job.q_weight.size() * 4);
-    m.add(job.k_weight.data(), job.k_weight.size() * 4);
-    ASSERT_EQ(a.rot.positions, static_cast<const void*>(got.pos.data())) << "int64 positions, read in place";
-    m.map(a.rot);
-    a.k_out = m.map(a.k_out);
-    a.k_nope = m.map(a.k_nope);
-    a.v = m.map(a.v);
-    a.slots = m.map(a.slots);
-    a.cache_k = m.map(a.cache_k);
-    a.cache_v = m.map(a.cache_v);
-    a.q_weight = m.map(a.q_weight);
-    a.k_weight = m.map(a.k_weight);
-    ASSERT_EQ(cuda::launch_append(a, nullptr, 96), 0);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    // The eight buffers were mirrored first; the angles, slots and weights were only read.
-    for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
-    for (Memory AppendBuffers::*b :
-         {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out, &AppendBuffers::k_nope,
-          &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
-      ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
+    // The whole append in one launch (these small grids' choice: AppendShape::one_launch) and in a launch per body.
+    for (const bool one_launch : {true, false}) {
+      SCOPED_TRACE(one_launch ? "one launch" : "a launch per body");
+      AppendBuffers got(c);
+      const AppendCall call = prepare_append(rope, got.args, got.cache);
+      const detail::AppendJob job = detail::AppendAccess::job(call);
+      detail::CudaLanes lanes;
+      cuda::AppendShape a;
+      ASSERT_TRUE(detail::make_cuda_append_shape(job, lanes, a));
+      ASSERT_TRUE(a.one_launch);
+      a.one_launch = one_launch;
+      Mirror m;
+      for (Memory* buffer : {&got.q, &got.q_out, &got.k, &got.k_out, &got.k_nope, &got.v, &got.kc, &got.vc})
+        m.add(buffer->bytes.data(), buffer->bytes.size());
+      add_angles(m, a.rot, lanes, *job.rotation);
+      m.add(got.pos.data(), got.pos.size() * 8);
+      m.add(job.slots.data(), job.slots.size() * 8);
+      m.add(job.q_weight.data(), job.q_weight.size() * 4);
+      m.add(job.k_weight.data(), job.k_weight.size() * 4);
+      ASSERT_EQ(a.rot.positions, static_cast<const void*>(got.pos.data())) << "int64 positions, read in place";
+      m.map(a.rot);
+      a.k_out = m.map(a.k_out);
+      a.k_nope = m.map(a.k_nope);
+      a.v = m.map(a.v);
+      a.slots = m.map(a.slots);
+      a.cache_k = m.map(a.cache_k);
+      a.cache_v = m.map(a.cache_v);
+      a.q_weight = m.map(a.q_weight);
+      a.k_weight = m.map(a.k_weight);
+      ASSERT_EQ(cuda::launch_append(a, nullptr, 96), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      // The eight buffers were mirrored first; the angles, slots and weights were only read.
+      for (std::size_t i = 0; i < 8; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+      for (Memory AppendBuffers::*b :
+           {&AppendBuffers::q, &AppendBuffers::q_out, &AppendBuffers::k, &AppendBuffers::k_out, &AppendBuffers::k_nope,
+            &AppendBuffers::v, &AppendBuffers::kc, &AppendBuffers::vc}) {
+        ASSERT_EQ((got.*b).bytes, (want.*b).bytes);
+      }
     }
     ++ran;
   });
-  std::printf("fused append kernel: %d cases equal the CPU's AppendCall byte for byte\n", ran);
+  std::printf(
+      "fused append kernel: %d cases equal the CPU's AppendCall byte for byte, in one launch and in a launch "
+      "per body\n",
+      ran);
   EXPECT_EQ(ran, 720);
 }
 

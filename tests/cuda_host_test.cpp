@@ -345,17 +345,24 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
     prepare_append(rope, want.args, want.cache).run();
     // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial. Pair rows in the launch's
     // head groups (these small cases: one row per thread), in one group and in three; key rows, values and k_nope
-    // in the widest runs the shape allows, and again element by element (set_cuda_append_runs(false)).
-    for (const bool runs : {true, false}) {
+    // in the widest runs the shape allows, and again element by element (set_cuda_append_runs(false)); the whole
+    // append in one launch (these small grids' choice) and in a launch per body.
+    for (const auto& [runs, launches] : {std::pair{true, detail::AppendLaunches::Choose},
+                                         {true, detail::AppendLaunches::PerBody},
+                                         {false, detail::AppendLaunches::PerBody},
+                                         {false, detail::AppendLaunches::One}}) {
       detail::set_cuda_append_runs(runs);
+      detail::set_cuda_append_launches(launches);
       for (const std::int64_t pair_groups : {0, 1, 3}) {
-        SCOPED_TRACE(::testing::Message() << "pair_groups " << pair_groups << (runs ? " runs" : " elements"));
+        SCOPED_TRACE(::testing::Message() << "pair_groups " << pair_groups << (runs ? " runs" : " elements")
+                                          << " launches " << int(launches));
         AppendBuffers got(c);
         const AppendCall call = prepare_append(rope, got.args, got.cache);
-        if (runs && pair_groups == 0) {
+        if (runs && pair_groups == 0 && launches == detail::AppendLaunches::Choose) {
           detail::CudaLanes lanes;
           cuda::AppendShape shape;
           ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+          EXPECT_TRUE(shape.one_launch);  // a few tokens: one launch
           key_runs += shape.key_vector_pairs > 1;
           adjacent_key_runs += shape.key_adjacent;
           value_runs += shape.value_bytes > 0;
@@ -370,9 +377,11 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
       }
     }
     detail::set_cuda_append_runs(true);
+    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
     ++ran;
   });
   detail::set_cuda_append_runs(true);
+  detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
   std::printf(
       "CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte (key rows in runs of pairs: %d, "
       "adjacent: %d; values in runs: %d; k_nope in runs: %d)\n",
@@ -384,6 +393,39 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   EXPECT_GT(value_runs, 0);
   EXPECT_GT(nope_runs, 0);
   EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);  // every access one a GPU can make
+}
+
+// Which appends run as one launch: a decode step's grid (32 q / 8 kv heads × 128, bf16, 16-byte runs) up to 64
+// sequences, split into a launch per body from 256 sequences (the rotation's grid alone is then 2^16 threads) and for
+// a prefill; and the test's and benchmark's modes forcing either.
+TEST(CudaHost, AppendIsOneLaunchForADecodeStepsGrid) {
+  const auto shape_for = [](std::int64_t tokens) {
+    cuda::AppendShape a;
+    a.rot.storage = cuda::Storage::BF16;
+    a.rot.element_size = 2;
+    a.rot.pairs = 64;
+    a.rot.rotary_dim = a.rot.head_dim = 128;
+    a.rot.tokens = a.rot.seq = tokens;
+    a.rot.q_heads = 32;
+    a.rot.k_heads = a.kv_heads = 8;
+    a.q_vector_pairs = a.key_vector_pairs = 8;
+    a.q_head_groups = cuda::choose_head_groups(tokens, 8, 32);
+    a.pair_groups = cuda::choose_head_groups(tokens, 8, 8);
+    std::uint16_t v = 0;
+    a.v.data = reinterpret_cast<char*>(&v);
+    a.v_storage = cuda::Storage::BF16;
+    a.value_lanes = 128;
+    a.value_bytes = 16;
+    detail::choose_append_launch(a);
+    return a.one_launch;
+  };
+  for (const std::int64_t tokens : {1, 16, 64}) EXPECT_TRUE(shape_for(tokens)) << tokens;
+  for (const std::int64_t tokens : {256, 8192}) EXPECT_FALSE(shape_for(tokens)) << tokens;
+  detail::set_cuda_append_launches(detail::AppendLaunches::One);
+  EXPECT_TRUE(shape_for(8192));
+  detail::set_cuda_append_launches(detail::AppendLaunches::PerBody);
+  EXPECT_FALSE(shape_for(1));
+  detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
 }
 
 // What the device append changes in the body's inputs, run on the host: int32 slots read as the device gives them,

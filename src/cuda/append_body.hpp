@@ -112,6 +112,12 @@ struct AppendShape {
     return k_nope.data == nullptr ? 0 : rot.tokens * (k_nope_dim / nope_run());
   }
   ROPEKIT_HD std::int64_t threads() const { return pair_threads() + norm_threads() + value_threads() + nope_threads(); }
+
+  // The whole append in one launch (append_launch_thread): the queries' rotation grid first, then the segments above.
+  // A decode step's append is a few thousand threads whose time is its launches' (two or three, about as long as
+  // the work each), so it is launched once; a prefill keeps a launch per body, each holding only the registers its
+  // own body needs (choose_append_launch decides on the host).
+  bool one_launch = false;
 };
 
 // The rotation of the queries that are not QK-normed, in place or into q_out: the rotation kernel's shape over q's
@@ -503,6 +509,21 @@ ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thre
   if (g < a.value_threads()) return append_part<AppendPart::Values>(a, g);
   g -= a.value_threads();
   if (g < a.nope_threads()) append_part<AppendPart::Nope>(a, g);
+}
+
+// The blocks of block_dim threads the queries' rotation takes at the head of a one-launch append (0 when the append
+// is split into launches or rotates no queries): whole blocks, so that each keeps the rotation kernel's grid.
+ROPEKIT_HD std::int64_t query_blocks(const AppendShape& a, int block_dim) {
+  return a.one_launch && a.rotates_queries() ? (query_rotation(a).threads() + block_dim - 1) / block_dim : 0;
+}
+
+// Thread `thread` of block `block` of a one-launch append (AppendShape::one_launch): the queries' rotation, as the
+// rotation kernel would run it, in the first query_blocks blocks; the append's segments (append_thread) in the rest.
+// The two write disjoint memory, as the separate launches do.
+ROPEKIT_HD void append_launch_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
+  const std::int64_t q_blocks = query_blocks(a, block_dim);
+  if (block < q_blocks) return rotate_thread(query_rotation(a), block, thread, block_dim);
+  append_thread(a, block - q_blocks, thread, block_dim);
 }
 
 }  // namespace ropekit::cuda

@@ -108,6 +108,7 @@ std::pair<int, bool> widest_run(const PairMap& map, int element_size, int max_by
 }
 
 std::atomic<bool> append_runs{true};
+std::atomic<AppendLaunches> append_launches{AppendLaunches::Choose};
 
 // The widest copy of `lanes` lanes of a view (element_size bytes each, `heads` rows per token) into entries of
 // entry_lanes lanes from lane `first` in a cache at `base`: bytes per access (at most max_bytes), 0 for none wider
@@ -129,6 +130,19 @@ int widest_copy(const cuda::View& v, const cuda::RotateShape& s, std::int64_t he
 
 int cuda_max_access_bytes() { return max_access.load(std::memory_order_relaxed); }
 void set_cuda_append_runs(bool wide) { append_runs.store(wide, std::memory_order_relaxed); }
+
+void set_cuda_append_launches(AppendLaunches mode) { append_launches.store(mode, std::memory_order_relaxed); }
+
+void choose_append_launch(cuda::AppendShape& a, int block_dim) {
+  switch (append_launches.load(std::memory_order_relaxed)) {
+    case AppendLaunches::One: a.one_launch = true; return;
+    case AppendLaunches::PerBody: a.one_launch = false; return;
+    case AppendLaunches::Choose: break;
+  }
+  const std::int64_t query_threads =
+      a.rotates_queries() ? (cuda::query_rotation(a).threads() + block_dim - 1) / block_dim * block_dim : 0;
+  a.one_launch = query_threads + a.threads() <= kOneLaunchThreads;
+}
 
 void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_bytes) {
   a.key_vector_pairs = 1;
@@ -274,6 +288,7 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
     a.q_adjacent = q.adjacent;
     a.q_head_groups = q.head_groups;
   }
+  choose_append_launch(a);
   return true;
 }
 
@@ -305,6 +320,13 @@ bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCac
 }
 
 void run_append_on_host(const cuda::AppendShape& shape, int block_dim) {
+  if (shape.one_launch) {
+    const std::int64_t blocks = cuda::query_blocks(shape, block_dim) + (shape.threads() + block_dim - 1) / block_dim;
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      for (int thread = 0; thread < block_dim; ++thread) cuda::append_launch_thread(shape, block, thread, block_dim);
+    }
+    return;
+  }
   if (shape.rotates_queries()) {  // the rotation kernel's grid over the queries, then the append's
     const cuda::RotateShape q = cuda::query_rotation(shape);
     const std::int64_t blocks = (q.threads() + block_dim - 1) / block_dim;

@@ -59,6 +59,16 @@ void set_cuda_append_runs(bool wide);
 bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256, std::int64_t head_groups = 0,
                          int max_access_bytes = 0, int* vector_bytes = nullptr);
 
+// Whether the fused append runs as one launch (AppendShape::one_launch): where the whole grid — the queries' rotation
+// and the append's segments, blocks of block_dim threads — is at most kOneLaunchThreads threads (a decode step's), or
+// as the mode set below says. A shape's other fields must be set (make_cuda_append_shape calls it last).
+inline constexpr std::int64_t kOneLaunchThreads = std::int64_t{1} << 16;
+void choose_append_launch(cuda::AppendShape& a, int block_dim = 256);
+// 0 (the default): choose by the grid's size; 1: every append in one launch; 2: every append in a launch per body.
+// The tests run each shape both ways, the GPU benchmark times both.
+enum class AppendLaunches : int { Choose = 0, One = 1, PerBody = 2 };
+void set_cuda_append_launches(AppendLaunches mode);
+
 // The fused append's kernel shape of a resolved append (AppendAccess::job): false for HfCompat angles on the fly,
 // as for the rotation.
 bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& out);
@@ -66,8 +76,8 @@ bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::Append
 // Runs the append body over every (block, thread) of its launch grid, in block order: what AppendCall::run writes.
 // pair_groups > 0 overrides the launch's choice of head groups for the pair rows.
 bool append_on_host_grid(const AppendJob& job, int block_dim = 256, std::int64_t pair_groups = 0);
-// What cuda::launch_append launches, run on the host: the queries' rotation grid (when the append rotates them), then
-// the append's grid.
+// What cuda::launch_append launches, run on the host: the one launch's grid (shape.one_launch), or the queries'
+// rotation grid (when the append rotates them) then the append's grid.
 void run_append_on_host(const cuda::AppendShape& shape, int block_dim = 256);
 
 // The K-shift's kernel shape: the key entries at `slots` of `cache` turned by `calls` in order (one: a K-shift, R(δ)

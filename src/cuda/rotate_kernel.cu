@@ -48,6 +48,14 @@ __global__ void append_kernel(AppendShape shape) {
   if (g < shape.nope_threads()) append_part<AppendPart::Nope>(shape, g);
 }
 
+// The whole append in one launch (AppendShape::one_launch: a decode step's small grid): every body in one kernel,
+// configurations chosen at run time (uniform across the launch). Its registers are the largest body's, which a grid
+// of a few thousand threads does not feel.
+__global__ void append_one_kernel(AppendShape shape) {
+  append_launch_thread(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
+                       static_cast<int>(blockDim.x));
+}
+
 __global__ void append_norm_kernel(AppendShape shape) {
   const std::int64_t g = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g < shape.norm_threads()) append_part<AppendPart::Norms>(shape, g);
@@ -80,6 +88,16 @@ std::int64_t blocks_for(std::int64_t threads, int block_dim) {
 }  // namespace
 
 int launch_append(const AppendShape& device_shape, void* stream, int block_dim) {
+  if (device_shape.one_launch) {
+    const std::int64_t append_blocks = blocks_for(device_shape.threads(), block_dim);
+    if (append_blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
+    const std::int64_t blocks = query_blocks(device_shape, block_dim) + append_blocks;
+    if (blocks == 0) return 0;
+    if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+    append_one_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
+                        static_cast<cudaStream_t>(stream)>>>(device_shape);
+    return static_cast<int>(cudaGetLastError());
+  }
   if (device_shape.rotates_queries()) {  // the queries: the rotation kernel, on the same stream
     const int rc = launch_rotate(query_rotation(device_shape), stream, block_dim);
     if (rc != 0) return rc;
