@@ -363,14 +363,65 @@ HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64
   return TableRowSource(job)(token);
 }
 
+// Tokens' angle rows computed on the fly, up to kBlock of them at a time (tokens [token, end) of the kernel's range):
+// the kernels ask for each token's row in order. A row is a chain of ~25 dependent operations per vector; a 64-dim
+// row has only four vectors, and between one token's row and the next the core sees that token's rows of heads, so
+// row after row it waited out each chain. Rows computed back to back overlap (the same operations, so the same bits):
+// Zen 5, prefill_probe, 4096 tokens × 10 heads × 64, in place, 5 alternated rounds, ns per token on the fly: bf16
+// 48.1 → 40.8, fp16 46.2 → 40.5 (ropekit bench, 3 rounds: the 16-bit 64-dim rows 1.03–1.31×). Only for tokens of few
+// bytes: where a token's rows stream from memory (40 heads × 128 bf16, 4096 tokens: 40 MB) a row computed between two
+// tokens' rows runs under their loads, and rows in blocks took it from 287 to 335–369 ns per token; fp32's 64-dim
+// tokens (2.5 KB) lost too (in place 0.53 → 0.44 of the stream), hence 2 KB.
 struct AngleRowSource {
-  explicit AngleRowSource(const RotateJob& j) : job(j), scratch(*j.map) {}
-  RowCoefficients operator()(std::int64_t token) {
-    AngleRow(*job.angles, job.args.positions.at(0, token), scratch.c, scratch.s);
-    return {scratch.c, scratch.s};
+  static constexpr std::int64_t kBlock = 8;
+  static constexpr std::size_t kStackFloats = 1024;  // per c and s: 8 rows of 128 pairs (256 dims)
+  static constexpr std::int64_t kBlockTokenBytes = 2048;
+
+  AngleRowSource(const RotateJob& j, std::int64_t end_token) : job(j), end(end_token) {
+    const auto pairs = static_cast<std::size_t>(j.map->num_pairs());
+    stride = (pairs + kMaxLanes - 1) / kMaxLanes * kMaxLanes;  // each row from a vector boundary
+    const std::int64_t token_bytes =
+        (j.q_heads + j.k_heads) * j.map->head_dim *
+        static_cast<std::int64_t>(element_size(j.q_heads > 0 ? j.args.q.dtype : j.args.k.dtype));
+    if (stride <= kStackFloats) {
+      block = token_bytes > kBlockTokenBytes
+                  ? 1
+                  : std::min<std::int64_t>(kBlock, static_cast<std::int64_t>(kStackFloats / stride));
+      c = stack_c;
+      s = stack_s;
+    } else {
+      block = 1;
+      heap = hwy::AllocateAligned<float>(2 * stride);
+      c = heap.get();
+      s = c + stride;
+    }
   }
+  AngleRowSource(const AngleRowSource&) = delete;
+  AngleRowSource& operator=(const AngleRowSource&) = delete;
+
+  RowCoefficients operator()(std::int64_t token) {
+    std::int64_t r = token - first;
+    if (r < 0 || r >= filled) {
+      first = token;
+      filled = std::min(block, end - token);
+      for (std::int64_t i = 0; i < filled; ++i) {
+        AngleRow(*job.angles, job.args.positions.at(0, token + i), c + std::size_t(i) * stride,
+                 s + std::size_t(i) * stride);
+      }
+      r = 0;
+    }
+    return {c + std::size_t(r) * stride, s + std::size_t(r) * stride};
+  }
+
   const RotateJob& job;
-  Scratch scratch;
+  std::int64_t end;
+  std::int64_t first = 0, filled = 0, block = 1;
+  std::size_t stride = 0;
+  HWY_ALIGN float stack_c[kStackFloats];
+  HWY_ALIGN float stack_s[kStackFloats];
+  hwy::AlignedFreeUniquePtr<float[]> heap;
+  float* c = nullptr;
+  float* s = nullptr;
 };
 
 // Whether a job's whole tokens can take the whole-token kernels: pair coefficients as its angle rows hold them (from
@@ -380,14 +431,14 @@ HWY_INLINE bool WholeTokenRows(const RotateJob& job) {
          job.map->rotary_dim == job.map->head_dim;
 }
 
-// Calls f(rows) with the job's row source: its table's, or (no table) its angle rows'.
+// Calls f(rows) with the job's row source for tokens before `end`: its table's, or (no table) its angle rows'.
 template <class F>
-HWY_INLINE void WithRowSource(const RotateJob& job, F&& f) {
+HWY_INLINE void WithRowSource(const RotateJob& job, std::int64_t end, F&& f) {
   if (job.table != nullptr) {
     TableRowSource rows(job);
     f(rows);
   } else {
-    AngleRowSource rows(job);
+    AngleRowSource rows(job, end);
     f(rows);
   }
 }
@@ -950,7 +1001,7 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
   if constexpr (std::is_same_v<QCodec, BF16CodecT<true>> && std::is_same_v<KCodec, BF16CodecT<true>> &&
                 kSteps % 2 == 0) {
     if (WholeTokenRows(job)) {
-      return WithRowSource(job, [&](auto& rows) {
+      return WithRowSource(job, end, [&](auto& rows) {
         Bf16EvenOdd::WholeTokens<kPairing>(job, token, end, rows, std::make_index_sequence<kSteps / 2>());
       });
     }
@@ -960,7 +1011,7 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
   // pairing, alternated installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
   if constexpr (kPlainWholeTokens<QCodec, KCodec, kPairing, kSteps>) {
     if (WholeTokenRows(job)) {
-      return WithRowSource(job, [&](auto& rows) {
+      return WithRowSource(job, end, [&](auto& rows) {
         PlainWholeTokens<QCodec, kPairing>(job, token, end, rows, std::make_index_sequence<kSteps>());
       });
     }
