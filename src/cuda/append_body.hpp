@@ -248,7 +248,7 @@ ROPEKIT_HD void store_raw_run(char* pa, char* pb, const Raw (&xa)[W], const Raw 
 }
 
 // Pairs j0 … j0 + W − 1 of the key rows h ≡ group (mod pair_groups) of its token, k stored as St, as the rotation
-// kernel turns rows (rotate_body.hpp): coefficients once, kRowsInFlight / W rows' loads issued before their stores;
+// kernel turns rows (rotate_body.hpp): coefficients once, 4 / W rows' loads issued before their stores;
 // each element rounded to k's storage (the live key, kept in k_out when given), then stored in the token's key entry.
 // One pair (W = 1, not adjacent): any pair map, each element converted into the cache's type (put_key). A wider run
 // (only where the cache holds St and every access is aligned: choose_append_vectors): one access per run of lanes for
@@ -259,7 +259,10 @@ ROPEKIT_HD void pair_thread_as(const AppendShape& a, std::int64_t g) {
   using Raw = typename Io::Raw;
   constexpr int es = static_cast<int>(sizeof(Raw));
   constexpr bool kOnePair = W == 1 && !Adjacent;
-  constexpr int K = rows_in_flight<W>();
+  // Rows counted as fp32's (4 / W), as before the rotation counted bytes: at the rotation's count the 16-bit append
+  // kernels, which also hold k_out's and the entry's stores, took 72–86 registers instead of 56–72 (ptxas, sm_90) —
+  // for a GPU run to weigh.
+  constexpr int K = rows_in_flight<W, 4>();
   const RotateShape& s = a.rot;
   const std::int64_t heads = a.pair_k_heads();
   const int runs = s.pairs / W;

@@ -268,12 +268,17 @@ ROPEKIT_HD bool coefficients(const RotateShape& s, std::int64_t token, int j, fl
 }
 
 // Rows a thread turns at once: their loads are issued before any store, so that a thread keeps that many rows' reads
-// in flight (the rows are distinct memory: the views are checked for overlaps on the host). A thread turning W pairs
-// reads W times the bytes per row, so it holds fewer rows: kRowsInFlight / W, at least one.
+// in flight (the rows are distinct memory: the views are checked for overlaps on the host). A thread turning W pairs of
+// es-byte elements reads 2·W·es bytes per row, so it holds kBytesInFlight / (2·W·es) rows, at least one. Counted in
+// pairs (4 / W rows) until 2026-11-27, which gave 16-bit rows half fp32's bytes at every width but half pairing's
+// 16-byte runs: on an H200, bf16 interleaved at 16-byte accesses (16 bytes per thread) ran at 0.80 of the copy against
+// half pairing's 0.87 and fp32 interleaved's 0.92 (32 bytes each). The kernels are bound by the accesses in flight.
+constexpr int kBytesInFlight = 32;
+// Rows in flight where a thread copies one element per row (the fused append's lanes: lane_thread).
 constexpr int kRowsInFlight = 4;
-template <int W>
+template <int W, int es>
 constexpr int rows_in_flight() {
-  return W >= kRowsInFlight ? 1 : kRowsInFlight / W;
+  return 2 * W * es >= kBytesInFlight ? 1 : kBytesInFlight / (2 * W * es);
 }
 
 // The widest access a thread makes (bytes): a GPU's widest load and store.
@@ -507,7 +512,7 @@ ROPEKIT_HD void rotate_thread_as(const RotateShape& s, std::int64_t block, int t
   using Io = StorageOf<St>;
   using Raw = typename Io::Raw;
   constexpr int es = static_cast<int>(sizeof(Raw));
-  constexpr int K = rows_in_flight<W>();
+  constexpr int K = rows_in_flight<W, es>();
   const std::int64_t g = block * block_dim + thread;
   if (g >= s.threads()) return;
   const int runs = s.pairs / W;

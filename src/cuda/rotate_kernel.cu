@@ -32,8 +32,10 @@ __global__ void __launch_bounds__(kCappedBlock, 4) rotate_kernel_capped(RotateSh
   rotate_thread_as<St, W, Adjacent>(shape, static_cast<std::int64_t>(blockIdx.x), static_cast<int>(threadIdx.x),
                                     static_cast<int>(blockDim.x));
 }
+// fp16's 16-byte kernels: half pairing's (W = 8) and, since rows are counted in bytes in flight (rotate_body.hpp's
+// rows_in_flight: 48 → 68 registers uncapped), interleaved pairing's (W = 4, adjacent).
 template <Storage St, int W, bool Adjacent>
-constexpr bool kCapped = St == Storage::F16&& W == 8 && !Adjacent;
+constexpr bool kCapped = St == Storage::F16&& access_bytes<St, W, Adjacent>() == 16;
 
 // The key rows' pairs, the values and MLA's nope lanes, one segment after the other (one launch: a decode step's
 // append is launch-bound), one kernel per configuration of the key rows (storage, pairs per thread, adjacent: as the
