@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   check(cudaStreamCreate(&stream), "stream");
   std::vector<Row> rows;
   const auto run = [&](const std::string& name, const Rope& rope, std::int64_t table, DType dtype, std::int64_t batch,
-                       std::int64_t seq, std::int64_t first_position) {
+                       std::int64_t seq, std::int64_t first_position, bool out_of_place = false) {
     const cuda::DeviceRope gpu(rope, 0, table);
     const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq;
     const std::size_t es = element_size(dtype), q_bytes = std::size_t(tokens * hq * d) * es,
@@ -105,9 +105,15 @@ int main(int argc, char** argv) {
     for (std::int64_t t = 0; t < tokens; ++t) host_pos[std::size_t(t)] = first_position + t % seq;
     check(cudaMalloc(&pos, std::size_t(tokens) * 8), "positions");
     check(cudaMemcpy(pos, host_pos.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
-    const RotateArgs args{.q = bshd(q, dtype, batch, seq, hq, d),
-                          .k = bshd(k, dtype, batch, seq, hk, d),
-                          .positions = {pos, IndexType::I64, tokens}};
+    RotateArgs args{.q = bshd(q, dtype, batch, seq, hq, d),
+                    .k = bshd(k, dtype, batch, seq, hk, d),
+                    .positions = {pos, IndexType::I64, tokens}};
+    void* outputs = nullptr;  // out of place: new q and k, as the compiled expression writes them
+    if (out_of_place) {
+      check(cudaMalloc(&outputs, q_bytes + k_bytes), "outputs");
+      args.q_out = bshd(outputs, dtype, batch, seq, hq, d);
+      args.k_out = bshd(static_cast<char*>(outputs) + q_bytes, dtype, batch, seq, hk, d);
+    }
     const double us = time_us(stream, [&] { gpu.rotate(args, {.device = 0, .stream = stream}); });
     const double copy_us = time_us(stream, [&] {
       cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
@@ -122,6 +128,7 @@ int main(int argc, char** argv) {
     cudaFree(k);
     cudaFree(scratch);
     cudaFree(pos);
+    cudaFree(outputs);
   };
   std::printf("# %s, compute %d.%d, %s\n", prop.name, prop.major, prop.minor, "ropekit cuda_bench (in place)");
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
@@ -138,6 +145,11 @@ int main(int argc, char** argv) {
     for (const std::int64_t batch : {1, 16, 64, 256}) {
       run(fmt::format("decode batch {} bf16 {} table", batch, to_string(pairing)), rope, 65536, DType::BF16, batch, 1,
           4095);
+    }
+    // Out of place, as bench_cuda_torch.py's eager and compiled expressions write new q and k: their like for like.
+    for (const DType dtype : {DType::BF16, DType::F32}) {
+      run(fmt::format("prefill 2x8192 {} {} table, out of place", to_string(dtype), to_string(pairing)), rope, 65536,
+          dtype, 2, 8192, 0, true);
     }
   }
   // The access width (detail::choose_vector): FlashInfer's shape with each thread's runs of pairs capped at one
