@@ -523,7 +523,7 @@ ROPEKIT_HD std::int64_t query_blocks(const AppendShape& a, int block_dim) {
 // Thread `thread` of block `block` of a one-launch append (AppendShape::one_launch): the queries' rotation, as the
 // rotation kernel would run it, in the first query_blocks blocks; the append's segments (append_thread) in the rest.
 // The two write disjoint memory, as the separate launches do.
-ROPEKIT_HD void append_launch_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
+ROPEKIT_HD_INLINED void append_launch_thread(const AppendShape& a, std::int64_t block, int thread, int block_dim) {
   const std::int64_t q_blocks = query_blocks(a, block_dim);
   if (block < q_blocks) return rotate_thread(query_rotation(a), block, thread, block_dim);
   append_thread(a, block - q_blocks, thread, block_dim);

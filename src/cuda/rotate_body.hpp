@@ -601,8 +601,9 @@ ROPEKIT_HD void with_rotate_configuration(const RotateShape& s, F&& f) {
   with_configuration(s.storage, s.vector_pairs, s.adjacent, f);
 }
 
-// The body for the shape's configuration (the host's grid; a GPU launches the configuration's own kernel).
-ROPEKIT_HD void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
+// The body for the shape's configuration (the host's grid; a GPU launches the configuration's own kernel, and the
+// one-launch append calls this for its queries: inlined there, see ROPEKIT_HD_INLINED).
+ROPEKIT_HD_INLINED void rotate_thread(const RotateShape& s, std::int64_t block, int thread, int block_dim) {
   with_rotate_configuration(s, [&](auto st, auto w, auto adjacent) {
     rotate_thread_as<decltype(st)::value, decltype(w)::value, decltype(adjacent)::value>(s, block, thread, block_dim);
   });
