@@ -3,17 +3,28 @@
 // issue 41's next step.
 #pragma once
 
+#include <cstdint>
+
 #include "cuda/append_body.hpp"
 #include "cuda/kshift_body.hpp"
 #include "cuda/rotate_body.hpp"
 
 namespace ropekit::cuda {
 
+// Blocks of block_dim threads for `threads` threads (the launches of rotate_kernel.cu and append_kernel.cu); 0 when
+// there is nothing to do, −1 past the grid's x limit.
+inline std::int64_t blocks_for(std::int64_t threads, int block_dim) {
+  const std::int64_t blocks = (threads + block_dim - 1) / block_dim;
+  return blocks > 0x7fffffff ? -1 : blocks;
+}
+
 // Launches the kernel over `device_shape` (every pointer in it a device pointer) on `stream` (a cudaStream_t; null:
 // the default stream), blocks of block_dim threads. Returns the cudaError_t of the launch (0: launched).
 int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim = 256);
 // The fused rotate-and-append over `device_shape` (slots resolved, every pointer a device pointer).
 int launch_append(const AppendShape& device_shape, void* stream, int block_dim = 256);
+// The same in one launch (append_one_kernel.cu), for a shape whose one_launch is set (launch_append calls it).
+int launch_append_one(const AppendShape& device_shape, void* stream, int block_dim);
 // The K-shift / re-rotation of cached keys over `device_shape`.
 int launch_kshift(const KShiftShape& device_shape, void* stream, int block_dim = 256);
 
