@@ -71,7 +71,9 @@ detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t byt
   const bool out_of_place = job.args.q_out.data != nullptr || job.args.k_out.data != nullptr;
   job.one_thread_kernel = nullptr;
   static const int avx2 = target_index("AVX2");
-  if (avx2 >= 0 && default_target() &&
+  // Large calls only (one_thread_256_bit's own first condition), tested before the CPU's identity is looked up and its
+  // vendor string compared: a decode call's selection skips both.
+  if (job.bytes_moved >= kLargeCallBytes && avx2 >= 0 && default_target() &&
       one_thread_256_bit(cpu_identity(), q, k, job.map->pairing, out_of_place, job.bytes_moved)) {
     const Selection t = available_targets()[std::size_t(avx2)].selection;
     job.one_thread_kernel = HWY_DISPATCH_TABLE(RotateKernelFor)[t.index](job, q, k, t.native_bf16, small);
