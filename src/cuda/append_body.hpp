@@ -514,10 +514,14 @@ ROPEKIT_HD void append_thread(const AppendShape& a, std::int64_t block, int thre
   if (g < a.nope_threads()) append_part<AppendPart::Nope>(a, g);
 }
 
-// The blocks of block_dim threads the queries' rotation takes at the head of a one-launch append (0 when the append
-// is split into launches or rotates no queries): whole blocks, so that each keeps the rotation kernel's grid.
+// The blocks of block_dim threads the queries' rotation takes at the head of a one-launch append (0 where it rotates
+// no queries): whole blocks, so that each keeps the rotation kernel's grid.
 ROPEKIT_HD std::int64_t query_blocks(const AppendShape& a, int block_dim) {
-  return a.one_launch && a.rotates_queries() ? (query_rotation(a).threads() + block_dim - 1) / block_dim : 0;
+  return a.rotates_queries() ? blocks_of(query_rotation(a).threads(), block_dim) : 0;
+}
+// The blocks of a one-launch append's grid: the queries', then the segments'.
+ROPEKIT_HD std::int64_t one_launch_blocks(const AppendShape& a, int block_dim) {
+  return query_blocks(a, block_dim) + blocks_of(a.threads(), block_dim);
 }
 
 // Thread `thread` of block `block` of a one-launch append (AppendShape::one_launch): the queries' rotation, as the

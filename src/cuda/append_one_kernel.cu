@@ -20,9 +20,7 @@ __global__ void append_one_kernel(AppendShape shape) {
 }  // namespace
 
 int launch_append_one(const AppendShape& device_shape, void* stream, int block_dim) {
-  const std::int64_t append_blocks = blocks_for(device_shape.threads(), block_dim);
-  if (append_blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
-  const std::int64_t blocks = query_blocks(device_shape, block_dim) + append_blocks;
+  const std::int64_t blocks = one_launch_blocks(device_shape, block_dim);
   if (blocks == 0) return 0;
   if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
   append_one_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,

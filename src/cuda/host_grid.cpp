@@ -15,6 +15,15 @@ namespace {
 
 cuda::View view_of(const Heads& h) { return {static_cast<char*>(h.data), h.batch_stride, h.seq_stride, h.head_stride}; }
 
+// Runs thread(block, thread) over every (block, thread) of a launch of `blocks` blocks of block_dim threads, in block
+// order: the host's run of a kernel's grid.
+template <class Thread>
+void each_thread(std::int64_t blocks, int block_dim, Thread thread) {
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    for (int t = 0; t < block_dim; ++t) thread(block, t);
+  }
+}
+
 }  // namespace
 
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
@@ -139,9 +148,7 @@ void choose_append_launch(cuda::AppendShape& a, int block_dim) {
     case AppendLaunches::PerBody: a.one_launch = false; return;
     case AppendLaunches::Choose: break;
   }
-  const std::int64_t query_threads =
-      a.rotates_queries() ? (cuda::query_rotation(a).threads() + block_dim - 1) / block_dim * block_dim : 0;
-  a.one_launch = query_threads + a.threads() <= kOneLaunchThreads;
+  a.one_launch = cuda::one_launch_blocks(a, block_dim) * block_dim <= kOneLaunchThreads;
 }
 
 void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_bytes) {
@@ -218,10 +225,8 @@ bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_
   choose_vector(*job.map, shape, max_access_bytes > 0 ? max_access_bytes : cuda_max_access_bytes());
   if (head_groups > 0) shape.head_groups = head_groups;
   if (vector_bytes != nullptr) *vector_bytes = (shape.adjacent ? 2 : 1) * shape.vector_pairs * shape.element_size;
-  const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    for (int thread = 0; thread < block_dim; ++thread) cuda::rotate_thread(shape, block, thread, block_dim);
-  }
+  each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
+              [&](std::int64_t block, int thread) { cuda::rotate_thread(shape, block, thread, block_dim); });
   return true;
 }
 
@@ -312,32 +317,24 @@ bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCac
   CudaLanes lanes;
   cuda::KShiftShape shape;
   if (!make_cuda_kshift_shape(calls, cache, slots, lanes, shape)) return false;
-  const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    for (int thread = 0; thread < block_dim; ++thread) cuda::kshift_thread(shape, block, thread, block_dim);
-  }
+  each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
+              [&](std::int64_t block, int thread) { cuda::kshift_thread(shape, block, thread, block_dim); });
   return true;
 }
 
 void run_append_on_host(const cuda::AppendShape& shape, int block_dim) {
   if (shape.one_launch) {
-    const std::int64_t blocks = cuda::query_blocks(shape, block_dim) + (shape.threads() + block_dim - 1) / block_dim;
-    for (std::int64_t block = 0; block < blocks; ++block) {
-      for (int thread = 0; thread < block_dim; ++thread) cuda::append_launch_thread(shape, block, thread, block_dim);
-    }
+    each_thread(cuda::one_launch_blocks(shape, block_dim), block_dim,
+                [&](std::int64_t block, int thread) { cuda::append_launch_thread(shape, block, thread, block_dim); });
     return;
   }
   if (shape.rotates_queries()) {  // the rotation kernel's grid over the queries, then the append's
     const cuda::RotateShape q = cuda::query_rotation(shape);
-    const std::int64_t blocks = (q.threads() + block_dim - 1) / block_dim;
-    for (std::int64_t block = 0; block < blocks; ++block) {
-      for (int thread = 0; thread < block_dim; ++thread) cuda::rotate_thread(q, block, thread, block_dim);
-    }
+    each_thread(cuda::blocks_of(q.threads(), block_dim), block_dim,
+                [&](std::int64_t block, int thread) { cuda::rotate_thread(q, block, thread, block_dim); });
   }
-  const std::int64_t blocks = (shape.threads() + block_dim - 1) / block_dim;
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    for (int thread = 0; thread < block_dim; ++thread) cuda::append_thread(shape, block, thread, block_dim);
-  }
+  each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
+              [&](std::int64_t block, int thread) { cuda::append_thread(shape, block, thread, block_dim); });
 }
 
 bool append_on_host_grid(const AppendJob& job, int block_dim, std::int64_t pair_groups) {

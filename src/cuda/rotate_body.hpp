@@ -284,6 +284,9 @@ constexpr int rows_in_flight() {
 // The widest access a thread makes (bytes): a GPU's widest load and store.
 constexpr int kMaxAccessBytes = 16;
 
+// Blocks of block_dim threads that cover `threads` threads (a launch's grid, and the host's run of it).
+ROPEKIT_HD std::int64_t blocks_of(std::int64_t threads, int block_dim) { return (threads + block_dim - 1) / block_dim; }
+
 // Head groups for a launch: enough threads to fill a GPU (about 2^18 of them: 132 SMs × 2048) without splitting a
 // token's rows further than that needs. A thread computes its pairs' coefficients once for all its rows, so fewer
 // groups mean fewer angle evaluations (the double-precision turn reduction on the fly) and table reads. `runs`: the

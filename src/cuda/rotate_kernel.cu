@@ -74,9 +74,9 @@ int launch_codecs(const std::uint32_t* in, std::uint16_t* bf16, std::uint16_t* f
 }
 
 int launch_rotate(const RotateShape& device_shape, void* stream, int block_dim) {
-  const std::int64_t blocks = (device_shape.threads() + block_dim - 1) / block_dim;
+  const std::int64_t blocks = blocks_for(device_shape.threads(), block_dim);
   if (blocks == 0) return 0;
-  if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+  if (blocks < 0) return static_cast<int>(cudaErrorInvalidConfiguration);
   bool launched = false;
   with_rotate_configuration(device_shape, [&](auto st, auto w, auto adjacent) {
     constexpr Storage St = decltype(st)::value;

@@ -14,7 +14,7 @@ namespace ropekit::cuda {
 // Blocks of block_dim threads for `threads` threads (the launches of rotate_kernel.cu and append_kernel.cu); 0 when
 // there is nothing to do, −1 past the grid's x limit.
 inline std::int64_t blocks_for(std::int64_t threads, int block_dim) {
-  const std::int64_t blocks = (threads + block_dim - 1) / block_dim;
+  const std::int64_t blocks = blocks_of(threads, block_dim);
   return blocks > 0x7fffffff ? -1 : blocks;
 }
 
