@@ -3,7 +3,10 @@
 // tokens, 32 q + 8 k heads × 128, θ = 5e5), 512 and 65,536 tokens, fp32 / bf16 / fp16, both pairings, angles from the
 // table or on the fly; decode (1 token per sequence, batch 1 to 256) against the launch latency (an empty kernel's
 // round trip is not measured here: the ratio to the copy of the same bytes is reported, and µs per call); then the
-// launch's choices compared on FlashInfer's shape: the access width, and the head groups (a token's rows per thread).
+// launch's choices compared on FlashInfer's shape: the access width, and the head groups (a token's rows per thread);
+// the fused append; and the angles' accuracy at positions up to 65,535 against a double-precision oracle. Built with
+// FlashInfer's headers (-DROPEKIT_FLASHINFER_DIR, bench/flashinfer_peer.hpp), FlashInfer's own kernels run on the
+// same tensors in the same run ("flashinfer ..." rows) and in the accuracy rows.
 //
 //   build/gpu/bench/cuda_bench [--json FILE]         (scripts/gpu-check.sh runs it and keeps the JSON)
 //
@@ -13,6 +16,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,8 +25,12 @@
 
 #include "cuda/host_grid.hpp"  // the access width, to compare widths
 #include "ropekit/append.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
+#ifdef ROPEKIT_HAVE_FLASHINFER
+#include "flashinfer_peer.hpp"
+#endif
 
 namespace {
 
@@ -74,6 +83,120 @@ struct Row {
   double us, copy_us, gbps, fraction;
 };
 
+// Whose kernel a row times: ropekit's, or FlashInfer's own (flashinfer_peer.hpp, when built with it).
+enum class Peer { Ropekit, FlashInfer };
+
+#ifdef ROPEKIT_HAVE_FLASHINFER
+flashinfer_peer::Type flashinfer_type(DType dtype) {
+  return dtype == DType::F32    ? flashinfer_peer::Type::F32
+         : dtype == DType::BF16 ? flashinfer_peer::Type::BF16
+                                : flashinfer_peer::Type::F16;
+}
+#endif
+
+// FlashInfer's cos/sin cache (vLLM's layout) for positions [0, n): ropekit's accurate coefficients, on the device.
+float* device_cos_sin_cache(const Rope& rope, std::int64_t n) {
+  std::vector<float> host(static_cast<std::size_t>(n * rope.spec().rotary_dim));
+  export_cos_sin_cache(rope, n, host);
+  float* cache = nullptr;
+  check(cudaMalloc(&cache, host.size() * sizeof(float)), "cos/sin cache");
+  check(cudaMemcpy(cache, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "cos/sin cache");
+  return cache;
+}
+
+// The angles' accuracy at long positions, each method against a double-precision oracle on the same float32 inputs:
+// 1 × 65536 tokens at positions 0..65535, 4 q + 1 k heads × 128, θ = 5e5, values uniform in [-1, 1). The exact
+// rotation is by p · inv_freq with the model's frequencies (Hugging Face's float32 inv_freq, which ropekit's plan
+// holds): the largest |output − exact| over q's lanes in each band of positions. ropekit's contract: ≈ 1.4e-7 at
+// every position (ropekit/table.hpp; the CPU measures 1.33e-7 to 1.40e-7 on these inputs).
+struct AccuracyRow {
+  std::string method;
+  Pairing pairing;
+  std::int64_t from, to, worst_position;
+  double max_error;
+};
+
+std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
+  const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
+  const std::int64_t hq = 4, hk = 1, d = 128, tokens = 65536;
+  const std::size_t q_n = std::size_t(tokens * hq * d), k_n = std::size_t(tokens * hk * d);
+  std::vector<float> host_q(q_n), host_k(k_n);
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;  // a fixed generator: the same inputs in every run
+  const auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(std::int32_t(state >> 32)) * 0x1p-31f;
+  };
+  for (float& x : host_q) x = uniform();
+  for (float& x : host_k) x = uniform();
+  std::vector<std::int64_t> host_pos(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) host_pos[std::size_t(t)] = t;
+  void *q, *k, *qo, *ko, *pos;
+  check(cudaMalloc(&q, q_n * 4), "q");
+  check(cudaMalloc(&k, k_n * 4), "k");
+  check(cudaMalloc(&qo, q_n * 4), "q out");
+  check(cudaMalloc(&ko, k_n * 4), "k out");
+  check(cudaMalloc(&pos, std::size_t(tokens) * 8), "positions");
+  check(cudaMemcpy(q, host_q.data(), q_n * 4, cudaMemcpyHostToDevice), "q");
+  check(cudaMemcpy(k, host_k.data(), k_n * 4, cudaMemcpyHostToDevice), "k");
+  check(cudaMemcpy(pos, host_pos.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
+  // The exact rotation of host_q, in double.
+  std::vector<double> cos_t(std::size_t(tokens) * 64), sin_t(std::size_t(tokens) * 64);
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (int i = 0; i < 64; ++i) {
+      const double angle = double(t) * rope.plan().inv_freq[std::size_t(i)];  // exact: 17 × 24 bits
+      cos_t[std::size_t(t) * 64 + std::size_t(i)] = std::cos(angle);
+      sin_t[std::size_t(t) * 64 + std::size_t(i)] = std::sin(angle);
+    }
+  const std::int64_t bands[][2] = {{0, 4096}, {4096, 16384}, {16384, 65536}};
+  std::vector<AccuracyRow> rows;
+  std::vector<float> out(q_n);
+  const auto measure = [&](const std::string& method) {
+    check(cudaStreamSynchronize(stream), method.c_str());
+    check(cudaMemcpy(out.data(), qo, q_n * 4, cudaMemcpyDeviceToHost), "q out");
+    for (const auto& band : bands) {
+      AccuracyRow row{method, pairing, band[0], band[1], -1, 0.0};
+      for (std::int64_t t = band[0]; t < band[1]; ++t)
+        for (std::int64_t h = 0; h < hq; ++h) {
+          const std::size_t base = std::size_t((t * hq + h) * d);
+          for (int i = 0; i < 64; ++i) {
+            const std::size_t a = base + std::size_t(pairing == Pairing::Half ? i : 2 * i);
+            const std::size_t b = a + (pairing == Pairing::Half ? 64 : 1);
+            const double c = cos_t[std::size_t(t) * 64 + std::size_t(i)],
+                         s = sin_t[std::size_t(t) * 64 + std::size_t(i)];
+            const double x = host_q[a], y = host_q[b];
+            const double error = std::max(std::abs(out[a] - (x * c - y * s)), std::abs(out[b] - (y * c + x * s)));
+            if (error > row.max_error) row = {method, pairing, band[0], band[1], t, error};
+          }
+        }
+      rows.push_back(row);
+    }
+  };
+  const RotateArgs args{.q = bshd(q, DType::F32, 1, tokens, hq, d),
+                        .k = bshd(k, DType::F32, 1, tokens, hk, d),
+                        .q_out = bshd(qo, DType::F32, 1, tokens, hq, d),
+                        .k_out = bshd(ko, DType::F32, 1, tokens, hk, d),
+                        .positions = {pos, IndexType::I64, tokens}};
+  for (const std::int64_t table : {std::int64_t{0}, tokens}) {
+    const cuda::DeviceRope gpu(rope, 0, table);
+    gpu.rotate(args, {.device = 0, .stream = stream});
+    gpu.check({.device = 0, .stream = stream});
+    measure(table ? "ropekit table" : "ropekit on the fly");
+  }
+#ifdef ROPEKIT_HAVE_FLASHINFER
+  float* cos_sin = device_cos_sin_cache(rope, tokens);
+  for (const bool cached : {false, true}) {
+    check(flashinfer_peer::rotate(flashinfer_peer::Type::F32, q, k, qo, ko, static_cast<const std::int64_t*>(pos),
+                                  std::uint32_t(tokens), std::uint32_t(hq), std::uint32_t(hk), std::uint32_t(d),
+                                  pairing == Pairing::Interleaved, 500000.0f, cached ? cos_sin : nullptr, stream),
+          "flashinfer");
+    measure(cached ? "flashinfer cos/sin cache (ropekit's)" : "flashinfer on the fly");
+  }
+  cudaFree(cos_sin);
+#endif
+  for (void* b : {q, k, qo, ko, pos}) cudaFree(b);
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +213,8 @@ int main(int argc, char** argv) {
   check(cudaStreamCreate(&stream), "stream");
   std::vector<Row> rows;
   const auto run = [&](const std::string& name, const Rope& rope, std::int64_t table, DType dtype, std::int64_t batch,
-                       std::int64_t seq, std::int64_t first_position, bool out_of_place = false) {
+                       std::int64_t seq, std::int64_t first_position, bool out_of_place = false,
+                       Peer peer = Peer::Ropekit) {
     const cuda::DeviceRope gpu(rope, 0, table);
     const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq;
     const std::size_t es = element_size(dtype), q_bytes = std::size_t(tokens * hq * d) * es,
@@ -114,7 +238,20 @@ int main(int argc, char** argv) {
       args.q_out = bshd(outputs, dtype, batch, seq, hq, d);
       args.k_out = bshd(static_cast<char*>(outputs) + q_bytes, dtype, batch, seq, hk, d);
     }
-    const double us = time_us(stream, [&] { gpu.rotate(args, {.device = 0, .stream = stream}); });
+    float* cos_sin = nullptr;  // FlashInfer's angles from a table: its cos/sin cache path
+    const auto launch = [&] {
+      if (peer == Peer::Ropekit) return gpu.rotate(args, {.device = 0, .stream = stream});
+#ifdef ROPEKIT_HAVE_FLASHINFER
+      check(flashinfer_peer::rotate(flashinfer_type(dtype), q, k, out_of_place ? args.q_out.data : q,
+                                    out_of_place ? args.k_out.data : k, static_cast<const std::int64_t*>(pos),
+                                    std::uint32_t(tokens), std::uint32_t(hq), std::uint32_t(hk), std::uint32_t(d),
+                                    rope.spec().pairing == Pairing::Interleaved, float(rope.spec().base), cos_sin,
+                                    stream),
+            "flashinfer");
+#endif
+    };
+    if (peer == Peer::FlashInfer && table > 0) cos_sin = device_cos_sin_cache(rope, first_position + seq);
+    const double us = time_us(stream, launch);
     const double copy_us = time_us(stream, [&] {
       cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
       cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes, k, k_bytes, cudaMemcpyDeviceToDevice, stream);
@@ -129,6 +266,7 @@ int main(int argc, char** argv) {
     cudaFree(scratch);
     cudaFree(pos);
     cudaFree(outputs);
+    cudaFree(cos_sin);
   };
   std::printf("# %s, compute %d.%d, %s\n", prop.name, prop.major, prop.minor, "ropekit cuda_bench (in place)");
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
@@ -152,6 +290,30 @@ int main(int argc, char** argv) {
           dtype, 2, 8192, 0, true);
     }
   }
+#ifdef ROPEKIT_HAVE_FLASHINFER
+  // FlashInfer's own kernels (the wheel scripts/flashinfer-headers.sh fetches) on the same tensors, timed in the same
+  // run: apply_rope_pos_ids (on the fly) and apply_rope_with_cos_sin_cache (table: ropekit's exported coefficients).
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
+    const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
+    for (const DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+      for (const auto& [batch, seq] : {std::pair<std::int64_t, std::int64_t>{2, 8192}, {1, 65536}}) {
+        for (const bool table : {true, false}) {
+          run(fmt::format("flashinfer prefill {}x{} {} {} {}", batch, seq, to_string(dtype), to_string(pairing),
+                          table ? "table" : "on the fly"),
+              rope, table ? 65536 : 0, dtype, batch, seq, 0, false, Peer::FlashInfer);
+        }
+      }
+    }
+    for (const std::int64_t batch : {1, 256}) {
+      run(fmt::format("flashinfer decode batch {} bf16 {} table", batch, to_string(pairing)), rope, 65536, DType::BF16,
+          batch, 1, 4095, false, Peer::FlashInfer);
+    }
+    for (const DType dtype : {DType::BF16, DType::F32}) {
+      run(fmt::format("flashinfer prefill 2x8192 {} {} table, out of place", to_string(dtype), to_string(pairing)),
+          rope, 65536, dtype, 2, 8192, 0, true, Peer::FlashInfer);
+    }
+  }
+#endif
   // The access width (detail::choose_vector): FlashInfer's shape with each thread's runs of pairs capped at one
   // element per access and at 8 bytes (the rows above: the launch's choice, up to 16).
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
@@ -257,6 +419,15 @@ int main(int argc, char** argv) {
     }
     detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
   }
+  std::vector<AccuracyRow> accuracy;
+  for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved})
+    for (const AccuracyRow& r : accuracy_rows(pairing, stream)) {
+      std::printf("accuracy fp32 %-11s positions [%5lld, %5lld)  %-38s max |error| %.3g at position %lld\n",
+                  std::string(to_string(r.pairing)).c_str(), static_cast<long long>(r.from),
+                  static_cast<long long>(r.to), r.method.c_str(), r.max_error,
+                  static_cast<long long>(r.worst_position));
+      accuracy.push_back(r);
+    }
   if (!json.empty()) {
     std::FILE* f = std::fopen(json.c_str(), "w");
     if (f == nullptr) return 1;
@@ -265,6 +436,16 @@ int main(int argc, char** argv) {
       const Row& r = rows[i];
       std::fprintf(f, "  {\"name\": \"%s\", \"us\": %.3f, \"copy_us\": %.3f, \"gbps\": %.1f, \"fraction\": %.3f}%s\n",
                    r.name.c_str(), r.us, r.copy_us, r.gbps, r.fraction, i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "], \"accuracy\": [\n");
+    for (std::size_t i = 0; i < accuracy.size(); ++i) {
+      const AccuracyRow& r = accuracy[i];
+      std::fprintf(f,
+                   "  {\"method\": \"%s\", \"pairing\": \"%s\", \"from\": %lld, \"to\": %lld, "
+                   "\"max_error\": %.6g, \"worst_position\": %lld}%s\n",
+                   r.method.c_str(), std::string(to_string(r.pairing)).c_str(), static_cast<long long>(r.from),
+                   static_cast<long long>(r.to), r.max_error, static_cast<long long>(r.worst_position),
+                   i + 1 < accuracy.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

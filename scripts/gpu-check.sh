@@ -7,7 +7,8 @@
 # device-to-device copy in the same run; JSON kept), and writes a summary (GPU, driver, CUDA, each step's result and
 # time) and the logs to the results folder given as the first argument (default build/gpu-results); then the PyTorch
 # peers (bench/python/bench_cuda_torch.py) and CUDA tensors through the PyTorch operators (python/tests/test_cuda_ops.py)
-# where the machine's torch sees the GPU. The host-side checks of the same
+# where the machine's torch sees the GPU. With FlashInfer's headers carried (.gpudeps/flashinfer), cuda_bench also
+# times FlashInfer's own kernels on the same tensors and measures both libraries' angles at long positions. The host-side checks of the same
 # kernel bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,12 @@ if [ -d .gpudeps ] && ! { command -v pkg-config > /dev/null && pkg-config --exis
   command -v pkg-config > /dev/null || prefix_args+=(-DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkgconf")
   prefix_args+=(-DCMAKE_PREFIX_PATH="$deps/usr")
   echo "dependencies unpacked from .gpudeps into $deps" | tee -a "$summary"
+fi
+# FlashInfer's own kernels beside ropekit's in cuda_bench (its rows "flashinfer ...", and the angles' accuracy at
+# long positions), where its headers were carried in .gpudeps/flashinfer (scripts/flashinfer-headers.sh, 21 MiB).
+if [ -f .gpudeps/flashinfer/include/flashinfer/pos_enc.cuh ]; then
+  prefix_args+=(-DROPEKIT_FLASHINFER_DIR="$PWD/.gpudeps/flashinfer")
+  echo "flashinfer   $(cat .gpudeps/flashinfer/VERSION 2> /dev/null) headers from .gpudeps/flashinfer" | tee -a "$summary"
 fi
 step configure cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DROPEKIT_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=OFF -DROPEKIT_BUILD_EXAMPLES=OFF -DROPEKIT_BUILD_TOOLS=OFF \
@@ -100,4 +107,4 @@ else
   tail -3 "$out/python.log" 2> /dev/null | tee -a "$summary"
 fi
 grep -h "equal the" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"
-grep "of the copy" "$out/bench.log" 2>/dev/null | tee -a "$summary"
+grep -e "of the copy" -e "^accuracy" "$out/bench.log" 2>/dev/null | tee -a "$summary"
