@@ -104,11 +104,13 @@ float* device_cos_sin_cache(const Rope& rope, std::int64_t n) {
   return cache;
 }
 
-// The angles' accuracy at long positions, each method against a double-precision oracle on the same float32 inputs:
-// 1 × 65536 tokens at positions 0..65535, 4 q + 1 k heads × 128, θ = 5e5, values uniform in [-1, 1). The exact
-// rotation is by p · inv_freq with the model's frequencies (Hugging Face's float32 inv_freq, which ropekit's plan
-// holds): the largest |output − exact| over q's lanes in each band of positions. ropekit's contract: ≈ 1.4e-7 at
-// every position (ropekit/table.hpp; the CPU measures 1.33e-7 to 1.40e-7 on these inputs).
+// The angles' accuracy at long positions, each method against a double-precision oracle on the same float32 inputs
+// (4 q + 1 k heads × 128, θ = 5e5, values uniform in [-1, 1)): tokens at positions 0 to 65,535, every method; then
+// 8192 tokens at positions 65,536 + 255·t (up to 2,154,241 ≈ 2^21, pitfall 12's range), the methods computing
+// their angles on the fly (a table of 2^21 rows is not what either library is used with). The exact rotation is by
+// p · inv_freq with the model's frequencies (Hugging Face's float32 inv_freq, which ropekit's plan holds): the
+// largest |output − exact| over q's lanes in each band of positions. ropekit's contract: ≈ 1.4e-7 at every position
+// (ropekit/table.hpp; Rope::apply on the CPU measures 1.30e-7 to 1.40e-7 on both runs' inputs, every band).
 struct AccuracyRow {
   std::string method;
   Pairing pairing;
@@ -116,9 +118,11 @@ struct AccuracyRow {
   double max_error;
 };
 
-std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
-  const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
-  const std::int64_t hq = 4, hk = 1, d = 128, tokens = 65536;
+void accuracy_run(const Rope& rope, const std::vector<std::int64_t>& positions,
+                  const std::vector<std::pair<std::int64_t, std::int64_t>>& bands, bool tables, cudaStream_t stream,
+                  std::vector<AccuracyRow>& rows) {
+  const Pairing pairing = rope.spec().pairing;
+  const std::int64_t hq = 4, hk = 1, d = 128, tokens = std::int64_t(positions.size());
   const std::size_t q_n = std::size_t(tokens * hq * d), k_n = std::size_t(tokens * hk * d);
   std::vector<float> host_q(q_n), host_k(k_n);
   std::uint64_t state = 0x9E3779B97F4A7C15ull;  // a fixed generator: the same inputs in every run
@@ -128,8 +132,6 @@ std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
   };
   for (float& x : host_q) x = uniform();
   for (float& x : host_k) x = uniform();
-  std::vector<std::int64_t> host_pos(static_cast<std::size_t>(tokens));
-  for (std::int64_t t = 0; t < tokens; ++t) host_pos[std::size_t(t)] = t;
   void *q, *k, *qo, *ko, *pos;
   check(cudaMalloc(&q, q_n * 4), "q");
   check(cudaMalloc(&k, k_n * 4), "k");
@@ -138,36 +140,34 @@ std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
   check(cudaMalloc(&pos, std::size_t(tokens) * 8), "positions");
   check(cudaMemcpy(q, host_q.data(), q_n * 4, cudaMemcpyHostToDevice), "q");
   check(cudaMemcpy(k, host_k.data(), k_n * 4, cudaMemcpyHostToDevice), "k");
-  check(cudaMemcpy(pos, host_pos.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
-  // The exact rotation of host_q, in double.
+  check(cudaMemcpy(pos, positions.data(), std::size_t(tokens) * 8, cudaMemcpyHostToDevice), "positions");
+  // The exact coefficients, in double: p < 2^22 and a float32 inv_freq make the product exact (22 × 24 bits).
   std::vector<double> cos_t(std::size_t(tokens) * 64), sin_t(std::size_t(tokens) * 64);
-  for (std::int64_t t = 0; t < tokens; ++t)
-    for (int i = 0; i < 64; ++i) {
-      const double angle = double(t) * rope.plan().inv_freq[std::size_t(i)];  // exact: 17 × 24 bits
-      cos_t[std::size_t(t) * 64 + std::size_t(i)] = std::cos(angle);
-      sin_t[std::size_t(t) * 64 + std::size_t(i)] = std::sin(angle);
+  for (std::size_t t = 0; t < positions.size(); ++t)
+    for (std::size_t i = 0; i < 64; ++i) {
+      const double angle = double(positions[t]) * rope.plan().inv_freq[i];
+      cos_t[t * 64 + i] = std::cos(angle);
+      sin_t[t * 64 + i] = std::sin(angle);
     }
-  const std::int64_t bands[][2] = {{0, 4096}, {4096, 16384}, {16384, 65536}};
-  std::vector<AccuracyRow> rows;
   std::vector<float> out(q_n);
   const auto measure = [&](const std::string& method) {
     check(cudaStreamSynchronize(stream), method.c_str());
     check(cudaMemcpy(out.data(), qo, q_n * 4, cudaMemcpyDeviceToHost), "q out");
-    for (const auto& band : bands) {
-      AccuracyRow row{method, pairing, band[0], band[1], -1, 0.0};
-      for (std::int64_t t = band[0]; t < band[1]; ++t)
+    for (const auto& [from, to] : bands) {
+      AccuracyRow row{method, pairing, from, to, -1, 0.0};
+      for (std::size_t t = 0; t < positions.size(); ++t) {
+        if (positions[t] < from || positions[t] >= to) continue;
         for (std::int64_t h = 0; h < hq; ++h) {
-          const std::size_t base = std::size_t((t * hq + h) * d);
-          for (int i = 0; i < 64; ++i) {
-            const std::size_t a = base + std::size_t(pairing == Pairing::Half ? i : 2 * i);
+          const std::size_t base = (t * std::size_t(hq) + std::size_t(h)) * std::size_t(d);
+          for (std::size_t i = 0; i < 64; ++i) {
+            const std::size_t a = base + (pairing == Pairing::Half ? i : 2 * i);
             const std::size_t b = a + (pairing == Pairing::Half ? 64 : 1);
-            const double c = cos_t[std::size_t(t) * 64 + std::size_t(i)],
-                         s = sin_t[std::size_t(t) * 64 + std::size_t(i)];
-            const double x = host_q[a], y = host_q[b];
+            const double c = cos_t[t * 64 + i], s = sin_t[t * 64 + i], x = host_q[a], y = host_q[b];
             const double error = std::max(std::abs(out[a] - (x * c - y * s)), std::abs(out[b] - (y * c + x * s)));
-            if (error > row.max_error) row = {method, pairing, band[0], band[1], t, error};
+            if (error > row.max_error) row = {method, pairing, from, to, positions[t], error};
           }
         }
+      }
       rows.push_back(row);
     }
   };
@@ -176,24 +176,39 @@ std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
                         .q_out = bshd(qo, DType::F32, 1, tokens, hq, d),
                         .k_out = bshd(ko, DType::F32, 1, tokens, hk, d),
                         .positions = {pos, IndexType::I64, tokens}};
-  for (const std::int64_t table : {std::int64_t{0}, tokens}) {
-    const cuda::DeviceRope gpu(rope, 0, table);
+  const std::int64_t table_rows = *std::max_element(positions.begin(), positions.end()) + 1;
+  for (const bool table : {false, true}) {
+    if (table && !tables) continue;
+    const cuda::DeviceRope gpu(rope, 0, table ? table_rows : 0);
     gpu.rotate(args, {.device = 0, .stream = stream});
     gpu.check({.device = 0, .stream = stream});
     measure(table ? "ropekit table" : "ropekit on the fly");
   }
 #ifdef ROPEKIT_HAVE_FLASHINFER
-  float* cos_sin = device_cos_sin_cache(rope, tokens);
+  float* cos_sin = tables ? device_cos_sin_cache(rope, table_rows) : nullptr;
   for (const bool cached : {false, true}) {
+    if (cached && !tables) continue;
     check(flashinfer_peer::rotate(flashinfer_peer::Type::F32, q, k, qo, ko, static_cast<const std::int64_t*>(pos),
                                   std::uint32_t(tokens), std::uint32_t(hq), std::uint32_t(hk), std::uint32_t(d),
-                                  pairing == Pairing::Interleaved, 500000.0f, cached ? cos_sin : nullptr, stream),
+                                  pairing == Pairing::Interleaved, float(rope.spec().base), cached ? cos_sin : nullptr,
+                                  stream),
           "flashinfer");
     measure(cached ? "flashinfer cos/sin cache (ropekit's)" : "flashinfer on the fly");
   }
   cudaFree(cos_sin);
 #endif
   for (void* b : {q, k, qo, ko, pos}) cudaFree(b);
+}
+
+std::vector<AccuracyRow> accuracy_rows(Pairing pairing, cudaStream_t stream) {
+  const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
+  std::vector<AccuracyRow> rows;
+  std::vector<std::int64_t> positions(65536);
+  for (std::size_t t = 0; t < positions.size(); ++t) positions[t] = std::int64_t(t);
+  accuracy_run(rope, positions, {{0, 4096}, {4096, 16384}, {16384, 65536}}, true, stream, rows);
+  positions.resize(8192);
+  for (std::size_t t = 0; t < positions.size(); ++t) positions[t] = 65536 + 255 * std::int64_t(t);
+  accuracy_run(rope, positions, {{65536, 1 << 20}, {1 << 20, 1 << 22}}, false, stream, rows);
   return rows;
 }
 
@@ -422,7 +437,7 @@ int main(int argc, char** argv) {
   std::vector<AccuracyRow> accuracy;
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved})
     for (const AccuracyRow& r : accuracy_rows(pairing, stream)) {
-      std::printf("accuracy fp32 %-11s positions [%5lld, %5lld)  %-38s max |error| %.3g at position %lld\n",
+      std::printf("accuracy fp32 %-11s positions [%7lld, %7lld)  %-38s max |error| %.3g at position %lld\n",
                   std::string(to_string(r.pairing)).c_str(), static_cast<long long>(r.from),
                   static_cast<long long>(r.to), r.method.c_str(), r.max_error,
                   static_cast<long long>(r.worst_position));
