@@ -6,11 +6,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -620,6 +622,156 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     }
   }
   EXPECT_EQ(ran, 16);
+}
+
+// A decode step as engines run it in a CUDA graph: DeviceRope::rotate and cuda::append captured once on a stream of
+// our own (the append in one launch, then in a launch per body), the graph replayed over new inputs, positions and
+// slots written in place between replays (a padding slot of -1 in one of them) — each replay equal to the CPU's
+// Rope::apply and append on the same inputs, byte for byte, the cache carried across replays on both sides. Capture
+// is in cudaStreamCaptureModeGlobal, which refuses any call that would synchronize or allocate. Then a position out
+// of range in a replay: each DeviceRope's check() after it names the token (check() waits, so never inside a capture).
+// Last, the K-shift and the re-rotation captured, replayed against the same calls made directly.
+TEST(CudaDevice, CapturedDecodeStepReplaysLikeTheCpu) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  constexpr std::int64_t batch = 4, hq = 32, hk = 8, d = 128, page_size = 16, pages = 8;
+  const Rope rope(Spec{.head_dim = int(d), .rotary_dim = int(d), .base = 500000.0, .pairing = Pairing::Half});
+  const cuda::DeviceRope table_gpu(rope, 0, 4096), fly_gpu(rope, 0, 0);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const cuda::Stream on{.device = 0, .stream = stream};
+  // The step's buffers, bf16 bit patterns: q, k for the rotation; q2, k2, v for the append; the caches.
+  const std::size_t q_n = batch * hq * d, k_n = batch * hk * d, cache_n = pages * page_size * hk * d;
+  std::vector<std::uint16_t> q(q_n), k(k_n), q2(q_n), k2(k_n), v(k_n), kc(cache_n, 0), vc(cache_n, 0);
+  std::vector<std::int64_t> pos(batch), slots(batch);
+  Mirror m;
+  for (auto* b : {&q, &k, &q2, &k2, &v, &kc, &vc}) m.add(b->data(), b->size() * 2);
+  m.add(pos.data(), pos.size() * 8);
+  m.add(slots.data(), slots.size() * 8);
+  const auto heads = [](void* data, std::int64_t n) { return bshd(data, DType::BF16, batch, 1, n, d); };
+  const auto rotate_args = [&](const auto& at) {
+    return RotateArgs{.q = heads(at(q.data()), hq),
+                      .k = heads(at(k.data()), hk),
+                      .positions = {at(pos.data()), IndexType::I64, batch}};
+  };
+  const auto append_args = [&](const auto& at) {
+    return AppendArgs{.q = heads(at(q2.data()), hq),
+                      .k = heads(at(k2.data()), hk),
+                      .v = heads(at(v.data()), hk),
+                      .positions = {at(pos.data()), IndexType::I64, batch},
+                      .slots = SlotMapping{at(slots.data()), IndexType::I64, batch}};
+  };
+  const auto cache_at = [&](const auto& at) {
+    return PagedCache{.k = at(kc.data()),
+                      .v = at(vc.data()),
+                      .dtype = CacheDType::BF16,
+                      .num_pages = pages,
+                      .page_size = page_size,
+                      .kv_heads = hk,
+                      .head_dim = int(d),
+                      .v_head_dim = int(d)};
+  };
+  const auto on_device = [&](auto* p) { return static_cast<void*>(m.map(p)); };
+  std::vector<std::uint16_t> cpu_kc(cache_n, 0), cpu_vc(cache_n, 0);  // the CPU's cache, carried across steps
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (const auto mode : {detail::AppendLaunches::One, detail::AppendLaunches::PerBody}) {
+    SCOPED_TRACE(mode == detail::AppendLaunches::One ? "append in one launch" : "append in a launch per body");
+    detail::set_cuda_append_launches(mode);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    table_gpu.rotate(rotate_args(on_device), on);
+    cuda::append(fly_gpu, append_args(on_device), cache_at(on_device), on);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(step);
+      for (auto* b : {&q, &k, &q2, &k2, &v})
+        for (std::uint16_t& x : *b) x = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value(rng)) >> 16);
+      for (std::int64_t b = 0; b < batch; ++b) {
+        pos[std::size_t(b)] = 17 + 1000 * b + 311 * step;  // under the table's 4096 and over none of it
+        slots[std::size_t(b)] = (step == 1 && b == 2) ? -1 : b * (pages * page_size / batch) + step;
+      }
+      for (const std::size_t i : {0, 1, 2, 3, 4, 7, 8})  // inputs; the caches stay where the last replay left them
+        ASSERT_EQ(
+            cudaMemcpyAsync(m.copies[i]->device, m.copies[i]->host, m.copies[i]->size, cudaMemcpyHostToDevice, stream),
+            cudaSuccess);
+      // The CPU on copies of the same inputs (the rotation and the append's queries in place) and on its own cache.
+      std::vector<std::uint16_t> want_q = q, want_k = k, want_q2 = q2;
+      const auto on_cpu = [&](auto* p) -> void* {
+        if (static_cast<void*>(p) == q.data()) return want_q.data();
+        if (static_cast<void*>(p) == k.data()) return want_k.data();
+        if (static_cast<void*>(p) == q2.data()) return want_q2.data();
+        if (static_cast<void*>(p) == kc.data()) return cpu_kc.data();
+        if (static_cast<void*>(p) == vc.data()) return cpu_vc.data();
+        return p;
+      };
+      rope.apply(rotate_args(on_cpu));
+      append(rope, append_args(on_cpu), cache_at(on_cpu));
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      table_gpu.check(on);
+      fly_gpu.check(on);
+      for (std::size_t i = 0; i < 7; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+      EXPECT_EQ(q, want_q);
+      EXPECT_EQ(k, want_k);
+      EXPECT_EQ(q2, want_q2);
+      EXPECT_EQ(kc, cpu_kc);
+      EXPECT_EQ(vc, cpu_vc);
+    }
+    // A replay with token 2's position at 2^47: both calls leave its rows unwritten and report it after the replay.
+    pos[2] = std::int64_t{1} << 47;
+    ASSERT_EQ(cudaMemcpyAsync(m.copies[7]->device, pos.data(), pos.size() * 8, cudaMemcpyHostToDevice, stream),
+              cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    EXPECT_ERROR(table_gpu.check(on), "token 2");
+    EXPECT_ERROR(fly_gpu.check(on), "token 2");
+    for (std::size_t i = 5; i < 7; ++i) m.copies[i]->back(const_cast<std::byte*>(m.copies[i]->host));
+    cpu_kc = kc;  // the replay wrote the other tokens' entries: carry the device's cache on
+    cpu_vc = vc;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  // cuda::shift and cuda::rerotate (to a Rope of another base) captured too: a replay leaves the cache as the same
+  // calls made directly on the same cache do (the direct calls equal the CPU's in the K-shift test above).
+  const Rope other(Spec{.head_dim = int(d), .rotary_dim = int(d), .base = 1e6, .pairing = Pairing::Half});
+  const cuda::DeviceRope other_gpu(other, 0, 0);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    slots[std::size_t(b)] = 32 * b;
+    pos[std::size_t(b)] = 100 + b;
+  }
+  for (const std::size_t i : {7, 8})
+    ASSERT_EQ(cudaMemcpy(m.copies[i]->device, m.copies[i]->host, m.copies[i]->size, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  const SlotMapping device_slots{on_device(slots.data()), IndexType::I64, batch};
+  const auto turn = [&] {
+    cuda::shift(fly_gpu, cache_at(on_device), device_slots, -5, on);
+    cuda::rerotate(fly_gpu, other_gpu, cache_at(on_device), device_slots,
+                   {on_device(pos.data()), IndexType::I64, batch}, on);
+  };
+  const std::vector<std::uint16_t> before = kc;  // the device's cache as the last replay left it (copied back)
+  turn();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  m.copies[5]->back(kc.data());
+  const std::vector<std::uint16_t> direct = kc;
+  EXPECT_NE(direct, before);
+  ASSERT_EQ(cudaMemcpy(m.copies[5]->device, before.data(), before.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  turn();
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  fly_gpu.check(on);
+  other_gpu.check(on);
+  m.copies[5]->back(kc.data());
+  EXPECT_EQ(kc, direct);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace

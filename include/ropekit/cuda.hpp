@@ -22,6 +22,13 @@
 // asynchronous on that stream and allocates nothing. A DeviceRope owns its device copies (pair map, table, turns, one
 // error word) and may be used from several host threads and streams at once.
 //
+// CUDA graphs: rotate, cuda::append, cuda::shift and cuda::rerotate neither synchronize nor allocate, so they may be
+// captured (stream capture, cudaStreamCaptureModeGlobal included) as an engine captures its decode step; a replay
+// reads the tensors, positions and slots at the addresses captured — write new ones there between replays, as the
+// engine does for its own kernels. The DeviceRope must exist before the capture (its constructor allocates and
+// copies), and check() waits for the stream: call it outside any capture (tests/cuda_device_test.cpp,
+// CapturedDecodeStepReplaysLikeTheCpu; python/tests/test_cuda_ops.py for torch.cuda.graph).
+//
 // Errors, on the host before anything is launched (ropekit::Error): a build without the CUDA backend, a device that
 // does not exist, a CUDA error (named), and everything Rope::apply checks about the views (shapes, strides, dtypes,
 // overlaps, counts). On the device: a position outside [0, 2^47), or past the table of a HfCompat Rope, leaves its

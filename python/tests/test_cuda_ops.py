@@ -112,3 +112,38 @@ def test_cuda_errors(rope):
         ops.cuda_check()
     assert torch.equal(qd[1, 1].cpu(), q[1, 1])
     ops.cuda_check()  # cleared
+
+
+@needs_gpu
+def test_a_captured_cuda_graph_replays_with_new_positions(rope):
+    """A decode step captured in a CUDA graph, as vLLM and SGLang run decode: rotate (new tensors from the graph's
+    pool) and rotate_ (in place) captured once after a warm-up on a side stream (torch's recipe; the first call makes
+    the device's copy of the angles, which allocates), then replayed after new values and positions are copied into
+    the captured tensors — each replay the CPU operator's bits."""
+    h = ops.handle(rope)
+    q = torch.zeros(8, 1, 32, 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.zeros(8, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
+    positions = torch.zeros(8, 1, dtype=torch.int64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
+        torch.ops.ropekit.rotate_(q, k, positions, h, "bshd", "forward", "accurate")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_q, out_k = torch.ops.ropekit.rotate(q, k, positions, h, "bshd", "forward", "accurate")
+        torch.ops.ropekit.rotate_(q, k, positions, h, "bshd", "forward", "accurate")
+    gen = torch.Generator().manual_seed(7)
+    for step in range(3):
+        q_in = torch.randn(q.shape, generator=gen).to(torch.bfloat16)
+        k_in = torch.randn(k.shape, generator=gen).to(torch.bfloat16)
+        pos = torch.tensor([[17 + 1000 * b + 311 * step] for b in range(8)])
+        q.copy_(q_in)
+        k.copy_(k_in)
+        positions.copy_(pos)
+        graph.replay()
+        want_q, want_k = torch.ops.ropekit.rotate(q_in, k_in, pos, h, "bshd", "forward", "accurate")
+        assert torch.equal(out_q.cpu(), want_q) and torch.equal(out_k.cpu(), want_k)
+        assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
+    ops.cuda_check()
