@@ -83,8 +83,8 @@ std::string_view numpy_dtype_name(const py::dtype& dtype) {
 
 void check_device_and_grad(py::handle tensor, const Torch& api, std::string_view name) {
   if (get(tensor, "is_cpu").ptr() != Py_True) {
-    throw Error(fmt::format("{}: a tensor on {}; ropekit's Python module rotates CPU tensors", name,
-                            py::str(tensor.attr("device")).cast<std::string>()));
+    throw Error(fmt::format("{}: a tensor on {}; this takes CPU tensors (CUDA tensors: Rope.apply, torch.ops.ropekit)",
+                            name, py::str(tensor.attr("device")).cast<std::string>()));
   }
   if (get(tensor, "requires_grad").ptr() == Py_True && api.is_grad_enabled().ptr() == Py_True) {
     throw Error(
@@ -194,6 +194,11 @@ Array float_array(py::handle object, std::string_view name, std::string_view dty
       fmt::format("{}: a {}; ropekit takes NumPy arrays and PyTorch CPU tensors (no copy is made: "
                   "convert with numpy.asarray if that is what you want)",
                   name, py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+}
+
+bool is_cuda_tensor(py::handle object) {
+  const Torch* api = nullptr;
+  return !object.is_none() && is_torch_tensor(object, api) && get(object, "is_cuda").ptr() == Py_True;
 }
 
 Array empty_like(const Array& like, std::string_view name) {

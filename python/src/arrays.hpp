@@ -46,6 +46,8 @@ struct Array {
 // Errors name `name`: an unsupported dtype, a tensor off the CPU or requiring grad (under grad mode),
 // byte strides that are not whole elements, negative strides, more than 8 dimensions.
 Array float_array(py::handle object, std::string_view name, std::string_view dtype);
+// A torch tensor whose is_cuda is True (Rope.apply hands those to the torch operators' device path, ropekit/_cuda.py).
+bool is_cuda_tensor(py::handle object);
 
 // A new C-contiguous array of the same framework, shape and dtype as `like`.
 Array empty_like(const Array& like, std::string_view name);

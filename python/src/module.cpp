@@ -285,6 +285,16 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
   const Rope& rope = *rope_held;
   const bool has_q = !q_obj.is_none(), has_k = !k_obj.is_none();
   if (!has_q && !has_k) throw Error("apply: q and k are both None");
+  if (is_cuda_tensor(q_obj) || is_cuda_tensor(k_obj)) {
+    // CUDA tensors: the same call through the torch operators' device path (ropekit::cuda::DeviceRope on the current
+    // stream), with this function's semantics for positions and results (ropekit/_cuda.py).
+    if (table != nullptr) {
+      throw Error("table: an imported cos/sin cache rotates CPU tensors; CUDA tensors take the rope's own angles");
+    }
+    return py::module_::import("ropekit._cuda")
+        .attr("apply")(py::cast(self, py::return_value_policy::reference), q_obj, k_obj, positions_obj, layout_text,
+                       inplace, direction, angles, dtype);
+  }
   Array q, k, q_out, k_out;
   if (has_q) q = float_array(q_obj, "q", dtype);
   if (has_k) k = float_array(k_obj, "k", dtype);

@@ -53,7 +53,85 @@ def test_argument_errors_come_before_any_launch(rope):
         call(per_token)
 
 
+class _SaysCuda(torch.Tensor):
+    """A CPU tensor whose is_cuda is True: Rope.apply's hand-over of CUDA tensors to the operators' device path
+    (ropekit/_cuda.py), checked where no GPU is — the operators then dispatch on the tensor's real device, the CPU."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def _positions_forms(batch, seq):
+    """The positions Rope.apply reads, each with the per-token array it means: None, a list, a [seq] broadcast, a
+    [1, seq] broadcast, NumPy int32, a [batch, seq] tensor."""
+    import numpy as np
+    full = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 30000]])
+    rows = torch.arange(seq).expand(batch, seq)
+    return [(None, rows), ([7, 0, 2, 9, 4], torch.tensor([7, 0, 2, 9, 4]).expand(batch, seq)),
+            (torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6, 7, 8, 9]).expand(batch, seq)),
+            (torch.tensor([[5, 6, 7, 8, 9]]), torch.tensor([5, 6, 7, 8, 9]).expand(batch, seq)),
+            (np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]], dtype=np.int32), torch.arange(1, 11).view(batch, seq)),
+            (full, full)]
+
+
+def test_rope_apply_hands_cuda_tensors_to_the_operators(rope, monkeypatch):
+    import ropekit._cuda as cuda_path
+    calls = []
+    real = cuda_path.apply
+    monkeypatch.setattr(cuda_path, "apply", lambda *a: calls.append(a[6]) or real(*a))
+    q, k = qk_tensors("bshd", torch.float32)
+    for positions, per_token in _positions_forms(2, 5):
+        # What the operator is given: one position per token (its CUDA kernel takes no broadcast), of any int type.
+        given = cuda_path._positions(torch, positions, 2, 5, 1, torch.device("cpu"))
+        assert given.shape == (2, 5) and torch.equal(given.long(), per_token)
+        want_q, want_k = rope.apply(q.clone(), k.clone(), per_token.contiguous())
+        got_q, got_k = rope.apply(q.clone().as_subclass(_SaysCuda), k.clone().as_subclass(_SaysCuda), positions)
+        assert torch.equal(got_q.as_subclass(torch.Tensor), want_q) and torch.equal(got_k.as_subclass(torch.Tensor),
+                                                                                      want_k)
+    assert len(calls) == 6
+    # In place: the same tensors back; out of place: new ones, the inputs unchanged; one tensor given, one returned.
+    qs, ks = q.clone().as_subclass(_SaysCuda), k.clone().as_subclass(_SaysCuda)
+    got = rope.apply(qs, ks, None)
+    assert got[0] is qs and got[1] is ks
+    assert rope.apply(qs, None, None) is qs and rope.apply(None, ks, None) is ks
+    qs = q.clone().as_subclass(_SaysCuda)
+    new_q = rope.apply(qs, None, None, inplace=False, direction="inverse")
+    assert torch.equal(qs.as_subclass(torch.Tensor), q)
+    assert torch.equal(new_q.as_subclass(torch.Tensor), rope.apply(q.clone(), None, None, direction="inverse"))
+    only_k = rope.apply(None, k.clone().as_subclass(_SaysCuda), None)
+    assert torch.equal(only_k.as_subclass(torch.Tensor), rope.apply(None, k.clone(), None))
+    # What Rope.apply refuses on the CPU it refuses here too, naming the argument.
+    qs = q.clone().as_subclass(_SaysCuda)
+    with pytest.raises(ropekit.Error, match='dtype = "bf16"'):
+        rope.apply(qs, dtype="bf16")
+    with pytest.raises(ropekit.Error, match="table: an imported cos/sin cache"):
+        rope.apply(qs, table=rope.import_cos_sin_cache(rope.cos_sin_cache(16)))
+    with pytest.raises(ropekit.Error, match="q requires grad"):
+        rope.apply(q.clone().requires_grad_().as_subclass(_SaysCuda))
+    with pytest.raises(ropekit.Error, match='layout = "shd"'):
+        rope.apply(qs, layout="shd")
+    with pytest.raises(ropekit.Error, match="positions"):
+        rope.apply(qs, None, [1, 2, 3])  # 3 positions for 5 tokens a row
+
+
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built without its CUDA backend")
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_apply_rotates_cuda_tensors_like_the_cpu(rope, dtype):
+    q, k = qk_tensors("bshd", dtype)
+    for positions, per_token in _positions_forms(2, 5):
+        want_q, want_k = rope.apply(q.clone(), k.clone(), per_token.contiguous())
+        qd, kd = q.cuda(), k.cuda()
+        on_device = positions.cuda() if isinstance(positions, torch.Tensor) else positions
+        got_q, got_k = rope.apply(qd, kd, on_device)
+        assert got_q is qd and got_k is kd
+        assert torch.equal(got_q.cpu(), want_q) and torch.equal(got_k.cpu(), want_k)
+        new_q, new_k = rope.apply(q.cuda(), k.cuda(), on_device, inplace=False)
+        assert torch.equal(new_q.cpu(), want_q) and torch.equal(new_k.cpu(), want_k)
+    ops.cuda_check()
 
 
 @needs_gpu
