@@ -409,6 +409,20 @@ def _rotate_and_cache_fake(*args):
 
 
 _lib.impl("rotate_and_cache_", _rotate_and_cache_cpu, "CPU")
+
+
+def _rotate_and_cache_cuda(positions, query, key, value, slot_mapping, key_cache, value_cache, rope, cache_layout,
+                           k_scale, v_scale, angles):
+    """CUDA tensors: ropekit::cuda::append on torch's current stream (the CPU's bits; an out-of-range position or
+    slot is raised by the next cuda_check). positions and slot_mapping: one per token, on the device."""
+    _, query, key, value = _rotate_and_cache_check(positions, query, key, value, slot_mapping, key_cache, value_cache,
+                                                   rope, cache_layout, k_scale, v_scale, angles)
+    device, stream = _cuda_place(key, None, positions)
+    _ropekit._rotate_and_cache_cuda(rope, key_cache, value_cache, key, value, slot_mapping.contiguous(), query,
+                                    positions.contiguous(), cache_layout, k_scale, v_scale, angles, device, stream)
+
+
+_lib.impl("rotate_and_cache_", _rotate_and_cache_cuda, "CUDA")
 torch.library.register_fake("ropekit::rotate_and_cache_", _rotate_and_cache_fake, lib=_lib)
 rotate_and_cache_ = torch.ops.ropekit.rotate_and_cache_
 

@@ -5,7 +5,10 @@
 #include <pybind11/pybind11.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "bindings.hpp"
 #include "rope_object.hpp"
 #include "ropekit/append.hpp"
+#include "ropekit/cuda.hpp"
 #include "ropekit/error.hpp"
 
 namespace ropekit::python {
@@ -30,12 +34,12 @@ struct CacheMemory {
 std::string type_name(py::handle object) { return py::str(py::type::of(object).attr("__name__")).cast<std::string>(); }
 
 // torch: float32, bfloat16, float16, float8_e4m3fn; NumPy: float32, float16, and the bits of bfloat16 (uint16) or
-// e4m3 (uint8) named by `cache_dtype` ("bf16", "f8e4m3").
-CacheMemory cache_memory(py::handle object, std::string_view name, std::string_view cache_dtype) {
+// e4m3 (uint8) named by `cache_dtype` ("bf16", "f8e4m3"). cuda_device >= 0: a torch tensor on that CUDA device.
+CacheMemory cache_memory(py::handle object, std::string_view name, std::string_view cache_dtype, int cuda_device) {
   CacheMemory c;
   c.owner = py::reinterpret_borrow<py::object>(object);
   std::string kind;
-  if (py::isinstance<py::array>(object)) {
+  if (py::isinstance<py::array>(object) && cuda_device < 0) {
     auto a = py::reinterpret_borrow<py::array>(object);
     if (!(a.flags() & py::array::c_style) || !a.writeable())
       throw Error(fmt::format("{}: the cache must be a writable C-contiguous array", name));
@@ -56,9 +60,14 @@ CacheMemory cache_memory(py::handle object, std::string_view name, std::string_v
   } else if (type_name(object) == "Tensor" || py::hasattr(object, "data_ptr")) {
     const std::string dtype = py::str(object.attr("dtype")).cast<std::string>();
     kind = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
-    if (!object.attr("is_cpu").cast<bool>()) {
-      throw Error(fmt::format("{}: a tensor on {}; ropekit's Python module works on CPU tensors", name,
-                              py::str(object.attr("device")).cast<std::string>()));
+    const bool on_the_device = cuda_device < 0 ? object.attr("is_cpu").cast<bool>()
+                                               : object.attr("is_cuda").cast<bool>() &&
+                                                     object.attr("device").attr("index").cast<int>() == cuda_device;
+    if (!on_the_device) {
+      throw Error(fmt::format("{}: a tensor on {}; {}", name, py::str(object.attr("device")).cast<std::string>(),
+                              cuda_device < 0 ? std::string("ropekit.rotate_and_cache takes CPU tensors (CUDA "
+                                                            "tensors: torch.ops.ropekit.rotate_and_cache_)")
+                                              : fmt::format("this call's tensors are on cuda:{}", cuda_device)));
     }
     if (!object.attr("is_contiguous")().cast<bool>())
       throw Error(fmt::format("{}: the cache must be contiguous", name));
@@ -68,7 +77,7 @@ CacheMemory cache_memory(py::handle object, std::string_view name, std::string_v
     for (const py::handle s : py::tuple(object.attr("shape"))) c.shape.push_back(s.cast<std::int64_t>());
     c.data = reinterpret_cast<void*>(object.attr("data_ptr")().cast<std::uintptr_t>());
   } else {
-    throw Error(fmt::format("{}: a {}; caches are NumPy arrays or PyTorch CPU tensors", name, type_name(object)));
+    throw Error(fmt::format("{}: a {}; caches are NumPy arrays or PyTorch tensors", name, type_name(object)));
   }
   if (kind == "float32") {
     c.dtype = CacheDType::F32;
@@ -104,66 +113,127 @@ std::array<std::int64_t, 4> cache_dims(const CacheMemory& c, PageLayout layout, 
                                    : std::array{c.shape[0], c.shape[2], c.shape[1], c.shape[3]};
 }
 
+// Positions or a slot mapping given as a CUDA tensor: int32 or int64, contiguous, one value per token (axes streams
+// of them first for M-RoPE), in the memory of `cuda_device` — the kernel reads them there; the host reads none.
+Positions device_indices(py::handle object, std::string_view name, std::int64_t tokens, int axes, int cuda_device) {
+  if (object.is_none()) throw Error(fmt::format("{} is None: with CUDA tensors give one per token", name));
+  if (!py::hasattr(object, "data_ptr") || !object.attr("is_cuda").cast<bool>() ||
+      object.attr("device").attr("index").cast<int>() != cuda_device) {
+    throw Error(fmt::format("{}: not a tensor on cuda:{} (this call's device)", name, cuda_device));
+  }
+  const std::string dtype = py::str(object.attr("dtype")).cast<std::string>();
+  if (dtype != "torch.int32" && dtype != "torch.int64")
+    throw Error(fmt::format("{}: dtype {}: must be int32 or int64", name, dtype));
+  std::vector<std::int64_t> shape;
+  for (const py::handle d : py::tuple(object.attr("shape"))) shape.push_back(d.cast<std::int64_t>());
+  const std::vector<std::int64_t> want =
+      axes > 1 ? std::vector<std::int64_t>{axes, tokens} : std::vector<std::int64_t>{tokens};
+  if (shape != want || !object.attr("is_contiguous")().cast<bool>()) {
+    throw Error(fmt::format(
+        "{}: shape ({}){}; with CUDA tensors give a contiguous ({}): one per token", name, fmt::join(shape, ", "),
+        object.attr("is_contiguous")().cast<bool>() ? "" : ", not contiguous", fmt::join(want, ", ")));
+  }
+  return {reinterpret_cast<const void*>(object.attr("data_ptr")().cast<std::uintptr_t>()),
+          dtype == "torch.int32" ? IndexType::I32 : IndexType::I64, tokens, axes};
+}
+
+// What rotate_and_cache reads, kept alive while the call's views point into it (fill in place; do not move).
+struct AppendInputs {
+  CacheMemory kc, vc;
+  Array k, v, q;
+  PositionsBuffer positions, slots;
+  AppendArgs args;
+  PagedCache cache;
+};
+
+// The call's views: host memory (NumPy arrays, CPU tensors) where cuda_device < 0, else CUDA tensors on that device.
+void read_append(AppendInputs& in, const Rope& rope, py::handle key_cache_obj, py::handle value_cache_obj,
+                 py::handle key_obj, py::handle value_obj, py::handle slot_mapping_obj, py::handle query_obj,
+                 py::handle positions_obj, std::string_view cache_layout, double k_scale, double v_scale,
+                 bool rotate_key, std::string_view cache_dtype, int cuda_device) {
+  const PageLayout layout = parse_cache_layout(cache_layout);
+  const bool has_v = !value_obj.is_none();
+  if (has_v != !value_cache_obj.is_none())
+    throw Error("value and value_cache: give both (keys and values) or neither (a keys-only cache, MLA)");
+  in.kc = cache_memory(key_cache_obj, "key_cache", cache_dtype, cuda_device);
+  const auto [pages, page_size, kv_heads, k_lanes] = cache_dims(in.kc, layout, "key_cache");
+  in.cache = PagedCache{.k = in.kc.data,
+                        .v = nullptr,
+                        .dtype = in.kc.dtype,
+                        .layout = layout,
+                        .num_pages = pages,
+                        .page_size = page_size,
+                        .kv_heads = kv_heads,
+                        .head_dim = static_cast<int>(k_lanes),
+                        .v_head_dim = 0,
+                        .k_scale = static_cast<float>(k_scale),
+                        .v_scale = static_cast<float>(v_scale)};
+  if (has_v) {
+    in.vc = cache_memory(value_cache_obj, "value_cache", cache_dtype, cuda_device);
+    const auto [v_pages, v_page_size, v_heads, v_lanes] = cache_dims(in.vc, layout, "value_cache");
+    if (in.vc.dtype != in.kc.dtype || v_pages != pages || v_page_size != page_size || v_heads != kv_heads) {
+      throw Error(fmt::format(
+          "value_cache: {} of ({}, {}, {}) pages × entries × heads; key_cache is {} of ({}, {}, {})",
+          to_string(in.vc.dtype), v_pages, v_page_size, v_heads, to_string(in.kc.dtype), pages, page_size, kv_heads));
+    }
+    in.cache.v = in.vc.data;
+    in.cache.v_head_dim = static_cast<int>(v_lanes);
+  }
+  const auto tensor = [&](py::handle object, std::string_view name) {
+    return cuda_device < 0 ? float_array(object, name, "") : device_float_array(object, name, cuda_device);
+  };
+  const int head_dim = rope.spec().head_dim;
+  AppendArgs& args = in.args;
+  in.k = tensor(key_obj, "key");
+  args.k = heads_view(in.k, Layout::THD, head_dim, "key");
+  if (rotate_key) args.k_out = args.k;  // vLLM's rotary_embedding rotates the live key in place too
+  if (has_v) in.v = tensor(value_obj, "value"), args.v = heads_view(in.v, Layout::THD, 0, "value");
+  if (!query_obj.is_none())
+    in.q = tensor(query_obj, "query"), args.q = heads_view(in.q, Layout::THD, head_dim, "query");
+  const std::int64_t tokens = args.k.batch * args.k.seq;
+  if (slot_mapping_obj.is_none()) throw Error("slot_mapping is None: give the cache slot of each token (−1: none)");
+  if (cuda_device >= 0) {
+    args.positions = device_indices(positions_obj, "positions", tokens, rope.pair_map().num_axes, cuda_device);
+    const Positions slots = device_indices(slot_mapping_obj, "slot_mapping", tokens, 1, cuda_device);
+    args.slots = SlotMapping{slots.data, slots.type, tokens};
+    return;
+  }
+  in.positions =
+      read_positions(positions_obj, 1, tokens, rope.pair_map().num_axes, "positions", "key [tokens, kv_heads, dim]");
+  args.positions = in.positions.view;
+  // Slot mapping: int32 or int64, one per token, −1 skips the token (vLLM's padding).
+  in.slots = read_positions(slot_mapping_obj, 1, tokens, 1, "slot_mapping", "key [tokens, kv_heads, dim]");
+  args.slots = SlotMapping{in.slots.view.data, in.slots.view.type, tokens};
+}
+
 void rotate_and_cache(const PyRope& py_rope, py::handle key_cache_obj, py::handle value_cache_obj, py::handle key_obj,
                       py::handle value_obj, py::handle slot_mapping_obj, py::handle query_obj, py::handle positions_obj,
                       std::string_view cache_layout, double k_scale, double v_scale, std::string_view angles,
                       bool rotate_key, std::string_view cache_dtype, int threads) {
   const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
-  const Rope& rope = *rope_held;
-  const PageLayout layout = parse_cache_layout(cache_layout);
-  const bool has_v = !value_obj.is_none();
-  if (has_v != !value_cache_obj.is_none())
-    throw Error("value and value_cache: give both (keys and values) or neither (a keys-only cache, MLA)");
-  const CacheMemory kc = cache_memory(key_cache_obj, "key_cache", cache_dtype);
-  const auto [pages, page_size, kv_heads, k_lanes] = cache_dims(kc, layout, "key_cache");
-  PagedCache cache{.k = kc.data,
-                   .v = nullptr,
-                   .dtype = kc.dtype,
-                   .layout = layout,
-                   .num_pages = pages,
-                   .page_size = page_size,
-                   .kv_heads = kv_heads,
-                   .head_dim = static_cast<int>(k_lanes),
-                   .v_head_dim = 0,
-                   .k_scale = static_cast<float>(k_scale),
-                   .v_scale = static_cast<float>(v_scale)};
-  CacheMemory vc;
-  if (has_v) {
-    vc = cache_memory(value_cache_obj, "value_cache", cache_dtype);
-    const auto [v_pages, v_page_size, v_heads, v_lanes] = cache_dims(vc, layout, "value_cache");
-    if (vc.dtype != kc.dtype || v_pages != pages || v_page_size != page_size || v_heads != kv_heads) {
-      throw Error(fmt::format(
-          "value_cache: {} of ({}, {}, {}) pages × entries × heads; key_cache is {} of ({}, {}, {})",
-          to_string(vc.dtype), v_pages, v_page_size, v_heads, to_string(kc.dtype), pages, page_size, kv_heads));
-    }
-    cache.v = vc.data;
-    cache.v_head_dim = static_cast<int>(v_lanes);
-  }
-  const int head_dim = rope.spec().head_dim;
-  const Array k = float_array(key_obj, "key", "");
-  AppendArgs args;
-  args.k = heads_view(k, Layout::THD, head_dim, "key");
-  if (rotate_key) args.k_out = args.k;  // vLLM's rotary_embedding rotates the live key in place too
-  Array v, q;
-  if (has_v) v = float_array(value_obj, "value", ""), args.v = heads_view(v, Layout::THD, 0, "value");
-  if (!query_obj.is_none())
-    q = float_array(query_obj, "query", ""), args.q = heads_view(q, Layout::THD, head_dim, "query");
-  const std::int64_t tokens = args.k.batch * args.k.seq;
-  const PositionsBuffer positions =
-      read_positions(positions_obj, 1, tokens, rope.pair_map().num_axes, "positions", "key [tokens, kv_heads, dim]");
-  args.positions = positions.view;
-  // Slot mapping: int32 or int64, one per token, −1 skips the token (vLLM's padding).
-  if (slot_mapping_obj.is_none()) throw Error("slot_mapping is None: give the cache slot of each token (−1: none)");
-  const PositionsBuffer slots =
-      read_positions(slot_mapping_obj, 1, tokens, 1, "slot_mapping", "key [tokens, kv_heads, dim]");
-  args.slots = SlotMapping{slots.view.data, slots.view.type, tokens};
-  args.threads = threads;
-  const AppendCall call = prepare_append(rope, args, cache);
+  AppendInputs in;
+  read_append(in, *rope_held, key_cache_obj, value_cache_obj, key_obj, value_obj, slot_mapping_obj, query_obj,
+              positions_obj, cache_layout, k_scale, v_scale, rotate_key, cache_dtype, -1);
+  in.args.threads = threads;
+  const AppendCall call = prepare_append(*rope_held, in.args, in.cache);
   py::gil_scoped_release release;
   call.run();
 }
 
 }  // namespace
+
+void rotate_and_cache_cuda(const Rope& rope,
+                           const std::function<std::shared_ptr<const cuda::DeviceRope>()>& device_rope,
+                           py::handle key_cache, py::handle value_cache, py::handle key, py::handle value,
+                           py::handle slot_mapping, py::handle query, py::handle positions,
+                           std::string_view cache_layout, double k_scale, double v_scale, int device, void* stream) {
+  AppendInputs in;
+  read_append(in, rope, key_cache, value_cache, key, value, slot_mapping, query, positions, cache_layout, k_scale,
+              v_scale, true, "", device);
+  const std::shared_ptr<const cuda::DeviceRope> gpu = device_rope();  // after every check: nothing made for a refusal
+  const py::gil_scoped_release release;
+  cuda::append(*gpu, in.args, in.cache, {.device = device, .stream = stream});
+}
 
 void bind_append(py::module_& m) {
   m.def("rotate_and_cache", &rotate_and_cache, py::arg("rope"), py::arg("key_cache"), py::arg("value_cache"),

@@ -142,8 +142,16 @@ Array from_numpy(py::handle object, std::string_view name, std::string_view dtyp
   return out;
 }
 
-Array from_torch(py::handle object, const Torch& api, std::string_view name, std::string_view dtype_override) {
-  check_device_and_grad(object, api, name);
+// cuda_device < 0: a CPU tensor (check_device_and_grad); else a tensor in the memory of that CUDA device.
+Array from_torch(py::handle object, const Torch& api, std::string_view name, std::string_view dtype_override,
+                 int cuda_device = -1) {
+  if (cuda_device < 0) {
+    check_device_and_grad(object, api, name);
+  } else if (get(object, "is_cuda").ptr() != Py_True ||
+             get(get(object, "device"), "index").cast<int>() != cuda_device) {
+    throw Error(fmt::format("{}: a tensor on {}; this call's tensors are on cuda:{}", name,
+                            py::str(get(object, "device")).cast<std::string>(), cuda_device));
+  }
   Array out;
   out.owner = py::reinterpret_borrow<py::object>(object);
   out.framework = Framework::Torch;
@@ -194,6 +202,16 @@ Array float_array(py::handle object, std::string_view name, std::string_view dty
       fmt::format("{}: a {}; ropekit takes NumPy arrays and PyTorch CPU tensors (no copy is made: "
                   "convert with numpy.asarray if that is what you want)",
                   name, py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+}
+
+Array device_float_array(py::handle object, std::string_view name, int cuda_device) {
+  const Torch* api = nullptr;
+  if (object.is_none()) throw Error(fmt::format("{} is None", name));
+  if (!is_torch_tensor(object, api)) {
+    throw Error(fmt::format("{}: a {}; with CUDA tensors every tensor of the call is a CUDA tensor", name,
+                            py::str(py::type::of(object).attr("__name__")).cast<std::string>()));
+  }
+  return from_torch(object, *api, name, "", cuda_device);
 }
 
 bool is_cuda_tensor(py::handle object) {

@@ -46,6 +46,9 @@ struct Array {
 // Errors name `name`: an unsupported dtype, a tensor off the CPU or requiring grad (under grad mode),
 // byte strides that are not whole elements, negative strides, more than 8 dimensions.
 Array float_array(py::handle object, std::string_view name, std::string_view dtype);
+// A torch tensor in the memory of CUDA device `cuda_device` (the host reads none of it), as float_array reads a CPU
+// one.
+Array device_float_array(py::handle object, std::string_view name, int cuda_device);
 // A torch tensor whose is_cuda is True (Rope.apply hands those to the torch operators' device path, ropekit/_cuda.py).
 bool is_cuda_tensor(py::handle object);
 

@@ -4,7 +4,16 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string_view>
+
+namespace ropekit {
+class Rope;
+namespace cuda {
+class DeviceRope;
+}  // namespace cuda
+}  // namespace ropekit
 
 namespace ropekit::python {
 
@@ -17,6 +26,17 @@ void bind_consumers(pybind11::module_& m);
 void bind_positions(pybind11::module_& m);
 // ropekit.rotate_and_cache: the fused rotate-and-append into a paged KV cache (append.cpp).
 void bind_append(pybind11::module_& m);
+
+// ropekit.rotate_and_cache's CUDA path (torch.ops.ropekit.rotate_and_cache_ on CUDA tensors): the same checks and
+// views as the host's, every tensor on `device` (positions and slot_mapping one per token), then
+// ropekit::cuda::append launched on `stream` without the GIL, with the DeviceRope `device_rope` gives (asked for
+// after the checks; made from `rope`).
+void rotate_and_cache_cuda(const Rope& rope,
+                           const std::function<std::shared_ptr<const cuda::DeviceRope>()>& device_rope,
+                           pybind11::handle key_cache, pybind11::handle value_cache, pybind11::handle key,
+                           pybind11::handle value, pybind11::handle slot_mapping, pybind11::handle query,
+                           pybind11::handle positions, std::string_view cache_layout, double k_scale, double v_scale,
+                           int device, void* stream);
 
 // The handle registry and the C table the PyTorch operator library calls (torch_abi.h); `error` is ropekit.Error.
 void bind_torch_abi(pybind11::module_& m, pybind11::handle error);

@@ -250,6 +250,22 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       },
       py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
       py::arg("layout"), py::arg("direction"), py::arg("angles"), py::arg("device"), py::arg("stream"));
+  // The CUDA kernel of ropekit::rotate_and_cache_ (registered from ropekit.ops for the CUDA dispatch key): the fused
+  // rotate-and-append of ropekit.rotate_and_cache on CUDA tensors of `device`, launched on `stream`.
+  m.def(
+      "_rotate_and_cache_cuda",
+      [](std::int64_t rope, py::handle key_cache, py::handle value_cache, py::handle key, py::handle value,
+         py::handle slot_mapping, py::handle query, py::handle positions, const std::string& cache_layout,
+         double k_scale, double v_scale, const std::string& angles, int device, std::uintptr_t stream) {
+        const AngleMode mode = parse_angles(angles);
+        const std::shared_ptr<const Rope> held = lookup(rope)->rope(mode);
+        rotate_and_cache_cuda(
+            *held, [&] { return device_rope(rope, mode, *held, device); }, key_cache, value_cache, key, value,
+            slot_mapping, query, positions, cache_layout, k_scale, v_scale, device, reinterpret_cast<void*>(stream));
+      },
+      py::arg("rope"), py::arg("key_cache"), py::arg("value_cache"), py::arg("key"), py::arg("value"),
+      py::arg("slot_mapping"), py::arg("query"), py::arg("positions"), py::arg("cache_layout"), py::arg("k_scale"),
+      py::arg("v_scale"), py::arg("angles"), py::arg("device"), py::arg("stream"));
   m.def(
       "_cuda_check",
       [](int device, std::uintptr_t stream) {

@@ -225,3 +225,90 @@ def test_a_captured_cuda_graph_replays_with_new_positions(rope):
         assert torch.equal(out_q.cpu(), want_q) and torch.equal(out_k.cpu(), want_k)
         assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
     ops.cuda_check()
+
+
+class _OnCuda0(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0, for the extension's CUDA entries on machines without a GPU: what they
+    check on the host comes before any DeviceRope or launch, so the stand-in's memory is never read."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+    @property
+    def device(self):
+        return torch.device("cuda", 0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="host stand-ins would reach a real device here")
+def test_rotate_and_cache_cuda_argument_errors_come_before_any_launch(rope):
+    h = ops.handle(rope)
+    cuda0 = lambda t: t.as_subclass(_OnCuda0)  # noqa: E731
+    tokens, heads, kv_heads, d, pages, page_size = 6, 4, 2, 128, 4, 4
+    base = dict(key_cache=cuda0(torch.zeros(pages, page_size, kv_heads, d, dtype=torch.bfloat16)),
+                value_cache=cuda0(torch.zeros(pages, page_size, kv_heads, d, dtype=torch.bfloat16)),
+                key=cuda0(torch.zeros(tokens, kv_heads, d, dtype=torch.bfloat16)),
+                value=cuda0(torch.zeros(tokens, kv_heads, d, dtype=torch.bfloat16)),
+                slot_mapping=cuda0(torch.arange(tokens)), query=cuda0(torch.zeros(tokens, heads, d,
+                                                                                  dtype=torch.bfloat16)),
+                positions=cuda0(torch.arange(tokens)), cache_layout="nhd", k_scale=1.0, v_scale=1.0,
+                angles="accurate")
+
+    def call(**change):
+        args = dict(base)
+        args.update(change)
+        _ropekit._rotate_and_cache_cuda(h, *args.values(), 0, 0)
+
+    with pytest.raises(ropekit.Error, match="positions is None: with CUDA tensors give one per token"):
+        call(positions=None)
+    with pytest.raises(ropekit.Error, match=r"positions: shape \(2, 3\); with CUDA tensors give a contiguous \(6\)"):
+        call(positions=cuda0(torch.zeros(2, 3, dtype=torch.int64)))
+    with pytest.raises(ropekit.Error, match="positions: dtype torch.int16"):
+        call(positions=cuda0(torch.zeros(tokens, dtype=torch.int16)))
+    with pytest.raises(ropekit.Error, match=r"slot_mapping: not a tensor on cuda:0"):
+        call(slot_mapping=torch.arange(tokens))
+    with pytest.raises(ropekit.Error, match="key: a tensor on cpu; this call's tensors are on cuda:0"):
+        call(key=torch.zeros(tokens, kv_heads, d, dtype=torch.bfloat16))
+    with pytest.raises(ropekit.Error, match="key_cache: a tensor on cpu; this call's tensors are on cuda:0"):
+        call(key_cache=torch.zeros(pages, page_size, kv_heads, d, dtype=torch.bfloat16))
+    with pytest.raises(ropekit.Error, match="value_cache: f16 of"):
+        call(value_cache=cuda0(torch.zeros(pages, page_size, kv_heads, d, dtype=torch.float16)))
+    with pytest.raises(ropekit.Error, match="give both"):
+        call(value=None)
+    with pytest.raises(ropekit.Error, match="query"):
+        call(query=cuda0(torch.zeros(tokens, heads, 64, dtype=torch.bfloat16)))
+    with pytest.raises(ropekit.Error, match='cache_layout = "bnhd"'):
+        call(cache_layout="bnhd")
+    # Everything the host can check passes: what is refused now is the device (none here, or no CUDA backend).
+    with pytest.raises(ropekit.Error, match="CUDA|device"):
+        call()
+
+
+@needs_gpu
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("cache_layout", ["nhd", "hnd"])
+def test_rotate_and_cache_on_cuda_tensors_gives_the_cpu_operators_bits(rope, cache_dtype, cache_layout):
+    """torch.ops.ropekit.rotate_and_cache_ on CUDA tensors (ropekit::cuda::append) against the same operator on CPU
+    tensors: queries and keys rotated in place, the paged caches, byte for byte; a padding slot (−1) left unwritten;
+    vLLM's flattened query and key; int32 slots."""
+    h = ops.handle(rope)
+    g = torch.Generator().manual_seed(21)
+    tokens, heads, kv_heads, d, pages, page_size = 7, 4, 2, 128, 5, 4
+    query = torch.randn(tokens, heads * d, generator=g).to(torch.bfloat16)
+    key = torch.randn(tokens, kv_heads * d, generator=g).to(torch.bfloat16)
+    value = torch.randn(tokens, kv_heads, 64, generator=g).to(torch.bfloat16)
+    positions = torch.tensor([5, 900, 3, 70000, 12, 12, 1])
+    slots = torch.tensor([3, 17, -1, 0, 8, 19, 4], dtype=torch.int32)
+    k_scale, v_scale = (0.03, 0.02) if cache_dtype == torch.float8_e4m3fn else (1.0, 1.0)
+    shape = (lambda dim: (pages, page_size, kv_heads, dim)) if cache_layout == "nhd" else \
+        (lambda dim: (pages, kv_heads, page_size, dim))
+    key_cache = torch.randn(shape(d), generator=g).to(cache_dtype)
+    value_cache = torch.randn(shape(64), generator=g).to(cache_dtype)
+    on_gpu = [t.cuda() for t in (positions, query, key, value, slots, key_cache, value_cache)]
+    torch.ops.ropekit.rotate_and_cache_(positions, query, key, value, slots, key_cache, value_cache, h, cache_layout,
+                                        k_scale, v_scale, "accurate")
+    torch.ops.ropekit.rotate_and_cache_(*on_gpu, h, cache_layout, k_scale, v_scale, "accurate")
+    ops.cuda_check()
+    bits = (lambda t: t.view(torch.uint8)) if cache_dtype == torch.float8_e4m3fn else (lambda t: t)
+    for want, got in zip((query, key, key_cache, value_cache), (on_gpu[1], on_gpu[2], on_gpu[5], on_gpu[6])):
+        assert torch.equal(bits(got.cpu()), bits(want))
