@@ -312,3 +312,22 @@ def test_rotate_and_cache_on_cuda_tensors_gives_the_cpu_operators_bits(rope, cac
     bits = (lambda t: t.view(torch.uint8)) if cache_dtype == torch.float8_e4m3fn else (lambda t: t)
     for want, got in zip((query, key, key_cache, value_cache), (on_gpu[1], on_gpu[2], on_gpu[5], on_gpu[6])):
         assert torch.equal(bits(got.cpu()), bits(want))
+
+
+@needs_gpu
+def test_apply_rotary_autograd_on_cuda_tensors(rope):
+    """ropekit.torch.apply_rotary (RotaryFunction: Rope.apply forward, the Backward direction for the gradients) on
+    CUDA tensors, through Rope.apply's device path: outputs and gradients the CPU's bits."""
+    from ropekit.torch import apply_rotary
+    q, k = qk_tensors("bshd", torch.float32)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    results = []
+    for device in ("cpu", "cuda"):
+        qd = q.to(device).requires_grad_()
+        kd = k.to(device).requires_grad_()
+        out_q, out_k = apply_rotary(rope, qd, kd, positions.to(device))
+        ((out_q * 3).sum() + (out_k * out_k).sum()).backward()
+        results.append([t.detach().cpu() for t in (out_q, out_k, qd.grad, kd.grad)])
+    for want, got in zip(*results):
+        assert torch.equal(got, want)
+    ops.cuda_check()
