@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "lib/cases.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/ropekit.hpp"
 
 namespace ropekit::cuda_cases {
@@ -140,6 +141,15 @@ struct AppendBuffers {
 };
 
 // The specs the append cases run over: NeoX pairs, GPT-J pairs with a partial rotary and YaRN, M-RoPE.
+// An engine's cos/sin cache for positions [0, rows): the rope's own coefficients × (1 + 2^-10), imported — a table
+// whose values only its own rows give (the tests of calls and DeviceRopes made from a table).
+inline std::shared_ptr<const Table> engine_table(const Rope& rope, std::int64_t rows) {
+  std::vector<float> cache(std::size_t(rows) * std::size_t(rope.spec().rotary_dim));
+  export_cos_sin_cache(rope, rows, cache);
+  for (float& x : cache) x *= 1.0f + 0x1p-10f;
+  return import_cos_sin_cache(rope, cache, rows);
+}
+
 inline std::vector<Spec> append_specs() {
   const Spec half{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half};
   const Spec partial{.head_dim = 64,

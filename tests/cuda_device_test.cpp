@@ -24,6 +24,7 @@
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/append.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/ropekit.hpp"
 #include "ropekit/table.hpp"
@@ -622,6 +623,65 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     }
   }
   EXPECT_EQ(ran, 16);
+}
+
+// A DeviceRope made from an imported table (an engine's cos/sin cache, scaled off the rope's own values so that only
+// the table's rows can give the CPU's bits): DeviceRope::rotate and cuda::append against Rope::prepare(args, table)
+// and append(..., table) on the CPU byte for byte; a position past the table reported by check(); the K-shift refused.
+TEST(CudaDevice, DeviceRopeFromAnImportedTableGivesTheCpusBits) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  using namespace cuda_cases;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const cuda::Stream on{.device = 0, .stream = stream};
+  for (const Spec& spec : {append_specs()[0], append_specs()[1]}) {
+    const Rope rope(spec);
+    SCOPED_TRACE(to_string(spec.pairing));
+    constexpr std::int64_t kRows = 100;
+    const std::shared_ptr<const Table> table = engine_table(rope, kRows);
+    const cuda::DeviceRope gpu(rope, 0, table);
+    EXPECT_EQ(gpu.table_positions(), kRows);
+    // The rotation: bf16 rows of 9 tokens × 3 heads.
+    const std::int64_t tokens = 9, heads = 3, d = spec.head_dim;
+    std::vector<std::uint16_t> want(std::size_t(tokens * heads * d));
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = std::uint16_t(0x3f00 + (i * 37) % 0x1ff);
+    std::vector<std::uint16_t> got = want;
+    std::vector<std::int64_t> pos = {0, 99, 5, 42, 42, 7, 63, 1, 98};
+    rope.prepare({.q = bshd(want.data(), DType::BF16, 1, tokens, heads, d),
+                  .positions = {pos.data(), IndexType::I64, tokens}},
+                 table)
+        .run();
+    DeviceCopy dq(got.data(), got.size() * 2), dp(pos.data(), pos.size() * 8);
+    const RotateArgs args{.q = bshd(dq.device, DType::BF16, 1, tokens, heads, d),
+                          .positions = {dp.device, IndexType::I64, tokens}};
+    gpu.rotate(args, on);
+    gpu.check(on);
+    dq.back(got.data());
+    EXPECT_EQ(got, want);
+    // Past the table: token 3 at position 100 is reported, its rows unwritten.
+    pos[3] = kRows;
+    ASSERT_EQ(cudaMemcpy(dp.device, pos.data(), pos.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
+    gpu.rotate(args, on);
+    EXPECT_ERROR(gpu.check(on), "token 3");
+    // The fused append, its tokens' positions folded into the table.
+    const AppendCase c{spec, DType::BF16, CacheDType::BF16, PageLayout::NHD, Variant::Plain, false};
+    AppendBuffers want_append(c), got_append(c);
+    for (AppendBuffers* b : {&want_append, &got_append})
+      for (std::int64_t& p : b->pos) p %= kRows;
+    want_append.args.slots = slot_mapping(want_append.slot_map);
+    append(rope, want_append.args, want_append.cache, table);
+    Mirror m;
+    AppendArgs append_args = mirror_append(got_append, m);
+    m.add(got_append.slot_map.data(), got_append.slot_map.size() * 8);
+    append_args.slots = SlotMapping{m.map(got_append.slot_map.data()), IndexType::I64, AppendBuffers::kTokens};
+    run_mirrored_append(gpu, append_args, got_append, m, stream);
+    for (Memory AppendBuffers::*b : {&AppendBuffers::q, &AppendBuffers::k, &AppendBuffers::kc, &AppendBuffers::vc})
+      EXPECT_EQ((got_append.*b).bytes, (want_append.*b).bytes);
+    // The K-shift turns cached keys by the rope's own angles: a DeviceRope made from a table is refused.
+    EXPECT_ERROR(cuda::shift(gpu, mirrored_cache(got_append, m), std::get<SlotMapping>(append_args.slots), 1, on),
+                 "a DeviceRope made from a table");
+  }
+  cudaStreamDestroy(stream);
 }
 
 // A decode step as engines run it in a CUDA graph: DeviceRope::rotate and cuda::append captured once on a stream of

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -26,6 +27,7 @@
 #include "lib/cases.hpp"
 #include "rope/angles.hpp"
 #include "rope/reference.hpp"
+#include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/ropekit.hpp"
 #include "same_bits.hpp"
 
@@ -294,6 +296,13 @@ TEST(CudaHost, TableAndTurnsTogetherAndTheErrorWord) {
 TEST(CudaHost, DeviceApiRefusesWhatThisMachineCannotDo) {
   const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
   std::printf("CUDA backend built: %s; devices: %d\n", cuda::built() ? "yes" : "no", cuda::device_count());
+  // A table given: refused before any device is asked for when it is null, empty or of another pair count.
+  EXPECT_ERROR(cuda::DeviceRope(rope, 0, std::shared_ptr<const Table>()), "table is null");
+  const Rope narrow(Spec{.head_dim = 32, .rotary_dim = 32, .base = 10000.0, .pairing = Pairing::Half});
+  EXPECT_ERROR(cuda::DeviceRope(rope, 0, std::make_shared<const Table>(narrow.plan(), AngleMode::Accurate, 4)),
+               "table: 16 pairs per row; this rope has 32");
+  EXPECT_ERROR(cuda::DeviceRope(rope, 0, std::make_shared<const Table>(rope.plan(), AngleMode::Accurate, 0)),
+               "table: no rows");
   if (!cuda::built()) {
     EXPECT_EQ(cuda::device_count(), 0);
     EXPECT_ERROR(cuda::DeviceRope(rope, 0), "built without the CUDA backend");
@@ -464,6 +473,54 @@ TEST(CudaHost, AppendBodyWithTheDeviceApisInputs) {
                                                                        {"cache.k", &AppendBuffers::kc},
                                                                        {"cache.v", &AppendBuffers::vc}};
     for (const auto& [name, m] : buffers) EXPECT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+  }
+}
+
+// A table given to the call (an engine's cos/sin cache, imported: DeviceRope(rope, device, table)'s angles), whose
+// rows carry the magnitude: the rotation and the fused append prepared with it, run by the bodies over their grids,
+// against Rope::prepare(args, table) and append(..., table) on the CPU bit for bit — forward, inverse and backward,
+// a plain rope and a YaRN one (magnitude ≠ 1), float32 and bf16 storage.
+TEST(CudaHost, BodiesWithAnImportedTableEqualTheCpu) {
+  std::mt19937 rng(43);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (const Spec& spec : {append_specs()[0], append_specs()[1]}) {
+    const Rope rope(spec);
+    SCOPED_TRACE(to_string(spec.pairing));
+    constexpr std::int64_t kRows = 100;
+    const std::shared_ptr<const Table> table = engine_table(rope, kRows);
+    for (const DType dtype : {DType::F32, DType::BF16}) {
+      for (const Direction direction : {Direction::Forward, Direction::Inverse, Direction::Backward}) {
+        const std::int64_t tokens = 9, heads = 3, d = spec.head_dim;
+        const std::size_t n = std::size_t(tokens * heads * d) * element_size(dtype);
+        std::vector<std::uint8_t> data(n);
+        for (std::size_t i = 0; i + 1 < n; i += 2) {  // bf16 patterns, or halves of float32 ones
+          const std::uint32_t bits = std::bit_cast<std::uint32_t>(value(rng));
+          data[i] = std::uint8_t(bits >> 16), data[i + 1] = std::uint8_t(bits >> 24);
+        }
+        std::vector<std::uint8_t> want = data, got = data;
+        const std::vector<std::int64_t> pos = {0, 99, 5, 42, 42, 7, 63, 1, 98};
+        const auto args = [&](std::vector<std::uint8_t>& b) {
+          return RotateArgs{.q = bshd(b.data(), dtype, 1, tokens, heads, d),
+                            .positions = {pos.data(), IndexType::I64, tokens},
+                            .direction = direction};
+        };
+        rope.prepare(args(want), table).run();
+        const RotateCall call = rope.prepare(args(got), table);
+        ASSERT_TRUE(detail::rotate_on_host_grid(call.job(), 96));
+        EXPECT_EQ(got, want) << to_string(dtype) << " direction " << int(direction);
+        EXPECT_NE(got, data);
+      }
+    }
+    // The fused append with the table, its tokens' positions folded into the table's 100 rows.
+    const AppendCase c{spec, DType::BF16, CacheDType::BF16, PageLayout::NHD, Variant::Plain, false};
+    AppendBuffers want(c), got(c);
+    for (AppendBuffers* b : {&want, &got})
+      for (std::int64_t& p : b->pos) p %= kRows;
+    append(rope, want.args, want.cache, table);
+    const AppendCall call = prepare_append(rope, got.args, got.cache, table);
+    ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96));
+    for (Memory AppendBuffers::*m : {&AppendBuffers::q, &AppendBuffers::k, &AppendBuffers::kc, &AppendBuffers::vc})
+      EXPECT_EQ((got.*m).bytes, (want.*m).bytes);
   }
 }
 

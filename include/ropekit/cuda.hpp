@@ -39,6 +39,7 @@
 #include <memory>
 
 #include "ropekit/rope.hpp"
+#include "ropekit/table.hpp"
 
 namespace ropekit::detail {
 struct DeviceAccess;  // src/cuda/device_access.hpp: the engine's device append reads a DeviceRope's device copies
@@ -62,6 +63,14 @@ class DeviceRope {
   // turns to `device`. Errors: no CUDA backend, device outside [0, device_count()), table_positions outside
   // [0, 2^47), a HfCompat rope without a table, a CUDA allocation or copy that fails.
   DeviceRope(const Rope& rope, int device, std::int64_t table_positions = 0);
+  // The angles of exactly `table` on `device` — an engine's own cos/sin cache (import_cos_sin_cache,
+  // ropekit/cos_sin_cache.hpp: vLLM's and FlashInfer's cos_sin_cache) or a table of this Rope's — as
+  // Rope::prepare(args, table) takes them on the CPU: rotate and cuda::append give the bits of Rope::apply(args, table)
+  // and append(rope, args, cache, table). Every position a call uses must lie in the table: no angle is computed on
+  // the fly, and a position past it leaves its token's rows unwritten and is reported by check(). cuda::shift and
+  // cuda::rerotate take a DeviceRope of the rope's own angles (the constructor above). Errors: as above, a table of
+  // another pair count, a null table.
+  DeviceRope(const Rope& rope, int device, std::shared_ptr<const Table> table);
   ~DeviceRope();
   DeviceRope(DeviceRope&&) noexcept;
   DeviceRope& operator=(DeviceRope&&) noexcept;

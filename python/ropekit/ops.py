@@ -299,7 +299,9 @@ def _table(r: Rope, rope: int, cache: torch.Tensor):
     if table is None:
         if len(_TABLES) >= _MAX_TABLES:
             _TABLES.pop(next(iter(_TABLES)))
-        table = r.import_cos_sin_cache(cache.detach())
+        # A CUDA cache is read once per version through the host (a copy that waits for the device): the table is
+        # checked there (every value finite) and uploaded to the device once, as the CPU imports it once.
+        table = r.import_cos_sin_cache(cache.detach().cpu() if cache.is_cuda else cache.detach())
         _TABLES[key] = table
     return table
 
@@ -332,6 +334,21 @@ def _rotate_with_cache_fake(positions, query, key, cache, rope, layout):
 
 
 _lib.impl("rotate_with_cache_", _rotate_with_cache_cpu, "CPU")
+
+
+def _rotate_with_cache_cuda(positions, query, key, cache, rope, layout):
+    """CUDA tensors: DeviceRope::rotate with the angles of exactly the cache (ropekit::cuda::DeviceRope(rope, device,
+    table)) on torch's current stream; positions one per token on the device, every one inside the cache (a position
+    past it is raised by cuda_check)."""
+    r, (q, k) = _check_cache(positions, query, key, cache, rope, layout)
+    device, stream = _cuda_place(q, k, positions)
+    if cache.device != q.device:
+        raise Error(f"cos_sin_cache: on {cache.device}; query is on {q.device}: every tensor of a call is on one "
+                    "device")
+    _ropekit._rotate_cuda_table(rope, _table(r, rope, cache), q, k, positions.contiguous(), layout, device, stream)
+
+
+_lib.impl("rotate_with_cache_", _rotate_with_cache_cuda, "CUDA")
 torch.library.register_fake("ropekit::rotate_with_cache_", _rotate_with_cache_fake, lib=_lib)
 rotate_with_cache_ = torch.ops.ropekit.rotate_with_cache_
 

@@ -24,6 +24,13 @@
 namespace ropekit::python {
 namespace {
 
+// The device copy of an imported table (an engine's cos/sin cache: rotate_with_cache_) on one CUDA device.
+struct TableDeviceRope {
+  const Table* table;
+  int device;
+  std::shared_ptr<const cuda::DeviceRope> gpu;  // holds the table too
+};
+
 // Handles are small positive ints, one per Rope object, kept for the life of the process: an operator in a compiled
 // graph holds its handle as a constant, so the Rope it names must outlive any graph (a model holds a handful).
 struct Registry {
@@ -32,6 +39,7 @@ struct Registry {
   std::unordered_map<const PyRope*, std::int64_t> handles;
   // The device copies of a handle's angles, per (handle, angle mode, CUDA device), made on first use.
   std::map<std::tuple<std::int64_t, int, int>, std::shared_ptr<const cuda::DeviceRope>> device_ropes;
+  std::vector<TableDeviceRope> table_ropes;  // table_device_rope
 };
 
 Registry& registry() {
@@ -66,6 +74,21 @@ std::shared_ptr<const cuda::DeviceRope> device_rope(std::int64_t handle, AngleMo
   return slot;
 }
 
+// The newest kept per process: ropekit.ops keeps as many imported tables; an evicted one is uploaded again if used.
+constexpr std::size_t kTableDeviceRopes = 8;
+
+std::shared_ptr<const cuda::DeviceRope> table_device_rope(const std::shared_ptr<const Table>& table, const Rope& rope,
+                                                          int device) {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  for (const TableDeviceRope& t : r.table_ropes)
+    if (t.table == table.get() && t.device == device) return t.gpu;
+  auto gpu = std::make_shared<const cuda::DeviceRope>(rope, device, table);
+  if (r.table_ropes.size() == kTableDeviceRopes) r.table_ropes.erase(r.table_ropes.begin());
+  r.table_ropes.push_back({table.get(), device, gpu});
+  return gpu;
+}
+
 Array array_of(const rk_abi_tensor& t, std::string_view name) {
   Array a;
   a.framework = Framework::Torch;
@@ -86,7 +109,9 @@ Array array_of(const rk_abi_tensor& t, std::string_view name) {
   return a;
 }
 
-int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept {
+// The rotation the operators call: with the rope's own angles, or (table given) an imported table's.
+int rotate_with(const rk_abi_rotate* c, const std::shared_ptr<const Table>& table, char* error,
+                std::size_t error_size) noexcept {
   try {
     const std::shared_ptr<PyRope> py_rope = lookup(c->rope);
     const std::shared_ptr<const Rope> rope_held = py_rope->rope(parse_angles(c->angles));
@@ -133,7 +158,8 @@ int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept
       }
       args.positions = {p.data, type, mapped.view.count, mapped.view.axes};
       const AngleMode mode = parse_angles(c->angles);
-      const std::shared_ptr<const cuda::DeviceRope> gpu = device_rope(c->rope, mode, rope, c->cuda_device);
+      const std::shared_ptr<const cuda::DeviceRope> gpu =
+          table ? table_device_rope(table, rope, c->cuda_device) : device_rope(c->rope, mode, rope, c->cuda_device);
       gpu->rotate(args, {.device = c->cuda_device, .stream = c->stream});
       return 0;
     }
@@ -143,7 +169,7 @@ int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept
     const PositionsBuffer positions =
         map_positions(data, type, shape, first.batch, first.seq, rope.pair_map().num_axes, "positions", for_what);
     args.positions = positions.view;
-    rope.prepare(args).run();
+    (table ? rope.prepare(args, table) : rope.prepare(args)).run();
     return 0;
   } catch (const Error& e) {
     std::snprintf(error, error_size, "%s", e.what());
@@ -152,6 +178,10 @@ int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept
     std::snprintf(error, error_size, "%s", e.what());
     return 2;
   }
+}
+
+int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept {
+  return rotate_with(c, nullptr, error, error_size);
 }
 
 void raise_error(const char* message) {
@@ -199,6 +229,39 @@ rk_abi_tensor describe_tensor(py::handle t, std::string_view name) {
   return d;
 }
 
+// A rotation of CUDA tensors as the bindings below describe it.
+struct DeviceRotation {
+  std::int64_t rope;
+  const char *layout, *direction, *angles;
+  rk_abi_tensor q, k, q_out, k_out, positions;
+  int device;
+  std::uintptr_t stream;
+};
+
+// Runs it without the GIL (rotate_with: the rope's own angles, or `table`'s); ropekit.Error for its refusals.
+void run_device_rotation(const DeviceRotation& d, const std::shared_ptr<const Table>& table) {
+  rk_abi_rotate call{};
+  call.rope = d.rope;
+  call.layout = d.layout;
+  call.direction = d.direction;
+  call.angles = d.angles;
+  call.q = d.q;
+  call.k = d.k;
+  call.q_out = d.q_out;
+  call.k_out = d.k_out;
+  call.positions = d.positions;
+  call.cuda_device = d.device;
+  call.stream = reinterpret_cast<void*>(d.stream);
+  char error[1024];
+  int rc;
+  {
+    const py::gil_scoped_release release;
+    rc = rotate_with(&call, table, error, sizeof error);
+  }
+  if (rc == 1) throw Error(error);
+  if (rc != 0) throw std::runtime_error(error);
+}
+
 }  // namespace
 
 void bind_torch_abi(py::module_& m, py::handle error) {
@@ -227,29 +290,27 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       [](std::int64_t rope, py::handle q, py::handle k, py::handle q_out, py::handle k_out, py::handle positions,
          const std::string& layout, const std::string& direction, const std::string& angles, int device,
          std::uintptr_t stream) {
-        rk_abi_rotate call{};
-        call.rope = rope;
-        call.layout = layout.c_str();
-        call.direction = direction.c_str();
-        call.angles = angles.c_str();
-        call.q = describe_tensor(q, "q");
-        call.k = describe_tensor(k, "k");
-        call.q_out = describe_tensor(q_out, "q_out");
-        call.k_out = describe_tensor(k_out, "k_out");
-        call.positions = describe_tensor(positions, "positions");
-        call.cuda_device = device;
-        call.stream = reinterpret_cast<void*>(stream);
-        char error[1024];
-        int rc;
-        {
-          const py::gil_scoped_release release;
-          rc = rotate(&call, error, sizeof error);
-        }
-        if (rc == 1) throw Error(error);
-        if (rc != 0) throw std::runtime_error(error);
+        run_device_rotation({rope, layout.c_str(), direction.c_str(), angles.c_str(), describe_tensor(q, "q"),
+                             describe_tensor(k, "k"), describe_tensor(q_out, "q_out"), describe_tensor(k_out, "k_out"),
+                             describe_tensor(positions, "positions"), device, stream},
+                            nullptr);
       },
       py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
       py::arg("layout"), py::arg("direction"), py::arg("angles"), py::arg("device"), py::arg("stream"));
+  // The CUDA kernel of ropekit::rotate_with_cache_ (registered from ropekit.ops): rotate_ with the angles of exactly
+  // `table` (the engine's cache, imported once per tensor version by ropekit.ops), uploaded once per device.
+  m.def(
+      "_rotate_cuda_table",
+      [](std::int64_t rope, const PyCosSinTable& table, py::handle q, py::handle k, py::handle positions,
+         const std::string& layout, int device, std::uintptr_t stream) {
+        run_device_rotation(
+            {rope, layout.c_str(), "forward", "accurate", describe_tensor(q, "query"), describe_tensor(k, "key"),
+             describe_tensor(py::none(), "q_out"), describe_tensor(py::none(), "k_out"),
+             describe_tensor(positions, "positions"), device, stream},
+            table.table);
+      },
+      py::arg("rope"), py::arg("table"), py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("layout"),
+      py::arg("device"), py::arg("stream"));
   // The CUDA kernel of ropekit::rotate_and_cache_ (registered from ropekit.ops for the CUDA dispatch key): the fused
   // rotate-and-append of ropekit.rotate_and_cache on CUDA tensors of `device`, launched on `stream`.
   m.def(
@@ -275,6 +336,8 @@ void bind_torch_abi(py::module_& m, py::handle error) {
           const std::lock_guard lock(r.mutex);
           for (const auto& [key, gpu] : r.device_ropes)
             if (std::get<2>(key) == device) ropes.push_back(gpu);
+          for (const TableDeviceRope& t : r.table_ropes)
+            if (t.device == device) ropes.push_back(t.gpu);
         }
         const py::gil_scoped_release release;
         for (const auto& gpu : ropes) gpu->check({.device = device, .stream = reinterpret_cast<void*>(stream)});

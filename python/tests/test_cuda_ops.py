@@ -331,3 +331,50 @@ def test_apply_rotary_autograd_on_cuda_tensors(rope):
     for want, got in zip(*results):
         assert torch.equal(got, want)
     ops.cuda_check()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="host stand-ins would reach a real device here")
+def test_rotate_with_cache_cuda_argument_errors_come_before_any_launch(rope):
+    """The extension's CUDA entry of rotate_with_cache_ with host stand-ins: its refusals come before a device copy
+    of the table is made or anything launched."""
+    h = ops.handle(rope)
+    table = rope.import_cos_sin_cache(rope.cos_sin_cache(64))
+    q = torch.zeros(5, 4, 128)
+    pos = torch.arange(5)
+
+    def call(q=q, positions=pos, table=table, layout="thd"):
+        _ropekit._rotate_cuda_table(h, table, q, None, positions, layout, 0, 0)
+
+    with pytest.raises(ropekit.Error, match="positions: None; for CUDA tensors"):
+        call(positions=None)
+    with pytest.raises(ropekit.Error, match="head_dim"):
+        call(q=torch.zeros(5, 4, 64))
+    with pytest.raises(ropekit.Error, match="positions"):
+        call(positions=torch.arange(4))
+    other = ropekit.Rope(64, base=10000.0, pairing="half")
+    with pytest.raises(ropekit.Error, match="table: 32 pairs per row; this rope has 64"):
+        call(table=other.import_cos_sin_cache(other.cos_sin_cache(8)))
+    with pytest.raises(ropekit.Error, match="CUDA|device"):
+        call()
+
+
+@needs_gpu
+def test_rotate_with_cache_on_cuda_tensors_gives_the_cpu_operators_bits(rope):
+    """vLLM's rotary_embedding call shape on CUDA tensors: the engine's cos/sin cache on the device (imported once per
+    version, uploaded once), query and key flattened, against the same operator on CPU tensors bit for bit; a position
+    past the cache raised by cuda_check."""
+    h = ops.handle(rope)
+    g = torch.Generator().manual_seed(23)
+    cache = torch.as_tensor(rope.cos_sin_cache(4096)) * (1 + 2 ** -10)  # the engine's values, not ropekit's
+    positions = torch.tensor([0, 4095, 17, 17, 300, 2])
+    query = torch.randn(6, 4 * 128, generator=g).to(torch.bfloat16)
+    key = torch.randn(6, 2 * 128, generator=g).to(torch.bfloat16)
+    q_gpu, k_gpu = query.cuda(), key.cuda()
+    torch.ops.ropekit.rotate_with_cache_(positions, query, key, cache, h, "thd")
+    torch.ops.ropekit.rotate_with_cache_(positions.cuda(), q_gpu, k_gpu, cache.cuda(), h, "thd")
+    ops.cuda_check()
+    assert torch.equal(q_gpu.cpu(), query) and torch.equal(k_gpu.cpu(), key)
+    torch.ops.ropekit.rotate_with_cache_(torch.tensor([0, 4096, 1, 2, 3, 4]).cuda(), q_gpu, k_gpu, cache.cuda(), h,
+                                         "thd")
+    with pytest.raises(ropekit.Error, match="token 1"):
+        ops.cuda_check()

@@ -42,6 +42,17 @@ void check_turned_entries(const Rope& rope, const PagedCache& cache, const SlotM
   detail::check_device_alignment("cache.k", cache.k, static_cast<std::size_t>(element_size(cache.dtype)));
 }
 
+// The K-shift and the re-rotation turn cached keys by the rope's own angles (R(δ), or one scaling's into another's):
+// a DeviceRope made from a table (an engine's cos/sin cache, magnitude included) is refused, naming the argument.
+void refuse_table(const DeviceRope& gpu, const char* name, const char* what) {
+  if (detail::DeviceAccess::table(gpu)) {
+    throw Error(
+        fmt::format("{}: a DeviceRope made from a table; {} takes one of the rope's own angles "
+                    "(DeviceRope(rope, device, table_positions))",
+                    name, what));
+  }
+}
+
 // A turn's pair geometry from the rope, over `entries` entries.
 void set_turn(const Rope& rope, std::int64_t entries, RotateShape& turn) {
   const PairMap& map = rope.pair_map();
@@ -118,7 +129,9 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
   host.slots = SlotMapping{padding.data(), IndexType::I64, device_slots.count};
   host.norm.q_weight = q_weight;
   host.norm.k_weight = k_weight;
-  const AppendCall call = prepare_append(detail::DeviceAccess::rope(gpu), host, cache);
+  const std::shared_ptr<const Table>& angles = detail::DeviceAccess::table(gpu);  // a table given: its angles
+  const AppendCall call = angles ? prepare_append(detail::DeviceAccess::rope(gpu), host, cache, angles)
+                                 : prepare_append(detail::DeviceAccess::rope(gpu), host, cache);
   const detail::AppendJob job = detail::AppendAccess::job(call);
 
   // The host's shape of that call (views, cache, norm settings), then the device's angles, positions and slots.
@@ -141,6 +154,7 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
 void shift(const DeviceRope& gpu, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
            const Stream& stream) {
   const Rope& rope = detail::DeviceAccess::rope(gpu);
+  refuse_table(gpu, "rope", "a K-shift");
   check_turned_entries(rope, cache, slots, "a K-shift");
   const std::int64_t steps = delta < 0 ? -delta : delta;
   if (delta <= -kDevicePositionLimit || delta >= kDevicePositionLimit) {
@@ -172,6 +186,8 @@ void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& ca
               const Positions& positions, const Stream& stream) {
   const Rope& old_rope = detail::DeviceAccess::rope(from);
   const Rope& rope = detail::DeviceAccess::rope(to);
+  refuse_table(from, "from", "a re-rotation");
+  refuse_table(to, "to", "a re-rotation");
   check_turned_entries(rope, cache, slots, "a re-rotation");
   if (from.device() != to.device()) {
     throw Error(fmt::format("from is on device {}, to on device {}: a re-rotation needs both on one device",

@@ -21,6 +21,9 @@ struct DeviceAccess {
   static void launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShiftShape& shape, const cuda::Stream& stream);
   // The table's row count on the device (0: angles on the fly only).
   static std::int64_t table_positions(const cuda::DeviceRope& gpu);
+  // The host table a DeviceRope was made from (an engine's cos/sin cache, say): calls are prepared with it, as
+  // Rope::prepare(args, table). Null for a DeviceRope of the rope's own angles.
+  static const std::shared_ptr<const Table>& table(const cuda::DeviceRope& gpu);
 };
 
 // ropekit::Error naming `field` and the address when the device pointer p is not a multiple of `align` bytes: the

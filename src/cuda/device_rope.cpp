@@ -6,8 +6,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cuda/device_access.hpp"
@@ -96,18 +99,44 @@ struct DeviceRope::State {
   int device = 0;
   std::int64_t table_positions = 0;
   int pairs = 0;
+  std::shared_ptr<const Table> table;  // the table given (calls prepared with it), or null: the rope's own angles
 #if ROPEKIT_HAVE_CUDA
   DeviceBuffer lane_a, lane_b, axis, cos, sin, turns_hi, turns_lo, error;
+
+  // Uploads to `device` rope's pair map, `rows` table rows (cos then sin: `pairs` values per position), the turns
+  // (null: none — positions past the table are then reported, never computed) and a cleared error word.
+  State(const Rope& r, int device_, std::int64_t rows, const std::vector<float>& cos_rows,
+        const std::vector<float>& sin_rows, const double* hi, const double* lo, std::shared_ptr<const Table> given)
+      : rope(r.spec(), r.plan(), r.angle_mode()),
+        device(device_),
+        table_positions(rows),
+        pairs(r.pair_map().num_pairs()),
+        table(std::move(given)) {
+    const int devices = device_count();
+    if (device < 0 || device >= devices) {
+      throw Error(
+          fmt::format("device = {}: this process sees {} CUDA device{}", device, devices, devices == 1 ? "" : "s"));
+    }
+    const PairMap& map = r.pair_map();
+    const std::vector<std::int32_t> a(map.lane_a.begin(), map.lane_a.end()), b(map.lane_b.begin(), map.lane_b.end());
+    const std::vector<std::uint8_t> axes(map.axis.begin(), map.axis.end());
+    const DeviceGuard guard(device);
+    lane_a = DeviceBuffer(a.data(), a.size() * 4, "the pair map");
+    lane_b = DeviceBuffer(b.data(), b.size() * 4, "the pair map");
+    axis = DeviceBuffer(axes.data(), axes.size(), "the pair map");
+    cos = DeviceBuffer(cos_rows.data(), cos_rows.size() * 4, "the cos table");
+    sin = DeviceBuffer(sin_rows.data(), sin_rows.size() * 4, "the sin table");
+    if (hi != nullptr) {
+      turns_hi = DeviceBuffer(hi, std::size_t(pairs) * 8, "the turns");
+      turns_lo = DeviceBuffer(lo, std::size_t(pairs) * 8, "the turns");
+    }
+    error = DeviceBuffer(nullptr, 8, "the error word");
+  }
 #endif
 };
 
 DeviceRope::DeviceRope(const Rope& rope, int device, std::int64_t table_positions) {
 #if ROPEKIT_HAVE_CUDA
-  const int devices = device_count();
-  if (device < 0 || device >= devices) {
-    throw Error(
-        fmt::format("device = {}: this process sees {} CUDA device{}", device, devices, devices == 1 ? "" : "s"));
-  }
   if (table_positions < 0 || table_positions >= kDevicePositionLimit) {
     throw Error(fmt::format("table_positions = {}: must be in [0, 2^47)", table_positions));
   }
@@ -117,33 +146,42 @@ DeviceRope::DeviceRope(const Rope& rope, int device, std::int64_t table_position
         "table_positions = 0: a HfCompat Rope's angles (libm's cos/sin of a float32 angle) are not reproduced on a "
         "GPU; give the table every position the calls will use");
   }
-  state_ = std::make_unique<State>(State{Rope(rope.spec(), rope.plan(), mode), device, table_positions, 0});
-  State& s = *state_;
-  const PairMap& map = rope.pair_map();
-  s.pairs = map.num_pairs();
+  const std::size_t pairs = std::size_t(rope.pair_map().num_pairs());
   const detail::AngleEvaluator angles(rope.plan().inv_freq, mode);
-  std::vector<float> cos(std::size_t(table_positions) * std::size_t(s.pairs)), sin(cos.size());
+  std::vector<float> cos(std::size_t(table_positions) * pairs), sin(cos.size());
   for (std::int64_t p = 0; p < table_positions; ++p) {
-    angles.row(p, cos.data() + p * s.pairs, sin.data() + p * s.pairs);
+    angles.row(p, cos.data() + std::size_t(p) * pairs, sin.data() + std::size_t(p) * pairs);
   }
-  const std::vector<std::int32_t> lane_a(map.lane_a.begin(), map.lane_a.end()),
-      lane_b(map.lane_b.begin(), map.lane_b.end());
-  const std::vector<std::uint8_t> axis(map.axis.begin(), map.axis.end());
-  const DeviceGuard guard(device);
-  s.lane_a = DeviceBuffer(lane_a.data(), lane_a.size() * 4, "the pair map");
-  s.lane_b = DeviceBuffer(lane_b.data(), lane_b.size() * 4, "the pair map");
-  s.axis = DeviceBuffer(axis.data(), axis.size(), "the pair map");
-  s.cos = DeviceBuffer(cos.data(), cos.size() * 4, "the cos table");
-  s.sin = DeviceBuffer(sin.data(), sin.size() * 4, "the sin table");
-  if (mode == AngleMode::Accurate) {
-    s.turns_hi = DeviceBuffer(angles.turns_hi(), std::size_t(s.pairs) * 8, "the turns");
-    s.turns_lo = DeviceBuffer(angles.turns_lo(), std::size_t(s.pairs) * 8, "the turns");
-  }
-  s.error = DeviceBuffer(nullptr, 8, "the error word");
+  const bool turns = mode == AngleMode::Accurate;
+  state_ = std::make_unique<State>(rope, device, table_positions, cos, sin, turns ? angles.turns_hi() : nullptr,
+                                   turns ? angles.turns_lo() : nullptr, nullptr);
 #else
   (void)rope;
   (void)device;
   (void)table_positions;
+  throw Error("ropekit::cuda::DeviceRope: this ropekit was built without the CUDA backend (ROPEKIT_CUDA=OFF)");
+#endif
+}
+
+DeviceRope::DeviceRope(const Rope& rope, int device, std::shared_ptr<const Table> table) {
+  if (!table) throw Error("table is null");
+  if (table->num_positions() < 1) throw Error("table: no rows; a DeviceRope made from a table needs at least one");
+  if (table->num_pairs() != rope.pair_map().num_pairs()) {
+    throw Error(
+        fmt::format("table: {} pairs per row; this rope has {}", table->num_pairs(), rope.pair_map().num_pairs()));
+  }
+#if ROPEKIT_HAVE_CUDA
+  // The rows as the table holds them, cos then sin: the device table's layout. No turns.
+  const std::int64_t rows = table->num_positions();
+  const std::size_t pairs = std::size_t(table->num_pairs());
+  std::vector<float> cos(std::size_t(rows) * pairs), sin(cos.size());
+  for (std::int64_t p = 0; p < rows; ++p) {
+    std::copy_n(table->cos_row(p), pairs, cos.data() + std::size_t(p) * pairs);
+    std::copy_n(table->sin_row(p), pairs, sin.data() + std::size_t(p) * pairs);
+  }
+  state_ = std::make_unique<State>(rope, device, rows, cos, sin, nullptr, nullptr, std::move(table));
+#else
+  (void)device;
   throw Error("ropekit::cuda::DeviceRope: this ropekit was built without the CUDA backend (ROPEKIT_CUDA=OFF)");
 #endif
 }
@@ -186,7 +224,7 @@ void DeviceRope::rotate(const RotateArgs& args, const Stream& stream) const {
   zeros.assign(std::size_t(args.positions.count * args.positions.axes), 0);
   RotateArgs host = args;
   host.positions = {zeros.data(), IndexType::I64, args.positions.count, args.positions.axes};
-  const RotateCall call = s.rope.prepare(host);
+  const RotateCall call = s.table ? s.rope.prepare(host, s.table) : s.rope.prepare(host);
   RotateShape shape;
   detail::fill_cuda_views(call.job(), shape);
   detail::choose_vector(*call.job().map, shape);
@@ -296,6 +334,11 @@ void DeviceAccess::launch_kshift(const cuda::DeviceRope& gpu, const cuda::KShift
 }
 
 std::int64_t DeviceAccess::table_positions(const cuda::DeviceRope& gpu) { return gpu.table_positions(); }
+
+const std::shared_ptr<const Table>& DeviceAccess::table(const cuda::DeviceRope& gpu) {
+  if (!gpu.state_) throw Error("a moved-from DeviceRope");
+  return gpu.state_->table;
+}
 
 void check_device_positions(const Positions& p) {
   if (p.type != IndexType::I32 && p.type != IndexType::I64) {
