@@ -482,6 +482,17 @@ def _cos_sin_fake(positions, rope, angles):
 
 
 _lib.impl("cos_sin", _cos_sin_cpu, "CPU")
+
+
+def _cos_sin_cuda(positions, rope, angles):
+    """CUDA positions: the CPU's values, computed on the host — the positions copied there (which waits for the
+    device) and the results copied back. No device kernel: ropekit.torch.RotaryEmbedding makes the same copy, as
+    Hugging Face's module reads its positions once per forward."""
+    cos, sin = _cos_sin_cpu(positions.cpu(), rope, angles)
+    return cos.to(positions.device), sin.to(positions.device)
+
+
+_lib.impl("cos_sin", _cos_sin_cuda, "CUDA")
 torch.library.register_fake("ropekit::cos_sin", _cos_sin_fake, lib=_lib)
 cos_sin = torch.ops.ropekit.cos_sin
 

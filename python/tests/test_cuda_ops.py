@@ -378,3 +378,13 @@ def test_rotate_with_cache_on_cuda_tensors_gives_the_cpu_operators_bits(rope):
                                          "thd")
     with pytest.raises(ropekit.Error, match="token 1"):
         ops.cuda_check()
+
+
+@needs_gpu
+def test_cos_sin_of_cuda_positions_are_the_cpus(rope):
+    h = ops.handle(rope)
+    positions = torch.tensor([[0, 5, 70000], [3, 3, 1]])
+    for angles in ("accurate", "hf"):
+        want = torch.ops.ropekit.cos_sin(positions, h, angles)
+        got = torch.ops.ropekit.cos_sin(positions.cuda(), h, angles)
+        assert all(g.is_cuda and torch.equal(g.cpu(), w) for g, w in zip(got, want))
