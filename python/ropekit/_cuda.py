@@ -2,8 +2,8 @@
 (torch.ops.ropekit.rotate / rotate_ → ropekit::cuda::DeviceRope on torch.cuda.current_stream()) with Rope.apply's
 semantics — positions as Rope.apply reads them (None = 0 … seq−1 in every row; [seq] or [1, seq] broadcast over the
 batch; M-RoPE's streams first), results as it returns them (in place: the same tensors; else new ones; one tensor
-given, one returned). Positions given on the host (lists, ints, NumPy arrays, CPU tensors) are copied to q's device;
-a broadcast is expanded there. The bits are the CPU's; a position the kernel cannot rotate is raised by
+given, one returned); `table` (an imported cos/sin cache) as on the CPU, through a device copy of it. Positions given
+on the host (lists, ints, NumPy arrays, CPU tensors) are copied to q's device; a broadcast is expanded there. The bits are the CPU's; a position the kernel cannot rotate is raised by
 ropekit.ops.cuda_check()."""
 from ._ropekit import Error
 
@@ -31,7 +31,7 @@ def _positions(torch, positions, batch, seq, axes, device):
     return t.contiguous()
 
 
-def apply(rope, q, k, positions, layout, inplace, direction, angles, dtype):
+def apply(rope, q, k, positions, layout, inplace, direction, angles, dtype, table=None):
     import torch
     try:
         from . import ops
@@ -51,7 +51,14 @@ def apply(rope, q, k, positions, layout, inplace, direction, angles, dtype):
     pos = _positions(torch, positions, batch, seq, ops._SHAPES[h][1], first.device)
     # The operators take q first: k alone goes in q's place.
     a, b = (q, k) if q is not None else (k, None)
-    if inplace:
+    if table is not None:
+        # An imported cos/sin cache: its device copy (DeviceRope(rope, device, table)), as rotate_with_cache_ uses it.
+        from . import _ropekit
+        device, stream = ops._cuda_place(a, b, pos)
+        out = ([a] if b is None else [a, b]) if inplace else ops._outputs(a, b)
+        new = [None, None] if inplace else out + [None] * (2 - len(out))
+        _ropekit._rotate_cuda_table(h, table, a, b, pos, layout, device, stream, new[0], new[1], direction)
+    elif inplace:
         torch.ops.ropekit.rotate_(a, b, pos, h, layout, direction, angles)
         out = [a] if b is None else [a, b]
     else:

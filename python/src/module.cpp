@@ -287,13 +287,12 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
   if (!has_q && !has_k) throw Error("apply: q and k are both None");
   if (is_cuda_tensor(q_obj) || is_cuda_tensor(k_obj)) {
     // CUDA tensors: the same call through the torch operators' device path (ropekit::cuda::DeviceRope on the current
-    // stream), with this function's semantics for positions and results (ropekit/_cuda.py).
-    if (table != nullptr) {
-      throw Error("table: an imported cos/sin cache rotates CPU tensors; CUDA tensors take the rope's own angles");
-    }
+    // stream; with `table`, a device copy of it), with this function's semantics for positions and results
+    // (ropekit/_cuda.py).
     return py::module_::import("ropekit._cuda")
         .attr("apply")(py::cast(self, py::return_value_policy::reference), q_obj, k_obj, positions_obj, layout_text,
-                       inplace, direction, angles, dtype);
+                       inplace, direction, angles, dtype,
+                       table != nullptr ? py::cast(table, py::return_value_policy::reference) : py::none());
   }
   Array q, k, q_out, k_out;
   if (has_q) q = float_array(q_obj, "q", dtype);

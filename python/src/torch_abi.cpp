@@ -302,15 +302,16 @@ void bind_torch_abi(py::module_& m, py::handle error) {
   m.def(
       "_rotate_cuda_table",
       [](std::int64_t rope, const PyCosSinTable& table, py::handle q, py::handle k, py::handle positions,
-         const std::string& layout, int device, std::uintptr_t stream) {
-        run_device_rotation(
-            {rope, layout.c_str(), "forward", "accurate", describe_tensor(q, "query"), describe_tensor(k, "key"),
-             describe_tensor(py::none(), "q_out"), describe_tensor(py::none(), "k_out"),
-             describe_tensor(positions, "positions"), device, stream},
-            table.table);
+         const std::string& layout, int device, std::uintptr_t stream, py::handle q_out, py::handle k_out,
+         const std::string& direction) {
+        run_device_rotation({rope, layout.c_str(), direction.c_str(), "accurate", describe_tensor(q, "q"),
+                             describe_tensor(k, "k"), describe_tensor(q_out, "q_out"), describe_tensor(k_out, "k_out"),
+                             describe_tensor(positions, "positions"), device, stream},
+                            table.table);
       },
       py::arg("rope"), py::arg("table"), py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("layout"),
-      py::arg("device"), py::arg("stream"));
+      py::arg("device"), py::arg("stream"), py::arg("q_out") = py::none(), py::arg("k_out") = py::none(),
+      py::arg("direction") = "forward");
   // The CUDA kernel of ropekit::rotate_and_cache_ (registered from ropekit.ops for the CUDA dispatch key): the fused
   // rotate-and-append of ropekit.rotate_and_cache on CUDA tensors of `device`, launched on `stream`.
   m.def(

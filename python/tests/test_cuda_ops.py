@@ -79,7 +79,7 @@ def test_rope_apply_hands_cuda_tensors_to_the_operators(rope, monkeypatch):
     import ropekit._cuda as cuda_path
     calls = []
     real = cuda_path.apply
-    monkeypatch.setattr(cuda_path, "apply", lambda *a: calls.append(a[6]) or real(*a))
+    monkeypatch.setattr(cuda_path, "apply", lambda *a: calls.append(a) or real(*a))
     q, k = qk_tensors("bshd", torch.float32)
     for positions, per_token in _positions_forms(2, 5):
         # What the operator is given: one position per token (its CUDA kernel takes no broadcast), of any int type.
@@ -105,8 +105,11 @@ def test_rope_apply_hands_cuda_tensors_to_the_operators(rope, monkeypatch):
     qs = q.clone().as_subclass(_SaysCuda)
     with pytest.raises(ropekit.Error, match='dtype = "bf16"'):
         rope.apply(qs, dtype="bf16")
-    with pytest.raises(ropekit.Error, match="table: an imported cos/sin cache"):
-        rope.apply(qs, table=rope.import_cos_sin_cache(rope.cos_sin_cache(16)))
+    # A table is handed over too (its device copy needs a real device: what fails here is torch's stream lookup).
+    table = rope.import_cos_sin_cache(rope.cos_sin_cache(16))
+    with pytest.raises(Exception):
+        rope.apply(qs, table=table)
+    assert calls[-1][9] is table
     with pytest.raises(ropekit.Error, match="q requires grad"):
         rope.apply(q.clone().requires_grad_().as_subclass(_SaysCuda))
     with pytest.raises(ropekit.Error, match='layout = "shd"'):
@@ -116,6 +119,22 @@ def test_rope_apply_hands_cuda_tensors_to_the_operators(rope, monkeypatch):
 
 
 needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built without its CUDA backend")
+
+
+@needs_gpu
+def test_rope_apply_with_an_imported_table_on_cuda_tensors(rope):
+    """Rope.apply(..., table=) on CUDA tensors: the table's device copy, the CPU's bits — in place and out of place,
+    forward and inverse, q alone."""
+    table = rope.import_cos_sin_cache(torch.as_tensor(rope.cos_sin_cache(64)) * (1 + 2 ** -10))
+    q, k = qk_tensors("bshd", torch.bfloat16)
+    positions = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 63]])
+    for direction in ("forward", "inverse"):
+        want_q, want_k = rope.apply(q.clone(), k.clone(), positions, table=table, direction=direction)
+        got = rope.apply(q.cuda(), k.cuda(), positions.cuda(), table=table, direction=direction)
+        assert torch.equal(got[0].cpu(), want_q) and torch.equal(got[1].cpu(), want_k)
+        new_q = rope.apply(q.cuda(), None, positions.cuda(), table=table, direction=direction, inplace=False)
+        assert torch.equal(new_q.cpu(), want_q)
+    ops.cuda_check()
 
 
 @needs_gpu
