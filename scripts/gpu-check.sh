@@ -6,10 +6,11 @@
 # runs them again under compute-sanitizer's memcheck when it is installed, runs bench/cuda_bench (GB/s against a
 # device-to-device copy in the same run; JSON kept), and writes a summary (GPU, driver, CUDA, each step's result and
 # time) and the logs to the results folder given as the first argument (default build/gpu-results); then the PyTorch
-# peers (bench/python/bench_cuda_torch.py) and CUDA tensors through the PyTorch operators (python/tests/test_cuda_ops.py)
-# where the machine's torch sees the GPU. With FlashInfer's headers carried (.gpudeps/flashinfer), cuda_bench also
-# times FlashInfer's own kernels on the same tensors and measures both libraries' angles at long positions. The host-side checks of the same
-# kernel bodies run in the ordinary test command on every machine (tests/cuda_host_test.cpp).
+# peers (bench/python/bench_cuda_torch.py), CUDA tensors through the PyTorch operators (python/tests/test_cuda_ops.py)
+# and their cost from Python (bench/python/bench_cuda_ops.py) where the machine's torch sees the GPU. With FlashInfer's
+# headers carried (.gpudeps/flashinfer), cuda_bench also times FlashInfer's own kernels on the same tensors and
+# measures both libraries' angles at long positions. The host-side checks of the same kernel bodies run in the
+# ordinary test command on every machine (tests/cuda_host_test.cpp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/gpu-results}
@@ -98,13 +99,18 @@ else
   pylibs=/tmp/ropekit-pylibs
   python3 -c "import glob, zipfile; [zipfile.ZipFile(w).extractall('$pylibs') for w in glob.glob('.gpudeps/wheels/*.whl')]"
   pybind11_dir=$(PYTHONPATH=$pylibs python3 -c 'import pybind11; print(pybind11.get_cmake_dir())')
-  step python-build bash -c "cmake -S . -B build/gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DROPEKIT_CUDA=ON \
+  if step python-build bash -c "cmake -S . -B build/gpu-python -G Ninja -DCMAKE_BUILD_TYPE=Release -DROPEKIT_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DROPEKIT_BUILD_PYTHON=ON -DROPEKIT_BUILD_EXAMPLES=OFF -DROPEKIT_BUILD_TOOLS=OFF \
     -DPython_EXECUTABLE=$(command -v python3) -Dpybind11_DIR=$pybind11_dir ${prefix_args[*]} &&
-    cmake --build build/gpu-python --target ropekit_python ropekit_torch_ops" &&
+    cmake --build build/gpu-python --target ropekit_python ropekit_torch_ops"; then
     step python env PYTHONPATH="build/gpu-python/python:$pylibs" ROPEKIT_EXPECT_OPS=c++ timeout 300 python3 -m pytest -q -rs \
       -p no:cacheprovider python/tests/test_cuda_ops.py python/tests/test_ops.py
-  tail -3 "$out/python.log" 2> /dev/null | tee -a "$summary"
+    tail -3 "$out/python.log" 2> /dev/null | tee -a "$summary"
+    # What a call costs from Python, against a CUDA graph's replay of it and the compiled expression.
+    step ops-bench env PYTHONPATH="build/gpu-python/python:$pylibs" timeout 120 python3 bench/python/bench_cuda_ops.py \
+      --json "$out/ops_bench.json"
+    grep "rotate_ eager" "$out/ops-bench.log" 2> /dev/null | tee -a "$summary"
+  fi
 fi
 grep -h "equal the" "$out"/device.log "$out"/host.log 2>/dev/null | tee -a "$summary"
 grep -e "of the copy" -e "^accuracy" "$out/bench.log" 2>/dev/null | tee -a "$summary"
