@@ -15,12 +15,11 @@ timings by CUDA events of a loop of at least 20 ms, as cuda_bench):
 for decode (1 token per sequence, batch 1, 64, 256, position 4095) and prefill (2 × 8192).
 """
 import argparse
-import json
 
 import torch
 
 # The same timing (CUDA events, medians of 9 loops of >= 20 ms) and expression as the PyTorch peers' benchmark.
-from bench_cuda_torch import apply as expression, timed
+from bench_cuda_torch import apply as expression, timed, write_json
 
 
 def graphed(fn):
@@ -90,9 +89,7 @@ def main():
               f"  Rope.apply {row['rope_apply_us']:8.2f}  rotate_and_cache_ eager {row['append_eager_us']:8.2f}"
               f"  graph {row['append_graph_us']:8.2f}  compiled expression {row['compiled_expression_us']:8.2f}",
               flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    write_json(a.json, rows)
     return 0
 
 

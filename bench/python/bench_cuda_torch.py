@@ -45,6 +45,13 @@ def timed(fn):
     return sorted(us)[len(us) // 2]
 
 
+def write_json(path, rows):
+    """The rows, with the GPU's name and torch's version, to `path` (nothing when it is empty)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -111,9 +118,7 @@ def main():
         rows.append(row)
         print(f"{row['name']:<34} apply eager {row['apply_eager_us']:9.2f} µs  compiled {row['apply_compiled_us']:9.2f}",
               flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    write_json(a.json, rows)
     return 0
 
 
