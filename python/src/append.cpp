@@ -115,6 +115,8 @@ std::array<std::int64_t, 4> cache_dims(const CacheMemory& c, PageLayout layout, 
 
 // Positions or a slot mapping given as a CUDA tensor: int32 or int64, contiguous, one value per token (axes streams
 // of them first for M-RoPE), in the memory of `cuda_device` — the kernel reads them there; the host reads none.
+// Positions or a slot mapping given as a CUDA tensor of `cuda_device`: int32 or int64, contiguous, in the shapes the
+// host path reads (read_positions) less broadcasts — one value per token (per axis for M-RoPE); the host reads none.
 Positions device_indices(py::handle object, std::string_view name, std::int64_t tokens, int axes, int cuda_device) {
   if (object.is_none()) throw Error(fmt::format("{} is None: with CUDA tensors give one per token", name));
   if (!py::hasattr(object, "data_ptr") || !object.attr("is_cuda").cast<bool>() ||
@@ -124,17 +126,13 @@ Positions device_indices(py::handle object, std::string_view name, std::int64_t 
   const std::string dtype = py::str(object.attr("dtype")).cast<std::string>();
   if (dtype != "torch.int32" && dtype != "torch.int64")
     throw Error(fmt::format("{}: dtype {}: must be int32 or int64", name, dtype));
+  if (!object.attr("is_contiguous")().cast<bool>()) throw Error(fmt::format("{}: not contiguous", name));
   std::vector<std::int64_t> shape;
   for (const py::handle d : py::tuple(object.attr("shape"))) shape.push_back(d.cast<std::int64_t>());
-  const std::vector<std::int64_t> want =
-      axes > 1 ? std::vector<std::int64_t>{axes, tokens} : std::vector<std::int64_t>{tokens};
-  if (shape != want || !object.attr("is_contiguous")().cast<bool>()) {
-    throw Error(fmt::format(
-        "{}: shape ({}){}; with CUDA tensors give a contiguous ({}): one per token", name, fmt::join(shape, ", "),
-        object.attr("is_contiguous")().cast<bool>() ? "" : ", not contiguous", fmt::join(want, ", ")));
-  }
-  return {reinterpret_cast<const void*>(object.attr("data_ptr")().cast<std::uintptr_t>()),
-          dtype == "torch.int32" ? IndexType::I32 : IndexType::I64, tokens, axes};
+  Positions p = device_positions_shape(shape, 1, tokens, axes, name, "key [tokens, kv_heads, dim]");
+  p.data = reinterpret_cast<const void*>(object.attr("data_ptr")().cast<std::uintptr_t>());
+  p.type = dtype == "torch.int32" ? IndexType::I32 : IndexType::I64;
+  return p;
 }
 
 // What rotate_and_cache reads, kept alive while the call's views point into it (fill in place; do not move).

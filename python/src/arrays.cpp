@@ -434,6 +434,21 @@ PositionsBuffer map_positions(const void* data, IndexType type, const std::vecto
   return out;
 }
 
+Positions device_positions_shape(const std::vector<std::int64_t>& shape, std::int64_t batch, std::int64_t seq, int axes,
+                                 std::string_view name, std::string_view for_what) {
+  std::int64_t count = 1;
+  for (const std::int64_t n : shape) count *= n;
+  const std::vector<std::int64_t> zeros(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)), 0);
+  const PositionsBuffer mapped = map_positions(zeros.data(), IndexType::I64, shape, batch, seq, axes, name, for_what);
+  if (!mapped.owned.empty()) {
+    throw Error(
+        fmt::format("{}: shape ({}) broadcasts over the batch of {}; for CUDA tensors give one per token: "
+                    "shape (batch, seq)",
+                    name, fmt::join(shape, ", "), batch));
+  }
+  return {nullptr, IndexType::I64, mapped.view.count, mapped.view.axes};
+}
+
 py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vector<py::ssize_t> shape) {
   py::array_t<std::int64_t> a(shape);
   std::copy(values.begin(), values.end(), a.mutable_data());

@@ -90,6 +90,12 @@ PositionsBuffer map_positions(const void* data, IndexType type, const std::vecto
                               std::int64_t batch, std::int64_t seq, int axes, std::string_view name,
                               std::string_view for_what);
 
+// Device positions (or a slot mapping: axes = 1) of `shape`: the shapes map_positions accepts for host ones, less
+// the broadcasts and None — one value per token, since the host reads none of them and a broadcast would be a device
+// copy. Returns {null, I64, batch·seq, axes}: the caller fills in the data and its type.
+Positions device_positions_shape(const std::vector<std::int64_t>& shape, std::int64_t batch, std::int64_t seq, int axes,
+                                 std::string_view name, std::string_view for_what);
+
 // An int64 NumPy array of `values` with `shape` (no copy of the vector's data is kept elsewhere).
 py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vector<py::ssize_t> shape);
 

@@ -145,18 +145,10 @@ int rotate_with(const rk_abi_rotate* c, const std::shared_ptr<const Table>& tabl
         throw Error(fmt::format("positions: None; for CUDA tensors give one position per token ({} on the device)",
                                 first.batch > 1 ? "shape (batch, seq)" : "shape (seq,)"));
       }
-      std::int64_t count = 1;
-      for (const std::int64_t n : shape) count *= n;
-      const std::vector<std::int64_t> zeros(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)), 0);
-      const PositionsBuffer mapped = map_positions(zeros.data(), IndexType::I64, shape, first.batch, first.seq,
-                                                   rope.pair_map().num_axes, "positions", for_what);
-      if (!mapped.owned.empty()) {
-        throw Error(
-            fmt::format("positions: shape ({}) broadcasts over the batch of {}; for CUDA tensors give one "
-                        "position per token: shape (batch, seq)",
-                        fmt::join(shape, ", "), first.batch));
-      }
-      args.positions = {p.data, type, mapped.view.count, mapped.view.axes};
+      args.positions =
+          device_positions_shape(shape, first.batch, first.seq, rope.pair_map().num_axes, "positions", for_what);
+      args.positions.data = p.data;
+      args.positions.type = type;
       const AngleMode mode = parse_angles(c->angles);
       const std::shared_ptr<const cuda::DeviceRope> gpu =
           table ? table_device_rope(table, rope, c->cuda_device) : device_rope(c->rope, mode, rope, c->cuda_device);

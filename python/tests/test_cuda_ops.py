@@ -280,8 +280,10 @@ def test_rotate_and_cache_cuda_argument_errors_come_before_any_launch(rope):
 
     with pytest.raises(ropekit.Error, match="positions is None: with CUDA tensors give one per token"):
         call(positions=None)
-    with pytest.raises(ropekit.Error, match=r"positions: shape \(2, 3\); with CUDA tensors give a contiguous \(6\)"):
-        call(positions=cuda0(torch.zeros(2, 3, dtype=torch.int64)))
+    with pytest.raises(ropekit.Error, match=r"positions: shape \(2, 4\) does not fit 6 tokens"):
+        call(positions=cuda0(torch.zeros(2, 4, dtype=torch.int64)))
+    with pytest.raises(ropekit.Error, match="slot_mapping: not contiguous"):
+        call(slot_mapping=cuda0(torch.arange(2 * tokens)[::2]))
     with pytest.raises(ropekit.Error, match="positions: dtype torch.int16"):
         call(positions=cuda0(torch.zeros(tokens, dtype=torch.int16)))
     with pytest.raises(ropekit.Error, match=r"slot_mapping: not a tensor on cuda:0"):
