@@ -22,7 +22,7 @@ __global__ void append_one_kernel(AppendShape shape) {
 int launch_append_one(const AppendShape& device_shape, void* stream, int block_dim) {
   const std::int64_t blocks = one_launch_blocks(device_shape, block_dim);
   if (blocks == 0) return 0;
-  if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidConfiguration);
+  if (blocks > kMaxGridBlocks) return static_cast<int>(cudaErrorInvalidConfiguration);
   append_one_kernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(block_dim), 0,
                       static_cast<cudaStream_t>(stream)>>>(device_shape);
   return static_cast<int>(cudaGetLastError());

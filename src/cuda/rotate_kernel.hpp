@@ -11,11 +11,13 @@
 
 namespace ropekit::cuda {
 
+// The most blocks a launch's grid takes along x.
+constexpr std::int64_t kMaxGridBlocks = 0x7fffffff;
 // Blocks of block_dim threads for `threads` threads (the launches of rotate_kernel.cu and append_kernel.cu); 0 when
 // there is nothing to do, −1 past the grid's x limit.
 inline std::int64_t blocks_for(std::int64_t threads, int block_dim) {
   const std::int64_t blocks = blocks_of(threads, block_dim);
-  return blocks > 0x7fffffff ? -1 : blocks;
+  return blocks > kMaxGridBlocks ? -1 : blocks;
 }
 
 // Launches the kernel over `device_shape` (every pointer in it a device pointer) on `stream` (a cudaStream_t; null:
