@@ -3,7 +3,8 @@
 # (and has no "../" includes), then configures, builds and runs ctest (two jobs) for
 #   release  optimised, -Werror, with the Python module: every label (unit, target, slow, python, package),
 #            then clang-tidy on its compile commands against the recorded baseline (scripts/tidy.sh)
-#   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror
+#   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror, built with CMake's
+#            default generator (Unix Makefiles) like a plain `cmake -S . -B build && cmake --build build`
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
@@ -14,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --arm64
+# The dev part builds with CMake's default generator (Unix Makefiles: what a plain `cmake -S . -B build` gets), the
+# others with Ninja, so that a configure or build step only one generator accepts fails here. Make builds one job at
+# a time unless told; a build folder left by an earlier Ninja configure is made again.
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+if grep -qs '^CMAKE_GENERATOR:INTERNAL=Ninja$' build/dev/CMakeCache.txt; then rm -rf build/dev; fi
 timings=()
 part() {
   local name=$1 start=$SECONDS
