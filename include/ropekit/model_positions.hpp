@@ -118,6 +118,8 @@ struct ModelPositions {
   // The group named `layer_type`; "" selects the only group, or the only RoPE group. Throws
   // ropekit::Error listing the layer types when the name is unknown or "" is ambiguous.
   const LayerPositions& layer(std::string_view layer_type = {}) const;
+  // layer(0) would name a layer type by a null pointer (a crash): a layer's group by index is at_layer(index).
+  const LayerPositions& layer(int index) const = delete;
   // The group that layer `index` belongs to. Throws ropekit::Error naming the index and the layer
   // count when it is out of range or the config gives no layer count.
   const LayerPositions& at_layer(int index) const;

@@ -1,8 +1,9 @@
 # ctest's package.* tests: installs the build tree into a fresh prefix, configures and builds tests/package
-# against it with find_package(ropekit), and runs the consumer (which prints "ok"). CONSUMER=core also
-# checks that the core-only consumer neither found nor links OpenBLAS or nlohmann-json.
+# against it with find_package(ropekit), and runs the consumer (which prints "ok"). A consumer of one component
+# also checks that neither its configure nor its build found or linked a dependency only other components need
+# (OpenBLAS: the lab; nlohmann-json: the config readers).
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -DCXX_FLAGS=...
-#         -DCONSUMER=core|all -P check.cmake
+#         -DCONSUMER=core|config|positions|engine|lab|c|all [-DMODEL=<the bundled model>] -P check.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -17,20 +18,25 @@ run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
     "-DROPEKIT_CONSUMER=${CONSUMER}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build" --verbose)
 set(build_log "${last_output}")
-run("${WORK_DIR}/build/consumer")
+run("${WORK_DIR}/build/consumer" ${MODEL})
 if(NOT last_output MATCHES "\nok\n")
   message(FATAL_ERROR "the consumer did not print ok:\n${last_output}")
 endif()
 message(STATUS "${last_output}")
-if(CONSUMER STREQUAL "core")
+set(forbidden_core openblas OPENBLAS nlohmann_json)
+set(forbidden_config openblas OPENBLAS)
+set(forbidden_positions openblas OPENBLAS nlohmann_json)
+set(forbidden_engine openblas OPENBLAS nlohmann_json)
+set(forbidden_c openblas OPENBLAS)
+if(DEFINED forbidden_${CONSUMER})
   file(READ "${WORK_DIR}/build/CMakeCache.txt" cache)
-  foreach(forbidden openblas OPENBLAS nlohmann_json)
+  foreach(forbidden IN LISTS forbidden_${CONSUMER})
     if(cache MATCHES "${forbidden}")
-      message(FATAL_ERROR "the core-only consumer's configure found ${forbidden}")
+      message(FATAL_ERROR "the ${CONSUMER} consumer's configure found ${forbidden}")
     endif()
     if(build_log MATCHES "${forbidden}")
-      message(FATAL_ERROR "the core-only consumer's build mentions ${forbidden}:\n${build_log}")
+      message(FATAL_ERROR "the ${CONSUMER} consumer's build mentions ${forbidden}:\n${build_log}")
     endif()
   endforeach()
-  message(STATUS "core-only consumer: no OpenBLAS, no nlohmann-json in its configure or on its command lines")
+  message(STATUS "${CONSUMER} consumer: none of ${forbidden_${CONSUMER}} in its configure or on its command lines")
 endif()
