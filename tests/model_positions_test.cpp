@@ -364,6 +364,81 @@ TEST(ModelPositions, RemoteCodeSpellings) {
   EXPECT_EQ(intern.groups[0].spec.pairing, Pairing::Half);
 }
 
+// A remote-code config.json may leave model_type out (transformers finds the class through auto_map): the family comes
+// from the class `architectures` or auto_map names, and the plan is the one the model_type would give. Every
+// remote-code family in the corpus, by architectures alone and by auto_map alone (issue 61).
+TEST(ModelPositions, ConfigsWithoutModelTypeAreReadByTheirClass) {
+  struct Case {
+    const char* config;
+    const char* module;  // auto_map's modeling file
+  };
+  for (const Case& c : {Case{"qwen-7b-chat", "modeling_qwen"}, Case{"chatglm3-6b-32k", "modeling_chatglm"},
+                        Case{"glm-4-9b-chat", "modeling_chatglm"}, Case{"baichuan2-7b-chat", "modeling_baichuan"},
+                        Case{"baichuan2-13b-chat", "modeling_baichuan"},
+                        Case{"internlm2_5-7b-chat", "modeling_internlm2"}, Case{"minicpm3-4b", "modeling_minicpm"},
+                        Case{"kimi-k2-instruct", "modeling_deepseek"}, Case{"falcon-rw-1b", "modelling_RW"}}) {
+    SCOPED_TRACE(c.config);
+    const json full = json::parse(text_of(c.config));
+    const ModelPositions want = read(full);
+    ASSERT_TRUE(full.contains("architectures")) << "the corpus config names its class";
+    json by_architectures = full;
+    by_architectures.erase("model_type");
+    json by_auto_map = by_architectures;
+    by_auto_map.erase("architectures");
+    by_auto_map["auto_map"] = {
+        {"AutoConfig", std::string(c.module) + ".Config"},
+        {"AutoModelForCausalLM", std::string(c.module) + "." + full["architectures"][0].get<std::string>()}};
+    for (const json& j : {by_architectures, by_auto_map}) {
+      const ModelPositions got = read(j);
+      EXPECT_EQ(got.family, want.family);
+      ASSERT_EQ(got.groups.size(), want.groups.size());
+      for (std::size_t i = 0; i < got.groups.size(); ++i) {
+        const LayerPositions &g = got.groups[i], &w = want.groups[i];
+        // Field by field: a non-RoPE group's unused spec holds NaN (base), which == never matches.
+        EXPECT_EQ(g.layer_type, w.layer_type);
+        EXPECT_EQ(g.layers, w.layers);
+        EXPECT_EQ(g.encoding, w.encoding);
+        if (w.encoding == PositionEncoding::Rope) {
+          EXPECT_EQ(g.spec, w.spec);
+        }
+        EXPECT_EQ(g.rope_offset, w.rope_offset);
+        EXPECT_EQ(g.qk_head_dim, w.qk_head_dim);
+        EXPECT_EQ(g.alibi_slopes, w.alibi_slopes);
+        EXPECT_EQ(g.sliding_window, w.sliding_window);
+        EXPECT_EQ(g.softmax_scale, w.softmax_scale);
+        EXPECT_EQ(g.query_scaling, w.query_scaling);
+      }
+      EXPECT_EQ(got.layer_types, want.layer_types);
+      EXPECT_EQ(got.qk_head_dim, want.qk_head_dim);
+      ASSERT_FALSE(got.warnings.empty());
+      EXPECT_NE(got.warnings[0].find("model_type is missing: read as"), std::string::npos) << got.warnings[0];
+    }
+  }
+  // Transformers' naming and the two classes named otherwise.
+  for (const auto& [cls, type] :
+       std::vector<std::pair<std::string, std::string>>{{"Qwen2MoeForCausalLM", "qwen2_moe"},
+                                                        {"GPTNeoXForCausalLM", "gpt_neox"},
+                                                        {"DeepseekV3ForCausalLM", "deepseek_v3"},
+                                                        {"Qwen2VLForConditionalGeneration", "qwen2_vl"},
+                                                        {"DeciLMForCausalLM", "deci"},
+                                                        {"RWForCausalLM", "RefinedWebModel"},
+                                                        {"org/repo--modeling_xverse.XverseForCausalLM", "xverse"}}) {
+    const ModelPositions m = read({{"architectures", {cls}}, {"num_attention_heads", 8}, {"hidden_size", 512}});
+    EXPECT_EQ(m.model_type, type) << cls;
+  }
+  // A class no row matches: the Llama reading and its warning, as for an unknown model_type.
+  const ModelPositions unknown =
+      read({{"architectures", {"MyNewForCausalLM"}}, {"num_attention_heads", 8}, {"hidden_size", 512}});
+  EXPECT_EQ(unknown.family, "llama-style");
+  EXPECT_NE(unknown.warnings.at(0).find("not in ropekit's model table"), std::string::npos);
+  // A model_type that is present is never second-guessed by the class.
+  const ModelPositions named = read({{"model_type", "my_llama"},
+                                     {"architectures", {"QWenLMHeadModel"}},
+                                     {"num_attention_heads", 8},
+                                     {"hidden_size", 512}});
+  EXPECT_EQ(named.family, "llama-style");
+}
+
 TEST(ModelPositions, EveryCorpusConfigReadsAndEveryLayerHasOneGroup) {
   for (const auto& entry : std::filesystem::directory_iterator(kConfigs)) {
     if (entry.path().extension() != ".json") continue;

@@ -81,6 +81,19 @@ struct VisionRope {
 };
 VisionRope read_vision_config(std::string_view json_text, std::string_view origin = "config.json");
 
+// The model table (docs/config.md): the Hugging Face model_types read_config knows, each read with its family's rules
+// (pairing, which layers rotate, ...). A config whose model_type is absent is matched to a row by the class its
+// `architectures` or `auto_map` names (transformers' naming: Qwen2ForCausalLM is qwen2); one not in the table is read
+// as a Llama, with a warning.
+struct ModelFamily {
+  std::string_view model_type;  // e.g. "qwen2"
+  std::string_view family;      // the row's name in docs/config.md: "llama-style", "gemma 3", "gpt-j-style", ...
+  Pairing pairing;              // its attention code's lane pairing (DeepSeek MLA: rope_interleave may change it)
+  std::string_view source;      // the modeling file the row was read from
+  bool remote_code = false;     // the model repository ships the modeling code (trust_remote_code)
+};
+std::span<const ModelFamily> model_families();
+
 // Built-in presets: real models' config.json RoPE fragments, embedded at build time from presets/
 // and read by read_config.
 struct Preset {

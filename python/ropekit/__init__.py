@@ -25,6 +25,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     eval_methods,
     linear_attention,
     llama4_vision_position_ids,
+    model_families,
     model_positions,
     model_positions_gguf,
     model_positions_preset,
@@ -51,7 +52,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 
 __all__ = [
     "Error", "KvCache", "Model", "PagedKvCache", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
-    "linear_attention", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
+    "linear_attention", "model_families", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",
     "tree_mask", "rejected_slot_ranges", "mrope_position_ids", "mrope_decode_positions", "vision_rope",

@@ -605,6 +605,23 @@ PYBIND11_MODULE(_ropekit, m) {
     }
     return out;
   });
+  m.def(
+      "model_families",
+      [] {
+        py::list out;
+        for (const ModelFamily& f : model_families()) {
+          py::dict d;
+          d["model_type"] = std::string(f.model_type);
+          d["family"] = std::string(f.family);
+          d["pairing"] = std::string(to_string(f.pairing));
+          d["source"] = std::string(f.source);
+          d["remote_code"] = f.remote_code;
+          out.append(d);
+        }
+        return out;
+      },
+      "The model table (docs/config.md): every model_type read with its family's rules, as dicts of model_type, "
+      "family, pairing, source (the modeling file read) and remote_code");
   m.def("scaling_variants", &scaling_variants,
         "Every scaling variant's description: rope_type, formula, and each field's config key, source "
         "(rope, model, file) and presence (required, default, optional)");

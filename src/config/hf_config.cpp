@@ -76,6 +76,9 @@ class ModelReader {
     info_ = detail::find_model(out_.model_type);
     // Multimodal wrappers (llava, mistral3, voxtral, ...) describe their language model in text_config.
     if (!info_ && text && text.path != "model_type") info_ = detail::find_model(r_.string(text));
+    // A remote-code config may leave model_type out: transformers then finds the class through auto_map, and
+    // `architectures` names it.
+    if (!info_ && !top && !text) identify_by_class();
     if (!info_) {
       const bool llama_keys = r_.model_key("num_attention_heads") || r_.model_key("head_dim") ||
                               r_.model_key("rope_theta") || r_.model_key("rope_scaling") ||
@@ -107,6 +110,30 @@ class ModelReader {
     if (!options_.pairing && flag(detail::kRopeInterleaveKey)) {
       // HF DeepseekV3Config: rope_interleave defaults to true (weights in GPT-J order).
       if (Value v = r_.model_key("rope_interleave")) pairing_ = r_.boolean(v) ? Pairing::Interleaved : Pairing::Half;
+    }
+  }
+
+  // The model table's row for the class `architectures` or auto_map's AutoModel* entries name, first match.
+  void identify_by_class() {
+    std::vector<Value> classes;
+    if (const json* a = Reader::member(root_, "architectures"); a && a->is_array()) {
+      for (std::size_t i = 0; i < a->size(); ++i) classes.push_back({&(*a)[i], fmt::format("architectures[{}]", i)});
+    }
+    if (const json* m = Reader::member(root_, "auto_map"); m && m->is_object()) {
+      for (const auto& [key, value] : m->items()) {
+        if (key.starts_with("AutoModel")) classes.push_back({&value, fmt::format("auto_map.{}", key)});
+      }
+    }
+    for (const Value& c : classes) {
+      if (!c.node->is_string()) continue;  // auto_map entries may be [slow, fast] pairs (tokenizers), never models
+      const std::string name = r_.string(c);
+      if (const detail::ModelInfo* info = detail::find_model_by_class(name)) {
+        info_ = info;
+        out_.model_type = std::string(info->model_type);
+        out_.warnings.push_back(fmt::format("{}: model_type is missing: read as {} ({} = {})", r_.origin(),
+                                            info->model_type, c.path, name));
+        return;
+      }
     }
   }
 

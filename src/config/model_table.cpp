@@ -13,6 +13,10 @@
 #include "config/model_table.hpp"
 
 #include <array>
+#include <string>
+#include <vector>
+
+#include "ropekit/config.hpp"
 
 namespace ropekit::detail {
 namespace {
@@ -270,7 +274,72 @@ const ModelInfo* find_model(std::string_view model_type) {
   return nullptr;
 }
 
+namespace {
+
+// Model classes whose name is not their model_type's (the rest follow transformers' naming: the model_type's letters
+// before ForCausalLM, ...).
+struct ClassAlias {
+  std::string_view stem;  // normalised: lower case, no '_' or '-'
+  std::string_view model_type;
+};
+constexpr auto kClassAliases = std::to_array<ClassAlias>({
+    {"decilm", "deci"},         // Deci/DeciLM-7B: DeciLMForCausalLM
+    {"rw", "RefinedWebModel"},  // tiiuae/falcon-rw-*, the first Falcon releases: RWForCausalLM
+});
+
+std::string normalised(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '_' || c == '-') continue;
+    out.push_back(c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c);
+  }
+  return out;
+}
+
+}  // namespace
+
+const ModelInfo* find_model_by_class(std::string_view class_name) {
+  // "modeling_qwen.QWenLMHeadModel" (auto_map), "org/repo--modeling_x.Class": the class is after the last '.'.
+  if (const auto dot = class_name.rfind('.'); dot != std::string_view::npos) class_name.remove_prefix(dot + 1);
+  std::string stem = normalised(class_name);
+  bool stripped = false;
+  for (std::string_view suffix : {"forcausallm", "lmheadmodel", "forconditionalgeneration", "model"}) {
+    if (stem.size() > suffix.size() && stem.ends_with(suffix)) {
+      stem.resize(stem.size() - suffix.size());
+      stripped = true;
+      break;
+    }
+  }
+  if (!stripped) return nullptr;
+  for (const ClassAlias& a : kClassAliases) {
+    if (a.stem == stem) return find_model(a.model_type);
+  }
+  for (const ModelInfo& m : kModels) {
+    if (normalised(m.model_type) == stem) return &m;
+  }
+  return nullptr;
+}
+
 std::span<const ModelInfo> model_table() { return kModels; }
+
+}  // namespace ropekit::detail
+
+namespace ropekit {
+
+std::span<const ModelFamily> model_families() {
+  static const std::vector<ModelFamily> rows = [] {
+    std::vector<ModelFamily> out;
+    for (const detail::ModelInfo& m : detail::model_table()) {
+      out.push_back({m.model_type, m.family, m.pairing, m.source, (m.flags & detail::kRemoteCode) != 0});
+    }
+    return out;
+  }();
+  return rows;
+}
+
+}  // namespace ropekit
+
+namespace ropekit::detail {
 const ModelInfo& llama_fallback() { return kLlamaFallback; }
 
 const GgufArchInfo* find_gguf_arch(std::string_view arch) {

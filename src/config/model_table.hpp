@@ -71,6 +71,11 @@ struct ModelInfo {
 
 // nullptr when the model_type is not in the table.
 const ModelInfo* find_model(std::string_view model_type);
+// The row of a model class named by config.json's `architectures` or an `auto_map` value ("QWenLMHeadModel",
+// "modeling_chatglm.ChatGLMForConditionalGeneration"): transformers' naming (the model_type's letters, case, '_' and
+// '-' aside, then ForCausalLM / LMHeadModel / ForConditionalGeneration / Model) or one of the few classes named
+// otherwise (DeciLM, RW); nullptr when no row matches.
+const ModelInfo* find_model_by_class(std::string_view class_name);
 std::span<const ModelInfo> model_table();
 // The row an unknown model_type is read with (Llama), with a warning naming the assumption.
 const ModelInfo& llama_fallback();
