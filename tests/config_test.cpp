@@ -252,6 +252,28 @@ TEST(ConfigSpellings, Gemma3V5NestedParametersEqualLegacy) {
   EXPECT_EQ(b.groups[0].layer_type, "sliding_attention");
 }
 
+// transformers 5.15's standardize_rope_params treats a per-layer-type nesting whose keys are not all the model's layer
+// types (OLMo 3 whose layers are all sliding: keys sliding and full, layer types sliding only) as one global dictionary
+// and adds "rope_type" and "rope_theta": null beside the nested ones; the rotary module still reads
+// rope_parameters[layer_type]. The nesting is what counts (issue 61: patch() on OLMo 3 found θ 1e4 read for 5e5).
+TEST(ConfigSpellings, NestedParametersBesideLeftoverScalars) {
+  const json config = {{"model_type", "olmo3"},
+                       {"hidden_size", 64},
+                       {"num_attention_heads", 4},
+                       {"num_hidden_layers", 2},
+                       {"layer_types", {"sliding_attention", "sliding_attention"}},
+                       {"sliding_window", 8},
+                       {"rope_parameters",
+                        {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 500000.0}}},
+                         {"full_attention", {{"rope_type", "default"}, {"rope_theta", 500000.0}}},
+                         {"rope_type", "default"},
+                         {"rope_theta", nullptr}}}};
+  const ropekit::ModelPositions m = read(config);
+  ASSERT_EQ(m.groups.size(), 1u);
+  EXPECT_EQ(m.groups[0].layer_type, "sliding_attention");
+  EXPECT_EQ(m.groups[0].spec.base, 500000.0);
+}
+
 TEST(ConfigSpellings, MRopeSectionsAndTextConfig) {
   // Qwen3-VL: parameters under text_config, interleaved M-RoPE.
   const json qwen3_vl = {
@@ -433,6 +455,33 @@ TEST(ConfigErrors, EachClassNamesTheKey) {
   json mrope = kLlama31;
   mrope["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {16, 24}}};
   expect_error(mrope.dump(), "rope_scaling.mrope_section = [16,24]: expected 3 entries");
+}
+
+// Python's json (transformers' save_pretrained) writes non-finite floats as NaN / Infinity / -Infinity, which real
+// configs hold (Falcon-H1, the Mamba-2 family: "time_step_limit": [0.0, Infinity]): read where ropekit does not use
+// them, an error naming the key where it does, never a JSON error (issue 61: patch() on Falcon-H1).
+TEST(ConfigSpellings, PythonsNonFiniteTokensAreReadAsPythonReadsThem) {
+  const std::string base = kLlama31.dump();
+  const std::string with_limits = base.substr(0, base.size() - 1) +
+                                  R"(, "time_step_limit": [0.0, Infinity], "x": -Infinity, "y": NaN,)"
+                                  R"( "note": "NaN and Infinity in a string stay text"})";
+  const ropekit::ModelPositions m = ropekit::read_config(with_limits, {}, "h1.json");
+  EXPECT_EQ(m.layer().spec, ropekit::read_config(base, {}, "h1.json").layer().spec);
+  std::string infinite_theta = base;
+  const std::string key = "\"rope_theta\":";
+  const std::size_t at = infinite_theta.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const std::size_t end = infinite_theta.find_first_of(",}", at);
+  infinite_theta.replace(at + key.size(), end - at - key.size(), "Infinity");
+  expect_error(infinite_theta, "rope_theta = Infinity: expected a finite number");
+  // A syntax error after a rewritten token is reported at its byte in the input as given.
+  const std::string broken = R"({"a": NaN, "b": })";
+  try {
+    (void)ropekit::read_config(broken, {}, "bad.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid JSON at byte 17"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ConfigErrors, FilesAndPresets) {

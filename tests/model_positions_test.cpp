@@ -293,6 +293,30 @@ TEST(ModelPositions, ModelsWithoutRope) {
   EXPECT_TRUE(h.layer("attention").attention);
   EXPECT_FALSE(h.layer("mamba").attention);
   EXPECT_TRUE(h.rope_groups().empty());
+  // transformers 5.15 writes the list layers_block_type instead of the pattern (legacy names remapped): the same plan.
+  json listed = json::parse(text_of("nemotron-h-8b-base-8k"));
+  json blocks = json::array();
+  for (char c : listed["hybrid_override_pattern"].get<std::string>()) {
+    blocks.push_back(c == '*'   ? "full_attention"
+                     : c == 'M' ? (blocks.size() % 2 ? "mamba" : "linear_attention")
+                     : c == 'E' ? "moe"
+                                : "mlp");
+  }
+  listed.erase("hybrid_override_pattern");
+  listed["layers_block_type"] = blocks;
+  const ModelPositions from_list = read(listed);
+  EXPECT_EQ(from_list.layer("attention").layers, h.layer("attention").layers);
+  EXPECT_EQ(from_list.layer("mamba").layers, h.layer("mamba").layers);
+  EXPECT_EQ(from_list.layer_types, h.layer_types);
+  listed["layers_block_type"][0] = "convolution";
+  try {
+    (void)read(listed);
+    ADD_FAILURE() << "no error for an unknown block type";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers_block_type[0] = \"convolution\": expected full_attention"),
+              std::string::npos)
+        << e.what();
+  }
   const ModelPositions jamba = corpus("jamba-v0.1");
   EXPECT_EQ(jamba.layer("attention").layers, (std::vector<int>{4, 12, 20, 28}));
   EXPECT_EQ(jamba.layer("attention").encoding, PositionEncoding::None);

@@ -3,24 +3,117 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "ropekit/error.hpp"
 
 namespace ropekit::detail {
 
+namespace {
+
+// Python's json module (and so transformers' save_pretrained) writes non-finite floats as the bare tokens NaN,
+// Infinity and -Infinity, which real config.json files hold (Falcon-H1 and the Mamba-2 family:
+// "time_step_limit": [0.0, Infinity]); JSON and nlohmann do not. Outside strings each becomes a string marker that
+// no config holds (it starts with a NUL), turned into the double after parsing: a key ropekit reads then fails the
+// finite check naming it, and the rest is ignored as before.
+constexpr std::string_view kMarker = "\\u0000ropekit-nonfinite:";
+
+struct Rewritten {
+  std::string text;
+  std::vector<std::pair<std::size_t, std::size_t>> shifts;  // (offset in text, bytes added there)
+};
+
+std::optional<Rewritten> rewrite_nonfinite(std::string_view text) {
+  std::optional<Rewritten> out;
+  bool in_string = false;
+  std::size_t copied = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    for (std::string_view token :
+         {std::string_view("-Infinity"), std::string_view("Infinity"), std::string_view("NaN")}) {
+      if (text.substr(i, token.size()) != token) continue;
+      if (!out) out.emplace();
+      out->text.append(text.substr(copied, i - copied));
+      const std::string marker = fmt::format("\"{}{}\"", kMarker, token);
+      out->shifts.emplace_back(out->text.size(), marker.size() - token.size());
+      out->text += marker;
+      i += token.size() - 1;
+      copied = i + 1;
+      break;
+    }
+  }
+  if (out) out->text.append(text.substr(copied));
+  return out;
+}
+
+// The markers back to doubles; iterative, as deep nesting is valid input.
+void restore_nonfinite(json& root) {
+  const std::string prefix = fmt::format("{}{}", std::string_view("\0", 1), kMarker.substr(6));
+  std::vector<json*> todo = {&root};
+  while (!todo.empty()) {
+    json* j = todo.back();
+    todo.pop_back();
+    if (j->is_structured()) {
+      for (json& child : *j) todo.push_back(&child);
+    } else if (j->is_string()) {
+      const std::string& s = j->get_ref<const std::string&>();
+      if (!s.starts_with(prefix)) continue;
+      const std::string_view token = std::string_view(s).substr(prefix.size());
+      *j = token == "NaN"        ? std::numeric_limits<double>::quiet_NaN()
+           : token == "Infinity" ? std::numeric_limits<double>::infinity()
+                                 : -std::numeric_limits<double>::infinity();
+    }
+  }
+}
+
+}  // namespace
+
 json parse_json(std::string_view text, std::string_view origin) {
+  const std::optional<Rewritten> rewritten = rewrite_nonfinite(text);
+  const std::string_view parsed = rewritten ? std::string_view(rewritten->text) : text;
   try {
-    return json::parse(text.begin(), text.end());
+    json root = json::parse(parsed.begin(), parsed.end());
+    if (rewritten) restore_nonfinite(root);
+    return root;
   } catch (const json::parse_error& e) {
-    // nlohmann's message names the byte and what it expected; keep it on one line.
-    throw Error(fmt::format("{}: invalid JSON at byte {}: {}", origin, e.byte, e.what()));
+    // nlohmann's message names the byte and what it expected; keep it on one line. The byte is the input's, before
+    // any marker was put in.
+    std::size_t byte = e.byte;
+    if (rewritten) {
+      std::size_t added = 0;
+      for (const auto& [at, n] : rewritten->shifts) {
+        if (at < e.byte) added += n;
+      }
+      byte -= std::min(added, byte);
+    }
+    throw Error(fmt::format("{}: invalid JSON at byte {}: {}", origin, byte, e.what()));
   } catch (const json::exception& e) {  // e.g. out_of_range: a number beyond double (found by fuzzing)
     throw Error(fmt::format("{}: invalid JSON: {}", origin, e.what()));
   }
 }
 
 std::string show(const json& value) {
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) {  // dump() would write null
+    const double x = value.get<double>();
+    return std::isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity";
+  }
   std::string text = value.dump();
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   return text;

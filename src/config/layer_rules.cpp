@@ -271,8 +271,29 @@ LayerKinds jamba_layers(const FamilyView& family) {
 }
 
 LayerKinds nemotron_h_layers(const FamilyView& family) {
-  const Value v = family.key("hybrid_override_pattern");
-  if (!v) family.r.missing("hybrid_override_pattern (which layers attend)");
+  // transformers 5.15 writes the list layers_block_type (its attribute layer_types): full_attention,
+  // linear_attention (Mamba), moe, mlp — with the legacy names attention / mamba remapped; older configs the
+  // pattern string, which wins when both are present as in NemotronHConfig.
+  Value v = family.key("hybrid_override_pattern");
+  if (!v) {
+    Value list = family.key("layers_block_type");
+    if (!list) list = family.key("layer_types");
+    if (!list) family.r.missing("hybrid_override_pattern or layers_block_type (which layers attend)");
+    const std::vector<std::string> blocks = family.strings(list);
+    LayerKinds out{{}, int(blocks.size())};
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const std::string& b = blocks[i];
+      if (b == "full_attention" || b == "attention") {
+        out.kinds.push_back(LayerKind{"attention", true, kNoPE});
+      } else if (b == "linear_attention" || b == "mamba" || b == "moe" || b == "mlp") {
+        out.kinds.push_back(LayerKind{b == "linear_attention" ? "mamba" : b, false, kNoPE});
+      } else {
+        family.r.fail(fmt::format("{}[{}]", list.path, i), (*list.node)[i],
+                      "expected full_attention, linear_attention, moe or mlp");
+      }
+    }
+    return out;
+  }
   const std::string pattern = family.r.string(v);
   if (pattern.find_first_not_of("M*-E") != std::string::npos) {
     family.r.fail(v.path, *v.node, "expected letters M (Mamba), * (attention), - (MLP), E (MoE)");

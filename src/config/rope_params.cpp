@@ -63,9 +63,12 @@ void RopeReader::read_params() {
     if (!p.node->is_object()) r.fail(p.path, *p.node, "expected a JSON object");
     params_ = {p.node, p.path};
   }
-  // v5 nests one dictionary per layer type: {"full_attention": {...}, "sliding_attention": {...}}.
+  // v5 nests one dictionary per layer type: {"full_attention": {...}, "sliding_attention": {...}}. Scalars beside them
+  // are leftovers the modeling code never reads: transformers' standardize_rope_params treats a nesting whose keys are
+  // not all the model's layer types (OLMo 3 with every layer sliding) as one global dictionary and adds "rope_type"
+  // and "rope_theta": null to it, while the rotary module still reads rope_parameters[layer_type].
   nested_ = params_.dict && !params_.dict->empty() &&
-            std::all_of(params_.dict->begin(), params_.dict->end(), [](const json& v) { return v.is_object(); });
+            std::any_of(params_.dict->begin(), params_.dict->end(), [](const json& v) { return v.is_object(); });
   if ((info.flags & kMainCompressParams) != 0 && !nested_) synthesize_deepseek_v4();
   if (flag(info, kGlobalHeadDim) && !params_.dict) {
     // Gemma4TextConfig's default rope_parameters.
