@@ -135,7 +135,16 @@ class RotaryEmbedding(torch.nn.Module):
         lead = position_ids.shape[:-1]
         pos = position_ids.reshape(-1, 1, position_ids.shape[-1]).float().cpu()
         inv = self.inv_freq.cpu()[None, :, None].float().expand(pos.shape[0], -1, 1)
-        freqs = (inv @ pos).transpose(1, 2)
+        freqs = (inv @ pos).transpose(1, 2).reshape(*lead, position_ids.shape[-1], -1)
+        sections = self._spec["mrope_section"]
+        if self._spec.get("mrope_interleaved") and sections is not None and position_ids.dim() == 3:
+            # Qwen3-VL's apply_interleaved_mrope: pair j takes stream h where j % 3 == 1 and j < 3·section[1], stream w
+            # where j % 3 == 2 and j < 3·section[2], else t (the module returns the selected [batch, seq, dim]).
+            selected = freqs[0].clone()
+            for axis, offset in ((1, 1), (2, 2)):
+                pick = slice(offset, sections[axis] * 3, 3)
+                selected[..., pick] = freqs[axis, ..., pick]
+            freqs, lead = selected, lead[1:]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
         return cos.reshape(*lead, -1, cos.shape[-1]), sin.reshape(*lead, -1, sin.shape[-1])
@@ -169,6 +178,24 @@ class RotaryEmbedding(torch.nn.Module):
         elif seq_len < self._original < self._cached:  # back below the trained length: the original plan
             self.set_current_length(self._original)
             self._cached = self._original
+
+    @torch.no_grad()
+    def complex_frequencies(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Llama 4's form of the same angles: freqs_cis = polar(1, position × inv_freq) · attention_scaling, complex64
+        [batch, seq, rotary_dim / 2] on x's device. angles="hf": Hugging Face's float32 expression (torch.polar of
+        inv_freq @ position_ids); "accurate": cos + i·sin of the exact angles, correctly rounded, times the scale."""
+        if self._follow and position_ids.numel() > 0:
+            self._follow_hf_length(position_ids)
+        if self.angles == "hf":
+            pos = position_ids[:, None, :].float().cpu()
+            inv = self.inv_freq.cpu()[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            freqs = (inv @ pos).transpose(1, 2)
+            out = torch.polar(torch.ones_like(freqs), freqs) * self.attention_scaling
+        else:
+            cos, sin = (torch.as_tensor(a) for a in self._accurate(position_ids))
+            half = cos.shape[-1] // 2
+            out = torch.complex(cos[..., :half].float(), sin[..., :half].float())
+        return out.to(x.device)
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
@@ -217,56 +244,282 @@ def apply_multimodal_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch
 
 
 class _PatchedRotary(torch.nn.Module):
-    """Stands in for a Hugging Face model's rotary module: forward(x, position_ids[, layer_type]) → (cos, sin) from
-    ropekit's plan — one RotaryEmbedding per RoPE layer type (Gemma 3's sliding and full layers)."""
+    """Stands in for a Hugging Face model's rotary module: forward(x, position_ids[, layer_type]) → what the module it
+    replaced returned — (cos, sin) in its lane layout, or complex freqs_cis (Llama 4) — from ropekit's plan: one
+    RotaryEmbedding per RoPE layer type (Gemma 3's sliding and full layers).
 
-    def __init__(self, ropes, angles: str, original: torch.nn.Module):
+    layout: "half" — cos/sin as cat(f, f) over the rotary width (rotate_half models, and the ones that de-interleave
+    their weights or split cos in attention); "interleaved" — repeat_interleave(f, 2) (Cohere: GPT-J pairs rotated with
+    cos/sin already interleaved); "pairs" — f once per pair (GPT-OSS); "complex" — polar(1, f) · scale over the pairs
+    (Llama 4's freqs_cis)."""
+
+    def __init__(self, by_type: dict, layout: str, angles: str, original: torch.nn.Module):
         super().__init__()
+        self.layout = layout
         self.angles = angles
-        self.by_type = torch.nn.ModuleDict({t: RotaryEmbedding(r, angles=angles) for t, r in ropes.items()})
+        self.by_type = torch.nn.ModuleDict(by_type)
         # What HF code may read off the module it replaced.
-        for attr in ("rope_type", "max_seq_len_cached", "original_max_seq_len", "config"):
+        for attr in ("rope_type", "max_seq_len_cached", "original_max_seq_len", "config", "layer_types",
+                     "mrope_section"):
             if hasattr(original, attr):
                 setattr(self, attr, getattr(original, attr))
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None):
+    def _rotary(self, layer_type: Optional[str]) -> RotaryEmbedding:
+        if layer_type is not None and layer_type in self.by_type:
+            return self.by_type[layer_type]
+        distinct = {id(r.rope): r for r in self.by_type.values()}
+        if len(distinct) == 1:  # one RoPE serves every layer type the model asks for
+            return next(iter(distinct.values()))
         if layer_type is None:
-            if len(self.by_type) != 1:
-                raise Error(f"layer_type: the model has RoPE layer types {', '.join(self.by_type)}; pass one")
-            return next(iter(self.by_type.values()))(x, position_ids)
-        if layer_type not in self.by_type:
-            raise Error(f'layer_type = "{layer_type}": the model\'s RoPE layer types are {", ".join(self.by_type)}')
-        return self.by_type[layer_type](x, position_ids)
+            raise Error(f"layer_type: the model has RoPE layer types {', '.join(self.by_type)}; pass one")
+        raise Error(f'layer_type = "{layer_type}": the model\'s RoPE layer types are {", ".join(self.by_type)}')
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None):
+        rotary = self._rotary(layer_type)
+        if self.layout == "complex":
+            return rotary.complex_frequencies(x, position_ids)
+        return _in_layout(*rotary(x, position_ids), self.layout, rotary.rope.spec["mrope_section"])
+
+
+def _takes_layer_type(module: torch.nn.Module) -> bool:
+    import inspect
+    try:
+        return "layer_type" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _probe_positions(rope: Rope, n: int) -> torch.Tensor:
+    """Positions 0 … n−1 for one sequence; M-RoPE: three distinct streams (t, h, w), as the text models take them."""
+    t = torch.arange(n)
+    if rope.spec["mrope_section"] is None:
+        return t[None]
+    return torch.stack([t, t // 2, t % 3])[:, None, :]
+
+
+_LAYOUTS = ("half", "interleaved", "pairs")
+
+
+def _select_sections(x: torch.Tensor, sections: Sequence[int]) -> torch.Tensor:
+    """[3, ..., dim] per-stream cos or sin (cat layout) → [..., dim] with each M-RoPE section from its stream, as
+    Qwen2-VL's apply_multimodal_rotary_pos_emb selects them (GLM-4V's rotary module does the same on the pairs)."""
+    return torch.cat([m[i % 3] for i, m in enumerate(x.split(list(sections) * 2, dim=-1))], dim=-1)
+
+
+def _in_layout(cos: torch.Tensor, sin: torch.Tensor, layout: str, sections: Optional[Sequence[int]] = None):
+    """cos/sin from HF's cat(f, f) layout into a rotary module's: "half" as they are; "interleaved" repeat_interleave(f,
+    2) (Cohere); "pairs" one value per pair, f alone (GPT-OSS); "selected-…": M-RoPE streams already selected by
+    section (GLM-4V), then one of those."""
+    if layout.startswith("selected-"):
+        cos, sin, layout = _select_sections(cos, sections), _select_sections(sin, sections), layout[len("selected-"):]
+    if layout == "half":
+        return cos, sin
+    half = cos.shape[-1] // 2
+    if layout == "pairs":
+        return cos[..., :half], sin[..., :half]
+    return cos[..., :half].repeat_interleave(2, dim=-1), sin[..., :half].repeat_interleave(2, dim=-1)
+
+
+def _difference(got, want) -> float:
+    """The largest |difference| between what a rotary module returned and a candidate, inf where the shapes differ."""
+    if isinstance(got, torch.Tensor):
+        got = (got,)
+    if isinstance(want, torch.Tensor):
+        want = (want,)
+    if not isinstance(got, (tuple, list)) or len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.is_complex() != w.is_complex():
+            return float("inf")
+        worst = max(worst, float((g.detach().cpu().to(w.dtype) - w).abs().max()) if g.numel() else 0.0)
+    return worst
+
+
+def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: Sequence[str], angles: str):
+    """Which of ropekit's RoPEs a model's rotary module computes, for each layer type it serves, and its output's lane
+    layout: the module and ropekit's plan are run side by side on a short probe (positions below every length switch,
+    so dynamic NTK and LongRoPE keep their state), and the module is replaced only where they agree — a layout, plan or
+    scale ropekit does not reproduce is refused, never patched silently wrong."""
+    takes_type = _takes_layer_type(module)
+    types = list(dict.fromkeys(layer_types)) if takes_type else [None]
+    if takes_type and not types:
+        types = list(ropes)
+    candidates = {}
+    for key, rope in ropes.items():
+        candidates.setdefault(id(rope), (key, rope))
+    x = torch.zeros(1, 1, 8)
+    by_type, layout, report = {}, None, []
+    for lt in types:
+        best, served = None, False
+        for key, rope in candidates.values():
+            hf = RotaryEmbedding(rope, angles="hf", follow_length=False)
+            n = max(2, min(8, int(hf._original or 8)))
+            pos = _probe_positions(rope, n)
+            try:
+                out = module(x, pos, lt) if takes_type else module(x, pos)
+            except Exception:  # a layer type this module does not serve (e.g. a NoPE layer type)
+                continue
+            served = True
+            cos, sin = hf(x, pos)
+            layouts = list(_LAYOUTS)
+            sections = rope.spec["mrope_section"]
+            if sections is not None and cos.dim() == 4:  # per-stream cos/sin: the module may select them itself
+                layouts += [f"selected-{lay}" for lay in _LAYOUTS]
+            options = [(lay, _in_layout(cos, sin, lay, sections)) for lay in layouts]
+            options.append(("complex", hf.complex_frequencies(x, pos)))
+            for lay, want in options:
+                d = _difference(out, want)
+                scale = max(1.0, abs(rope.cos_sin_scale))
+                if d <= 1e-5 * scale and (best is None or d < best[0]):
+                    best = (d, lay, key, rope)
+            report.append(f"{lt or 'the module'} vs {key or 'the model'}'s RoPE: "
+                          f"{min(_difference(out, w) for _, w in options):.3g}")
+        if best is None:
+            if served:  # the module computes this layer type's cos/sin and no RoPE of the plan gives them
+                raise Error(f"patch: {name} ({type(module).__name__}) computes cos/sin that none of ropekit's RoPEs "
+                            f"for this config reproduces ({'; '.join(report)}): not patched — ropekit's model table "
+                            "may be wrong for this model (please report it); ropekit.torch.RotaryEmbedding(config) "
+                            "gives ropekit's plan")
+            continue
+        if layout is not None and best[1] != layout:
+            raise Error(f"patch: {name} returns cos/sin in two layouts ({layout}, {best[1]}); not patched")
+        layout = best[1]
+        by_type[lt or best[2] or "default"] = best[3]
+    if not by_type:
+        raise Error(f"patch: {name} ({type(module).__name__}) could not be called on a probe of {len(types)} layer "
+                    "type(s) with positions 0 … 7: not patched")
+    made, rotaries = {}, {}
+    follows = _follows_length(module)
+    for lt, rope in by_type.items():  # one RotaryEmbedding per distinct RoPE, shared by the layer types it serves
+        if id(rope) not in made:
+            made[id(rope)] = RotaryEmbedding(rope, angles=angles, follow_length=follows)
+            if angles == "hf":
+                _adopt_module_frequencies(made[id(rope)], module, lt)
+        rotaries[lt] = made[id(rope)]
+    return _PatchedRotary(rotaries, layout, angles, module)
+
+
+def _follows_length(module: torch.nn.Module) -> bool:
+    """Whether a rotary module re-forms a length-dependent plan per call: its forward is wrapped by transformers'
+    dynamic_rope_update (most families). Qwen2-VL's and Qwen2.5-VL's are not ("# Ignore copy"): their dynamic NTK
+    stays at the plan made at initialisation, and so does the module that replaces them."""
+    forward = getattr(type(module), "forward", None)
+    while forward is not None:  # through the decorators (torch.no_grad, ...), each a functools.wraps
+        code = getattr(forward, "__code__", None)
+        if code is not None and code.co_filename.replace("\\", "/").endswith("transformers/modeling_rope_utils.py"):
+            return True
+        forward = getattr(forward, "__wrapped__", None)
+    return False
+
+
+def _adopt_module_frequencies(rotary: RotaryEmbedding, module: torch.nn.Module, layer_type: Optional[str]):
+    """angles="hf": the model's own float32 inv_freq where it is ropekit's plan to within one float32 ulp per pair.
+    ropekit forms base ** exponent with a correctly rounded pow; PyTorch's vectorised float32 pow (SLEEF, by CPU) is off
+    by an ulp on a few pairs (Gemma 4's 256-pair global layers: one), which moves the model's logits. The plan is
+    ropekit's and checked here; the last bit is the model's. A length-dependent plan (dynamic NTK, LongRoPE) keeps
+    ropekit's frequencies, which it re-forms at every switch."""
+    if rotary.rope.depends_on_length:
+        return
+    own = getattr(module, f"{layer_type}_inv_freq", None) if layer_type else None
+    if own is None:
+        own = getattr(module, "inv_freq", None)
+    if not isinstance(own, torch.Tensor) or own.shape != rotary.inv_freq.shape:
+        return
+    mine = rotary.inv_freq.double().cpu().numpy()
+    theirs = own.detach().double().cpu().numpy()
+    if np.all(np.abs(theirs - mine) <= np.spacing(np.abs(mine).astype(np.float32)).astype(np.float64)):
+        rotary.inv_freq = own.detach().float().clone().to(rotary.inv_freq.device)
+
+
+def _sinusoid_table(rope: Rope, num_positions: int, angles: str) -> torch.Tensor:
+    """GPT-J / CodeGen's embed_positions: [num_positions, rotary_dim] = cat(sin, cos) of position × inv_freq."""
+    if angles == "hf":  # their create_sinusoidal_positions' float32 expression, on ropekit's inv_freq
+        inv = torch.from_numpy(rope.inv_freq).float()
+        angle = torch.einsum("i , j -> i j", torch.arange(num_positions, dtype=torch.int64).float(), inv).float()
+        return torch.cat((torch.sin(angle), torch.cos(angle)), dim=1)
+    cos, sin = (torch.as_tensor(a) for a in rope.cos_sin(np.arange(num_positions), layout="hf"))
+    half = cos.shape[-1] // 2
+    return torch.cat((sin[..., :half], cos[..., :half]), dim=1).float()
+
+
+def _patch_tables(model: torch.nn.Module, ropes: dict, angles: str) -> int:
+    """Attention modules that keep their angles in a sinusoid table (GPT-J, CodeGen: `embed_positions`, no rotary
+    module): the table replaced by ropekit's, where the model's own agrees with ropekit's plan."""
+    rope = next(iter(ropes.values()))
+    replaced = 0
+    for name, module in model.named_modules():
+        table = getattr(module, "embed_positions", None)
+        if not isinstance(table, torch.Tensor) or table.dim() != 2 or not hasattr(module, "rotary_dim"):
+            continue
+        want = _sinusoid_table(rope, table.shape[0], "hf")
+        if want.shape != table.shape or float((table.float().cpu() - want).abs().max()) > 1e-5:
+            raise Error(f"patch: {name}.embed_positions ({tuple(table.shape)}) is not ropekit's sin/cos table for this "
+                        "config: not patched")
+        module.embed_positions = _sinusoid_table(rope, table.shape[0], angles).to(table.device, table.dtype)
+        replaced += 1
+    return replaced
 
 
 def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
     """Replaces a loaded Hugging Face model's text rotary modules (every `*RotaryEmbedding` outside its vision
-    tower) by ropekit's, planned from the model's own config by ropekit's model table. angles="hf": Hugging Face's
-    float32 expression on ropekit's inv_freq — the model's logits bit for bit (tests: python/tests/test_hf_models.py);
-    angles="accurate": cos/sin of the exact angles, correctly rounded. The attention's rotation expression is left as
-    the model's own (HF's q·cos + rotate_half(q)·sin): ropekit supplies the angles. Refuses (ropekit.Error) a model
-    whose model_type is not in ropekit's model table, instead of guessing its pairing. Returns the model."""
-    from . import model_positions  # the compiled module's reader
-
+    tower) by ropekit's, planned from the model's own config by ropekit's model table; where a family keeps its angles
+    in a table inside attention (GPT-J, CodeGen: `embed_positions`), the table. angles="hf": Hugging Face's float32
+    expression on ropekit's inv_freq — the model's logits bit for bit (tests: python/tests/test_hf_families.py, every
+    family of the model table transformers builds); angles="accurate": cos/sin of the exact angles, correctly rounded.
+    The attention's rotation expression is left as the model's own: ropekit supplies the angles, in the layout the
+    replaced module returned (cat or interleaved cos/sin, or complex freqs_cis), checked against it on a short probe
+    before anything is replaced. Refuses (ropekit.Error, the model left as it was) a model whose model_type is not in
+    ropekit's model table instead of guessing its pairing, a module whose cos/sin ropekit's plan does not reproduce, and
+    a model with nothing to patch (no RoPE). Returns the model."""
     if angles not in ("accurate", "hf"):
         raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
-    config = model.config.to_dict()
-    plan = model_positions(config)
-    for warning in plan["warnings"]:
-        if "not in ropekit's model table" in warning:
-            raise Error(f"patch: {warning.split(': ', 1)[-1]}")
-    ropes = Rope.from_config(config)
-    if not isinstance(ropes, dict):
-        ropes = {None: ropes}
-    replaced = 0
+    top = model.config.to_dict()
+    ropes, layer_types = _plan_of(top, None)
+    planned = {id(model.config): (ropes, layer_types)}
+    # Everything is matched before anything is replaced: a refusal leaves the model as it was.
+    swaps = []
     for name, module in list(model.named_modules()):
         if not type(module).__name__.endswith("RotaryEmbedding") or "vision" in name.lower() \
                 or "Vision" in type(module).__name__:
             continue
+        # A sub-model's rotary module reads its own config (CSM's depth decoder, a wrapper's text_config).
+        own = getattr(module, "config", None)
+        if own is not None and hasattr(own, "to_dict") and id(own) not in planned:
+            planned[id(own)] = _plan_of(own.to_dict(), top.get("model_type"))
+        mine = planned[id(own)] if id(own) in planned else planned[id(model.config)]
+        swaps.append((name, _match_module(name, module, mine[0], mine[1], angles)))
+    for name, replacement in swaps:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, _PatchedRotary({t or "default": r for t, r in ropes.items()}, angles, module))
-        replaced += 1
-    if replaced == 0:
-        raise Error(f"patch: no rotary module found in {type(model).__name__}")
+        setattr(parent, attr, replacement)
+    if not swaps and _patch_tables(model, ropes, angles) == 0:
+        raise Error(f"patch: no rotary module and no sinusoid table found in {type(model).__name__}: nothing to patch")
     return model
+
+
+def _plan_of(config: dict, family: Optional[str]):
+    """ropekit's RoPEs for a config ({layer_type or None: Rope}) and its layer types. A model_type the model table does
+    not know is refused (its pairing would be a guess), except a sub-model's config inside a family the table knows
+    (CSM's csm_depth_decoder_model), which is read with that family's rules."""
+    from . import model_positions  # the compiled module's reader
+
+    plan = model_positions(config)
+    unknown = [w for w in plan["warnings"] if "not in ropekit's model table" in w]
+    if unknown and family is not None and family != config.get("model_type"):
+        config = dict(config, model_type=family)
+        plan = model_positions(config)
+        unknown = [w for w in plan["warnings"] if "not in ropekit's model table" in w]
+    if unknown:
+        raise Error(f"patch: {unknown[0].split(': ', 1)[-1]}")
+    if not any(g["encoding"] == "rope" for g in plan["groups"]):
+        raise Error(f"patch: model_type {plan['model_type']} has no RoPE layer ({plan['family']}): nothing to patch")
+    ropes = Rope.from_config(config)
+    if not isinstance(ropes, dict):
+        ropes = {None: ropes}
+    # The names a rotary module taking layer_type may be called with: the model's layer types, or the names of its
+    # rope parameter sets where those differ (DeepSeek V4's "main" and "compress").
+    params = config.get("rope_parameters") or {}
+    named_sets = [k for k, v in params.items() if isinstance(v, dict)] if isinstance(params, dict) else []
+    types = [t for t in plan["layer_types"] if t] or [t for t in ropes if t]
+    return ropes, list(dict.fromkeys(types + named_sets))

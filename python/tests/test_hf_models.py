@@ -133,3 +133,21 @@ def test_patch_refuses_a_model_type_it_does_not_know():
     model.config = Unknown()
     with pytest.raises(ropekit.Error, match="my_new_model"):
         rt.patch(model)
+
+
+def test_drop_in_follows_longrope_short_long_short_bit_for_bit():
+    """RotaryEmbedding(config, angles="hf") beside Phi3RotaryEmbedding, called short → long → short (LongRoPE's switch
+    at original_max_position_embeddings both ways, and back): cos/sin and rotated q/k bit for bit in the same PyTorch.
+    (Across PyTorch versions the float32 cos/sin kernels differ by 1 ulp on a few values — Debian's 1.13 against 2.9:
+    6 of 320 short-factor cosines — which no caller can match: docs/python.md.)"""
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding, apply_rotary_pos_emb
+    config = _configs()["phi3-longrope"]
+    hf, ours = Phi3RotaryEmbedding(config), rt.RotaryEmbedding(config.to_dict(), angles="hf")
+    q = torch.randn(1, 4, 100, 16, generator=torch.Generator().manual_seed(5))
+    k = torch.randn(1, 2, 100, 16, generator=torch.Generator().manual_seed(6))
+    for n in (20, 100, 31, 33, 20, 32, 100, 20):
+        pos = torch.arange(n)[None]
+        want, got = hf(q, pos), ours(q, pos)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), n
+        assert all(torch.equal(a, b) for a, b in zip(apply_rotary_pos_emb(q[:, :, :n], k[:, :, :n], *got),
+                                                     apply_rotary_pos_emb(q[:, :, :n], k[:, :, :n], *want))), n
