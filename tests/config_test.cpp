@@ -274,6 +274,20 @@ TEST(ConfigSpellings, NestedParametersBesideLeftoverScalars) {
   EXPECT_EQ(m.groups[0].spec.base, 500000.0);
 }
 
+// DBRX (and MPT) spell max_position_embeddings max_seq_len (transformers' attribute_map): dynamic NTK on a DBRX config
+// scales past it instead of failing for a missing max_position_embeddings.
+TEST(ConfigSpellings, MaxSeqLenIsMaxPositionEmbeddings) {
+  const ropekit::ModelPositions m = read({{"model_type", "dbrx"},
+                                          {"d_model", 64},
+                                          {"n_heads", 4},
+                                          {"max_seq_len", 24},
+                                          {"rope_parameters", {{"rope_type", "dynamic"}, {"factor", 2.0}}}});
+  EXPECT_EQ(m.max_position_embeddings, 24);
+  const auto* dynamic = std::get_if<ropekit::scaling::DynamicNtk>(&m.layer().spec.scaling);
+  ASSERT_NE(dynamic, nullptr);
+  EXPECT_EQ(dynamic->max_position_embeddings, 24);
+}
+
 TEST(ConfigSpellings, MRopeSectionsAndTextConfig) {
   // Qwen3-VL: parameters under text_config, interleaved M-RoPE.
   const json qwen3_vl = {

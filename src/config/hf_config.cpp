@@ -39,7 +39,9 @@ class ModelReader {
     out_.source = r_.origin();
     identify_model();
     read_head_dims();
-    if (Value v = r_.model_key_any({"max_position_embeddings", "n_positions", "seq_length"})) {
+    // The spellings transformers' attribute_map gives max_position_embeddings: GPT-2's n_positions, ChatGLM's
+    // seq_length, DBRX's and MPT's max_seq_len.
+    if (Value v = r_.model_key_any({"max_position_embeddings", "n_positions", "seq_length", "max_seq_len"})) {
       out_.max_position_embeddings = r_.integer(v);
       if (out_.max_position_embeddings <= 0) r_.fail(v.path, *v.node, "must be > 0");
     }
