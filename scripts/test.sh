@@ -9,7 +9,7 @@
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
 #   arm64    the aarch64 cross build, its SIMD targets' tests at SVE vector lengths 128/256/512 and the unit tier
-#            under qemu-aarch64 (scripts/test-arm64.sh)
+#            under qemu-aarch64 (scripts/test-arm64.sh; its time per vector length printed at the end)
 # and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
 # data/): a clone alone passes. After a change, the quick tier is `cmake --workflow --preset quick`.
 set -euo pipefail
@@ -36,3 +36,4 @@ part torch ./scripts/test-torch.sh
 part arm64 ./scripts/test-arm64.sh
 echo "test.sh: every part passed in $SECONDS s:"
 printf '  %s\n' "${timings[@]}"
+if [ -f build/arm64/times.txt ]; then sed "s/^/    arm64: /" build/arm64/times.txt; fi

@@ -26,15 +26,16 @@ TEST_P(Attention, ResultsDoNotDependOnTheThreadCount) {
   for (const cases::Op op : {cases::Op::Attention, cases::Op::CacheAttention}) {
     std::vector<std::byte> first;
     for (const int threads : {1, 2, 3, 5}) {
-      const cases::Case c{.op = op,
-                          .spec = "half64",
-                          .dtype = DType::BF16,
-                          .seq = op == cases::Op::Attention ? 200 : 3,
-                          .q_heads = 8,
-                          .k_heads = 2,
-                          .threads = threads,
-                          .k_seq = 200,
-                          .q_offset = op == cases::Op::Attention ? 0 : 200};
+      const cases::Case c = cases::shrunk({.op = op,
+                                           .spec = "half64",
+                                           .dtype = DType::BF16,
+                                           .seq = op == cases::Op::Attention ? 200 : 3,
+                                           .q_heads = 8,
+                                           .k_heads = 2,
+                                           .threads = threads,
+                                           .k_seq = 200,
+                                           .q_offset = op == cases::Op::Attention ? 0 : 200},
+                                          targets::shrink_factor());
       cases::Workload w(c, 5);
       w.run();
       const std::vector<std::byte> out(w.out.data(), w.out.data() + w.out.size);

@@ -240,7 +240,8 @@ TEST_P(Regimes, FusedAttentionMatchesTheRelativePositionOracle) {
             SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(pairing) << " rotary " << rotary << " "
                                               << to_string(dt) << " logn " << logn);
             const Rope rope(spec_of(pairing, 16, rotary, yarn));
-            Data x = make_data(150, 4, 2, 16, dt, 0, 7 + std::uint32_t(cases));
+            // (Halved under ROPEKIT_CASE_SHRINK=2, still two tiles: targets::shrunk_tokens.)
+            Data x = make_data(targets::shrunk_tokens(150, 65), 4, 2, 16, dt, 0, 7 + std::uint32_t(cases));
             AttentionOptions o;
             o.regimes = method.regimes;
             o.logn_length = logn;
@@ -261,7 +262,7 @@ TEST_P(Regimes, OneRegimeEverywhereIsPlainAttentionBitForBit) {
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
     for (Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
       const Rope rope(spec_of(pairing, 16, 16, false));
-      Data x = make_data(130, 4, 1, 16, dt, 0, 3);
+      Data x = make_data(targets::shrunk_tokens(130, 65), 4, 1, 16, dt, 0, 3);
       const std::vector<float> plain = run_fused(rope, x, {});
       for (const PositionRegimes& r : {PositionRegimes{regimes::ReRope{.window = 130}},
                                        PositionRegimes{regimes::SelfExtend{.window = 200, .group = 7}},
@@ -271,10 +272,10 @@ TEST_P(Regimes, OneRegimeEverywhereIsPlainAttentionBitForBit) {
         o.logn_length = 130;  // every query at i + 1 ≤ 130: unscaled
         EXPECT_EQ(run_fused(rope, x, o), plain) << to_string(r) << " " << to_string(dt);
       }
-      // And a smaller window does change the result (w = 129 would not: ReRoPE is continuous at w, the
-      // one pair it would move, (129, 0), has i − j = w in both regimes).
+      // And a smaller window does change the result (w = n − 1 would not: ReRoPE is continuous at w, the
+      // one pair it would move, (n − 1, 0), has i − j = w in both regimes).
       AttentionOptions o;
-      o.regimes = regimes::ReRope{.window = 100};
+      o.regimes = regimes::ReRope{.window = x.n - 30};
       EXPECT_NE(run_fused(rope, x, o), plain);
     }
   }
@@ -291,11 +292,12 @@ TEST_P(Regimes, CacheDecodeAcrossBoundariesEqualsFusedAndOracle) {
       for (bool yarn : {false, true}) {
         SCOPED_TRACE(::testing::Message() << method.name << " " << to_string(dt) << " yarn " << yarn);
         const Rope rope(spec_of(Pairing::Half, 16, 16, yarn));
-        Data x = make_data(150, 4, 2, 16, dt, 1000, 21);
-        KvCache cache(rope, {.capacity = 150, .kv_heads = 2, .dtype = dt, .regimes = method.regimes});
+        // (Under ROPEKIT_CASE_SHRINK=2: 35 then to 75, still across a group and a chunk boundary.)
+        const std::int64_t n = targets::shrunk_tokens(150, 65), prefill = targets::shrunk_tokens(70);
+        Data x = make_data(n, 4, 2, 16, dt, 1000, 21);
+        KvCache cache(rope, {.capacity = n, .kv_heads = 2, .dtype = dt, .regimes = method.regimes});
         AttentionOptions o;
         o.logn_length = 1050;
-        const std::int64_t prefill = 70;
         std::vector<float> out(std::size_t(prefill * 4 * 16));
         cache.append(rope, x.view(x.k, 2, 0, prefill), x.view(x.v, 2, 0, prefill),
                      positions(std::span<const std::int64_t>(x.pos.data(), std::size_t(prefill))));

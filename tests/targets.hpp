@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "rope/backend.hpp"
@@ -38,6 +41,18 @@ class AgainstReference : public PerTarget {
 };
 
 inline std::string target_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+// ROPEKIT_CASE_SHRINK=f (unset: 1): the per-target attention tests divide their queries and keys by f — every row,
+// window, bias, head mix and dtype at a fraction of the work. The Arm part of the test command sets 2 at SVE lengths of
+// 256 and 512 bits, which qemu emulates 3–4× slower than 128 (scripts/test-arm64.sh).
+inline int shrink_factor() {
+  const char* env = std::getenv("ROPEKIT_CASE_SHRINK");
+  return env != nullptr && *env != '\0' ? std::max(1, std::atoi(env)) : 1;
+}
+// n tokens divided by shrink_factor(), rounded up, never below `floor` (a boundary the test must still cross).
+inline std::int64_t shrunk_tokens(std::int64_t n, std::int64_t floor = 1) {
+  return std::max(floor, (n + shrink_factor() - 1) / shrink_factor());
+}
 
 }  // namespace targets
 

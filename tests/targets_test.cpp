@@ -59,14 +59,19 @@ std::vector<std::string> case_filters() {
   return filters;
 }
 
-// The eval cases of the given ops that pass ROPEKIT_CASES, with their index (the workload's seed).
+// The eval cases of the given ops that pass ROPEKIT_CASES, attention rows shrunk by ROPEKIT_CASE_SHRINK
+// (targets::shrink_factor, cases::shrunk), with their index (the workload's seed, so that a case keeps its inputs
+// whatever the selection).
 std::vector<std::pair<std::uint32_t, Case>> selected(std::initializer_list<Op> ops) {
   const std::vector<std::string> filters = case_filters();
+  const int factor = targets::shrink_factor();
   std::vector<std::pair<std::uint32_t, Case>> out;
   std::uint32_t index = 0;
   for (const Case& c : cases::eval_cases()) {
     ++index;
-    if (std::find(ops.begin(), ops.end(), c.op) != ops.end() && cases::matches(c, filters)) out.emplace_back(index, c);
+    if (std::find(ops.begin(), ops.end(), c.op) != ops.end() && cases::matches(c, filters)) {
+      out.emplace_back(index, cases::shrunk(c, factor));
+    }
   }
   return out;
 }

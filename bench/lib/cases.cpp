@@ -206,6 +206,17 @@ int Case::head_dim() const { return cases::spec(spec).head_dim; }
 
 std::int64_t Case::bytes() const { return 2 * batch * seq * (q_heads + k_heads) * head_dim() * element_size(dtype); }
 
+Case shrunk(Case c, int factor) {
+  if (c.op == Op::Rotate || factor <= 1) return c;
+  const auto up = [&](std::int64_t n) { return (n + factor - 1) / factor; };
+  const std::int64_t after_offset = c.k_seq - c.q_offset;  // keys from the first query on (its own chunk, or none)
+  const std::int64_t seq = c.seq == 1 ? 1 : up(c.seq);
+  c.q_offset /= factor;
+  c.k_seq = c.q_offset + (after_offset == c.seq ? seq : up(after_offset));
+  c.seq = seq;
+  return c;
+}
+
 bool matches(const Case& c, const std::vector<std::string>& filters) {
   const std::string name = c.name();
   return std::all_of(filters.begin(), filters.end(),

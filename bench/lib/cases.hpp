@@ -84,6 +84,10 @@ struct Case {
 };
 
 std::vector<Case> eval_cases();  // every op on small shapes: what the per-target tests run
+// An attention case with its queries, keys and the prefix before the queries divided by `factor` (rounded up; one
+// query stays one), windows, heads, dtypes and biases kept: the same row at a fraction of the work, for runs under an
+// emulator (scripts/test-arm64.sh). Rotation cases are returned as they are.
+Case shrunk(Case c, int factor);
 std::vector<Case> perf_cases();  // the benchmark grid
 // True when c.name() contains every filter text.
 bool matches(const Case& c, const std::vector<std::string>& filters);
