@@ -88,6 +88,10 @@ struct LayerPositions {
   int rope_offset = 0;
   int qk_head_dim = 0;                 // full width of a q/k head in these layers (Gemma 4 global: 512)
   std::optional<IndexerRope> indexer;  // the layer's sparse-attention indexer rotary, when it has one
+  // The entry of the config's per-layer-type rope_parameters this RoPE was read from: the layer type itself
+  // (Gemma 3/4, OLMo 3, ...) or a parameter set's name (DeepSeek V4's "main" / "compress"); "" when the config
+  // has one set for every layer.
+  std::string rope_parameters;
 
   std::vector<double> alibi_slopes;  // ALiBi only: one per query head (ropekit::alibi_slopes)
 

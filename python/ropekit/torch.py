@@ -253,11 +253,16 @@ class _PatchedRotary(torch.nn.Module):
     cos/sin already interleaved); "pairs" — f once per pair (GPT-OSS); "complex" — polar(1, f) · scale over the pairs
     (Llama 4's freqs_cis)."""
 
-    def __init__(self, by_type: dict, layout: str, angles: str, original: torch.nn.Module):
+    def __init__(self, by_type: dict, layout: str, angles: str, original: torch.nn.Module,
+                 passthrough: Sequence[str] = ()):
         super().__init__()
         self.layout = layout
         self.angles = angles
         self.by_type = torch.nn.ModuleDict(by_type)
+        # Layer types served by the module replaced, unchanged: rope parameter sets no layer of the model reads.
+        self.passthrough = tuple(passthrough)
+        if self.passthrough:
+            self.original = original
         # What HF code may read off the module it replaced.
         for attr in ("rope_type", "max_seq_len_cached", "original_max_seq_len", "config", "layer_types",
                      "mrope_section"):
@@ -275,6 +280,8 @@ class _PatchedRotary(torch.nn.Module):
         raise Error(f'layer_type = "{layer_type}": the model\'s RoPE layer types are {", ".join(self.by_type)}')
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None):
+        if layer_type is not None and layer_type in self.passthrough:
+            return self.original(x, position_ids, layer_type)
         rotary = self._rotary(layer_type)
         if self.layout == "complex":
             return rotary.complex_frequencies(x, position_ids)
@@ -336,7 +343,8 @@ def _difference(got, want) -> float:
     return worst
 
 
-def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: Sequence[str], angles: str):
+def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: Sequence[str], unread: Sequence[str],
+                  angles: str):
     """Which of ropekit's RoPEs a model's rotary module computes, for each layer type it serves, and its output's lane
     layout: the module and ropekit's plan are run side by side on a short probe (positions below every length switch,
     so dynamic NTK and LongRoPE keep their state), and the module is replaced only where they agree — a layout, plan or
@@ -349,8 +357,11 @@ def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: 
     for key, rope in ropes.items():
         candidates.setdefault(id(rope), (key, rope))
     x = torch.zeros(1, 1, 8)
-    by_type, layout, report = {}, None, []
+    by_type, layout, report, passthrough = {}, None, [], []
     for lt in types:
+        if lt in unread:  # a parameter set no layer reads: the module's own values, which no logit depends on
+            passthrough.append(lt)
+            continue
         best, served = None, False
         for key, rope in candidates.values():
             hf = RotaryEmbedding(rope, angles="hf", follow_length=False)
@@ -397,7 +408,7 @@ def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: 
             if angles == "hf":
                 _adopt_module_frequencies(made[id(rope)], module, lt)
         rotaries[lt] = made[id(rope)]
-    return _PatchedRotary(rotaries, layout, angles, module)
+    return _PatchedRotary(rotaries, layout, angles, module, passthrough)
 
 
 def _follows_length(module: torch.nn.Module) -> bool:
@@ -475,8 +486,9 @@ def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
     if angles not in ("accurate", "hf"):
         raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
     top = model.config.to_dict()
-    ropes, layer_types = _plan_of(top, None)
-    planned = {id(model.config): (ropes, layer_types)}
+    plan = _plan_of(top, None)
+    ropes = plan[0]
+    planned = {id(model.config): plan}
     # Everything is matched before anything is replaced: a refusal leaves the model as it was.
     swaps = []
     for name, module in list(model.named_modules()):
@@ -488,7 +500,7 @@ def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
         if own is not None and hasattr(own, "to_dict") and id(own) not in planned:
             planned[id(own)] = _plan_of(own.to_dict(), top.get("model_type"))
         mine = planned[id(own)] if id(own) in planned else planned[id(model.config)]
-        swaps.append((name, _match_module(name, module, mine[0], mine[1], angles)))
+        swaps.append((name, _match_module(name, module, *mine, angles)))
     for name, replacement in swaps:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -499,9 +511,10 @@ def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
 
 
 def _plan_of(config: dict, family: Optional[str]):
-    """ropekit's RoPEs for a config ({layer_type or None: Rope}) and its layer types. A model_type the model table does
-    not know is refused (its pairing would be a guess), except a sub-model's config inside a family the table knows
-    (CSM's csm_depth_decoder_model), which is read with that family's rules."""
+    """ropekit's RoPEs for a config ({layer_type or None: Rope}), the layer types a rotary module may be asked for, and
+    the rope parameter sets no layer reads (DeepSeek V4 without sliding layers computes its "main" set all the same).
+    A model_type the model table does not know is refused (its pairing would be a guess), except a sub-model's config
+    inside a family the table knows (CSM's csm_depth_decoder_model), which is read with that family's rules."""
     from . import model_positions  # the compiled module's reader
 
     plan = model_positions(config)
@@ -522,4 +535,6 @@ def _plan_of(config: dict, family: Optional[str]):
     params = config.get("rope_parameters") or {}
     named_sets = [k for k, v in params.items() if isinstance(v, dict)] if isinstance(params, dict) else []
     types = [t for t in plan["layer_types"] if t] or [t for t in ropes if t]
-    return ropes, list(dict.fromkeys(types + named_sets))
+    read = {g["rope_parameters"] for g in plan["groups"] if g["encoding"] == "rope"}
+    unread = [k for k in named_sets if k not in read and k not in types]
+    return ropes, list(dict.fromkeys(types + named_sets)), unread

@@ -147,6 +147,7 @@ py::dict layer_dict(const LayerPositions& g) {
   d["attention"] = g.attention;
   d["spec"] = g.encoding == PositionEncoding::Rope ? py::object(spec_dict(g.spec)) : py::none();
   d["rope_offset"] = g.rope_offset;
+  d["rope_parameters"] = g.rope_parameters;
   d["qk_head_dim"] = g.qk_head_dim;
   if (g.indexer) {
     py::dict ix;

@@ -285,3 +285,20 @@ def test_patch_refuses_a_rotary_module_it_does_not_reproduce():
     with pytest.raises(ropekit.Error, match="none of ropekit's RoPEs for this config reproduces"):
         rt.patch(model)
     assert {n: type(m) for n, m in model.named_modules()} == before
+
+
+def test_patch_leaves_only_an_unread_parameter_set_to_the_model():
+    """DeepSeek V4's model computes its "main" and "compress" rope parameter sets on every forward. With a sliding
+    layer both are read and both are ropekit's, bit for bit; with compressed layers only, nothing reads "main" and the
+    patched module leaves it to the model's own (ropekit's plan has no layer of it to check it against) — which the
+    patch refused before."""
+    def passthrough(model):
+        return {m.passthrough for m in model.modules() if isinstance(m, rt._PatchedRotary)}
+
+    mixed = dict(layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+                 num_hidden_layers=3)
+    _same_logits("deepseek_v4", **mixed)
+    assert passthrough(rt.patch(_build("deepseek_v4", **mixed))) == {()}
+    compressed = dict(layer_types=["compressed_sparse_attention", "heavily_compressed_attention"], num_hidden_layers=2)
+    _same_logits("deepseek_v4", **compressed)
+    assert passthrough(rt.patch(_build("deepseek_v4", **compressed))) == {("main",)}

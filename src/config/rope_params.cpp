@@ -119,6 +119,7 @@ void RopeReader::read_rope(const LayerKind& k, LayerPositions& g, Pairing pairin
   Spec& spec = g.spec;
   spec.pairing = pairing;
   g.rope_offset = rope_offset;
+  if (nested_) g.rope_parameters = k.params.empty() ? k.type : k.params;
   if (flag(info, kGlobalHeadDim) && k.type == "full_attention") {
     head_dim = 512;  // Gemma4TextConfig global_head_dim default
     if (Value v = r.model_key("global_head_dim")) head_dim = positive_int(r, v);
