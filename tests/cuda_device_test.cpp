@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
+#include "attention/device_shapes.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda/rotate_kernel.hpp"
 #include "cuda_append_cases.hpp"

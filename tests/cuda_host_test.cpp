@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
+#include "attention/device_shapes.hpp"
 #include "cuda/device_math.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda_append_cases.hpp"

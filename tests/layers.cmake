@@ -2,9 +2,10 @@
 # layering, both ways.
 #   cmake -DSOURCE_DIR=<repo> -DROOTS=<build>/include-roots -DCXX=<c++> -DLAYERS="<layer>=<folder>,... ..."
 #         -P layers.cmake
-# For each layer: every header of every folder it may read preprocesses with only include/ and the
-# layer's root on the include path (a header that reached a forbidden folder would fail here), and one
-# header of every other src/ folder that has headers is not found.
+# For each layer, with only the layer's root on the include path: every header of every src/ folder it
+# may read and every public header it may include preprocesses (a header that reached a forbidden folder
+# or public header — a core header including an engine one — would fail here), and one header of every
+# other src/ folder that has headers, and every public header it may not include, is not found.
 cmake_minimum_required(VERSION 3.25)
 file(GLOB folders LIST_DIRECTORIES true RELATIVE "${SOURCE_DIR}/src" "${SOURCE_DIR}/src/*")
 set(probe "${CMAKE_CURRENT_BINARY_DIR}/layers-probe.cpp")
@@ -32,7 +33,7 @@ foreach(entry IN LISTS layers)
     endif()
     foreach(header IN LISTS headers)
       file(WRITE "${probe}" "#include \"${header}\"\n")
-      execute_process(COMMAND "${CXX}" -std=gnu++20 -E -o /dev/null "-I${SOURCE_DIR}/include" "-I${ROOTS}/${layer}"
+      execute_process(COMMAND "${CXX}" -std=gnu++20 -E -o /dev/null "-I${ROOTS}/${layer}"
                               "${probe}" RESULT_VARIABLE code ERROR_VARIABLE err OUTPUT_QUIET)
       if(expect_found AND NOT code EQUAL 0)
         message(FATAL_ERROR "${layer} may read src/${folder}/ but ${header} does not preprocess on its include path:\n${err}")
@@ -48,5 +49,34 @@ foreach(entry IN LISTS layers)
       math(EXPR checked "${checked} + 1")
     endforeach()
   endforeach()
+endforeach()
+foreach(entry IN LISTS layers)
+  string(REPLACE "=" ";" parts "${entry}")
+  list(GET parts 0 layer)
+  file(GLOB public RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/ropekit/*")
+  list(SORT public)
+  set(allowed 0)
+  foreach(header IN LISTS public)
+    file(WRITE "${probe}" "#include \"${header}\"\n")
+    execute_process(COMMAND "${CXX}" -std=gnu++20 -E -o /dev/null "-I${ROOTS}/${layer}" "${probe}"
+                    RESULT_VARIABLE code ERROR_VARIABLE err OUTPUT_QUIET)
+    if(EXISTS "${ROOTS}/${layer}/${header}")
+      if(NOT code EQUAL 0)
+        message(FATAL_ERROR "${layer} may include ${header}, but it does not preprocess on its include path:\n${err}")
+      endif()
+      math(EXPR allowed "${allowed} + 1")
+    else()
+      if(code EQUAL 0)
+        message(FATAL_ERROR "${layer} may not include ${header}, yet it is found on its include path")
+      endif()
+      if(NOT err MATCHES "No such file or directory|file not found")
+        message(FATAL_ERROR "${layer}: ${header} failed for another reason than not being found:\n${err}")
+      endif()
+    endif()
+    math(EXPR checked "${checked} + 1")
+  endforeach()
+  if(allowed EQUAL 0)
+    message(FATAL_ERROR "${layer} may include no public header: its root has no ropekit/ links")
+  endif()
 endforeach()
 message(STATUS "layers: ${checked} includes checked")

@@ -86,6 +86,18 @@ inline KeyStorage storage_of(const PositionRegimes& regimes) {
   return KeyStorage::AtPosition;
 }
 
+// A fused append as prepare_append resolved it (append.cpp), for a backend that runs it another way (the CUDA
+// kernel body: device_shapes.hpp turns it into the kernel's shape). Everything points into the resolved call, which
+// must outlive the job.
+struct AppendJob {
+  const RotateJob* rotation = nullptr;  // q and k as read: each token's positions and coefficients
+  const AppendArgs* args = nullptr;     // the views, offsets and norm settings
+  const PagedCache* cache = nullptr;
+  std::span<const std::int64_t> slots;        // each token's slot, −1: not cached
+  std::span<const float> q_weight, k_weight;  // QK-norm weight + weight_offset; empty: the heads are not normed
+  bool rotate_keys = true;                    // false: keys stored as given (ReRoPE / SelfExtend caches)
+};
+
 // How a fused append writes the keys into the cache: rotated at their positions (ropekit::append), or
 // as given (a cache read by ReRoPE / SelfExtend, whose regimes rotate every key on load: KvCache and
 // PagedKvCache with such regimes). Unrotated takes no k_out and no k norm.
@@ -97,7 +109,7 @@ struct AppendAccess {
   // prepare(...).run() without the call object: resolved on the stack, the plan not pinned (ropekit::append).
   static void run_once(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
                        std::shared_ptr<const Table> table = nullptr);
-  // The resolved call as a backend reads it (rope/call_shape.hpp); points into `call`. An empty job (null
+  // The resolved call as a device backend reads it (AppendJob above); points into `call`. An empty job (null
   // rotation) for a moved-from call.
   static AppendJob job(const AppendCall& call);
 };

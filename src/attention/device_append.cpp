@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
+#include "attention/device_shapes.hpp"
 #include "cuda/device_access.hpp"
-#include "cuda/host_grid.hpp"
 #include "ropekit/append.hpp"
 #include "ropekit/error.hpp"
 

@@ -13,8 +13,6 @@
 namespace ropekit::detail {
 namespace {
 
-cuda::View view_of(const Heads& h) { return {static_cast<char*>(h.data), h.batch_stride, h.seq_stride, h.head_stride}; }
-
 // Runs thread(block, thread) over every (block, thread) of a launch of `blocks` blocks of block_dim threads, in block
 // order: the host's run of a kernel's grid.
 template <class Thread>
@@ -26,22 +24,28 @@ void each_thread(std::int64_t blocks, int block_dim, Thread thread) {
 
 }  // namespace
 
+cuda::View cuda_view_of(const Heads& h) {
+  return {static_cast<char*>(h.data), h.batch_stride, h.seq_stride, h.head_stride};
+}
+
+cuda::Storage cuda_storage_of(DType dtype) {
+  return dtype == DType::F32 ? cuda::Storage::F32 : dtype == DType::BF16 ? cuda::Storage::BF16 : cuda::Storage::F16;
+}
+
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
   const PairMap& map = *job.map;
   const RotateArgs& a = job.args;
   s = {};
   if (job.q_heads > 0) {
-    s.q_in = view_of(a.q);
-    s.q_out = a.q_out.data != nullptr ? view_of(a.q_out) : s.q_in;
+    s.q_in = cuda_view_of(a.q);
+    s.q_out = a.q_out.data != nullptr ? cuda_view_of(a.q_out) : s.q_in;
   }
   if (job.k_heads > 0) {
-    s.k_in = view_of(a.k);
-    s.k_out = a.k_out.data != nullptr ? view_of(a.k_out) : s.k_in;
+    s.k_in = cuda_view_of(a.k);
+    s.k_out = a.k_out.data != nullptr ? cuda_view_of(a.k_out) : s.k_in;
   }
   const DType dtype = job.q_heads > 0 ? a.q.dtype : a.k.dtype;
-  s.storage = dtype == DType::F32    ? cuda::Storage::F32
-              : dtype == DType::BF16 ? cuda::Storage::BF16
-                                     : cuda::Storage::F16;
+  s.storage = cuda_storage_of(dtype);
   s.element_size = static_cast<int>(element_size(dtype));
   s.pairs = map.num_pairs();
   s.rotary_dim = map.rotary_dim;
@@ -230,96 +234,9 @@ bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_
   return true;
 }
 
-namespace {
-
-cuda::Storage storage_of(DType dtype) {
-  return dtype == DType::F32 ? cuda::Storage::F32 : dtype == DType::BF16 ? cuda::Storage::BF16 : cuda::Storage::F16;
-}
-
-}  // namespace
-
-void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& a) {
-  a.cache_k = static_cast<char*>(cache.k);
-  a.cache_v = static_cast<char*>(cache.v);
-  a.cache = cache.dtype == CacheDType::F32    ? cuda::CacheStorage::F32
-            : cache.dtype == CacheDType::BF16 ? cuda::CacheStorage::BF16
-            : cache.dtype == CacheDType::F16  ? cuda::CacheStorage::F16
-                                              : cuda::CacheStorage::E4M3;
-  a.cache_element_size = static_cast<int>(element_size(cache.dtype));
-  a.hnd = cache.layout == PageLayout::HND;
-  a.page_size = cache.page_size;
-  a.num_pages = cache.num_pages;
-  a.kv_heads = cache.kv_heads;
-  a.key_lanes = cache.head_dim;
-  a.value_lanes = cache.v_head_dim;
-  a.k_scale = cache.k_scale;
-  a.v_scale = cache.v_scale;
-}
-
-bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& a) {
-  a = {};
-  if (job.rotation == nullptr || !make_cuda_shape(*job.rotation, lanes, a.rot)) return false;
-  const AppendArgs& args = *job.args;
-  const PagedCache& cache = *job.cache;
-  set_cuda_cache(cache, a);
-  // The rotation was prepared over q and k as read; the append writes q to q_out (or in place) and the keys to
-  // k_out and the cache.
-  if (!args.q.empty()) a.rot.q_out = args.q_out.empty() ? a.rot.q_in : view_of(args.q_out);
-  a.keep_k = !args.k_out.empty();
-  if (a.keep_k) a.k_out = view_of(args.k_out);
-  a.rotate_keys = job.rotate_keys;
-  a.slots = job.slots.data();
-  a.slots_i64 = true;
-  a.k_offset = args.k_offset;
-  if (!args.k_nope.empty()) {
-    a.k_nope = view_of(args.k_nope);
-    a.k_nope_storage = storage_of(args.k_nope.dtype);
-    a.k_nope_offset = args.k_nope_offset;
-    a.k_nope_dim = args.k_nope_dim;
-  }
-  if (!args.v.empty()) {
-    a.v = view_of(args.v);
-    a.v_storage = storage_of(args.v.dtype);
-  }
-  a.q_weight = job.q_weight.empty() ? nullptr : job.q_weight.data();
-  a.k_weight = job.k_weight.empty() ? nullptr : job.k_weight.data();
-  a.eps = args.norm.eps;
-  a.across_heads = args.norm.across_heads;
-  choose_append_vectors(*job.rotation->map, a);
-  if (a.rotates_queries()) {
-    cuda::RotateShape q = cuda::query_rotation(a);
-    choose_vector(*job.rotation->map, q);
-    a.q_vector_pairs = q.vector_pairs;
-    a.q_adjacent = q.adjacent;
-    a.q_head_groups = q.head_groups;
-  }
-  choose_append_launch(a);
-  return true;
-}
-
-bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const PagedCache& cache,
-                            std::span<const std::int64_t> slots, CudaLanes& lanes, cuda::KShiftShape& k) {
-  k = {};
-  if (calls.empty() || calls.size() > 2) return false;
-  for (std::size_t c = 0; c < calls.size(); ++c) {
-    if (!make_cuda_shape(*calls[c], lanes, k.calls[c])) return false;  // the lanes: the same pair map each time
-  }
-  k.num_calls = static_cast<int>(calls.size());
-  k.slots = slots.data();
-  k.slots_i64 = true;
-  k.entries = static_cast<std::int64_t>(slots.size());
-  set_cuda_cache(cache, k.cache);
-  return true;
-}
-
-bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCache& cache,
-                         std::span<const std::int64_t> slots, int block_dim) {
-  CudaLanes lanes;
-  cuda::KShiftShape shape;
-  if (!make_cuda_kshift_shape(calls, cache, slots, lanes, shape)) return false;
+void run_kshift_on_host(const cuda::KShiftShape& shape, int block_dim) {
   each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
               [&](std::int64_t block, int thread) { cuda::kshift_thread(shape, block, thread, block_dim); });
-  return true;
 }
 
 void run_append_on_host(const cuda::AppendShape& shape, int block_dim) {
@@ -335,15 +252,6 @@ void run_append_on_host(const cuda::AppendShape& shape, int block_dim) {
   }
   each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
               [&](std::int64_t block, int thread) { cuda::append_thread(shape, block, thread, block_dim); });
-}
-
-bool append_on_host_grid(const AppendJob& job, int block_dim, std::int64_t pair_groups) {
-  CudaLanes lanes;
-  cuda::AppendShape shape;
-  if (!make_cuda_append_shape(job, lanes, shape)) return false;
-  if (pair_groups > 0) shape.pair_groups = shape.q_head_groups = pair_groups;
-  run_append_on_host(shape, block_dim);
-  return true;
 }
 
 }  // namespace ropekit::detail

@@ -1,5 +1,7 @@
 // src/cuda/host_grid.hpp — the CUDA kernels' bodies run by the host over their whole launch grids, and the shapes
-// they take made from the core's prepared calls.
+// they take made from the core's prepared calls. The engine's calls (the fused append, the K-shift: PagedCache,
+// AppendArgs) are turned into these shapes by the engine (src/attention/device_shapes.hpp): the core reads no engine
+// type.
 //
 // The ordinary test suite calls this on every machine (no GPU or CUDA toolkit needed): the same per-thread body a
 // GPU runs (src/cuda/rotate_body.hpp), every (block, thread) of the launch, against the scalar reference bit for bit
@@ -25,6 +27,9 @@ struct CudaLanes {
   std::vector<std::uint8_t> axis;
 };
 bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& out);
+// A view's rows as the kernels address them, and a storage type as they name it.
+cuda::View cuda_view_of(const Heads& h);
+cuda::Storage cuda_storage_of(DType dtype);
 // The shape's views, storage, dimensions, positions and coefficients' magnitude and sign from a prepared call; the
 // pair map and the angles left for the caller (the device API points them at its device copies).
 void fill_cuda_views(const RotateJob& job, cuda::RotateShape& out);
@@ -61,7 +66,7 @@ bool rotate_on_host_grid(const RotateJob& job, int block_dim = 256, std::int64_t
 
 // Whether the fused append runs as one launch (AppendShape::one_launch): where the whole grid — the queries' rotation
 // and the append's segments, blocks of block_dim threads — is at most kOneLaunchThreads threads (a decode step's), or
-// as the mode set below says. A shape's other fields must be set (make_cuda_append_shape calls it last).
+// as the mode set below says. A shape's other fields must be set (the engine's make_cuda_append_shape calls it last).
 inline constexpr std::int64_t kOneLaunchThreads = std::int64_t{1} << 16;
 void choose_append_launch(cuda::AppendShape& a, int block_dim = 256);
 // 0 (the default): choose by the grid's size; 1: every append in one launch; 2: every append in a launch per body.
@@ -69,28 +74,11 @@ void choose_append_launch(cuda::AppendShape& a, int block_dim = 256);
 enum class AppendLaunches : int { Choose = 0, One = 1, PerBody = 2 };
 void set_cuda_append_launches(AppendLaunches mode);
 
-// The fused append's kernel shape of a resolved append (AppendAccess::job): false for HfCompat angles on the fly,
-// as for the rotation.
-bool make_cuda_append_shape(const AppendJob& job, CudaLanes& lanes, cuda::AppendShape& out);
-
-// Runs the append body over every (block, thread) of its launch grid, in block order: what AppendCall::run writes.
-// pair_groups > 0 overrides the launch's choice of head groups for the pair rows.
-bool append_on_host_grid(const AppendJob& job, int block_dim = 256, std::int64_t pair_groups = 0);
 // What cuda::launch_append launches, run on the host: the one launch's grid (shape.one_launch), or the queries'
 // rotation grid (when the append rotates them) then the append's grid.
 void run_append_on_host(const cuda::AppendShape& shape, int block_dim = 256);
 
-// The K-shift's kernel shape: the key entries at `slots` of `cache` turned by `calls` in order (one: a K-shift, R(δ)
-// with magnitude 1; two: a re-rotation's un-rotate and rotate), entry i being token i of each call. `lanes` holds
-// the pair map (the calls share it). False for HfCompat angles on the fly.
-bool make_cuda_kshift_shape(std::span<const RotateJob* const> calls, const PagedCache& cache,
-                            std::span<const std::int64_t> slots, CudaLanes& lanes, cuda::KShiftShape& out);
-
-// The cache's geometry, type and scales as the kernel shapes hold them.
-void set_cuda_cache(const PagedCache& cache, cuda::AppendShape& out);
-
 // Runs the K-shift body over its launch grid on the host.
-bool kshift_on_host_grid(std::span<const RotateJob* const> calls, const PagedCache& cache,
-                         std::span<const std::int64_t> slots, int block_dim = 256);
+void run_kshift_on_host(const cuda::KShiftShape& shape, int block_dim = 256);
 
 }  // namespace ropekit::detail

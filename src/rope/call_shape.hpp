@@ -5,9 +5,7 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 
-#include "ropekit/append.hpp"
 #include "ropekit/call.hpp"
 #include "ropekit/pair_map.hpp"
 #include "ropekit/tensor.hpp"
@@ -64,17 +62,6 @@ struct HeadRows {
 // Two sets of head rows of token `token` (the fused append's q and k) rotated with one set of
 // coefficients, formed once: the bits a TokenKernel writes for each.
 using TokenPairKernel = void (*)(const RotateJob& job, std::int64_t token, const HeadRows& a, const HeadRows& b);
-
-// A fused append as prepare_append resolved it (src/attention/append.cpp), for a backend that runs it another way
-// (the CUDA kernel body, src/cuda/). Everything points into the resolved call, which must outlive the job.
-struct AppendJob {
-  const RotateJob* rotation = nullptr;  // q and k as read: each token's positions and coefficients
-  const AppendArgs* args = nullptr;     // the views, offsets and norm settings (positions and slots: see above)
-  const PagedCache* cache = nullptr;
-  std::span<const std::int64_t> slots;        // each token's slot, −1: not cached
-  std::span<const float> q_weight, k_weight;  // QK-norm weight + weight_offset; empty: the heads are not normed
-  bool rotate_keys = true;                    // false: keys stored as given (ReRoPE / SelfExtend caches)
-};
 
 }  // namespace detail
 }  // namespace ropekit
