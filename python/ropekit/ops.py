@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import List, Optional
 
 import torch
@@ -80,30 +81,42 @@ def _load_cpp_operators():
 
 _CPP, BACKEND = _load_cpp_operators()
 
-# Ropes by handle (python/src/torch_abi.cpp keeps the registry the C++ operators read): a handle names the same Rope
-# for the life of the process (a model holds a handful).
-_ROPES: dict = {}
+# Ropes by handle (python/src/torch_abi.cpp keeps the registry the C++ operators read). Both hold the Rope weakly:
+# whoever took the handle keeps the Rope (ropekit.torch's modules hold theirs), and a dropped Rope's entries go with
+# it, so a process making and dropping Ropes stays flat. A handle is never reused for another Rope.
+_ROPES: dict = {}   # handle → (weak reference to the Rope, head_dim)
 _SHAPES: dict = {}  # handle → (rotary_dim, position streams)
 
 
+def _forget(key: int) -> None:
+    _ROPES.pop(key, None)
+    _SHAPES.pop(key, None)
+
+
 def handle(rope: Rope) -> int:
-    """The int the operators take for `rope` (registered once; the same Rope gives the same handle)."""
+    """The int the operators take for `rope` (the same Rope gives the same handle while it lives; keep the Rope
+    while its handle is used: a handle of a freed Rope raises ropekit.Error)."""
     if not isinstance(rope, Rope):
         raise Error(f"rope: expected a ropekit.Rope, got {type(rope).__name__}")
     key = _ropekit._torch_handle(rope)
     if key not in _ROPES:
         spec = rope.spec  # Rope.spec builds a dict: read once, not per call
-        _ROPES[key] = (rope, spec["head_dim"])
+        _ROPES[key] = (weakref.ref(rope), spec["head_dim"])
         streams = 3 if spec["mrope_section"] is not None else len(spec["axial_sections"] or [None])
         _SHAPES[key] = (spec["rotary_dim"], streams)
+        weakref.finalize(rope, _forget, key)
     return key
 
 
 def _entry(h: int):
     try:
-        return _ROPES[h]
+        ref, head_dim = _ROPES[h]
     except KeyError:
-        raise Error(f"rope = {h}: not a handle from ropekit.ops.handle") from None
+        raise Error(f"rope = {h}: not a handle from ropekit.ops.handle, or its Rope was freed") from None
+    r = ref()
+    if r is None:
+        raise Error(f"rope = {h}: its Rope was freed (keep the Rope while its handle is used)")
+    return r, head_dim
 
 
 def rope_of(h: int) -> Rope:

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
@@ -31,15 +32,35 @@ struct TableDeviceRope {
   std::shared_ptr<const cuda::DeviceRope> gpu;  // holds the table too
 };
 
-// Handles are small positive ints, one per Rope object, kept for the life of the process: an operator in a compiled
-// graph holds its handle as a constant, so the Rope it names must outlive any graph (a model holds a handful).
+// Handles are positive ints, one per live Rope object, never reused: an operator in a compiled graph holds its handle
+// as a constant. The registry holds each Rope weakly — whoever made the handle (a module, ropekit.torch's
+// RotaryEmbedding) keeps the Rope alive — so a process that makes and drops Ropes does not grow: the entries (and
+// device copies) of freed Ropes are swept as the registry grows, and a handle whose Rope was freed is refused by name,
+// never another Rope's.
 struct Registry {
   std::mutex mutex;
-  std::vector<std::shared_ptr<PyRope>> ropes;  // handle h is ropes[h - 1]
-  std::unordered_map<const PyRope*, std::int64_t> handles;
+  std::int64_t next = 1;
+  std::unordered_map<std::int64_t, std::weak_ptr<PyRope>> ropes;
+  std::unordered_map<const PyRope*, std::int64_t> handles;  // a live Rope's handle (an address may be reused: checked)
   // The device copies of a handle's angles, per (handle, angle mode, CUDA device), made on first use.
   std::map<std::tuple<std::int64_t, int, int>, std::shared_ptr<const cuda::DeviceRope>> device_ropes;
   std::vector<TableDeviceRope> table_ropes;  // table_device_rope
+  std::size_t sweep_at = 64;                 // entries at which freed Ropes are swept next
+
+  // Drops the entries of freed Ropes; the next sweep when the registry has doubled (amortised O(1) per handle).
+  void sweep() {
+    for (auto it = ropes.begin(); it != ropes.end();) {
+      if (!it->second.expired()) {
+        ++it;
+        continue;
+      }
+      const std::int64_t h = it->first;
+      std::erase_if(handles, [h](const auto& e) { return e.second == h; });
+      std::erase_if(device_ropes, [h](const auto& e) { return std::get<0>(e.first) == h; });
+      it = ropes.erase(it);
+    }
+    sweep_at = std::max<std::size_t>(64, 2 * ropes.size());
+  }
 };
 
 Registry& registry() {
@@ -50,9 +71,20 @@ Registry& registry() {
 std::shared_ptr<PyRope> lookup(std::int64_t handle) {
   Registry& r = registry();
   const std::lock_guard lock(r.mutex);
-  if (handle < 1 || handle > static_cast<std::int64_t>(r.ropes.size()))
-    throw Error(fmt::format("rope = {}: not a handle from ropekit.ops.handle", handle));
-  return r.ropes[static_cast<std::size_t>(handle - 1)];
+  const auto it = r.ropes.find(handle);
+  if (it == r.ropes.end()) {
+    throw Error(fmt::format("rope = {}: not a handle from ropekit.ops.handle, or its Rope was freed", handle));
+  }
+  std::shared_ptr<PyRope> rope = it->second.lock();
+  if (!rope) throw Error(fmt::format("rope = {}: its Rope was freed (keep the Rope while its handle is used)", handle));
+  return rope;
+}
+
+// How many Ropes the registry holds entries for (tests: freed ones are swept).
+std::size_t registered() {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  return r.ropes.size();
 }
 
 PyObject* error_type = nullptr;
@@ -263,14 +295,21 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       [](const std::shared_ptr<PyRope>& rope) {
         Registry& r = registry();
         const std::lock_guard lock(r.mutex);
-        const auto [it, added] = r.handles.try_emplace(rope.get(), static_cast<std::int64_t>(r.ropes.size()) + 1);
-        if (added) r.ropes.push_back(rope);
-        return it->second;
+        if (const auto it = r.handles.find(rope.get()); it != r.handles.end()) {
+          if (r.ropes.at(it->second).lock() == rope) return it->second;
+          r.handles.erase(it);  // a freed Rope's address, reused
+        }
+        if (r.ropes.size() >= r.sweep_at) r.sweep();
+        const std::int64_t h = r.next++;
+        r.ropes.emplace(h, rope);
+        r.handles.emplace(rope.get(), h);
+        return h;
       },
       py::arg("rope"), "The handle ropekit's PyTorch operators take for `rope` (the same Rope, the same handle).");
   m.def(
       "_torch_rope", [](std::int64_t handle) { return lookup(handle); }, py::arg("handle"),
       "The Rope a handle names (ropekit.Error when it names none).");
+  m.def("_torch_registered", &registered, "How many Ropes the handle registry holds entries for (freed ones swept).");
   m.def(
       "_torch_abi", [] { return reinterpret_cast<std::uintptr_t>(&abi); },
       "The address of the rk_torch_abi table (python/src/torch_abi.h) the operator library binds to.");

@@ -296,3 +296,41 @@ def test_attention_operator(rope):
     with pytest.raises(Exception, match="multiple of k's 4"):
         torch.compile(lambda a, b: torch.ops.ropekit.attention(a, b, b, pos, pos, h, "bshd", True, 0, None,
                                                                "accurate"), fullgraph=True)(k, q)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_dropped_ropes_leave_the_handle_registry():
+    """Issue 62: the registry held every Rope that ever got a handle, so a process making and dropping Ropes (a server
+    loading models, a sweep over scalings) grew without bound. It holds them weakly now: 10^5 Ropes made, given a
+    handle and dropped leave the registry and the process's memory flat; a freed Rope's handle is refused by name,
+    never given to another Rope; a live Rope keeps its handle."""
+    kept = ropekit.Rope.from_preset("llama-3.1-8b")
+    h_kept = ops.handle(kept)
+
+    def churn(n):
+        for i in range(n):
+            ops.handle(ropekit.Rope(head_dim=64, base=10000.0 + i))
+
+    churn(10_000)  # warm: allocator pools, the registry's first sweeps
+    rss = _rss_bytes()
+    churn(100_000)
+    grown = _rss_bytes() - rss
+    # Held, 10^5 Ropes (plan, pair map, angle tables: kilobytes each) would take hundreds of MiB.
+    assert grown < 16 << 20, f"RSS grew by {grown / 2**20:.1f} MiB over 10^5 dropped Ropes"
+    assert ropekit._ropekit._torch_registered() < 1000
+    assert len(ops._ROPES) < 1000
+    assert ops.handle(kept) == h_kept and ops.rope_of(h_kept) is kept
+
+    dropped = ropekit.Rope(head_dim=32)
+    h = ops.handle(dropped)
+    del dropped
+    with pytest.raises(ropekit.Error, match=f"rope = {h}: .*freed"):
+        ops.rope_of(h)
+    with pytest.raises(ropekit.Error, match=f"rope = {h}: .*freed"):
+        torch.ops.ropekit.rotate(torch.zeros(1, 2, 1, 32), None, torch.zeros(1, 2, dtype=torch.int64), h, "bshd",
+                                 "forward", "accurate")
+    assert ops.handle(ropekit.Rope(head_dim=32)) > h  # a new Rope, a new handle
