@@ -56,10 +56,10 @@ struct AngleOps {
 
 #if !HWY_HAVE_SCALABLE
 // AngleOps over K vectors at once: each operation applied to the K vectors before the next, so that a row's K chains
-// run side by side. One vector at a time, a row ran at ≈ 21 cycles per vector on Zen 5 (the on-the-fly cost of a
-// 128-dim token, 45 ns): each vector is a chain of ~25 dependent operations, and the core's schedulers held too few of
-// the next vectors' operations to hide it. The same operations on each lane, so the same bits. Not on SVE targets:
-// their vectors are sizeless and cannot be held in arrays.
+// run side by side. One vector at a time a row was latency-bound (docs/performance-log.md: the code comments' figures):
+// each vector is a chain of ~25 dependent operations, and the core's schedulers held too few of the next vectors'
+// operations to hide it. The same operations on each lane, so the same bits. Not on SVE targets: their vectors are
+// sizeless and cannot be held in arrays.
 template <std::size_t K>
 struct AngleOpsX {
   using D = AngleOps::D;
@@ -150,9 +150,8 @@ HWY_INLINE void AngleRow(const detail::AngleEvaluator& angles, std::int64_t posi
   const auto p = hn::Set(dd, static_cast<double>(position));
   std::size_t j = 0;
 #if !HWY_HAVE_SCALABLE
-  // Four vectors side by side (AngleOpsX), then two: Zen 5, prefill_probe on the fly, 7 alternated rounds: a 128-dim
-  // fp16 token 197 → 187–191 ns (four), a 64-dim bf16 one 54–56 → 47–48 (eight lost: 193 and 57, the spills of eight
-  // chains, and a 64-dim row has only four vectors).
+  // Four vectors side by side (AngleOpsX), then two; eight lost to the spills of eight chains, and a 64-dim row has
+  // only four vectors (docs/performance-log.md: the code comments' figures).
   const auto side_by_side = [&](auto side) HWY_ATTR __attribute__((always_inline)) {
     constexpr std::size_t kSide = decltype(side)::value;
     using X = AngleOpsX<kSide>;

@@ -47,21 +47,17 @@ const Target& current_target();
 // Restricts calls to available_targets()[index]; -1 = the best (the first) again.
 void select_target(int index);
 // The memory policy's one CPU-dependent choice (issue 42): whether large rotations prefetch ahead of their rows in
-// software. Yes on the Intel cores it was tuned on (bf16 prefill in place 0.68–0.77 → 0.85–0.96 of the stream);
-// no on AMD families 25 and 26 (Zen 3 / Zen 4, Zen 5), whose hardware prefetchers do better alone — on the Zen 4 EPYC
-// (model 17) the 4096-token prefill rows went from 2 to 23 of 48 cases at 0.85 of the ceiling with the software
-// prefetch off; on the Zen 5 EPYC (family 26 model 2) the prefill grid went from 65–73 to 77–83 of 156 cases
-// (docs/performance.md). A pure function of the identity, so that it can be tested for any CPU.
+// software. Yes on the Intel cores it was tuned on; no on AMD families 25 and 26 (Zen 3 / Zen 4, Zen 5), whose
+// hardware prefetchers do better alone (docs/performance-log.md: the code comments' figures). A pure function of the
+// identity, so that it can be tested for any CPU.
 bool software_row_prefetch(const CpuIdentity& cpu);
 // software_row_prefetch(cpu_identity()), read once.
 bool software_row_prefetch();
 // The policy's other CPU-dependent choice (issue 42): a large float32 rotation of half-pairing rows out of place, run
-// on one thread, takes the 256-bit (AVX2) kernel on AMD families 25 and 26 — on the Zen 4 EPYC (model 17) it ran at
-// 1.1–1.2× the AVX-512 kernel's speed (0.68–0.86 → 0.84–0.96 of memcpy; 4 alternated runs), on the Zen 5 EPYC (family
-// 26 model 2) at 1.04–1.14× with a table (offset-16 views 0.69 → 0.79) and 0.97–1.00× on the fly (3 alternated runs;
-// docs/performance.md), while in place, on two threads, for 16-bit types and for the interleaved pairing neither won
-// throughout (Zen 5: AVX2 0.73–0.93× there). A pure function of
-// the identity and the call's shape, testable for any CPU.
+// on one thread, takes the 256-bit (AVX2) kernel on AMD families 25 and 26, where it ran faster than the AVX-512
+// kernel, while in place, on two threads, for 16-bit types and for the interleaved pairing neither won throughout
+// (docs/performance-log.md: the code comments' figures). A pure function of the identity and the call's shape, testable
+// for any CPU.
 bool one_thread_256_bit(const CpuIdentity& cpu, DType q, DType k, Pairing pairing, bool out_of_place,
                         std::int64_t bytes_moved);
 // A large call for the memory policy: one that moves at least this many bytes (a prefill's rows, past L1/L2; a decode

@@ -164,8 +164,8 @@ struct Scratch {
     read_s = s;
     // BuildCoefficients writes the first `written` values of c and s for every token; only a tail step
     // (a width that is not whole vectors) reads past them, up to one vector, so only then is that
-    // padding zeroed (once per scratch, which the fused append builds per token; a decode call's
-    // 768-byte memset was 2 % of it).
+    // padding zeroed (once per scratch, which the fused append builds per token: a whole memset showed in a
+    // decode call's profile).
     const auto written = static_cast<std::size_t>(map.pairing == Pairing::Half ? map.rotary_dim / 2 : map.rotary_dim);
     const std::size_t n = hn::Lanes(DF());
     if (written % n != 0) {
@@ -339,7 +339,7 @@ struct TableRowSource {
   // the job and the table, and the row length from the frequencies' vector, they were a chain of dependent loads
   // before every token's coefficients. The positions' pointer and type field by field, not the struct as a whole: a
   // decode step's set_positions has just stored those two fields, and a copy's 16-byte load across them would miss
-  // store-to-load forwarding (ropekit bench's interleaved fp32 decode steps 1.29–1.35 → 1.15–1.21 of memcpy so).
+  // store-to-load forwarding (docs/performance-log.md: the code comments' figures).
   explicit TableRowSource(const RotateJob& job)
       : positions(job.args.positions.data),
         i64(job.args.positions.type == IndexType::I64),
@@ -366,12 +366,10 @@ HWY_INLINE RowCoefficients TableRowCoefficients(const RotateJob& job, std::int64
 // Tokens' angle rows computed on the fly, up to kBlock of them at a time (tokens [token, end) of the kernel's range):
 // the kernels ask for each token's row in order. A row is a chain of ~25 dependent operations per vector; a 64-dim
 // row has only four vectors, and between one token's row and the next the core sees that token's rows of heads, so
-// row after row it waited out each chain. Rows computed back to back overlap (the same operations, so the same bits):
-// Zen 5, prefill_probe, 4096 tokens × 10 heads × 64, in place, 5 alternated rounds, ns per token on the fly: bf16
-// 48.1 → 40.8, fp16 46.2 → 40.5 (ropekit bench, 3 rounds: the 16-bit 64-dim rows 1.03–1.31×). Only for tokens of few
-// bytes: where a token's rows stream from memory (40 heads × 128 bf16, 4096 tokens: 40 MB) a row computed between two
-// tokens' rows runs under their loads, and rows in blocks took it from 287 to 335–369 ns per token; fp32's 64-dim
-// tokens (2.5 KB) lost too (in place 0.53 → 0.44 of the stream), hence 2 KB.
+// row after row it waited out each chain. Rows computed back to back overlap (the same operations, so the same bits)
+// and were faster for 16-bit 64-dim tokens. Only for tokens of few bytes: where a token's rows stream from memory a
+// row computed between two tokens' rows runs under their loads, and blocks were slower there, as for fp32's 64-dim
+// tokens (2.5 KB), hence 2 KB (docs/performance-log.md: the code comments' figures).
 struct AngleRowSource {
   static constexpr std::int64_t kBlock = 8;
   static constexpr std::size_t kStackFloats = 1024;  // per c and s: 8 rows of 128 pairs (256 dims)
@@ -446,7 +444,7 @@ HWY_INLINE void WithRowSource(const RotateJob& job, std::int64_t end, F&& f) {
 // Token `token`'s coefficients for the kernels (scratch.read_c / read_s). Inline, so that the common case costs a
 // decode call a few compares and two loads. As a call (before 2026-11-27) its prologue realigned the stack, and
 // reading c and s back as one 16-byte load right after the scratch's constructor stored them as two 8-byte ones
-// missed store-to-load forwarding: 17 % of a 5-head fp32 decode call on Zen 5 (perf record).
+// missed store-to-load forwarding (docs/performance-log.md: the code comments' figures).
 template <Pairing kPairing>
 HWY_INLINE void BuildCoefficients(const RotateJob& job, std::int64_t token, Scratch& scratch) {
   if (TableRowsAreCoefficients<kPairing>(job)) {
@@ -524,7 +522,7 @@ struct Bf16EvenOdd {
   // float_to_bf16's words for 16 even and 16 odd values, in value order: the codec's software narrowing (the non-native
   // targets' store), for the steps whose results hold a subnormal, which the instruction flushes. In registers, not
   // by a call: a call in the heads loop, though never taken, made the compiler keep the loop's constants in memory
-  // around it (prefill, 4096 tokens × 10 heads × 64 in place, a table: 30.7 ns per token with the call, 24.3 without).
+  // around it, a measurable cost per token (docs/performance-log.md: the code comments' figures).
   static __m512i NarrowExact(VF even, VF odd) {
     const DU du;
     const auto words = [&](VF v) { return hn::PromoteTo(du, BF16CodecT<true>::SoftwareDemote(v)); };
@@ -600,12 +598,9 @@ struct Bf16EvenOdd {
   // bench/compare/kernel_floor's hand-written kernel's shape, written as it is — the token's coefficients regrouped
   // once for its q and k rows, a plain loop over each view's heads, no flags. The generic walk (RotateWholeTokens →
   // RotateTokenInRegisters → Heads) does the same steps, so the same bits, but its flags, regroup per run and merged
-  // q/k runs left GCC a loop that reloaded its interleave index per head (Zen 5, alternated installs: prefill 4096
-  // tokens × 10 heads × 64 in place 24.8–24.9 → 23.6–24.2 ns per token, kernel_floor's 64-dim table 1.27–1.29
-  // → 1.21–1.22 of the hand kernel's time; the bf16 grid cases with a table, 3–5 rounds, in place 1.00–1.11×, out of
-  // place 0.99–1.08×). Interleaved pairing likewise: there the regrouped coefficients are the table's rows themselves
-  // (one c and one s per pair: Regroup's ce and so), loaded as they are — no expansion to lanes and no regroup per
-  // token.
+  // q/k runs left GCC a loop that reloaded its interleave index per head (docs/performance-log.md: the code comments'
+  // figures). Interleaved pairing likewise: there the regrouped coefficients are the table's rows themselves (one c and
+  // one s per pair: Regroup's ce and so), loaded as they are — no expansion to lanes and no regroup per token.
   template <Pairing kPairing, class Rows, std::size_t... J>
   HWY_NOINLINE static void WholeTokens(const RotateJob& job, std::int64_t token, std::int64_t end, Rows& token_rows,
                                        std::index_sequence<J...>) {
@@ -673,7 +668,7 @@ struct Bf16EvenOdd {
     const VF be2 = hn::MulAdd(be, ce, hn::Mul(ae, se));
     const VF ao2 = hn::MulSub(ao, co, hn::Mul(bo, so));
     const VF bo2 = hn::MulAdd(bo, co, hn::Mul(ao, so));
-    // Store's test for a and b together: one mask test instead of two (3 % of an L2-resident call).
+    // Store's test for a and b together: one mask test instead of two (it showed in an L2-resident call).
     const __m512i a_packed = Pack(ae2, ao2);
     const __m512i b_packed = Pack(be2, bo2);
     const __m512i magnitude = _mm512_set1_epi16(0x7fff);
@@ -716,8 +711,8 @@ HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::
 
 // Whether rows of kSteps vectors take PlainWholeTokens: fp32 or fp16 in q and k (codecs that store vector by vector);
 // half pairing at 64 dims on AVX-512 (two vectors of pairs, in registers with their loads first; at 128 dims the grid
-// measured no gain), interleaved up to 128 (eight vectors of lanes: Zen 5, 14 alternated rounds of the interleaved128
-// fp32/fp16 cases, with a table and on the fly, ≈ 3–5 % faster than the scratch's expansion, 0.91–1.11 per case).
+// measured no gain), interleaved up to 128 (eight vectors of lanes: faster than the scratch's expansion on Zen 5
+// (docs/performance-log.md: the code comments' figures)).
 template <class QCodec, class KCodec>
 constexpr bool kPlainCodecs = std::is_same_v<QCodec, KCodec> &&
                               (std::is_same_v<typename QCodec::T, float> || std::is_same_v<QCodec, F16Codec>);
@@ -818,8 +813,8 @@ HWY_INLINE void RotateHeadsInRegisters(const PairMap& map, const typename Codec:
 #endif  // !HWY_HAVE_SCALABLE
 
 // Up to 8 steps (16 coefficient vectors): all in registers on AVX-512 (32 of them); on AVX2 (16) the
-// compiler keeps some on the stack, which is still faster than the row loop (fp32 decode, half128,
-// one thread: 0.38 vs 0.50 µs per call; with at most 4 steps AVX2 took the row loop there).
+// compiler keeps some on the stack, which is still faster than the row loop (docs/performance-log.md: the code
+// comments' figures).
 constexpr std::size_t kMaxStepsInRegisters = 8;
 
 #if !HWY_HAVE_SCALABLE
@@ -922,8 +917,7 @@ void RotateRowRuns(const RotateJob& job, std::int64_t first, std::int64_t last) 
     if (h < job.q_heads) {
       // The token's q heads from h on; and its k rows too where they follow its q rows at the same stride (a
       // fused QKV projection's output): one run over both, without a second loop entry and coefficient setup
-      // (kernel_floor's decode, 40 heads × 128, with the skipped divisions: bf16 0.303-0.305 → 0.296-0.303 µs,
-      // fp32 1-3 % faster).
+      // (docs/performance-log.md: the code comments' figures).
       const bool with_k = h == 0 && last - row > job.q_heads && QKContiguous<QCodec, KCodec>(args, b, s, job.q_heads);
       using T = typename QCodec::T;
       run = std::min(with_k ? heads : job.q_heads - h, last - row);
@@ -1007,8 +1001,8 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
     }
   }
 #endif
-  // fp32 and fp16 rows likewise where kPlainWholeTokens (PlainWholeTokens; Zen 5, 4096 tokens × 10 heads × 64, half
-  // pairing, alternated installs: fp32 in place 0.74 → 0.81 of the stream, fp16 20.6 against 24.4 ns per token).
+  // fp32 and fp16 rows likewise where kPlainWholeTokens (PlainWholeTokens) (docs/performance-log.md: the code comments'
+  // figures).
   if constexpr (kPlainWholeTokens<QCodec, KCodec, kPairing, kSteps>) {
     if (WholeTokenRows(job)) {
       return WithRowSource(job, end, [&](auto& rows) {
@@ -1025,10 +1019,9 @@ HWY_NOINLINE void RotateWholeTokens(const RotateJob& job, std::int64_t token, st
     }
   };
   // Short rows (64 dims: two vectors of pairs) whose coefficients are the table's rows as they are, in a loop of their
-  // own, without a scratch: per token it is the whole token's fixed cost that counts there (prefill, 4096 tokens ×
-  // (8 q + 2 k) × 64, five alternated rounds, Zen 5, in place: bf16 0.444 → 0.479 of the stream, fp16 0.513 → 0.535,
-  // fp32 0.745 → 0.762; out of place 1.00–1.05×). Not for wider rows: the same loop took fp32 128-dim rows in place
-  // from 0.91 to 0.74 of the stream (4096 tokens, memory-bound), for reasons not found.
+  // own, without a scratch: per token it is the whole token's fixed cost that counts there. Not for wider rows: the
+  // same loop was slower for fp32 128-dim rows in place (memory-bound), for reasons not found (docs/performance-log.md:
+  // the code comments' figures).
   if constexpr (kSteps <= 2) {
     if (TableRowsAreCoefficients<kPairing>(job)) {
       const TableRowSource rows(job);
@@ -1061,8 +1054,8 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
   // noticeable part of a decode call.
   const std::int64_t token = first == 0 ? 0 : (first + heads - 1) / heads;
   const std::int64_t end = last == job.rows() ? job.tokens : last / heads;
-  // Two whole tokens at least: a single one (a decode call) ran 2–5 % slower this way than as runs (Zen 5, fp16 and
-  // fp32 decode, 3 alternated runs), the extra call's cost not repaid.
+  // Two whole tokens at least: a single one (a decode call) ran slower this way than as runs, the extra call's cost
+  // not repaid (docs/performance-log.md: the code comments' figures).
   if (end - token >= 2 && WithStepsInRegisters(steps, [&](auto k) {
         RotateRowRuns<kPairing, QCodec, KCodec>(job, first, token * heads);
         RotateWholeTokens<kPairing, QCodec, KCodec, decltype(k)::value>(job, token, end);
@@ -1080,8 +1073,8 @@ void RotateRowsFor(const RotateJob& job, std::int64_t first, std::int64_t last) 
 // row with a table reads the table's rows in place as its coefficients, without a scratch, the runs' bookkeeping or
 // their address arithmetic (the token is (0, 0)). What is left to decide per run is whether the range is the whole
 // token and whether a table is there (set_positions may move the call to angles on the fly and back). Other ranges take
-// RotateRowsFor. (Until 2026-11-27 RotateRowsFor tested the whole shape on every run; deciding it at prepare took a
-// 2-head fp32 call from 13.1 to 11.6 ns, 40 heads from 96.7 to 91.7 ns: run_probe, Zen 5, medians of 9 rounds.)
+// RotateRowsFor. (Until 2026-11-27 RotateRowsFor tested the whole shape on every run; deciding it at prepare is
+// faster (docs/performance-log.md: the code comments' figures).)
 // Interleaved pairing (no pass-through lanes: OneTokenSteps): the whole-token kernels, which read the table's rows
 // without a scratch — fp32 and fp16 rows of up to 128 dims expanded to lanes in registers, bf16 as they are.
 template <Pairing kPairing, class QCodec, class KCodec, std::size_t kSteps>

@@ -15,8 +15,8 @@ namespace ropekit::lab {
 // y[o] = Σ_i W[o, i] x[i] for o in [first, last) (y[o] += … when accumulate); W row-major [out × in].
 // Each row is one float32 dot product (two vector accumulators, fused multiply-adds; the error bound of a
 // float32 dot product of length `in`, as sgemv's). Rows one after the other, prefetched four rows ahead: one
-// stream through W, which Zen 4's prefetchers follow at 22 – 49 GB/s against 10 – 12 for OpenBLAS's four-row
-// sgemv_t (docs/performance.md).
+// stream through W, which the prefetchers follow faster than OpenBLAS's four-row sgemv_t
+// (docs/performance-log.md: the code comments' figures).
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
                  bool accumulate);
 

@@ -52,8 +52,9 @@ inline void require_disjoint(const ByteRange& a, const ByteRange& b) {
 }
 // Checks type, axes, count and every position in [0, 2^47); returns the largest position.
 std::int64_t check_positions_all(const Positions& positions, std::string_view name, std::int64_t tokens, int axes);
-// The same; a decode step's one valid position without a call (the call's frame was a third of
-// set_positions' 4 ns, kernel_floor on Zen 5). Anything else, errors included, takes check_positions_all.
+// The same; a decode step's one valid position without a call (the call's frame was a large part of
+// set_positions' cost (docs/performance-log.md: the code comments' figures)). Anything else, errors included, takes
+// check_positions_all.
 inline std::int64_t check_positions(const Positions& positions, std::string_view name, std::int64_t tokens, int axes) {
   if (tokens == 1 && axes == 1 && positions.count == 1 && positions.axes == 1 && positions.data != nullptr &&
       (positions.type == IndexType::I32 || positions.type == IndexType::I64)) {
