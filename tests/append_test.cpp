@@ -663,6 +663,16 @@ TEST(AppendErrors, EachClassIsRefusedAndNothingIsWritten) {
   EXPECT_ERROR(prepare_append(rope, a, cache), "batch_indices[1] = 1");
   a.slots = PageTable{idx, indptr, last, bi, bad_sp};
   EXPECT_ERROR(prepare_append(rope, a, cache), "seq_positions[1] = 4", "4 entries");
+  // The counts (detail::check_page_table_counts, which the device append checks too).
+  const std::vector<std::int32_t> none, one = {0};
+  a.slots = PageTable{idx, none, last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "page_table.indptr is empty");
+  a.slots = PageTable{idx, indptr, two_last, bi, sp};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "page_table.last_page_len has 2 values", "batch = 1");
+  a.slots = PageTable{idx, indptr, last, bi, one};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "batch_indices / seq_positions have 2 / 1 values");
+  a.slots = PageTable{idx, indptr, last, one, one};
+  EXPECT_ERROR(prepare_append(rope, a, cache), "have 1 values each: must have one per token, 2");
 
   auto c = cache;
   c.k_scale = 0.5f;

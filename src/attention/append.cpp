@@ -97,6 +97,20 @@ void PagedCache::validate() const {
   }
 }
 
+std::size_t detail::check_page_table_counts(const PageTable& t) {
+  if (t.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
+  const std::size_t batch = t.indptr.size() - 1;
+  if (t.last_page_len.size() != batch) {
+    throw Error(fmt::format("page_table.last_page_len has {} values: must have batch = {} (indptr has {})",
+                            t.last_page_len.size(), batch, t.indptr.size()));
+  }
+  if (t.batch_indices.size() != t.seq_positions.size()) {
+    throw Error(fmt::format("page_table.batch_indices / seq_positions have {} / {} values: one per token each",
+                            t.batch_indices.size(), t.seq_positions.size()));
+  }
+  return batch;
+}
+
 namespace {
 
 // The cache as a call writes it: its geometry (validate) and its memory.
@@ -136,12 +150,7 @@ void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCac
     }
   } else {
     const PageTable& p = std::get<PageTable>(spec);
-    if (p.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
-    const std::size_t batch = p.indptr.size() - 1;
-    if (p.last_page_len.size() != batch) {
-      throw Error(fmt::format("page_table.last_page_len has {} values: must have batch = {} (indptr has {})",
-                              p.last_page_len.size(), batch, p.indptr.size()));
-    }
+    const std::size_t batch = detail::check_page_table_counts(p);
     if (p.indptr[0] != 0) throw Error(fmt::format("page_table.indptr[0] = {}: must be 0", p.indptr[0]));
     std::vector<std::int64_t> length(batch);
     for (std::size_t b = 0; b < batch; ++b) {
@@ -166,10 +175,10 @@ void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCac
       }
       length[b] = has_pages ? std::int64_t{last - first - 1} * c.page_size + len : 0;
     }
-    if (std::int64_t(p.batch_indices.size()) != tokens || std::int64_t(p.seq_positions.size()) != tokens) {
+    if (std::int64_t(p.batch_indices.size()) != tokens) {
       throw Error(
-          fmt::format("page_table.batch_indices / seq_positions have {} / {} values: must have one per token, {}",
-                      p.batch_indices.size(), p.seq_positions.size(), tokens));
+          fmt::format("page_table.batch_indices / seq_positions have {} values each: must have one per token, {}",
+                      p.batch_indices.size(), tokens));
     }
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int32_t b = p.batch_indices[std::size_t(t)], e = p.seq_positions[std::size_t(t)];

@@ -86,6 +86,11 @@ inline KeyStorage storage_of(const PositionRegimes& regimes) {
   return KeyStorage::AtPosition;
 }
 
+// The counts every page table must have, wherever its values live (prepare_append's host tables, cuda::append's
+// device ones): indptr batch + 1 values, last_page_len batch, batch_indices and seq_positions one per token each.
+// Returns batch; ropekit::Error naming the field otherwise.
+std::size_t check_page_table_counts(const PageTable& table);
+
 // A fused append as prepare_append resolved it (append.cpp), for a backend that runs it another way (the CUDA
 // kernel body: device_shapes.hpp turns it into the kernel's shape). Everything points into the resolved call, which
 // must outlive the job.

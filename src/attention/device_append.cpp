@@ -74,16 +74,7 @@ void append(const DeviceRope& gpu, const AppendArgs& args, const PagedCache& cac
     check_device_slots(device_slots);
   } else {
     const PageTable& t = std::get<PageTable>(args.slots);
-    if (t.indptr.empty()) throw Error("page_table.indptr is empty: it has batch + 1 values");
-    const std::size_t batch = t.indptr.size() - 1;
-    if (t.last_page_len.size() != batch) {
-      throw Error(fmt::format("page_table.last_page_len has {} values: must have batch = {} (indptr has {})",
-                              t.last_page_len.size(), batch, t.indptr.size()));
-    }
-    if (t.batch_indices.size() != t.seq_positions.size()) {
-      throw Error(fmt::format("page_table.batch_indices / seq_positions have {} / {} values: one per token each",
-                              t.batch_indices.size(), t.seq_positions.size()));
-    }
+    const std::size_t batch = detail::check_page_table_counts(t);
     for (const auto& [field, span] :
          {std::pair<const char*, std::span<const std::int32_t>>{"page_table.indices", t.indices},
           {"page_table.indptr", t.indptr},
