@@ -4,11 +4,14 @@
 #   release  optimised, -Werror, with the Python module: every label (unit, target, slow, python, package),
 #            then clang-tidy on its compile commands against the recorded baseline (scripts/tidy.sh)
 #   dev      Debug + AddressSanitizer + UndefinedBehaviorSanitizer, without OpenMP, -Werror, built with CMake's
-#            default generator (Unix Makefiles) like a plain `cmake -S . -B build && cmake --build build`
+#            default generator (Unix Makefiles) like a plain `cmake -S . -B build && cmake --build build`: the unit
+#            and target labels (the slow one ran in release), the case tables' attention rows shrunk by 4
+#            (ROPEKIT_CASE_SHRINK: every row kept, tests/targets.hpp), the CUDA kernels for sm_90 alone
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
-#   arm64    the aarch64 cross build, its SIMD targets' tests at SVE vector lengths 128/256/512 and the unit tier
+#   arm64    the aarch64 cross build, its SIMD targets' tests at SVE vector lengths 128/256/512 (case tables shrunk
+#            and shared by the targets of a length; `scripts/test-arm64.sh --full` runs them whole) and the unit tier
 #            under qemu-aarch64 (scripts/test-arm64.sh; its time per vector length printed at the end)
 # and prints how long each part took. Every test reads the repository's own data (tests/data/, models/,
 # data/): a clone alone passes. After a change, the quick tier is `cmake --workflow --preset quick`.
@@ -26,6 +29,7 @@ part() {
   shift
   "$@"
   timings+=("$(printf '%-8s %4d s' "$name" $((SECONDS - start)))")
+  echo "test.sh: $name passed in $((SECONDS - start)) s ($SECONDS s so far)"
 }
 part format ./scripts/check-format.sh
 part release cmake --workflow --preset release

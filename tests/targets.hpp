@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "rope/backend.hpp"
 #include "ropekit/cpu.hpp"
@@ -42,13 +43,56 @@ class AgainstReference : public PerTarget {
 
 inline std::string target_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
 
-// ROPEKIT_CASE_SHRINK=f (unset: 1): the per-target attention tests divide their queries and keys by f — every row,
-// window, bias, head mix and dtype at a fraction of the work. The Arm part of the test command sets 2 at SVE lengths of
-// 256 and 512 bits, which qemu emulates 3–4× slower than 128 (scripts/test-arm64.sh).
-inline int shrink_factor() {
-  const char* env = std::getenv("ROPEKIT_CASE_SHRINK");
+inline int env_factor(const char* name) {
+  const char* env = std::getenv(name);
   return env != nullptr && *env != '\0' ? std::max(1, std::atoi(env)) : 1;
 }
+
+// ROPEKIT_CASE_SHRINK=f (unset: 1): the per-target attention tests divide their queries and keys by f — every row,
+// window, bias, head mix and dtype at a fraction of the work. Set by the test command's emulated Arm part and its
+// sanitizer tier (scripts/test-arm64.sh, the dev test preset); the release tier and `scripts/test-arm64.sh --full`
+// run everything whole.
+inline int shrink_factor() { return env_factor("ROPEKIT_CASE_SHRINK"); }
+
+// ROPEKIT_CASE_SAMPLE=f (unset: 1): the targets of one run share a per-target case table instead of each running all
+// of it. With n targets selected for the running test (the gtest filter's; for a test against the reference, less
+// those whose kernels are the reference) and s = min(f, n), case i runs on the targets whose place j among them has
+// j ≡ h(i) (mod s), h a multiplicative hash (so that no target gets only one dtype or layout of the table's nested
+// loops): every case runs on at least one target, each target runs about one case in s. Set with ROPEKIT_CASE_SHRINK.
+struct CaseSample {
+  int share = 1;  // s
+  int place = 0;  // j
+  bool runs(std::uint32_t case_index) const {
+    const std::uint32_t h = (case_index * 2654435761u) >> 8;
+    return static_cast<int>(h % static_cast<std::uint32_t>(share)) == place % share;
+  }
+};
+
+inline CaseSample case_sample(bool against_reference) {
+  const int f = env_factor("ROPEKIT_CASE_SAMPLE");
+  const ::testing::TestInfo* current = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (f == 1 || current == nullptr) return {};
+  const std::string name = current->name();  // "<test>/<target>"
+  const std::string test = name.substr(0, name.find('/') + 1);
+  std::vector<std::string> selected;
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+    if (std::string(suite.name()) != current->test_suite_name()) continue;
+    for (int t = 0; t < suite.total_test_count(); ++t) {
+      const ::testing::TestInfo& info = *suite.GetTestInfo(t);
+      const std::string other = info.name();
+      if (!info.should_run() || other.rfind(test, 0) != 0) continue;
+      if (!against_reference || !kernels_are_the_reference(other.substr(test.size()))) selected.push_back(other);
+    }
+  }
+  const auto at = std::find(selected.begin(), selected.end(), name);
+  CaseSample out;
+  out.share = std::max(1, std::min<int>(f, static_cast<int>(selected.size())));
+  out.place = at == selected.end() ? 0 : static_cast<int>(at - selected.begin());
+  return out;
+}
+
 // n tokens divided by shrink_factor(), rounded up, never below `floor` (a boundary the test must still cross).
 inline std::int64_t shrunk_tokens(std::int64_t n, std::int64_t floor = 1) {
   return std::max(floor, (n + shrink_factor() - 1) / shrink_factor());
