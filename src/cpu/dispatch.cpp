@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "rope/backend.hpp"
 #include "ropekit/cpu.hpp"
 
 namespace ropekit::cpu {
@@ -160,6 +161,8 @@ int target_index(std::string_view name) {
 bool default_target() { return g_selected.load(std::memory_order_relaxed) < 0; }
 
 Selection current_selection() { return current_target().selection; }
+
+std::size_t simd_dispatch_index() { return current_index(); }
 
 namespace {
 // The AMD families both choices were measured on: 25 (Zen 4, model 17) and 26 (Zen 5, model 2). Each was measured on

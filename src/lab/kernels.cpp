@@ -15,6 +15,7 @@
 
 #include "lab/kernels.hpp"
 #include "lab/quants.hpp"
+#include "rope/backend.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace ropekit::lab {
@@ -368,21 +369,23 @@ HWY_EXPORT(LogSumExp);
 
 void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::size_t first, std::size_t last,
                         bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(MatvecPackedRows)
+  HWY_DISPATCH_TABLE(MatvecPackedRows)[cpu::simd_dispatch_index()]
   (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, x, y, std::size_t(w.cols), first, last, accumulate);
 }
 
 void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, float* out) {
-  HWY_DYNAMIC_DISPATCH(WidenRows)
+  HWY_DISPATCH_TABLE(WidenRows)[cpu::simd_dispatch_index()]
   (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, std::size_t(w.cols), first, count, out);
 }
 
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
                  bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(MatvecRows)(w, x, y, in, first, last, accumulate);
+  HWY_DISPATCH_TABLE(MatvecRows)[cpu::simd_dispatch_index()](w, x, y, in, first, last, accumulate);
 }
 
-double log_sum_exp(std::span<const float> row) { return HWY_DYNAMIC_DISPATCH(LogSumExp)(row.data(), row.size()); }
+double log_sum_exp(std::span<const float> row) {
+  return HWY_DISPATCH_TABLE(LogSumExp)[cpu::simd_dispatch_index()](row.data(), row.size());
+}
 
 }  // namespace ropekit::lab
 #endif  // HWY_ONCE

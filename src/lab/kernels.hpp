@@ -1,8 +1,8 @@
 // src/lab/kernels.hpp — the runner's two loops that OpenBLAS and libm do not run at the memory's speed:
 // a matrix–vector product over rows (decode: one token against the classifier's 32000 rows) and
-// log Σ exp over a logit row (the lab's NLL of every target). Highway, compiled per target and
-// dispatched by Highway's own choice of the best target (results depend on the target's vector
-// width, as OpenBLAS's do; never on threads).
+// log Σ exp over a logit row (the lab's NLL of every target). Highway, compiled per target and run on
+// the target the library's calls run on (ropekit::set_simd_target restricts them too: rope/backend.hpp);
+// results depend on the target's vector width, as OpenBLAS's do, never on threads.
 #pragma once
 
 #include <cstddef>

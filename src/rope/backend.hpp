@@ -9,6 +9,7 @@
 // (rotates_with_reference).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -35,6 +36,10 @@ detail::TokenKernel select_token_kernel(DType dtype);
 detail::TokenPairKernel select_token_pair_kernel(Pairing pairing);
 // Every row of a job on up to `threads` threads (>= 1), fewer for small calls (threads_for_bytes).
 void run_rows(detail::RowsKernel kernel, const detail::RotateJob& job, int threads);
+// The Highway dispatch-table entry (HWY_DISPATCH_TABLE(F)[i]) of the SIMD target calls run on now, for ropekit's
+// kernels outside this backend (the lab's: lab/kernels.cpp), so that set_simd_target restricts them too. Their
+// tables are compiled with the same targets as this backend's, so the entry means the same target.
+std::size_t simd_dispatch_index();
 
 // n lanes of storage type `from` into a cache entry of type `to`: one rounding, fp8 as e4m3(x / scale)
 // (ropekit/dtype.hpp), the bits of detail::convert_to_cache_reference on every target; the same type copies.
