@@ -26,14 +26,15 @@ full=0
 ./scripts/install-deps.sh --arm64
 cmake --preset arm64
 # Heaviest first (the jobs below start in this order).
-programs=(targets_test regimes_test attention_test append_test kv_cache_test paged_kv_cache_test linear_attention_test)
+programs=(targets_test regimes_test attention_test append_test kv_cache_test paged_kv_cache_test linear_attention_test
+  lab_kernels_test)
 if [ $full = 1 ]; then
   cmake --build --preset arm64
 else
   # The test programs (the unit tier's and the targets'), not the CLI, its tests or the benchmarks.
   unit_programs=(spec_test plan_test table_test apply_test rope_set_test cos_sin_cache_test cuda_host_test golden_test
     errors_test config_test gguf_test hf_model_test quants_test model_positions_test analysis_test encodings_test
-    position_ids_test model_test)
+    position_ids_test model_test tokenizer_test sampler_test runner_test lab_test)
   cmake --build --preset arm64 --target "${programs[@]}" "${unit_programs[@]}"
 fi
 export OPENBLAS_NUM_THREADS=1 OMP_THREAD_LIMIT=1
