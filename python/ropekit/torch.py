@@ -35,7 +35,10 @@ __all__ = [
 
 class RotaryFunction(torch.autograd.Function):
     """Forward: q, k rotated by `rope` at `positions` (new tensors). Backward: the gradients rotated by
-    the Backward direction (R(−θ) with the forward magnitude), which is the forward's transpose."""
+    the Backward direction (R(−θ) with the forward magnitude), which is the forward's transpose.
+
+    apply_rotary's path where PyTorch has no torch.library operators (< 2.4); with them it differentiates
+    through ropekit::rotate, whose backward is the same transpose rotation (ropekit.ops)."""
 
     @staticmethod
     def forward(ctx, rope: Rope, positions, layout: str, angles: str, q: torch.Tensor, k: Optional[torch.Tensor]):
@@ -71,6 +74,18 @@ def apply_rotary(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, 
     """
     if isinstance(positions, torch.Tensor):
         positions = positions.detach()
+    if _ops is not None:
+        # The operator, whose autograd is the transpose rotation (one backward for both): positions as a tensor, for
+        # CUDA tensors placed as Rope.apply places them (on q's device, a broadcast expanded: ropekit/_cuda.py).
+        h = _ops.handle(rope)
+        if q.is_cuda:
+            from . import _cuda
+            batch, seq = _cuda._tokens(q, layout)
+            positions = _cuda._positions(torch, positions, batch, seq, _ops._SHAPES[h][1], q.device)
+        elif positions is not None and not isinstance(positions, torch.Tensor):
+            positions = torch.as_tensor(np.asarray(positions))
+        out = _ops.rotate(q, k, positions, h, layout, "forward", angles)
+        return (out[0], out[1]) if k is not None else out[0]
     q_out, k_out = RotaryFunction.apply(rope, positions, layout, angles, q, k)
     return (q_out, k_out) if k is not None else q_out
 

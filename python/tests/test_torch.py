@@ -66,6 +66,21 @@ def test_gradient_of_k_alone_and_q_alone():
     assert torch.equal(q.grad, want)
 
 
+def test_apply_rotary_differentiates_through_the_operator():
+    """With torch.library (PyTorch >= 2.4) apply_rotary is ropekit::rotate, whose backward is the operator's own (the
+    transpose rotation), not RotaryFunction's (PyTorch < 2.4 only); the gradients are the Backward rotation."""
+    pytest.importorskip("ropekit.ops", reason="PyTorch >= 2.4 needed for torch.library")
+    rope = ropekit.Rope(64)
+    pos = torch.tensor([[4, 5, 6]])
+    q = torch.randn(1, 3, 2, 64, requires_grad=True)
+    k = torch.randn(1, 3, 2, 64, requires_grad=True)
+    qo, ko = apply_rotary(rope, q, k, pos)
+    assert "RotaryFunction" not in type(qo.grad_fn).__name__
+    (qo.sum() + 2 * ko.sum()).backward()
+    want = rope.apply(torch.ones(1, 3, 2, 64), None, pos, direction="backward")
+    assert torch.equal(q.grad, want) and torch.equal(k.grad, 2 * want)
+
+
 def test_apply_refuses_tensors_that_require_grad():
     rope = ropekit.Rope(64)
     q = torch.randn(1, 2, 1, 64, requires_grad=True)
