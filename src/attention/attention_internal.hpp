@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "rope/attention_job.hpp"
@@ -90,6 +91,16 @@ inline KeyStorage storage_of(const PositionRegimes& regimes) {
 // device ones): indptr batch + 1 values, last_page_len batch, batch_indices and seq_positions one per token each.
 // Returns batch; ropekit::Error naming the field otherwise.
 std::size_t check_page_table_counts(const PageTable& table);
+
+// The cache as a call writes it: its geometry (PagedCache::validate) and its memory (k set; v set exactly when
+// v_head_dim > 0). ropekit::Error naming the field.
+void check_cache(const PagedCache& cache);
+
+// The resolved slot of every token (−1: none) into `slots`, resized to `tokens` (its capacity is reused, so a decode
+// step that refills it allocates nothing); ropekit::Error on a slot or page outside the cache, a count that does not
+// match, or two tokens writing one slot (paged_cache.cpp).
+void fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCache& cache, std::int64_t tokens,
+                std::vector<std::int64_t>& slots);
 
 // A fused append as prepare_append resolved it (append.cpp), for a backend that runs it another way (the CUDA
 // kernel body: device_shapes.hpp turns it into the kernel's shape). Everything points into the resolved call, which
