@@ -19,8 +19,10 @@ namespace ropekit::python {
 
 class PyRope;
 
-// KvCache, attention, linear_attention, the model runner, the tokenizer and the lab (consumers.cpp).
+// KvCache, PagedKvCache, attention, linear_attention (consumers.cpp).
 void bind_consumers(pybind11::module_& m);
+// Model, Tokenizer, eval and eval_methods: the model runner and the lab (model.cpp).
+void bind_model(pybind11::module_& m);
 
 // Position ids beyond one text stream: packing, context-parallel shards, draft trees (positions.cpp).
 void bind_positions(pybind11::module_& m);

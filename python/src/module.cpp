@@ -1,6 +1,6 @@
 // python/src/module.cpp — the `ropekit._ropekit` extension: Rope (construction from a config, preset,
 // GGUF or keywords; plan, cos/sin, zero-copy apply), the per-layer model plan, analysis. The
-// consumers (KV cache, attention, the model runner and the lab) are bound in consumers.cpp.
+// consumers (KV caches, attention) are bound in consumers.cpp, the model runner and the lab in model.cpp.
 //
 // Every ropekit::Error becomes ropekit.Error (a ValueError) carrying the C++ message. The GIL is
 // released while a kernel runs.
@@ -636,6 +636,7 @@ PYBIND11_MODULE(_ropekit, m) {
         py::arg("layout"), py::arg("iterations"), py::arg("threads") = 0);
 
   bind_consumers(m);
+  bind_model(m);
   bind_positions(m);
   bind_torch_abi(m, error);
   bind_append(m);
