@@ -15,6 +15,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     Model,
     PagedKvCache,
     Rope,
+    RopeSet,
     Tokenizer,
     attention,
     cp_indices,
@@ -51,7 +52,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 )
 
 __all__ = [
-    "Error", "KvCache", "Model", "PagedKvCache", "Rope", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "Error", "KvCache", "Model", "PagedKvCache", "Rope", "RopeSet", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_families", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",

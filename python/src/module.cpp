@@ -43,6 +43,9 @@ PyRope::PyRope(Spec spec, std::optional<std::int64_t> current_length, std::strin
     : origin_(std::move(origin)),
       accurate_(std::make_shared<const Rope>(std::move(spec), AngleMode::Accurate, current_length)) {}
 
+PyRope::PyRope(std::shared_ptr<const Rope> accurate, std::string origin)
+    : origin_(std::move(origin)), shared_(true), accurate_(std::move(accurate)) {}
+
 std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
   const std::lock_guard lock(mutex_);
   if (mode == AngleMode::Accurate) return accurate_;
@@ -51,6 +54,12 @@ std::shared_ptr<const Rope> PyRope::rope(AngleMode mode) const {
 }
 
 bool PyRope::set_current_length(std::int64_t n) {
+  if (shared_) {
+    throw Error(
+        fmt::format("set_current_length({}): this Rope is {}, shared by every sequence planned like it; "
+                    "take the RopeSet's at({}) instead",
+                    n, origin_, n));
+  }
   auto next = std::make_shared<const Rope>(spec(), AngleMode::Accurate, n);
   const std::lock_guard lock(mutex_);
   const bool changed = needs_rerotation(accurate_->plan(), next->plan());
@@ -635,6 +644,7 @@ PYBIND11_MODULE(_ropekit, m) {
   m.def("_time_apply", &time_apply, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("positions"),
         py::arg("layout"), py::arg("iterations"), py::arg("threads") = 0);
 
+  bind_rope_set(m);
   bind_consumers(m);
   bind_model(m);
   bind_positions(m);

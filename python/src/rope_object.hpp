@@ -26,6 +26,8 @@ inline std::shared_ptr<const Table> table_of(const PyCosSinTable* t) { return t 
 class PyRope {
  public:
   PyRope(Spec spec, std::optional<std::int64_t> current_length, std::string origin);
+  // A Python Rope over an existing C++ one (a RopeSet's: the same immutable Rope every sequence at a length shares).
+  PyRope(std::shared_ptr<const Rope> accurate, std::string origin);
 
   const Spec& spec() const { return accurate_->spec(); }
   const Plan& plan() const { return accurate_->plan(); }
@@ -35,7 +37,7 @@ class PyRope {
   // that release the GIL hold the pointer: set_current_length replaces the Ropes meanwhile.
   std::shared_ptr<const Rope> rope(AngleMode mode) const;
   // Replaces the Ropes by ones planned for length n (a Rope never changes); true when keys rotated
-  // under the old plan need re-rotation.
+  // under the old plan need re-rotation. Refused for a RopeSet's Rope, which every sequence at its lengths shares.
   bool set_current_length(std::int64_t n);
 
   // What the per-layer plan says besides the Spec, when the Rope was read from a model.
@@ -43,6 +45,7 @@ class PyRope {
 
  private:
   std::string origin_;
+  bool shared_ = false;  // a RopeSet's: its plan never changes
   // The PyTorch operators read the Ropes without the GIL (torch_abi.cpp): the lazily built hf_ and a
   // set_current_length on another thread are ordered by this lock.
   mutable std::mutex mutex_;
