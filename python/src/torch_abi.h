@@ -2,7 +2,7 @@
 // makes into the Python extension (python/src/, which holds the Ropes the operators' `rope` handles name).
 //
 // Why two libraries: the extension must import without PyTorch (NumPy users, Debian's PyTorch 1.13), while the
-// operators must be C++ (TORCH_LIBRARY) to cost what an ATen op costs — the Python registration spent about 20 µs per
+// operators must be C++ (TORCH_LIBRARY) to cost what an ATen op costs — the Python registration spends far more per
 // call in the dispatcher's Python layers (docs/performance.md). The operator library links libtorch but not ropekit;
 // it translates at::Tensor into the plain descriptions below and calls these functions, so there is one copy of the
 // core and one registry of handles in the process. Plain C: the two sides are built by different builds (the wheel,

@@ -203,13 +203,11 @@ void AppendCall::Resolved::token(std::int64_t t, std::vector<float>& buffer, std
 
 // Asks for token t's cache entries (keys and values, every head) ahead of the stores that will fill them,
 // into L2: an engine's step writes entries no one has touched yet, and without this each entry's stores
-// wait, one line after another, for their lines (append_bench, bf16 decode 256 with fresh slots: the fused
-// call went from 0.87–0.91× the rotate-then-copy pair to 1.09–1.12×, the step from 0.91× to 1.13–1.15×;
-// docs/performance-log.md). Not for an fp8 cache: its software quantization is slow enough per line that the
-// fills keep up, and the prefetches cost 3–4 % in every fp8 row. Into L2, not L1:
-// into L1 the small calls lost more (decode 16: 7.0 → 7.95 µs against 7.4). Every line: prefetching the
-// first 4 or 8 lines of an entry, or every other line, and leaving the rest to the hardware gave back
-// most of the gain.
+// wait, one line after another, for their lines. Not for an fp8 cache: its software quantization is slow
+// enough per line that the fills keep up, and the prefetches cost in every fp8 row. Into L2, not L1: into L1
+// the small calls lost more. Every line: prefetching the first lines of an entry, or every other line, and
+// leaving the rest to the hardware gave back most of the gain (docs/performance-log.md: the code comments'
+// figures).
 void AppendCall::Resolved::prefetch_entries(std::int64_t t) const {
   const std::int64_t slot = slots[std::size_t(t)];
   if (slot < 0 || cache.dtype == CacheDType::F8E4M3) return;

@@ -87,7 +87,7 @@ struct PrepareAccess {
     const std::int64_t max_position = check_positions(positions, "positions", job.tokens, job.map->num_axes);
     // The common decode step: the call's table still covers the positions, and then it stays the angle source
     // whichever way the call was prepared (the code below keeps it too). Without copying and releasing the
-    // shared_ptr (two atomic read-modify-writes: ≈ 1 ns of a 40-head step's 100, kernel_floor on Zen 5).
+    // shared_ptr: two atomic read-modify-writes a decode step need not pay (docs/performance-log.md).
     if (const Table* pinned = call.table_pin_.get(); pinned != nullptr && max_position < pinned->num_positions()) {
       take_positions(job.args.positions, positions);
       job.table = pinned;

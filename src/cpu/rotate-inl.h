@@ -54,10 +54,9 @@ constexpr std::size_t kRegistersForRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
 // Large calls (RotateJob::prefetch_rows) prefetch, as each row starts, the lines 2 KiB past it, of the
 // source and, out of place, of the destination (a line no other core holds arrives exclusive, so the
 // stores that reach it later need no ownership request). The kernels are compute-bound enough that
-// the hardware prefetchers alone left bf16/fp16 rows waiting on the cache hierarchy: ropekit bench,
-// bf16, one thread, 4096 tokens, in place 0.68-0.77 of the stream without, 0.85-0.96 with; bf16 and
-// fp16 prefill with a table out of place, 8-10 of 12 cases at 0.85 of memcpy with the source's lines
-// alone, 12 with both (512 B, 1, 4 and 8 KiB ahead gained less than 2). The addresses may lie past the
+// the hardware prefetchers alone left bf16/fp16 rows waiting on the cache hierarchy; the destination's
+// lines besides the source's, and 2 KiB rather than nearer or further, measured best
+// (docs/performance-log.md: the code comments' figures). The addresses may lie past the
 // views: a prefetch never faults, and they are formed as integers. On AMD Zen 4 the same prefetches cost
 // (cpu::software_row_prefetch: off there).
 constexpr std::uintptr_t kPrefetchAheadBytes = 2048;
@@ -687,14 +686,14 @@ struct Bf16EvenOdd {
 
 #if !HWY_HAVE_SCALABLE
 // Whether a head of kSteps vectors of pairs takes HalfHeadLoadsFirst: half pairing, a codec that stores vector by
-// vector, and a, b, c and s all in registers (spilled — AVX2, 128 dims of fp32 — decode took 1.2x as long).
+// vector, and a, b, c and s all in registers (spilled — AVX2, 128 dims of fp32 — decode took longer).
 template <class Codec, Pairing kPairing, std::size_t kSteps>
 constexpr bool kLoadsFirst = kPairing == Pairing::Half && !kStoresInPairs<Codec> && 4 * kSteps <= kRegistersForRows;
 
 // One head of sizeof...(I) vectors of pairs, half pairing, c and s in registers: the head's loads first, then its
 // stores in address order (a's steps, then b's): stores that alternate between the two halves split two cache lines
-// each where the rows are not 64-byte aligned (fp32, out of place, rows 16 bytes off: 0.85 of memcpy alternating, 0.97
-// in order). HalfStep's arithmetic, so its bits.
+// each where the rows are not 64-byte aligned (docs/performance-log.md: the code comments' figures). HalfStep's
+// arithmetic, so its bits.
 template <class Codec, std::size_t... I>
 HWY_INLINE void HalfHeadLoadsFirst(const typename Codec::T* in, typename Codec::T* out, const VF* vc, const VF* vs,
                                    std::index_sequence<I...>) {

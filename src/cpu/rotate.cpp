@@ -61,8 +61,8 @@ void set_stream_threshold_bytes(std::int64_t bytes) { stream_threshold().store(b
 
 detail::RowsKernel select_rotate_kernel(detail::RotateJob& job, std::int64_t bytes_written) {
   job.stream_stores = bytes_written > 0 && bytes_written >= stream_threshold_bytes();
-  // Rows of a smaller call are in L1/L2; there the prefetches only cost (fp32 decode steps 0.39-0.48 -> 0.35-0.46
-  // of memcpy).
+  // Rows of a smaller call are in L1/L2; there the prefetches only cost (docs/performance-log.md: the code
+  // comments' figures).
   job.prefetch_rows = job.bytes_moved >= kLargeCallBytes && software_row_prefetch();
   const bool small = job.bytes_moved <= l1_data_bytes();
   const Selection target = current_selection();

@@ -260,8 +260,8 @@ ROPEKIT_HD void pair_thread_as(const AppendShape& a, std::int64_t g) {
   constexpr int es = static_cast<int>(sizeof(Raw));
   constexpr bool kOnePair = W == 1 && !Adjacent;
   // Rows counted as fp32's (4 / W), as before the rotation counted bytes: at the rotation's count the 16-bit append
-  // kernels, which also hold k_out's and the entry's stores, took 72–86 registers instead of 56–72 (ptxas, sm_90) —
-  // for a GPU run to weigh.
+  // kernels, which also hold k_out's and the entry's stores, took more registers (ptxas, sm_90;
+  // docs/performance-log.md) — for a GPU run to weigh.
   constexpr int K = rows_in_flight<W, 4>();
   const RotateShape& s = a.rot;
   const std::int64_t heads = a.pair_k_heads();

@@ -190,7 +190,7 @@ ROPEKIT_HD void store_raw(char* p, T v) {
 
 // An element's bits held in a register (a float32's, or a 16-bit type's in the low half): the body passes elements
 // between its steps as these, never through a local array whose address is taken — on a GPU such an array lives in
-// local memory, which held the fused append at 0.15 of the copy bandwidth on an H100.
+// local memory, which held the fused append far below the copy bandwidth (docs/performance-log.md).
 ROPEKIT_HD std::uint32_t read_bits(const char* p, int size) {
   if (size == 4) return load_raw<std::uint32_t>(p);
   if (size == 2) return load_raw<std::uint16_t>(p);
@@ -271,8 +271,8 @@ ROPEKIT_HD bool coefficients(const RotateShape& s, std::int64_t token, int j, fl
 // in flight (the rows are distinct memory: the views are checked for overlaps on the host). A thread turning W pairs of
 // es-byte elements reads 2·W·es bytes per row, so it holds kBytesInFlight / (2·W·es) rows, at least one. Counted in
 // pairs (4 / W rows) until 2026-11-27, which gave 16-bit rows half fp32's bytes at every width but half pairing's
-// 16-byte runs: on an H200, bf16 interleaved at 16-byte accesses (16 bytes per thread) ran at 0.80 of the copy against
-// half pairing's 0.87 and fp32 interleaved's 0.92 (32 bytes each). The kernels are bound by the accesses in flight.
+// 16-byte runs, and those rows ran slower than the others on an H200 (docs/performance-log.md: the code comments'
+// figures). The kernels are bound by the accesses in flight.
 constexpr int kBytesInFlight = 32;
 // Rows in flight where a thread copies one element per row (the fused append's lanes: lane_thread).
 constexpr int kRowsInFlight = 4;
@@ -409,8 +409,8 @@ struct StorageOf<Storage::F16> {
 // the halves of t = (w & 0x7c007c00) ^ 0x7c007c00 are 0 exactly for those, and (t − 0x00010001) & 0x80008000 is
 // nonzero exactly when a half is 0 (a half of t is a multiple of 0x400 below 0x8000: only 0 wraps past bit 15, and
 // the borrow it passes up cannot wrap a nonzero high half). About two operations per element instead of a select's ten
-// (f16_load's on a GPU) — what kept the fp16 rotation from the copy bandwidth looked like instructions (H200,
-// 2026-11-27: 0.73 of the copy, bf16 0.87).
+// (f16_load's on a GPU) — what kept the fp16 rotation further from the copy bandwidth than bf16 looked like
+// instructions (docs/performance-log.md: the code comments' figures).
 template <int N>
 ROPEKIT_HD bool any_f16_special(const std::uint16_t (&x)[N]) {
   std::uint32_t found = 0;

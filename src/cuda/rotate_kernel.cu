@@ -22,9 +22,9 @@ __global__ void rotate_kernel(RotateShape shape) {
 
 // The rotation is bound by the memory accesses in flight, i.e. by the warps an SM holds, i.e. by registers: fp16 rows
 // at 16-byte accesses take 80 registers as compiled (3 blocks of 256 per SM); capped at 64 (4 blocks; 20 bytes
-// spilled outside the heads loop) they ran 0.70 → 0.73 of the copy on an H200 (2 × 8192 bf16-shaped prefill, 65,536
-// tokens 0.72 → 0.75). The cap is this kernel's alone: every kernel given __launch_bounds__(256, 1) lost (bf16 at
-// 16 bytes 0.87 → 0.80), the compiler then spending registers freely.
+// spilled outside the heads loop) they ran closer to the copy on an H200. The cap is this kernel's alone: every
+// kernel given __launch_bounds__(256, 1) lost, the compiler then spending registers freely (docs/performance-log.md:
+// the code comments' figures).
 constexpr int kCappedBlock = 256;
 template <Storage St, int W, bool Adjacent>
 __global__ void __launch_bounds__(kCappedBlock, 4) rotate_kernel_capped(RotateShape shape) {

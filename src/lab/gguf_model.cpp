@@ -130,7 +130,7 @@ class GgufModelReader {
                       c_.origin(), name, ggml_type_name(t.type)));
     }
     // Checked against the file before anything is allocated. Quantized rows are whole blocks (matrix() keeps them
-    // packed: a Q4 file widened to float32 took 7× its size in memory).
+    // packed: widened to float32, a 4-bit file takes several times its size in memory).
     const std::uint64_t block_values = quant != nullptr ? std::uint64_t(quant->block_values) : 1;
     const std::uint64_t block_bytes = quant != nullptr ? std::uint64_t(quant->block_bytes) : t.type == kTypeF32 ? 4 : 2;
     if (dims[0] % block_values != 0) {

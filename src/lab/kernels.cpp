@@ -29,7 +29,7 @@ void MatvecRows(const float* w, const float* x, float* y, std::size_t in, std::s
   for (std::size_t o = first; o < last; ++o) {
     const float* row = w + o * in;
     // Four rows ahead: the prefetchers see one stream, this keeps it a few hundred bytes ahead of the loads
-    // (stories15M's classifier: 29 → 49 GB/s on Zen 4 with huge pages).
+    // (docs/performance-log.md: the code comments' figures).
     hwy::Prefetch(row + 4 * in);
     // Vector k of the row goes to accumulator k mod 4: four chains of fused multiply-adds, so their latency
     // overlaps (the packed rows' kernel below, which dequantizes as it goes, was latency-bound with two).
