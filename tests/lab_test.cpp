@@ -15,9 +15,9 @@
 #include <random>
 #include <sstream>
 
+#include "bundled_model.hpp"
 #include "expect_error.hpp"
 #include "lab/quants.hpp"
-#include "bundled_model.hpp"
 #include "model_files.hpp"
 #include "model_oracle.hpp"
 #include "ropekit/kv_cache.hpp"

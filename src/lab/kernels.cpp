@@ -369,13 +369,15 @@ HWY_EXPORT(LogSumExp);
 
 void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::size_t first, std::size_t last,
                         bool accumulate) {
-  HWY_DISPATCH_TABLE(MatvecPackedRows)[cpu::simd_dispatch_index()]
-  (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, x, y, std::size_t(w.cols), first, last, accumulate);
+  HWY_DISPATCH_TABLE(MatvecPackedRows)
+  [cpu::simd_dispatch_index()](static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, x, y, std::size_t(w.cols),
+                               first, last, accumulate);
 }
 
 void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, float* out) {
-  HWY_DISPATCH_TABLE(WidenRows)[cpu::simd_dispatch_index()]
-  (static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, std::size_t(w.cols), first, count, out);
+  HWY_DISPATCH_TABLE(WidenRows)
+  [cpu::simd_dispatch_index()](static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, std::size_t(w.cols),
+                               first, count, out);
 }
 
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
