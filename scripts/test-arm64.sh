@@ -37,6 +37,8 @@ else
     position_ids_test model_test tokenizer_test sampler_test runner_test lab_test)
   cmake --build --preset arm64 --target "${programs[@]}" "${unit_programs[@]}"
 fi
+# The cores first: nproc honours OMP_THREAD_LIMIT and OMP_NUM_THREADS, which the guests get below.
+cores=$(nproc)
 export OPENBLAS_NUM_THREADS=1 OMP_THREAD_LIMIT=1
 # One job per program and CPU: (program, label, QEMU_CPU, gtest filter). qemu-user runs one guest thread on one host
 # core, so the jobs run side by side, one per core, the heaviest first.
@@ -68,7 +70,7 @@ run_job() {
 export -f run_job
 rm -f build/arm64/job-times.txt
 parallel_start=$SECONDS
-printf '%s\n' "${jobs[@]}" | xargs -P "$(nproc)" -L 1 bash -c 'run_job "$@"' _
+printf '%s\n' "${jobs[@]}" | xargs -P "$cores" -L 1 bash -c 'run_job "$@"' _
 times=()
 for label in sve128 sve256 sve512 nosve; do
   seconds=$(awk -v l=$label '$1 == l { s += $2 } END { print s + 0 }' build/arm64/job-times.txt)
@@ -76,7 +78,7 @@ for label in sve128 sve256 sve512 nosve; do
   [ $full = 1 ] || note=" (tables shrunk by $ROPEKIT_CASE_SHRINK, shared by the targets)"
   times+=("$(printf '%-7s %5d s of emulation%s' "$label" "$seconds" "$note")")
 done
-times+=("$(printf 'all     %5d s on %d cores' $((SECONDS - parallel_start)) "$(nproc)")")
+times+=("$(printf 'all     %5d s on %d cores' $((SECONDS - parallel_start)) "$cores")")
 unit_start=$SECONDS
 # Threads of their own (above); the CLI's tests where it is not built.
 exclude='^(Table\.RopeGrowsOnDemandAndSharesAcrossThreads|RopeSet\.ConcurrentSequencesAtDifferentLengths|c_api\.program'
