@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/host_grid.hpp"  // the access width, to compare widths
+#include "device/device_shapes.hpp"  // the launch choices, to compare them
 #include "ropekit/append.hpp"
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/cuda.hpp"
@@ -227,6 +227,8 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "stream");
   std::vector<Row> rows;
+  // The launch choices the rows below compare (the backend's own unless a row says otherwise).
+  detail::LaunchChoices choices;
   const auto run = [&](const std::string& name, const Rope& rope, std::int64_t table, DType dtype, std::int64_t batch,
                        std::int64_t seq, std::int64_t first_position, bool out_of_place = false,
                        Peer peer = Peer::Ropekit) {
@@ -256,7 +258,8 @@ int main(int argc, char** argv) {
     }
     float* cos_sin = nullptr;  // FlashInfer's angles from a table: its cos/sin cache path
     const auto launch = [&] {
-      if (peer == Peer::Ropekit) return gpu.rotate(args, {.device = 0, .stream = stream});
+      if (peer == Peer::Ropekit)
+        return detail::DeviceAccess::rotate(gpu, args, {.device = 0, .stream = stream}, choices);
 #ifdef ROPEKIT_HAVE_FLASHINFER
       check(flashinfer_peer::rotate(flashinfer_type(dtype), q, k, out_of_place ? args.q_out.data : q,
                                     out_of_place ? args.k_out.data : k, static_cast<const std::int64_t*>(pos),
@@ -330,30 +333,30 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-  // The access width (detail::choose_vector): FlashInfer's shape with each thread's runs of pairs capped at one
-  // element per access and at 8 bytes (the rows above: the launch's choice, up to 16).
+  // The access width (LaunchChoices::max_access_bytes): FlashInfer's shape with each thread's runs of pairs capped at
+  // one element per access and at 8 bytes (the rows above: the launch's choice, up to 16).
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved}) {
     const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = pairing});
     for (const DType dtype : {DType::BF16, DType::F32}) {
       for (const int bytes : {static_cast<int>(element_size(dtype)), 8}) {
-        detail::set_cuda_max_access_bytes(bytes);
+        choices.max_access_bytes = bytes;
         run(fmt::format("prefill 2x8192 {} {} table, accesses <= {} B", to_string(dtype), to_string(pairing), bytes),
             rope, 65536, dtype, 2, 8192, 0);
       }
     }
   }
-  detail::set_cuda_max_access_bytes(cuda::kMaxAccessBytes);
+  choices = {};
   // A token's rows per thread (cuda::choose_head_groups picks 2 groups of 20 rows here): every row of the token in one
   // thread, 8 groups of 5, and one row per thread (40 groups: no loop over heads, coefficients read per row).
   for (const DType dtype : {DType::BF16, DType::F16, DType::F32}) {
     const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
     for (const int groups : {1, 8, 40}) {
-      detail::set_cuda_head_groups(groups);
+      choices.head_groups = groups;
       run(fmt::format("prefill 2x8192 {} half table, {} head groups", to_string(dtype), groups), rope, 65536, dtype, 2,
           8192, 0);
     }
   }
-  detail::set_cuda_head_groups(0);
+  choices = {};
   // The fused rotate-and-append (ropekit::cuda::append): bf16 q rotated in place, bf16 k rotated into a bf16 NHD
   // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
   // v each read once and written once (to the cache for k and v).
@@ -396,7 +399,8 @@ int main(int argc, char** argv) {
                            .kv_heads = hk,
                            .head_dim = int(d),
                            .v_head_dim = int(d)};
-    const double us = time_us(stream, [&] { cuda::append(gpu, args, cache, {.device = 0, .stream = stream}); });
+    const double us = time_us(
+        stream, [&] { detail::DeviceAccess::append(gpu, args, cache, {.device = 0, .stream = stream}, choices); });
     const double copy_us = time_us(stream, [&] {
       cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
       cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes, k, k_bytes, cudaMemcpyDeviceToDevice, stream);
@@ -414,12 +418,11 @@ int main(int argc, char** argv) {
     run_append("append prefill 1x8192 bf16 half -> bf16 NHD", rope, 1, 8192, 0);
     // Key rows, values in runs of at most 8 bytes, and element by element (the append before runs: one pair and
     // one lane per thread), for the same shape; the HND layout; an fp8 cache (converted element by element).
-    detail::set_cuda_max_access_bytes(8);
+    choices = {.max_access_bytes = 8};
     run_append("append prefill 1x8192 bf16 half -> bf16 NHD, accesses <= 8 B", rope, 1, 8192, 0);
-    detail::set_cuda_max_access_bytes(cuda::kMaxAccessBytes);
-    detail::set_cuda_append_runs(false);
+    choices = {.append_runs = false};
     run_append("append prefill 1x8192 bf16 half -> bf16 NHD, element by element", rope, 1, 8192, 0);
-    detail::set_cuda_append_runs(true);
+    choices = {};
     run_append("append prefill 1x8192 bf16 half -> bf16 HND", rope, 1, 8192, 0, PageLayout::HND);
     run_append("append prefill 1x8192 bf16 half -> fp8 e4m3 NHD", rope, 1, 8192, 0, PageLayout::NHD,
                CacheDType::F8E4M3);
@@ -429,11 +432,11 @@ int main(int argc, char** argv) {
     // a launch per body; each timed the other way too.
     for (const auto& [mode, what] : {std::pair{detail::AppendLaunches::PerBody, "a launch per body"},
                                      {detail::AppendLaunches::One, "one launch"}}) {
-      detail::set_cuda_append_launches(mode);
+      choices = {.launches = mode};
       for (const std::int64_t batch : {1, 64, 256})
         run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD, {}", batch, what), rope, batch, 1, 4095);
     }
-    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
+    choices = {};
   }
   std::vector<AccuracyRow> accuracy;
   for (const Pairing pairing : {Pairing::Half, Pairing::Interleaved})

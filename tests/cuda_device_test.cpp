@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "attention/device_shapes.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda/rotate_kernel.hpp"
 #include "cuda_append_cases.hpp"
+#include "device/device_shapes.hpp"
 #include "expect_error.hpp"
 #include "lib/cases.hpp"
 #include "rope/reference.hpp"
@@ -132,7 +132,7 @@ TEST(CudaDevice, RotationKernelEqualsTheReference) {
       detail::CudaLanes lanes;
       cuda::RotateShape s;
       if (!detail::make_cuda_shape(call.job(), lanes, s)) continue;  // HfCompat on the fly: the CPU's
-      detail::choose_vector(*call.job().map, s, max_bytes);
+      detail::choose_vector(*call.job().map, s, {.max_access_bytes = max_bytes});
       ++widths[(s.adjacent ? 2 : 1) * s.vector_pairs * s.element_size];
       // q, k and the outputs first (copied back after the launch), then the angles and the positions (read only).
       Mirror m;
@@ -737,13 +737,11 @@ TEST(CudaDevice, CapturedDecodeStepReplaysLikeTheCpu) {
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
   for (const auto mode : {detail::AppendLaunches::One, detail::AppendLaunches::PerBody}) {
     SCOPED_TRACE(mode == detail::AppendLaunches::One ? "append in one launch" : "append in a launch per body");
-    detail::set_cuda_append_launches(mode);
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
     table_gpu.rotate(rotate_args(on_device), on);
-    cuda::append(fly_gpu, append_args(on_device), cache_at(on_device), on);
+    detail::DeviceAccess::append(fly_gpu, append_args(on_device), cache_at(on_device), on, {.launches = mode});
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int step = 0; step < 3; ++step) {

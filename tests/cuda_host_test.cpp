@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -20,10 +21,10 @@
 #include <vector>
 
 #include "attention/attention_internal.hpp"
-#include "attention/device_shapes.hpp"
 #include "cuda/device_math.hpp"
 #include "cuda/host_grid.hpp"
 #include "cuda_append_cases.hpp"
+#include "device/device_shapes.hpp"
 #include "expect_error.hpp"
 #include "lib/cases.hpp"
 #include "rope/angles.hpp"
@@ -39,6 +40,38 @@ using namespace ropekit;
 using namespace ropekit::cuda_cases;
 
 bool both_nan(float a, float b) { return std::isnan(a) && std::isnan(b); }
+
+// What a DeviceRope of `rope` holds and point_at gives a device call's shape, as host copies: the pair map, the rope's
+// own table rows for positions [0, rows), the turns of the accurate angles, and an error word.
+struct HostAngles {
+  detail::CudaLanes lanes;
+  std::vector<float> cos, sin;
+  detail::AngleEvaluator angles;
+  std::int64_t rows;
+  unsigned long long error = 0;
+
+  HostAngles(const Rope& rope, std::int64_t rows) : angles(rope.plan().inv_freq, rope.angle_mode()), rows(rows) {
+    const PairMap& map = rope.pair_map();
+    lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
+    lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
+    lanes.axis.assign(map.axis.begin(), map.axis.end());
+    const std::size_t pairs = std::size_t(map.num_pairs());
+    cos.resize(std::size_t(rows) * pairs);
+    sin.resize(cos.size());
+    for (std::int64_t p = 0; p < rows; ++p) angles.row(p, &cos[std::size_t(p) * pairs], &sin[std::size_t(p) * pairs]);
+  }
+  void point(cuda::RotateShape& s, bool turns = true) {
+    s.lane_a = lanes.lane_a.data();
+    s.lane_b = lanes.lane_b.data();
+    s.axis = lanes.axis.data();
+    s.cos = rows > 0 ? cos.data() : nullptr;
+    s.sin = rows > 0 ? sin.data() : nullptr;
+    s.table_positions = rows;
+    s.turns_hi = turns ? angles.turns_hi() : nullptr;
+    s.turns_lo = turns ? angles.turns_lo() : nullptr;
+    s.error = &error;
+  }
+};
 
 TEST(CudaHost, CodecsEqualTheLibrarysOnEveryPattern) {
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
@@ -150,7 +183,7 @@ TEST(CudaHost, RotationBodyOverTheLaunchGridEqualsTheReference) {
         cases::Workload got(c, seed);
         const RotateCall call = got.prepare();
         int bytes = 0;
-        if (!detail::rotate_on_host_grid(call.job(), 96, head_groups, max_bytes, &bytes)) {
+        if (!detail::rotate_on_host_grid(call.job(), 96, head_groups, {.max_access_bytes = max_bytes}, &bytes)) {
           supported = false;  // HfCompat angles on the fly: libm's, not reproducible on a GPU (a table there)
           break;
         }
@@ -193,8 +226,8 @@ TEST(CudaHost, AMisalignedRunIsCounted) {
   EXPECT_EQ(cuda::host_misaligned_runs.load(), before + 2);
 }
 
-// The benchmark's head-groups setting (detail::set_cuda_head_groups): every shape choose_vector makes takes it, capped
-// at the shape's heads; 0 gives the launch's own choice back. (The bits for any grouping: the test above.)
+// The benchmark's head-groups choice (LaunchChoices::head_groups): every shape choose_vector makes takes it, capped at
+// the shape's heads; 0 gives the launch's own choice back. (The bits for any grouping: the test above.)
 TEST(CudaHost, TheBenchmarksHeadGroupsAreCappedAtTheHeads) {
   const Rope rope(Spec{.head_dim = 128, .rotary_dim = 128, .base = 500000.0, .pairing = Pairing::Half});
   const std::int64_t tokens = 64, q_heads = 6, k_heads = 2, d = 128;
@@ -205,21 +238,17 @@ TEST(CudaHost, TheBenchmarksHeadGroupsAreCappedAtTheHeads) {
                                         .k = bshd(k.data(), DType::BF16, 1, tokens, k_heads, d),
                                         .positions = positions(pos)},
                                        rope.table(tokens));
-  const auto groups = [&] {
+  const auto groups = [&](int head_groups) {
     detail::CudaLanes lanes;
     cuda::RotateShape shape;
     EXPECT_TRUE(detail::make_cuda_shape(call.job(), lanes, shape));
-    detail::choose_vector(*call.job().map, shape);
+    detail::choose_vector(*call.job().map, shape, {.head_groups = head_groups});
     return shape.head_groups;
   };
-  const std::int64_t chosen = groups();
+  const std::int64_t chosen = groups(0);
   EXPECT_EQ(chosen, q_heads + k_heads);  // 64 tokens are far from filling a GPU: one row per thread
-  detail::set_cuda_head_groups(3);
-  EXPECT_EQ(groups(), 3);
-  detail::set_cuda_head_groups(100);
-  EXPECT_EQ(groups(), q_heads + k_heads);
-  detail::set_cuda_head_groups(0);
-  EXPECT_EQ(groups(), chosen);
+  EXPECT_EQ(groups(3), 3);
+  EXPECT_EQ(groups(100), q_heads + k_heads);
 }
 
 // ---- what the device API adds to the rotation body --------------------------------------------------------------
@@ -242,50 +271,32 @@ TEST(CudaHost, TableAndTurnsTogetherAndTheErrorWord) {
   for (float& x : q) x = normal(rng);
   want = q;
   rope.apply({.q = bshd(want.data(), DType::F32, 1, tokens, heads, d), .positions = positions(pos)});
-  // The shape of an on-the-fly call, then the table's rows for positions [0, 100) added beside the turns.
+  // DeviceRope::rotate's shape (the one prepare path with PositionsAt::Device), pointed at what a DeviceRope of the
+  // rope with a table of 100 positions holds: its rows below 100, its turns above.
   got = q;
-  const RotateCall call =
-      rope.prepare({.q = bshd(got.data(), DType::F32, 1, tokens, heads, d), .positions = positions(pos)});
-  detail::CudaLanes lanes;
-  cuda::RotateShape shape;
-  detail::fill_cuda_views(call.job(), shape);
-  const PairMap& map = rope.pair_map();
-  lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
-  lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
-  lanes.axis.assign(map.axis.begin(), map.axis.end());
-  shape.lane_a = lanes.lane_a.data();
-  shape.lane_b = lanes.lane_b.data();
-  shape.axis = lanes.axis.data();
-  const int pairs = map.num_pairs();
-  std::vector<float> cos(std::size_t(100 * pairs)), sin(cos.size());
-  const std::shared_ptr<const Table> table = rope.table(100);  // what DeviceRope uploads: the Rope's own rows
-  for (std::int64_t p = 0; p < 100; ++p) {
-    std::copy(table->cos_row(p), table->cos_row(p) + pairs, cos.begin() + p * pairs);
-    std::copy(table->sin_row(p), table->sin_row(p) + pairs, sin.begin() + p * pairs);
-  }
-  shape.cos = cos.data();
-  shape.sin = sin.data();
-  shape.table_positions = 100;
-  ASSERT_EQ(call.job().table, nullptr) << "an on-the-fly call (positions up to 2^47 - 1)";
-  shape.turns_hi = call.job().angles->turns_hi();
-  shape.turns_lo = call.job().angles->turns_lo();
-  unsigned long long error = 0;
-  shape.error = &error;
-  const auto run = [&] {
-    for (std::int64_t g = 0; g < shape.threads(); g += 96)
-      for (int t = 0; t < 96; ++t) cuda::rotate_thread(shape, g / 96, t, 96);
+  const auto device_shape = [&](std::vector<std::int64_t>& p) {
+    return detail::device_rotate_shape(
+        rope, nullptr, {.q = bshd(got.data(), DType::F32, 1, tokens, heads, d), .positions = positions(p)});
   };
+  HostAngles host(rope, 100);
+  cuda::RotateShape shape = device_shape(pos);
+  host.point(shape);
+  const auto run = [&] { detail::run_rotate_on_host(shape, 96); };
   run();
-  EXPECT_EQ(error, 0u);
+  EXPECT_EQ(host.error, 0u);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
-  // Bad positions: 2^47 at token 2, −1 at token 6; their rows stay as they were, the first in grid order is recorded.
+  // Bad positions — 2^47 at token 2, −1 at token 6 — are the device's to find: the host prepares the call without
+  // reading them, the body leaves those tokens' rows as they were and records the first in grid order.
   got = q;
   std::vector<std::int64_t> bad = pos;
   bad[2] = std::int64_t{1} << 47;
   bad[6] = -1;
-  shape.positions = bad.data();
+  EXPECT_ERROR(rope.prepare({.q = bshd(got.data(), DType::F32, 1, tokens, heads, d), .positions = positions(bad)}),
+               "positions[2] = 140737488355328");  // the CPU's prepare refuses them
+  shape = device_shape(bad);
+  host.point(shape);
   run();
-  EXPECT_EQ(error, 3u);
+  EXPECT_EQ(host.error, 3u);
   for (std::int64_t t = 0; t < tokens; ++t) {
     const std::size_t row = std::size_t(t * heads * d);
     const bool untouched = std::memcmp(got.data() + row, q.data() + row, std::size_t(heads * d) * 4) == 0;
@@ -293,12 +304,71 @@ TEST(CudaHost, TableAndTurnsTogetherAndTheErrorWord) {
     EXPECT_TRUE(t == 2 || t == 6 ? untouched : rotated) << "token " << t;
   }
   // No turns (HfCompat's case): positions past the table are refused the same way.
-  error = 0;
+  host.error = 0;
   got = q;
-  shape.positions = pos.data();
-  shape.turns_hi = shape.turns_lo = nullptr;
+  shape = device_shape(pos);
+  host.point(shape, /*turns=*/false);
   run();
-  EXPECT_EQ(error, 4u);  // token 3, position 100: the first past the table
+  EXPECT_EQ(host.error, 4u);  // token 3, position 100: the first past the table
+}
+
+// What the host checks of a device call: everything Rope::apply checks but the positions' values, the same messages,
+// and every device pointer's alignment to its element (the kernels read an element with one access of its width).
+TEST(CudaHost, DeviceCallsAreCheckedOnTheHostWithoutReadingDeviceValues) {
+  const Rope rope(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
+  alignas(16) std::array<float, 2 * 3 * 64 + 4> q{};
+  std::vector<std::int64_t> pos = {5, -7};  // −7: not read
+  const auto args = [&](float* data) {
+    return RotateArgs{.q = bshd(data, DType::F32, 1, 2, 3, 64), .positions = positions(pos)};
+  };
+  EXPECT_NO_THROW(detail::device_rotate_shape(rope, nullptr, args(q.data())));
+  EXPECT_ERROR(rope.apply(args(q.data())), "positions[1] = -7");
+  EXPECT_ERROR(detail::device_rotate_shape(rope, nullptr,
+                                           args(reinterpret_cast<float*>(reinterpret_cast<std::byte*>(q.data()) + 2))),
+               "q.data = ", "aligned to its element size (4 bytes)");
+  RotateArgs wrong = args(q.data());
+  wrong.positions.count = 3;
+  EXPECT_ERROR(detail::device_rotate_shape(rope, nullptr, wrong), "positions.count = 3");
+  wrong = args(q.data());
+  wrong.positions.type = static_cast<IndexType>(7);
+  EXPECT_ERROR(detail::device_rotate_shape(rope, nullptr, wrong), "positions.type = 7");
+  wrong = args(q.data());
+  wrong.positions.data = reinterpret_cast<const std::byte*>(pos.data()) + 4;
+  EXPECT_ERROR(detail::device_rotate_shape(rope, nullptr, wrong), "positions.data = ", "(8 bytes)");
+  wrong = args(q.data());
+  wrong.q_out = wrong.q;  // out of place onto itself: the views' overlap check, as on the CPU
+  EXPECT_ERROR(detail::device_rotate_shape(rope, nullptr, wrong), "share memory");
+  EXPECT_ERROR(rope.apply(wrong), "share memory");
+
+  // The append: slots out of the cache and page-table values are the device's; their layout is the host's.
+  const AppendCase c{rope.spec(), DType::F32, CacheDType::F32, PageLayout::NHD, Variant::NormPerHead, false};
+  AppendBuffers b(c);
+  b.slot_map[0] = 1'000'000;  // far outside the cache: the kernel reports it
+  b.args.slots = slot_mapping(b.slot_map);
+  EXPECT_NO_THROW(detail::device_append_shape(rope, nullptr, b.args, b.cache));
+  EXPECT_ERROR(append(rope, b.args, b.cache), "slots[0] = 1000000");
+  AppendArgs bad = b.args;
+  bad.slots = SlotMapping{b.slot_map.data(), IndexType::I64, 3};
+  EXPECT_ERROR(detail::device_append_shape(rope, nullptr, bad, b.cache), "slots.count = 3");
+  bad = b.args;
+  bad.slots =
+      SlotMapping{reinterpret_cast<const std::byte*>(b.slot_map.data()) + 4, IndexType::I64, AppendBuffers::kTokens};
+  EXPECT_ERROR(detail::device_append_shape(rope, nullptr, bad, b.cache), "slots.data = ", "(8 bytes)");
+  bad = b.args;
+  bad.norm.q_weight = std::span<const float>(b.q_weight.data(), b.q_weight.size() - 1);
+  EXPECT_ERROR(detail::device_append_shape(rope, nullptr, bad, b.cache), "norm.q_weight has 63 values");
+  bad = b.args;
+  const std::vector<std::int32_t> short_batch(3, 0);
+  bad.slots = PageTable{.indices = b.indices,
+                        .indptr = b.indptr,
+                        .last_page_len = b.last,
+                        .batch_indices = short_batch,
+                        .seq_positions = short_batch};
+  EXPECT_ERROR(detail::device_append_shape(rope, nullptr, bad, b.cache), "page_table.batch_indices / seq_positions",
+               "one per token, 7");
+  PagedCache odd = b.cache;
+  odd.v = reinterpret_cast<std::byte*>(odd.v) + 2;
+  EXPECT_ERROR(detail::device_append_shape(rope, nullptr, b.args, odd), "cache.v = ", "(4 bytes)");
 }
 
 TEST(CudaHost, DeviceApiRefusesWhatThisMachineCannotDo) {
@@ -362,14 +432,13 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
     prepare_append(rope, want.args, want.cache).run();
     // Blocks of 96 threads: segments and rows straddle blocks; the last block is partial. Pair rows in the launch's
     // head groups (these small cases: one row per thread), in one group and in three; key rows, values and k_nope
-    // in the widest runs the shape allows, and again element by element (set_cuda_append_runs(false)); the whole
+    // in the widest runs the shape allows, and again element by element (LaunchChoices::append_runs); the whole
     // append in one launch (these small grids' choice) and in a launch per body.
     for (const auto& [runs, launches] : {std::pair{true, detail::AppendLaunches::Choose},
                                          {true, detail::AppendLaunches::PerBody},
                                          {false, detail::AppendLaunches::PerBody},
                                          {false, detail::AppendLaunches::One}}) {
-      detail::set_cuda_append_runs(runs);
-      detail::set_cuda_append_launches(launches);
+      const detail::LaunchChoices choices{.append_runs = runs, .launches = launches};
       for (const std::int64_t pair_groups : {0, 1, 3}) {
         SCOPED_TRACE(::testing::Message() << "pair_groups " << pair_groups << (runs ? " runs" : " elements")
                                           << " launches " << int(launches));
@@ -378,14 +447,14 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
         if (runs && pair_groups == 0 && launches == detail::AppendLaunches::Choose) {
           detail::CudaLanes lanes;
           cuda::AppendShape shape;
-          ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+          ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape, choices));
           EXPECT_TRUE(shape.one_launch);  // a few tokens: one launch
           key_runs += shape.key_vector_pairs > 1;
           adjacent_key_runs += shape.key_adjacent;
           value_runs += shape.value_bytes > 0;
           nope_runs += shape.nope_bytes > 0;
         }
-        ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups));
+        ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups, choices));
         const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
             {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
             {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
@@ -393,12 +462,8 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
         for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
       }
     }
-    detail::set_cuda_append_runs(true);
-    detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
     ++ran;
   });
-  detail::set_cuda_append_runs(true);
-  detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
   std::printf(
       "CUDA append body on the host: %d cases equal the CPU's AppendCall byte for byte (key rows in runs of pairs: %d, "
       "adjacent: %d; values in runs: %d; k_nope in runs: %d)\n",
@@ -412,11 +477,34 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
   EXPECT_EQ(cuda::host_misaligned_runs.load() - misaligned_before, 0);  // every access one a GPU can make
 }
 
+// cuda::append's whole host side — the one prepare path with PositionsAt::Device, the shape, the angles as a
+// DeviceRope holds them (its turns; a table of 64 positions beside them for half the cases) — run by the host over the
+// launch grid, against ropekit::append on the CPU for every append case, every byte of every buffer.
+TEST(CudaHost, DeviceAppendsShapeEqualsTheCpu) {
+  int ran = 0;
+  for_each_append_case([&](const Rope& rope, const AppendCase& c) {
+    AppendBuffers want(c), got(c);
+    append(rope, want.args, want.cache);
+    cuda::AppendShape shape = detail::device_append_shape(rope, nullptr, got.args, got.cache);
+    HostAngles host(rope, ran % 2 == 0 ? 0 : 64);
+    host.point(shape.rot);
+    detail::run_append_on_host(shape, 96);
+    EXPECT_EQ(host.error, 0u);
+    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
+        {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+        {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+        {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+    for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    ++ran;
+  });
+  EXPECT_EQ(ran, 720);
+}
+
 // Which appends run as one launch: a decode step's grid (32 q / 8 kv heads × 128, bf16, 16-byte runs) up to 64
 // sequences, split into a launch per body from 256 sequences (the rotation's grid alone is then 2^16 threads) and for
 // a prefill; and the test's and benchmark's modes forcing either.
 TEST(CudaHost, AppendIsOneLaunchForADecodeStepsGrid) {
-  const auto shape_for = [](std::int64_t tokens) {
+  const auto shape_for = [](std::int64_t tokens, detail::AppendLaunches launches = detail::AppendLaunches::Choose) {
     cuda::AppendShape a;
     a.rot.storage = cuda::Storage::BF16;
     a.rot.element_size = 2;
@@ -433,16 +521,13 @@ TEST(CudaHost, AppendIsOneLaunchForADecodeStepsGrid) {
     a.v_storage = cuda::Storage::BF16;
     a.value_lanes = 128;
     a.value_bytes = 16;
-    detail::choose_append_launch(a);
+    detail::choose_append_launch(a, {.launches = launches});
     return a.one_launch;
   };
   for (const std::int64_t tokens : {1, 16, 64}) EXPECT_TRUE(shape_for(tokens)) << tokens;
   for (const std::int64_t tokens : {256, 8192}) EXPECT_FALSE(shape_for(tokens)) << tokens;
-  detail::set_cuda_append_launches(detail::AppendLaunches::One);
-  EXPECT_TRUE(shape_for(8192));
-  detail::set_cuda_append_launches(detail::AppendLaunches::PerBody);
-  EXPECT_FALSE(shape_for(1));
-  detail::set_cuda_append_launches(detail::AppendLaunches::Choose);
+  EXPECT_TRUE(shape_for(8192, detail::AppendLaunches::One));
+  EXPECT_FALSE(shape_for(1, detail::AppendLaunches::PerBody));
 }
 
 // What the device append changes in the body's inputs, run on the host: int32 slots read as the device gives them,
@@ -456,25 +541,18 @@ TEST(CudaHost, AppendBodyWithTheDeviceApisInputs) {
     want.slot_map[4] = -1;  // what the bad slot below must amount to
     want.args.slots = slot_mapping(want.slot_map);
     append(rope, want.args, want.cache);
-    got.args.slots = slot_mapping(got.slot_map);
-    const AppendCall call = prepare_append(rope, got.args, got.cache);
-    detail::CudaLanes lanes;
-    cuda::AppendShape shape;
-    ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
+    // cuda::append's shape (prepared without reading the slots or the weights), int32 slots, token 4's one past the
+    // cache; the caller's weights, the offset added by the body.
     std::vector<std::int32_t> slots(got.slot_map.begin(), got.slot_map.end());
-    slots[4] = std::int32_t(AppendBuffers::kPages * AppendBuffers::kPageSize);  // one past the cache
-    shape.slots = slots.data();
-    shape.slots_i64 = false;
-    unsigned long long error = 0;
-    shape.rot.error = &error;
-    if (variant == Variant::NormPerHead) {  // the caller's weights, the offset added by the body
-      shape.q_weight = got.q_weight.data();
-      shape.k_weight = got.k_weight.data();
-      shape.add_weight_offset = true;
-      shape.weight_offset = got.args.norm.weight_offset;
-    }
+    slots[4] = std::int32_t(AppendBuffers::kPages * AppendBuffers::kPageSize);
+    got.args.slots = SlotMapping{slots.data(), IndexType::I32, AppendBuffers::kTokens};
+    cuda::AppendShape shape = detail::device_append_shape(rope, nullptr, got.args, got.cache);
+    EXPECT_FALSE(shape.slots_i64);
+    EXPECT_EQ(shape.add_weight_offset, true);
+    HostAngles host(rope, 0);
+    host.point(shape.rot);
     detail::run_append_on_host(shape, 96);
-    EXPECT_EQ(error, 5u);
+    EXPECT_EQ(host.error, 5u);
     const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
                                                                        {"k", &AppendBuffers::k},
                                                                        {"k_out", &AppendBuffers::k_out},
@@ -564,38 +642,12 @@ TEST(CudaHost, AppendBodyReadsAPageTable) {
     }
     want.args.slots = slot_mapping(slots);
     append(rope, want.args, want.cache);
-    // The host prepares with the good table (the device API prepares with stand-ins and never reads the values).
-    AppendBuffers host(c);
-    const AppendCall call = prepare_append(rope, host.args, host.cache);
-    detail::CudaLanes lanes;
-    cuda::AppendShape shape;
-    ASSERT_TRUE(detail::make_cuda_append_shape(detail::AppendAccess::job(call), lanes, shape));
-    // Point the shape at got's buffers and its (possibly spoiled) table.
-    const auto moved = [&](const auto* p, Memory& from, Memory& to) {
-      return p == nullptr ? nullptr
-                          : to.data() + (reinterpret_cast<const std::byte*>(p) -
-                                         reinterpret_cast<const std::byte*>(from.data()));
-    };
-    shape.rot.q_in.data = reinterpret_cast<char*>(moved(shape.rot.q_in.data, host.q, got.q));
-    shape.rot.q_out.data = reinterpret_cast<char*>(moved(shape.rot.q_out.data, host.q_out, got.q_out));
-    shape.rot.k_in.data = reinterpret_cast<char*>(moved(shape.rot.k_in.data, host.k, got.k));
-    shape.k_out.data = reinterpret_cast<char*>(moved(shape.k_out.data, host.k_out, got.k_out));
-    shape.v.data = reinterpret_cast<char*>(moved(shape.v.data, host.v, got.v));
-    shape.cache_k = reinterpret_cast<char*>(moved(shape.cache_k, host.kc, got.kc));
-    shape.cache_v = reinterpret_cast<char*>(moved(shape.cache_v, host.vc, got.vc));
-    shape.rot.positions = got.pos.data();
-    shape.slots = nullptr;
-    shape.table = {got.indices.data(),
-                   got.indptr.data(),
-                   got.last.data(),
-                   got.batch_indices.data(),
-                   got.seq_positions.data(),
-                   std::int64_t(got.indptr.size()) - 1,
-                   std::int64_t(got.indices.size())};
-    unsigned long long error = 0;
-    shape.rot.error = &error;
+    // cuda::append's shape: the host checks the table's counts and never reads its values (got's, spoiled).
+    cuda::AppendShape shape = detail::device_append_shape(rope, nullptr, got.args, got.cache);
+    HostAngles host(rope, 0);
+    host.point(shape.rot);
     detail::run_append_on_host(shape, 96);
-    EXPECT_EQ(error, spoiled.empty() ? 0u : static_cast<unsigned long long>(spoiled.front() + 1));
+    EXPECT_EQ(host.error, spoiled.empty() ? 0u : static_cast<unsigned long long>(spoiled.front() + 1));
     const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {{"q", &AppendBuffers::q},
                                                                        {"q_out", &AppendBuffers::q_out},
                                                                        {"k_out", &AppendBuffers::k_out},

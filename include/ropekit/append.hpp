@@ -45,7 +45,6 @@
 #include <variant>
 #include <vector>
 
-#include "ropekit/cuda.hpp"
 #include "ropekit/rope.hpp"
 #include "ropekit/tensor.hpp"
 
@@ -191,44 +190,5 @@ void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, s
 
 // The slot each token of `args` writes (−1: none), as prepare_append resolves and checks it.
 std::vector<std::int64_t> resolve_slots(const AppendArgs& args, const PagedCache& cache);
-
-namespace cuda {
-
-// ropekit::append on a GPU (ropekit/cuda.hpp's conventions): args' views, positions and slot mapping and the cache's
-// pages are device pointers on rope.device(); launched on `stream`; the bits of ropekit::append on the CPU (the
-// kernel body is checked against AppendCall on every case of tests/cuda_host_test.cpp). QK-norm weights are device
-// arrays too (weight_offset added on the device, in float32, as prepare_append adds it). The slots: a SlotMapping
-// (vLLM's) or a PageTable (FlashInfer's) whose spans are device arrays, resolved on the device as prepare_append
-// resolves them on the host. Checked on the host: all that prepare_append checks but the values of the positions,
-// slots and page table (the spans' sizes are checked); on the device a token whose slot is outside [−1,
-// cache.slots()), or whose page-table entry prepare_append would refuse (batch index, indptr, last page length, entry
-// or page out of range), writes no entry, a position out of range leaves its rows unwritten, and rope.check(stream)
-// reports the first such token. Two tokens given one slot: one of them wins (as vLLM's reshape_and_cache).
-void append(const DeviceRope& rope, const AppendArgs& args, const PagedCache& cache, const Stream& stream);
-
-// The K-shift of an engine's own paged cache on a GPU (PagedKvCache::seq_add's rotation): the key entries at `slots`
-// (a device slot mapping, int32 or int64; −1 skips an entry) turned in place by R(delta) — the pure rotation,
-// magnitude 1: f32/bf16/f16 entries rounded once to storage, fp8 entries widened × k_scale and stored
-// e4m3(x / k_scale) — the CPU's bits (the kernel body equals PagedKvCache's on every case of
-// tests/cuda_host_test.cpp). The key entries hold the rope's head_dim lanes from lane 0. Errors on the host: |delta|
-// outside [0, 2^47), a cache that fails validate() or has no keys, cache.head_dim ≠ the rope's, a HfCompat rope
-// whose table does not cover |delta|, a bad slot mapping; on the device a slot outside the cache (other than −1) is
-// reported by rope.check(stream).
-void shift(const DeviceRope& rope, const PagedCache& cache, const SlotMapping& slots, std::int64_t delta,
-           const Stream& stream);
-
-// The re-rotation of an engine's own paged cache on a GPU (PagedKvCache::rerotate's turn: a new scaling — a longer
-// YaRN or dynamic-NTK context, say — applied to keys already cached): the key entry at slots[i], rotated by `from` at
-// positions[i], is un-rotated by from (Direction::Inverse) and rotated by `to` at the same position in float32, then
-// rounded once to the cache's type (fp8: widened × k_scale, stored e4m3(x / k_scale)) — the CPU's bits (the body
-// equals PagedKvCache::rerotate's on every case of tests/cuda_host_test.cpp). positions: a device array, one per slot
-// (per axis for M-RoPE). Errors on the host: as shift's, ropes on different devices or pairing their lanes
-// differently, positions of another count or axes; on the device a slot outside the cache (other than −1) or a
-// position outside [0, 2^47) (or past an HfCompat rope's table) leaves its entry as it was and is reported by
-// to.check(stream).
-void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& cache, const SlotMapping& slots,
-              const Positions& positions, const Stream& stream);
-
-}  // namespace cuda
 
 }  // namespace ropekit

@@ -289,17 +289,8 @@ void append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, s
   detail::AppendAccess::run_once(rope, args, cache, detail::KeyWrite::Rotated, std::move(table));
 }
 
-namespace {
-
-// prepare_append's checks and resolution. `emplace` constructs the Resolved from the constructor's
-// arguments where its caller keeps it (an AppendCall: on the heap; a one-shot append: on the stack) and
-// returns it; `slots` lends its capacity to the resolved slots. keep_plan: as for RotateCall (false: the
-// call runs at once, while the Rope exists, so it pins neither the plan nor the growing table).
-template <class Emplace>
-void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, detail::KeyWrite keys,
-                    std::shared_ptr<const Table> table, bool keep_plan, std::vector<std::int64_t> slots,
-                    Emplace&& emplace) {
-  using detail::KeyWrite;
+detail::CheckedCall detail::check_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache,
+                                         KeyWrite keys, const RotateArgs& rotation_args, PositionsAt at) {
   const Spec& spec = rope.spec();
   const int d = spec.head_dim;
   detail::check_cache(cache);
@@ -313,8 +304,8 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
   // The rotation's part — q and k (only read by the rotation: it writes into the append's own rows),
   // their tokens and the positions — checked by the rotation's own validator, whose result the prepare
   // path takes as it is; each view's extent goes on to its byte range below.
-  const RotateArgs rotation_args{.q = args.q, .k = args.k, .positions = args.positions};
-  const detail::CheckedCall rotation = detail::validate_call(rotation_args, rope.pair_map(), detail::ViewUse::Read);
+  const detail::CheckedCall rotation =
+      detail::validate_call(rotation_args, rope.pair_map(), detail::ViewUse::Read, {}, at);
   const std::int64_t k_extent = rotation.k_extent();
   if (args.k.heads != cache.kv_heads) {
     throw Error(fmt::format("k.heads = {} differs from cache.kv_heads = {}", args.k.heads, cache.kv_heads));
@@ -375,6 +366,18 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
     }
   }
 
+  if (at == detail::PositionsAt::Device) {  // device pointers: each element read with one access of its width
+    for (const auto& [field, h] : {std::pair<const char*, const Heads*>{"q_out.data", &args.q_out},
+                                   {"k_out.data", &args.k_out},
+                                   {"k_nope.data", &args.k_nope},
+                                   {"v.data", &args.v}}) {
+      detail::check_device_alignment(field, h->data, static_cast<std::size_t>(element_size(h->dtype)));
+    }
+    const auto es = static_cast<std::size_t>(element_size(cache.dtype));
+    detail::check_device_alignment("cache.k", cache.k, es);
+    detail::check_device_alignment("cache.v", cache.v, es);
+  }
+
   // No written memory may be read or written by another view.
   {
     // At most 9 ranges (5 written): a fixed array, filled as the views are found (neither allocated nor
@@ -408,28 +411,55 @@ void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& 
     }
   }
 
-  // QK-norm weights.
+  // QK-norm weights: their counts (their values are read by the resolution: host memory, or the device's).
   const QkNorm& norm = args.norm;
-  const auto weights = [&](std::span<const float> w, const Heads& view, std::string_view name, std::string_view of) {
-    std::vector<float> out;
-    if (w.empty()) return out;
+  const auto weight_count = [&](std::span<const float> w, const Heads& view, std::string_view name,
+                                std::string_view of) {
+    if (w.empty()) return;
     if (view.empty()) throw Error(fmt::format("norm.{} is set but {} is empty", name, of));
     const std::int64_t want = norm.across_heads ? view.heads * d : d;
     if (std::int64_t(w.size()) != want) {
       throw Error(fmt::format("norm.{} has {} values: must have {} ({})", name, w.size(), want,
                               norm.across_heads ? "heads x head_dim, across_heads" : "head_dim"));
     }
-    out.resize(w.size());
-    for (std::size_t i = 0; i < w.size(); ++i) out[i] = w[i] + norm.weight_offset;
-    return out;
+    if (at == detail::PositionsAt::Device) detail::check_device_alignment(fmt::format("norm.{}", name), w.data(), 4);
   };
-  std::vector<float> q_weight = weights(norm.q_weight, args.q, "q_weight", "q");
-  std::vector<float> k_weight = weights(norm.k_weight, args.k, "k_weight", "k");
-  if ((!q_weight.empty() || !k_weight.empty()) && (!std::isfinite(norm.eps) || norm.eps <= 0.0f)) {
+  weight_count(norm.q_weight, args.q, "q_weight", "q");
+  weight_count(norm.k_weight, args.k, "k_weight", "k");
+  if ((!norm.q_weight.empty() || !norm.k_weight.empty()) && (!std::isfinite(norm.eps) || norm.eps <= 0.0f)) {
     throw Error(fmt::format("norm.eps = {}: must be finite and > 0", norm.eps));
   }
   if (!std::isfinite(norm.weight_offset))
     throw Error(fmt::format("norm.weight_offset = {}: must be finite", norm.weight_offset));
+  return rotation;
+}
+
+namespace {
+
+// prepare_append's resolution of checked arguments. `emplace` constructs the Resolved from the constructor's
+// arguments where its caller keeps it (an AppendCall: on the heap; a one-shot append: on the stack) and
+// returns it; `slots` lends its capacity to the resolved slots. keep_plan: as for RotateCall (false: the
+// call runs at once, while the Rope exists, so it pins neither the plan nor the growing table).
+template <class Emplace>
+void resolve_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, detail::KeyWrite keys,
+                    std::shared_ptr<const Table> table, bool keep_plan, std::vector<std::int64_t> slots,
+                    Emplace&& emplace) {
+  using detail::KeyWrite;
+  const Spec& spec = rope.spec();
+  const int d = spec.head_dim;
+  // The rotation's part — q and k (only read by the rotation: it writes into the append's own rows),
+  // their tokens and the positions — checked by the rotation's own validator inside check_append, whose
+  // result the prepare path takes as it is.
+  const RotateArgs rotation_args{.q = args.q, .k = args.k, .positions = args.positions};
+  const detail::CheckedCall rotation = detail::check_append(rope, args, cache, keys, rotation_args);
+  const QkNorm& norm = args.norm;
+  const auto weights = [&](std::span<const float> w) {
+    std::vector<float> out(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) out[i] = w[i] + norm.weight_offset;
+    return out;
+  };
+  std::vector<float> q_weight = weights(norm.q_weight);
+  std::vector<float> k_weight = weights(norm.k_weight);
 
   const std::int64_t tokens = args.k.batch * args.k.seq;
   detail::fill_slots(args.slots, cache, tokens, slots);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rope/attention_job.hpp"
+#include "rope/validate.hpp"
 #include "rope/views.hpp"
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
@@ -118,6 +119,16 @@ struct AppendJob {
 // as given (a cache read by ReRoPE / SelfExtend, whose regimes rotate every key on load: KvCache and
 // PagedKvCache with such regimes). Unrotated takes no k_out and no k norm.
 enum class KeyWrite { Rotated, Unrotated };
+
+// prepare_append's checks, for host memory or (PositionsAt::Device) device memory, whose positions, slots and QK-norm
+// weights the host never reads: everything but those values (the slots: check_slot_layout). rotation_args holds
+// args' q, k and positions (the caller keeps it: the result refers to it); returns the rotation's CheckedCall.
+CheckedCall check_append(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,
+                         const RotateArgs& rotation_args, PositionsAt at = PositionsAt::Host);
+// What the host checks of slots the device reads: a slot mapping's type, count (one per token), pointer and alignment;
+// a page table's counts (check_page_table_counts, one batch index and sequence position per token) and its arrays'
+// pointers and alignment. Their values are the kernel's to check (table_slot).
+void check_slot_layout(const std::variant<SlotMapping, PageTable>& slots, std::int64_t tokens);
 struct AppendAccess {
   // table: the angles of an external cos/sin cache (import_cos_sin_cache), null for the Rope's own.
   static AppendCall prepare(const Rope& rope, const AppendArgs& args, const PagedCache& cache, KeyWrite keys,

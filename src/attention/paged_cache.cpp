@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -95,6 +97,47 @@ void detail::check_cache(const PagedCache& c) {
   }
 }
 
+namespace {
+
+void check_mapping_layout(const SlotMapping& m, std::int64_t tokens) {
+  if (m.type != IndexType::I32 && m.type != IndexType::I64) {
+    throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(m.type)));
+  }
+  if (m.count != tokens) {
+    throw Error(fmt::format("slots.count = {}: must equal the number of tokens, {}", m.count, tokens));
+  }
+  if (tokens > 0 && m.data == nullptr) throw Error("slots.data is null");
+}
+
+void check_tokens(const PageTable& p, std::int64_t tokens) {
+  if (std::int64_t(p.batch_indices.size()) != tokens) {
+    throw Error(fmt::format("page_table.batch_indices / seq_positions have {} values each: must have one per token, {}",
+                            p.batch_indices.size(), tokens));
+  }
+}
+
+}  // namespace
+
+void detail::check_slot_layout(const std::variant<SlotMapping, PageTable>& spec, std::int64_t tokens) {
+  if (const auto* m = std::get_if<SlotMapping>(&spec)) {
+    check_mapping_layout(*m, tokens);
+    detail::check_device_alignment("slots.data", m->data, m->type == IndexType::I64 ? 8 : 4);
+    return;
+  }
+  const PageTable& p = std::get<PageTable>(spec);
+  detail::check_page_table_counts(p);
+  check_tokens(p, tokens);
+  for (const auto& [field, span] :
+       {std::pair<const char*, std::span<const std::int32_t>>{"page_table.indices", p.indices},
+        {"page_table.indptr", p.indptr},
+        {"page_table.last_page_len", p.last_page_len},
+        {"page_table.batch_indices", p.batch_indices},
+        {"page_table.seq_positions", p.seq_positions}}) {
+    if (span.data() == nullptr && !span.empty()) throw Error(fmt::format("{} is null", field));
+    detail::check_device_alignment(field, span.data(), 4);
+  }
+}
+
 // The resolved slot of every token (−1: none) into `slots`, resized to tokens (its capacity is reused, so
 // a decode step that refills it allocates nothing); throws on anything outside the cache or shared.
 void detail::fill_slots(const std::variant<SlotMapping, PageTable>& spec, const PagedCache& c, std::int64_t tokens,
@@ -102,13 +145,7 @@ void detail::fill_slots(const std::variant<SlotMapping, PageTable>& spec, const 
   slots.assign(static_cast<std::size_t>(tokens), -1);
   const std::int64_t total = c.slots();
   if (const auto* m = std::get_if<SlotMapping>(&spec)) {
-    if (m->type != IndexType::I32 && m->type != IndexType::I64) {
-      throw Error(fmt::format("slots.type = {}: not an IndexType", static_cast<int>(m->type)));
-    }
-    if (m->count != tokens) {
-      throw Error(fmt::format("slots.count = {}: must equal the number of tokens, {}", m->count, tokens));
-    }
-    if (tokens > 0 && m->data == nullptr) throw Error("slots.data is null");
+    check_mapping_layout(*m, tokens);
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t s = m->type == IndexType::I32 ? static_cast<const std::int32_t*>(m->data)[t]
                                                        : static_cast<const std::int64_t*>(m->data)[t];
@@ -145,11 +182,7 @@ void detail::fill_slots(const std::variant<SlotMapping, PageTable>& spec, const 
       }
       length[b] = has_pages ? std::int64_t{last - first - 1} * c.page_size + len : 0;
     }
-    if (std::int64_t(p.batch_indices.size()) != tokens) {
-      throw Error(
-          fmt::format("page_table.batch_indices / seq_positions have {} values each: must have one per token, {}",
-                      p.batch_indices.size(), tokens));
-    }
+    check_tokens(p, tokens);
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int32_t b = p.batch_indices[std::size_t(t)], e = p.seq_positions[std::size_t(t)];
       if (b < 0 || static_cast<std::size_t>(b) >= batch) {

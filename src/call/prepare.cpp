@@ -32,6 +32,7 @@ struct PrepareAccess {
     const Table* table = nullptr;
     std::shared_ptr<const Table> pin;
     const Table* given = options.table ? options.table.get() : options.borrowed_table;
+    const bool on_device = checked.positions_at() == PositionsAt::Device;
     if (shape.tokens > 0) {
       if (given != nullptr) {
         if (!same_bits(given->inv_freq(), state.plan.inv_freq)) {
@@ -41,13 +42,13 @@ struct PrepareAccess {
           throw Error(fmt::format("table angle mode = {} differs from this Rope's angle mode = {}",
                                   to_string(given->mode()), to_string(state.mode)));
         }
-        if (shape.max_position >= given->num_positions()) {
+        if (!on_device && shape.max_position >= given->num_positions()) {
           throw Error(fmt::format("position {} is outside the table, which covers [0, {})", shape.max_position,
                                   given->num_positions()));
         }
         table = given;
         pin = options.table;
-      } else if (!options.on_the_fly) {
+      } else if (!options.on_the_fly && !on_device) {
         pin = Rope::table_for(state, *rope.cache_, shape.max_position, shape.tokens * state.map.num_axes);
         table = pin.get();
       }
@@ -62,11 +63,11 @@ struct PrepareAccess {
       job.magnitude = job.args.direction == Direction::Inverse ? static_cast<float>(1.0 / (m * m)) : 1.0f;
     }
     call.rows_ = job.rows();
-    call.kernel_ =
-        checked.use() == ViewUse::Read ? cpu::no_rows_kernel() : cpu::select_rotate_kernel(job, shape.bytes_written);
+    call.kernel_ = checked.use() == ViewUse::Read || on_device ? cpu::no_rows_kernel()
+                                                               : cpu::select_rotate_kernel(job, shape.bytes_written);
     if (options.keep_plan) {
       call.plan_pin_ = rope.state_;
-      if (given == nullptr && !options.on_the_fly) call.tables_ = rope.cache_;
+      if (given == nullptr && !options.on_the_fly && !on_device) call.tables_ = rope.cache_;
     }
     call.table_given_ = given != nullptr;
     call.table_pin_ = std::move(pin);
@@ -136,7 +137,8 @@ struct PrepareAccess {
 };
 
 RotateCall prepare(const Rope& rope, const RotateArgs& args, const PrepareOptions& options) {
-  return PrepareAccess::resolve(rope, validate_call(args, rope.pair_map(), options.use, options.names), options);
+  return PrepareAccess::resolve(
+      rope, validate_call(args, rope.pair_map(), options.use, options.names, options.positions), options);
 }
 
 RotateCall prepare(const Rope& rope, const CheckedCall& checked, const PrepareOptions& options) {

@@ -27,12 +27,16 @@ struct PrepareOptions {
   // false: a call that runs at once, while its Rope exists (apply, one-shot appends): it pins neither the
   // plan nor the growing table, so it cannot take set_positions.
   bool keep_plan = true;
+  // Device: every pointer is a device pointer (validate_call's PositionsAt). The positions' values are never read,
+  // so no table is chosen by reach: the angles come from the given table (which the device backend holds a copy
+  // of; a position past it is the device's to report) or on the fly.
+  PositionsAt positions = PositionsAt::Host;
 };
 
-// Validates args (validate_call with options.use and options.names) and resolves the call.
+// Validates args (validate_call with options.use, options.names and options.positions) and resolves the call.
 RotateCall prepare(const Rope& rope, const RotateArgs& args, const PrepareOptions& options = {});
 // The same for arguments a consumer has already validated (its CheckedCall holds them and their use;
-// options.use and options.names are not read).
+// options.use, options.names and options.positions are not read).
 RotateCall prepare(const Rope& rope, const CheckedCall& checked, const PrepareOptions& options = {});
 
 }  // namespace ropekit::detail

@@ -14,17 +14,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "rope/device_shape.hpp"  // ROPEKIT_HD
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#define ROPEKIT_HD __host__ __device__ inline
-// Inlined into its device caller whatever its size: a function taking a shape by reference that stays a call makes the
-// kernel copy the shape into local memory and read every field from there.
-#define ROPEKIT_HD_INLINED __host__ __device__ __forceinline__
 #else
 #include <cmath>
-#define ROPEKIT_HD inline
-#define ROPEKIT_HD_INLINED inline
 #endif
 
 namespace ropekit::cuda {

@@ -2,7 +2,6 @@
 #include "cuda/host_grid.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <tuple>
 #include <utility>
@@ -11,6 +10,9 @@
 #include "ropekit/table.hpp"
 
 namespace ropekit::detail {
+
+static_assert(LaunchChoices{}.max_access_bytes == cuda::kMaxAccessBytes);
+static_assert(cuda::kDevicePositionLimit == kPositionLimit);  // the kernels check the contract's range
 namespace {
 
 // Runs thread(block, thread) over every (block, thread) of a launch of `blocks` blocks of block_dim threads, in block
@@ -62,9 +64,6 @@ void fill_cuda_views(const RotateJob& job, cuda::RotateShape& s) {
 }
 
 namespace {
-
-std::atomic<int> max_access{cuda::kMaxAccessBytes};
-std::atomic<int> forced_head_groups{0};
 
 // Whether pairs j0 … j0 + W − 1 of every run have the lanes a (W, adjacent) access reads: W consecutive a lanes and W
 // consecutive b lanes starting at multiples of W, or (adjacent) 2W lanes a, b, a, b, … from a multiple of 2W.
@@ -120,9 +119,6 @@ std::pair<int, bool> widest_run(const PairMap& map, int element_size, int max_by
   return run;
 }
 
-std::atomic<bool> append_runs{true};
-std::atomic<AppendLaunches> append_launches{AppendLaunches::Choose};
-
 // The widest copy of `lanes` lanes of a view (element_size bytes each, `heads` rows per token) into entries of
 // entry_lanes lanes from lane `first` in a cache at `base`: bytes per access (at most max_bytes), 0 for none wider
 // than an element.
@@ -141,13 +137,8 @@ int widest_copy(const cuda::View& v, const cuda::RotateShape& s, std::int64_t he
 
 }  // namespace
 
-int cuda_max_access_bytes() { return max_access.load(std::memory_order_relaxed); }
-void set_cuda_append_runs(bool wide) { append_runs.store(wide, std::memory_order_relaxed); }
-
-void set_cuda_append_launches(AppendLaunches mode) { append_launches.store(mode, std::memory_order_relaxed); }
-
-void choose_append_launch(cuda::AppendShape& a, int block_dim) {
-  switch (append_launches.load(std::memory_order_relaxed)) {
+void choose_append_launch(cuda::AppendShape& a, const LaunchChoices& choices, int block_dim) {
+  switch (choices.launches) {
     case AppendLaunches::One: a.one_launch = true; return;
     case AppendLaunches::PerBody: a.one_launch = false; return;
     case AppendLaunches::Choose: break;
@@ -155,7 +146,8 @@ void choose_append_launch(cuda::AppendShape& a, int block_dim) {
   a.one_launch = cuda::one_launch_blocks(a, block_dim) * block_dim <= kOneLaunchThreads;
 }
 
-void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_bytes) {
+void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, const LaunchChoices& choices) {
+  const int max_bytes = choices.max_access_bytes;
   a.key_vector_pairs = 1;
   a.key_adjacent = false;
   a.value_bytes = a.nope_bytes = 0;
@@ -164,7 +156,7 @@ void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_byt
   const auto cache_holds = [&](cuda::Storage st) {
     return a.cache != cuda::CacheStorage::E4M3 && static_cast<int>(a.cache) == static_cast<int>(st);
   };
-  if (append_runs.load(std::memory_order_relaxed)) {
+  if (choices.append_runs) {
     const std::int64_t heads = a.pair_k_heads();
     if (heads > 0 && cache_holds(s.storage)) {
       // The row, k_out and every entry: an entry starts at a multiple of key_lanes, its run at k_offset + la.
@@ -184,16 +176,13 @@ void choose_append_vectors(const PairMap& map, cuda::AppendShape& a, int max_byt
   a.pair_groups = cuda::choose_head_groups(s.tokens, s.pairs / a.key_vector_pairs, a.pair_k_heads());
 }
 
-void set_cuda_max_access_bytes(int bytes) { max_access.store(bytes, std::memory_order_relaxed); }
-void set_cuda_head_groups(int groups) { forced_head_groups.store(groups, std::memory_order_relaxed); }
-
-void choose_vector(const PairMap& map, cuda::RotateShape& s, int max_bytes) {
-  std::tie(s.vector_pairs, s.adjacent) = widest_run(map, s.element_size, max_bytes, [&](int bytes) {
+void choose_vector(const PairMap& map, cuda::RotateShape& s, const LaunchChoices& choices) {
+  std::tie(s.vector_pairs, s.adjacent) = widest_run(map, s.element_size, choices.max_access_bytes, [&](int bytes) {
     return rows_aligned(s.q_in, s, s.q_heads, bytes) && rows_aligned(s.q_out, s, s.q_heads, bytes) &&
            rows_aligned(s.k_in, s, s.k_heads, bytes) && rows_aligned(s.k_out, s, s.k_heads, bytes);
   });
   const std::int64_t heads = s.q_heads + s.k_heads;
-  const int forced = forced_head_groups.load(std::memory_order_relaxed);
+  const int forced = choices.head_groups;
   s.head_groups = forced > 0 ? std::max<std::int64_t>(1, std::min<std::int64_t>(forced, heads))
                              : cuda::choose_head_groups(s.tokens, s.pairs / s.vector_pairs, heads);
 }
@@ -221,17 +210,21 @@ bool make_cuda_shape(const RotateJob& job, CudaLanes& lanes, cuda::RotateShape& 
   return true;
 }
 
-bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_groups, int max_access_bytes,
+bool rotate_on_host_grid(const RotateJob& job, int block_dim, std::int64_t head_groups, const LaunchChoices& choices,
                          int* vector_bytes) {
   CudaLanes lanes;
   cuda::RotateShape shape;
   if (!make_cuda_shape(job, lanes, shape)) return false;
-  choose_vector(*job.map, shape, max_access_bytes > 0 ? max_access_bytes : cuda_max_access_bytes());
+  choose_vector(*job.map, shape, choices);
   if (head_groups > 0) shape.head_groups = head_groups;
   if (vector_bytes != nullptr) *vector_bytes = (shape.adjacent ? 2 : 1) * shape.vector_pairs * shape.element_size;
+  run_rotate_on_host(shape, block_dim);
+  return true;
+}
+
+void run_rotate_on_host(const cuda::RotateShape& shape, int block_dim) {
   each_thread(cuda::blocks_of(shape.threads(), block_dim), block_dim,
               [&](std::int64_t block, int thread) { cuda::rotate_thread(shape, block, thread, block_dim); });
-  return true;
 }
 
 void run_kshift_on_host(const cuda::KShiftShape& shape, int block_dim) {

@@ -16,17 +16,6 @@
 
 namespace ropekit::cuda {
 
-struct KShiftShape {
-  RotateShape calls[2];  // coefficients only: positions (one per entry), table or turns, magnitude, sign; lanes
-  int num_calls = 1;
-  const void* slots = nullptr;  // each entry's slot, int64 or int32 (−1: skipped)
-  bool slots_i64 = true;
-  std::int64_t entries = 0;
-  AppendShape cache;  // the cache's geometry, type and k_scale (cache_k, cache, hnd, page_size, kv_heads, key_lanes)
-
-  ROPEKIT_HD std::int64_t threads() const { return entries * cache.kv_heads * calls[0].pairs; }
-};
-
 ROPEKIT_HD float load_key(const KShiftShape& k, const char* p) {
   if (k.cache.cache == CacheStorage::E4M3) {
     std::uint8_t b;

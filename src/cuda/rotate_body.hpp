@@ -98,57 +98,6 @@ __device__ constexpr std::array<double, 8> kCosTaylorDevice = detail::kCosTaylor
 #undef ROPEKIT_TURNS_COS
 }  // namespace turns
 
-enum class Storage : std::uint8_t { F32 = 0, BF16 = 1, F16 = 2 };
-
-struct View {  // one tensor's rows: element strides
-  char* data = nullptr;
-  std::int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
-};
-
-struct RotateShape {
-  View q_in, q_out, k_in, k_out;  // out.data == in.data: in place
-  Storage storage = Storage::F32;
-  int element_size = 4;
-  // The pair map: lane_a[j], lane_b[j], axis[j] for j < pairs; lanes ≥ rotary_dim pass through.
-  const std::int32_t* lane_a = nullptr;
-  const std::int32_t* lane_b = nullptr;
-  const std::uint8_t* axis = nullptr;
-  int pairs = 0, rotary_dim = 0, head_dim = 0;
-  // Positions: axes streams of `tokens` each, int32 or int64 — or, where uniform_position >= 0, that one position for
-  // every token (the device K-shift: every entry turns by the same |δ|).
-  const void* positions = nullptr;
-  bool positions_i64 = true;
-  std::int64_t uniform_position = -1;
-  // The table: rows of `pairs` float32 values per position — or, where cos is null, the accurate angles on the fly
-  // from each pair's turns per position as hi + lo (rope/angles.hpp's AngleEvaluator).
-  const float* cos = nullptr;
-  const float* sin = nullptr;
-  const double* turns_hi = nullptr;
-  const double* turns_lo = nullptr;
-  float magnitude = 1.0f, sin_sign = 1.0f;
-  std::int64_t tokens = 0, seq = 1, q_heads = 0, k_heads = 0;
-  // A token's rows are split into head_groups interleaved sets, one thread per (token, set, run of pairs)
-  // (choose_head_groups).
-  std::int64_t head_groups = 1;
-  // Pairs a thread turns (chosen on the host: detail::choose_vector): vector_pairs consecutive pairs of the map, read
-  // and written with one access per run of lanes — W a lanes then W b lanes (half pairing), or, adjacent, 2W lanes
-  // alternating a, b (interleaved pairing). 1, not adjacent: one element per access, any pair map.
-  int vector_pairs = 1;
-  bool adjacent = false;
-  // Rows of the table cover positions [0, table_positions); past them the turns give the angle (the same bits:
-  // the table's rows are those angles). A shape made from a CPU call has one source or the other.
-  std::int64_t table_positions = 0;
-  // Set by the device API, whose positions the host never reads: a position outside [0, 2^47), or past the table
-  // with no turns (HfCompat), leaves its token's rows unwritten and records token + 1 here (the first to get there).
-  // Null: the positions were checked before the launch.
-  unsigned long long* error = nullptr;
-
-  ROPEKIT_HD std::int64_t rows() const { return tokens * (q_heads + k_heads); }
-  ROPEKIT_HD std::int64_t threads() const { return tokens * head_groups * (pairs / vector_pairs); }
-};
-
-ROPEKIT_HD int storage_size(Storage s) { return s == Storage::F32 ? 4 : 2; }
-
 #if !defined(__CUDA_ARCH__)
 // Accesses that a GPU could not make as the bodies do (load_raw / store_raw, load_run / store_run): an address that is
 // not a multiple of the access's width (a misaligned access faults on a GPU, where the host's memcpy would not

@@ -33,7 +33,8 @@ std::int64_t check_output(const Heads& in, const Heads& out, std::string_view in
 
 }  // namespace
 
-CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse use, const CallNames& names) {
+CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse use, const CallNames& names,
+                          PositionsAt at) {
   const int d = map.head_dim;
   if (args.threads < 0) throw Error(fmt::format("threads = {}: must be >= 0 (0: the default)", args.threads));
   if (args.direction != Direction::Forward && args.direction != Direction::Inverse &&
@@ -84,7 +85,18 @@ CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse us
     require_disjoint(std::span<const ByteRange>(ranges.data(), num_ranges));
   }
 
-  CheckedCall checked(args, use);
+  if (at == PositionsAt::Device) {
+    // Device pointers: the kernels read each element with one access of its width.
+    const auto aligned = [](const Heads& v, std::string_view name) {
+      check_device_alignment(fmt::format("{}.data", name), v.data, static_cast<std::size_t>(element_size(v.dtype)));
+    };
+    aligned(args.q, names.q);
+    aligned(args.k, names.k);
+    aligned(args.q_out, names.q_out);
+    aligned(args.k_out, names.k_out);
+  }
+
+  CheckedCall checked(args, use, at);
   checked.q_extent_ = q_extent;
   checked.k_extent_ = k_extent;
   CallShape& shape = checked.shape_;
@@ -94,6 +106,12 @@ CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse us
   if (k_out) shape.bytes_written += written(args.k_out);
   if (shape.tokens == 0) return checked;
 
+  if (at == PositionsAt::Device) {
+    check_positions_layout(args.positions, names.positions, shape.tokens, map.num_axes);
+    check_device_alignment(fmt::format("{}.data", names.positions), args.positions.data,
+                           args.positions.type == IndexType::I64 ? 8 : 4);
+    return checked;  // max_position stays −1: the values are the device's
+  }
   shape.max_position = check_positions(args.positions, names.positions, shape.tokens, map.num_axes);
   return checked;
 }

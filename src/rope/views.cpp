@@ -236,7 +236,7 @@ void require_disjoint(std::span<const ByteRange> ranges) {
   }
 }
 
-std::int64_t check_positions_all(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
+void check_positions_layout(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
   if (pos.type != IndexType::I32 && pos.type != IndexType::I64) {
     throw Error(fmt::format("{}.type = {}: not an IndexType", name, static_cast<int>(pos.type)));
   }
@@ -251,6 +251,17 @@ std::int64_t check_positions_all(const Positions& pos, std::string_view name, st
         fmt::format("{}.count = {}: must equal the number of tokens, batch x seq = {}", name, pos.count, tokens));
   }
   if (pos.data == nullptr) throw Error(fmt::format("{}.data is null", name));
+}
+
+void check_device_alignment(std::string_view name, const void* p, std::size_t align) {
+  if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % align != 0) {
+    throw Error(
+        fmt::format("{} = {}: a device pointer must be aligned to its element size ({} bytes)", name, p, align));
+  }
+}
+
+std::int64_t check_positions_all(const Positions& pos, std::string_view name, std::int64_t tokens, int axes) {
+  check_positions_layout(pos, name, tokens, axes);
   std::int64_t max_position = -1;
   for (int a = 0; a < pos.axes; ++a) {
     for (std::int64_t t = 0; t < pos.count; ++t) {

@@ -2,6 +2,7 @@
 // attention, the KV cache): each throws ropekit::Error naming `name` and the field.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -50,6 +51,12 @@ inline void require_disjoint(const ByteRange& a, const ByteRange& b) {
   if (may_overlap(a, b)) [[unlikely]]
     throw_shared_memory(a, b);
 }
+// Checks type, axes, count and pointer, not the values: what the host checks of positions the device reads
+// (PositionsAt::Device, validate.hpp), and the first half of check_positions_all.
+void check_positions_layout(const Positions& positions, std::string_view name, std::int64_t tokens, int axes);
+// ropekit::Error naming `name` and the address when p is not a multiple of `align` bytes: the device backend reads
+// each element with one access of its width, which a GPU faults on when misaligned. Null passes.
+void check_device_alignment(std::string_view name, const void* p, std::size_t align);
 // Checks type, axes, count and every position in [0, 2^47); returns the largest position.
 std::int64_t check_positions_all(const Positions& positions, std::string_view name, std::int64_t tokens, int axes);
 // The same; a decode step's one valid position without a call (the call's frame was a large part of
