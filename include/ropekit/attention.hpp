@@ -90,6 +90,13 @@ using PositionRegimes = std::variant<std::monostate, regimes::ReRope, regimes::S
 // Throws ropekit::Error naming the parameter (w ≤ 0, G < 1, W < G, local_size < 0, chunk_size ≤
 // local_size, values of 2^47 or more). `what` prefixes the message (the caller's field name).
 void validate_regimes(const PositionRegimes& regimes, std::string_view what = "regimes");
+// The same checks, the messages spelling each parameter as `names` says (a front with spellings of its own: the
+// lab's methods, whose w, W, G, chunk and local set these fields): "<prefix><name> = <value>: must be ...".
+struct RegimeNames {
+  std::string_view prefix = "regimes.";
+  std::string_view window = "window", group = "group", chunk_size = "chunk_size", local_size = "local_size";
+};
+void validate_regimes(const PositionRegimes& regimes, const RegimeNames& names);
 // How many regimes the variant has (1 for none) and the one query i and key j use (positions ≥ 0).
 int regime_count(const PositionRegimes& regimes);
 int regime_of(const PositionRegimes& regimes, std::int64_t i, std::int64_t j);

@@ -41,30 +41,35 @@ using detail::chunk_len;
 using detail::rule_of;
 
 void validate_regimes(const PositionRegimes& regimes, std::string_view what) {
+  const std::string prefix = fmt::format("{}.", what);
+  validate_regimes(regimes, RegimeNames{.prefix = prefix});
+}
+
+void validate_regimes(const PositionRegimes& regimes, const RegimeNames& names) {
+  const std::string_view p = names.prefix;
   const auto check = [&](std::string_view name, std::int64_t value, std::int64_t min, std::string_view rule) {
     if (value < min || value >= kPositionLimit) {
-      throw Error(fmt::format("{}.{} = {}: must be {} (and below 2^47)", what, name, value, rule));
+      throw Error(fmt::format("{}{} = {}: must be {} (and below 2^47)", p, name, value, rule));
     }
   };
   if (const auto* r = std::get_if<regimes::ReRope>(&regimes)) {
-    check("window", r->window, 1, ">= 1");
+    check(names.window, r->window, 1, ">= 1");
   } else if (const auto* se = std::get_if<regimes::SelfExtend>(&regimes)) {
-    check("group", se->group, 1, ">= 1");
-    check("window", se->window, 1, ">= 1");
+    check(names.group, se->group, 1, ">= 1");
+    check(names.window, se->window, 1, ">= 1");
     if (se->window < se->group) {
       throw Error(
-          fmt::format("{}.window = {}: must be >= group = {} (the neighbour window holds at least one "
+          fmt::format("{}{} = {}: must be >= {} = {} (the neighbour window holds at least one "
                       "group)",
-                      what, se->window, se->group));
+                      p, names.window, se->window, names.group, se->group));
     }
   } else if (const auto* dc = std::get_if<regimes::DualChunk>(&regimes)) {
-    check("local_size", dc->local_size, 0, ">= 0");
-    check("chunk_size", dc->chunk_size, 1, ">= 1");
+    check(names.local_size, dc->local_size, 0, ">= 0");
+    check(names.chunk_size, dc->chunk_size, 1, ">= 1");
     if (dc->chunk_size <= dc->local_size) {
-      throw Error(
-          fmt::format("{}.chunk_size = {}: must be > local_size = {} (chunk_len = chunk_size - "
-                      "local_size must be positive)",
-                      what, dc->chunk_size, dc->local_size));
+      throw Error(fmt::format("{}{} = {}: must be > {} = {} (the chunk length {} - {} must be positive)", p,
+                              names.chunk_size, dc->chunk_size, names.local_size, dc->local_size, names.chunk_size,
+                              names.local_size));
     }
   }
 }

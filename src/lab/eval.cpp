@@ -126,56 +126,72 @@ std::string substitute_scale(const EvalMethod& method, double s) {
   return j.dump();
 }
 
+// The built-in methods that change the frequencies, each one scaling variant (its rope_type in rope/variants.cpp) at
+// scale s over the trained length L0: read like a NAME=JSON method, so the variants' one description gives each its
+// fields, defaults and checks. Null for the others.
+nlohmann::json builtin_fragment(std::string_view n, double s, std::int64_t l0) {
+  if (n == "pi") return {{"rope_type", "linear"}, {"factor", s}};
+  if (n == "ntk") return {{"rope_type", "ntk"}, {"factor", s}};
+  if (n == "yarn" || n == "yarn_notemp") {  // HF's beta_fast, beta_slow, truncate
+    nlohmann::json j = {{"rope_type", "yarn"}, {"factor", s}, {"original_max_position_embeddings", l0}};
+    if (n == "yarn_notemp") j["attention_factor"] = 1.0;  // else HF's default: 0.1·ln s + 1
+    return j;
+  }
+  // max_position_embeddings: the config's, which spec_with_scaling makes L0.
+  if (n == "dyn_ntk" || n == "dyn_ntk_stale") return {{"rope_type", "dynamic"}, {"factor", s}};
+  if (n == "llama3") {
+    return {{"rope_type", "llama3"},
+            {"factor", s},
+            {"low_freq_factor", 1.0},
+            {"high_freq_factor", 4.0},
+            {"original_max_position_embeddings", l0}};
+  }
+  return nullptr;
+}
+
+// A regime method's parameters as its regimes' fields, checked by the regimes' own validator under the method's
+// spellings (w, W, G, chunk, local).
+void check_regimes(const MethodRun& run, std::string_view n, const RegimeNames& spelled) {
+  const std::string prefix = fmt::format("method {}: ", n);
+  RegimeNames names = spelled;
+  names.prefix = prefix;
+  validate_regimes(run.regimes, names);
+}
+
 MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
   MethodRun run;
   run.spec = model.rope_layer().spec;
   const std::string& n = method.name;
+  const std::string_view base = base_name(n);
+  const std::string what = fmt::format("method {}", n);
   if (!method.fragment.empty()) {
-    run.spec = spec_with_scaling(model, substitute_scale(method, s), fmt::format("method {}", n), l0);
-    if (depends_on_length(run.spec)) {
-      run.kind = MethodRun::Kind::Dynamic;
-    }
+    run.spec = spec_with_scaling(model, substitute_scale(method, s), what, l0);
+    if (depends_on_length(run.spec)) run.kind = MethodRun::Kind::Dynamic;
+  } else if (const nlohmann::json fragment = builtin_fragment(n, s, l0); !fragment.is_null()) {
+    run.spec = spec_with_scaling(model, fragment.dump(), what, l0);
+    if (n == "dyn_ntk") run.kind = MethodRun::Kind::Dynamic;
+    if (n == "dyn_ntk_stale") run.kind = MethodRun::Kind::DynamicStale;
   } else if (n == "orig") {
-  } else if (n == "pi") {
-    run.spec.scaling = scaling::Linear{.factor = s};
-  } else if (n == "ntk") {
-    run.spec.scaling = scaling::Ntk{.factor = s};
-  } else if (n == "yarn" || n == "yarn_notemp") {
-    scaling::Yarn yarn{.factor = s, .original_max_position_embeddings = l0};  // HF's beta_fast, beta_slow, truncate
-    if (n == "yarn_notemp") yarn.attention_factor = 1.0;                      // else HF's default: 0.1·ln s + 1
-    run.spec.scaling = yarn;
-  } else if (n == "dyn_ntk" || n == "dyn_ntk_stale") {
-    run.spec.scaling = scaling::DynamicNtk{.factor = s, .max_position_embeddings = l0};
-    run.kind = n == "dyn_ntk" ? MethodRun::Kind::Dynamic : MethodRun::Kind::DynamicStale;
-  } else if (n == "llama3") {
-    run.spec.scaling = scaling::Llama3{
-        .factor = s, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position_embeddings = l0};
   } else if (n == "swa") {
     run.window = l0;
   } else if (n == "restart") {
     run.kind = MethodRun::Kind::Restart;
-  } else if (const std::string_view base = base_name(n); base == "rerope" || base == "rerope_logn") {
+  } else if (base == "rerope" || base == "rerope_logn") {
     const auto p = method_parameters(n, parameters_of(base, l0));
-    if (p.at("w") < 1) throw Error(fmt::format("method {}: w = {}: must be >= 1", n, p.at("w")));
     run.regimes = regimes::ReRope{.window = p.at("w")};
+    check_regimes(run, n, {.window = "w"});
     run.logn_length = p.at("logn") != 0 ? l0 : 0;
   } else if (base == "self_extend") {
     const auto p = method_parameters(n, parameters_of(base, l0));
-    if (p.at("G") < 1) throw Error(fmt::format("method {}: G = {}: must be >= 1", n, p.at("G")));
-    if (p.at("W") < p.at("G")) {
-      throw Error(fmt::format("method {}: W = {}: must be >= G = {}", n, p.at("W"), p.at("G")));
-    }
     run.regimes = regimes::SelfExtend{.window = p.at("W"), .group = p.at("G")};
+    check_regimes(run, n, {.window = "W", .group = "G"});
     run.logn_length = p.at("logn") != 0 ? l0 : 0;
   } else if (base == "dca") {
     const auto p = method_parameters(n, parameters_of(base, l0));
     const std::int64_t chunk = p.at("chunk"),
                        local = p.at("local") < 0 && n.find("local=") == std::string::npos ? chunk / 32 : p.at("local");
-    if (chunk < 1) throw Error(fmt::format("method {}: chunk = {}: must be >= 1", n, chunk));
-    if (local < 0 || local >= chunk) {
-      throw Error(fmt::format("method {}: local = {}: must lie in [0, chunk = {})", n, local, chunk));
-    }
     run.regimes = regimes::DualChunk{.chunk_size = chunk, .local_size = local};
+    check_regimes(run, n, {.chunk_size = "chunk", .local_size = "local"});
     run.logn_length = p.at("logn") != 0 ? l0 : 0;
   } else if (base == "logn") {
     const auto p = method_parameters(n, parameters_of(base, l0));
