@@ -683,16 +683,24 @@ static void test_paged_cache(void) {
 
   /* Sequence operations: shifting a whole sequence by 0 positions changes nothing; removing it frees
    * its pages; bad ids and appends with a slot mapping are refused. */
-  CHECK_OK(rk_paged_kv_cache_seq_add(cache, 1, 0, -1, 0));
+  CHECK_OK(rk_paged_kv_cache_shift(cache, 1, 0, -1, 0));
   CHECK_OK(rk_paged_kv_cache_seq_cp(cache, 1, 0, 55, 57));
   CHECK_OK(rk_paged_kv_cache_length(cache, 0, &length));
   CHECK(length == L0 + 2, "after seq_cp: %lld", (long long)length);
-  CHECK_OK(rk_paged_kv_cache_seq_rm(cache, 0, -1, -1));
+  CHECK_OK(rk_paged_kv_cache_erase(cache, 0, -1, -1));
   CHECK_OK(rk_paged_kv_cache_seq_clear(cache, 1));
   CHECK_OK(rk_paged_kv_cache_free_pages(cache, &free_pages));
   CHECK(free_pages == 8, "free pages after clearing %lld", (long long)free_pages);
+  CHECK_ERROR(rk_paged_kv_cache_erase(cache, 2, 0, -1), "sequence 2");
+  CHECK_ERROR(rk_paged_kv_cache_shift(cache, -1, 0, -1, 3), "sequence -1");
+  /* llama.cpp's names, kept for one version: the same operations (the compiler warns where they are used). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   CHECK_ERROR(rk_paged_kv_cache_seq_rm(cache, 2, 0, -1), "sequence 2");
   CHECK_ERROR(rk_paged_kv_cache_seq_add(cache, -1, 0, -1, 3), "sequence -1");
+  CHECK_OK(rk_paged_kv_cache_seq_add(cache, 0, 0, -1, 0));
+  CHECK_OK(rk_paged_kv_cache_seq_rm(cache, 0, -1, -1));
+#pragma GCC diagnostic pop
   int rerotated = 7;
   CHECK_OK(rk_paged_kv_cache_rerotate(cache, 0, rope, &rerotated));
   CHECK(rerotated == 0, "an empty sequence was re-rotated");

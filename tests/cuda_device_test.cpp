@@ -508,7 +508,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
           ASSERT_TRUE(cache.rerotate(0, rope, grown));
         } else {
           calls.push_back(turns(rope, steps, Direction::Inverse));
-          cache.seq_add(0, -1, -1, -77);
+          cache.shift(0, -1, -1, -77);
         }
         std::vector<const detail::RotateJob*> jobs;
         for (const RotateCall& call : calls) jobs.push_back(&call.job());
@@ -536,7 +536,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     }
   }
   std::printf("K-shift kernel: %d cases equal the CPU's PagedKvCache byte for byte\n", ran);
-  // The public device K-shift on the last configuration's cache: R(−77) of every entry, against seq_add's.
+  // The public device K-shift on the last configuration's cache: R(−77) of every entry, against shift's.
   {
     const Rope plain(Spec{.head_dim = 64, .rotary_dim = 64, .base = 10000.0, .pairing = Pairing::Half});
     const cuda::DeviceRope gpu(plain, 0, 0);
@@ -548,7 +548,7 @@ TEST(CudaDevice, KShiftKernelEqualsTheCpu) {
     const PagedCache& pc = cpu.cache();
     std::vector<std::byte>& mine = filled.keys;
     std::vector<std::int64_t>& slots = filled.slots;
-    cpu.seq_add(0, -1, -1, -77);
+    cpu.shift(0, -1, -1, -77);
     Mirror m;
     m.add(mine.data(), mine.size());
     m.add(slots.data(), slots.size() * 8);

@@ -1,9 +1,11 @@
 // PagedKvCache: many sequences in one paged cache. Each sequence's attention equals a KvCache holding
 // the same tokens, bit for bit (appends interleaved across sequences, both page layouts, every
-// storage type, every SIMD target); seq_rm / seq_add / seq_cp equal KvCache's erase / shift / a fresh
+// storage type, every SIMD target); erase / shift / seq_cp equal KvCache's erase / shift / a fresh
 // append; re-rotation per sequence; fp8 against the double oracle, and read in place bit for bit as
 // attention over its entries' values; pages return to the free list; bad input changes nothing.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include <cstring>
 #include <vector>
@@ -201,9 +203,9 @@ TEST_P(PagedKvCacheTest, SequenceOperationsEqualKvCacheOnes) {
       cache.append(rope, b.seq_of, b.args());
       cache.seq_cp(0, 3, 0, 12);  // a fork of the first 12 tokens
       const std::int64_t free_before = cache.free_pages();
-      // Context shift: drop positions [4, 10), move the rest back by 6 (llama.cpp's seq_rm + seq_add).
-      cache.seq_rm(0, 4, 10);
-      cache.seq_add(0, 10, -1, -6);
+      // Context shift: drop positions [4, 10), move the rest back by 6 (llama.cpp's seq_rm + seq_add: erase + shift).
+      cache.erase(0, 4, 10);
+      cache.shift(0, 10, -1, -6);
       EXPECT_EQ(cache.length(0), 24);
       EXPECT_EQ(cache.free_pages(), free_before + 1);  // 30 → 24 entries: 4 → 3 pages of 8
       KvCache own(rope, {.capacity = 30, .kv_heads = kKv, .dtype = dtype});
@@ -296,8 +298,8 @@ TEST_P(PagedKvCacheTest, EntryOperationsRerotateFromAndOnePageInPlace) {
     by_position.append(short_rope, b.seq_of, b.args());
     by_entry.erase_entries(0, 4, 10);
     by_entry.shift_entries(0, 4, 24, -6);
-    by_position.seq_rm(0, 4, 10);
-    by_position.seq_add(0, 10, -1, -6);
+    by_position.erase(0, 4, 10);
+    by_position.shift(0, 10, -1, -6);
     EXPECT_TRUE(by_entry.rerotate(0, short_rope, long_rope));
     EXPECT_TRUE(by_position.rerotate(0, long_rope));
     ASSERT_EQ(by_entry.length(0), 24);
@@ -334,7 +336,7 @@ TEST_P(PagedKvCacheTest, Fp8CacheAgainstTheOracle) {
   Batch b;
   for (std::int64_t t = 0; t < 25; ++t) b.add(s, 2, t);
   cache.append(rope, b.seq_of, b.args());
-  cache.seq_add(2, 0, -1, 5);  // and a K-shift through the fp8 path
+  cache.shift(2, 0, -1, 5);  // and a K-shift through the fp8 path
   const PagedCache& c = cache.cache();
   std::vector<float> k(25 * kKv * kD), v(k.size());
   for (std::int64_t i = 0; i < 25; ++i) {
@@ -465,10 +467,10 @@ TEST(PagedKvCacheErrors, EachClassIsRefusedAndNothingChanges) {
   with_slots.slots = slot_mapping(slots);
   EXPECT_ERROR(cache.append(rope, one.seq_of, with_slots), "args.slots");
   cache.append(rope, one.seq_of, one.args());
-  EXPECT_ERROR(cache.seq_add(1, 0, -1, -1), "position 0 moved by -1", "[0, 2^47)");
+  EXPECT_ERROR(cache.shift(1, 0, -1, -1), "position 0 moved by -1", "[0, 2^47)");
   EXPECT_EQ(cache.positions(1)[0], 0);
   EXPECT_ERROR(cache.seq_cp(1, 1, 0, -1), "src = dst = 1");
-  EXPECT_ERROR(cache.seq_rm(4, 0, -1), "sequence 4");
+  EXPECT_ERROR(cache.erase(4, 0, -1), "sequence 4");
   const Rope other({.head_dim = kD, .rotary_dim = kD, .base = 10000.0, .pairing = Pairing::Interleaved});
   EXPECT_ERROR(cache.append(other, one.seq_of, one.args()), "layout");
   std::vector<float> q(2 * kQ * kD), out(q.size());
@@ -491,3 +493,28 @@ TEST(PagedKvCacheErrors, EachClassIsRefusedAndNothingChanges) {
 }
 
 }  // namespace
+
+// llama.cpp's names (seq_rm, seq_add), kept for one version as deprecated aliases of erase and shift: the same
+// entries, positions and key bits (docs/conventions.md).
+TEST(PagedKvCacheAliases, LlamaCppNamesDoWhatEraseAndShiftDo) {
+  const Rope rope(llama());
+  Stream s(20, DType::BF16, 3, 0);
+  Batch b;
+  for (std::int64_t t = 0; t < 20; ++t) b.add(s, 0, t);
+  PagedKvCache renamed(rope, shape_of(CacheDType::BF16, PageLayout::NHD, 8, 4));
+  PagedKvCache aliased(rope, shape_of(CacheDType::BF16, PageLayout::NHD, 8, 4));
+  renamed.append(rope, b.seq_of, b.args());
+  aliased.append(rope, b.seq_of, b.args());
+  renamed.erase(0, 4, 9);
+  renamed.shift(0, 9, -1, -5);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  aliased.seq_rm(0, 4, 9);
+  aliased.seq_add(0, 9, -1, -5);
+#pragma GCC diagnostic pop
+  ASSERT_EQ(aliased.length(0), 15);
+  EXPECT_TRUE(std::ranges::equal(aliased.positions(0), renamed.positions(0)));
+  const std::size_t bytes = std::size_t(8 * 4 * kKv * kD) * 2;
+  EXPECT_EQ(std::memcmp(aliased.cache().k, renamed.cache().k, bytes), 0);
+  EXPECT_EQ(std::memcmp(aliased.cache().v, renamed.cache().v, bytes), 0);
+}

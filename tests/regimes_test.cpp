@@ -340,7 +340,7 @@ TEST_P(Regimes, CacheDecodeAcrossBoundariesEqualsFusedAndOracle) {
 // Many sequences under the regimes in one paged cache: two sequences appended token by token in
 // turns, so their pages interleave and attention gathers them (KvCache reads its one page in place).
 // A batched call over both sequences' queries equals the fused call over each sequence's own tokens,
-// bit for bit, both page layouts; then a context shift of one sequence (seq_rm + seq_add) attends as a
+// bit for bit, both page layouts; then a context shift of one sequence (erase + shift) attends as a
 // KvCache shifted alike. And a cache for regimes takes no q (its queries rotate per regime).
 TEST_P(Regimes, PagedCacheOfManySequencesEqualsFused) {
   for (const Method& method : methods()) {
@@ -386,8 +386,8 @@ TEST_P(Regimes, PagedCacheOfManySequencesEqualsFused) {
       EXPECT_EQ(out, want);
 
       // Context shift of sequence 1 (positions 500…569): drop [510, 530), move the rest back by 20.
-      cache.seq_rm(1, 510, 530);
-      cache.seq_add(1, 530, -1, -20);
+      cache.erase(1, 510, 530);
+      cache.shift(1, 530, -1, -20);
       KvCache own(rope, {.capacity = 70, .kv_heads = 2, .dtype = DType::BF16, .regimes = method.regimes});
       Data& x = seqs[1];
       own.append(rope, x.view(x.k, 2), x.view(x.v, 2), positions(x.pos));

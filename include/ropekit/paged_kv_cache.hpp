@@ -1,13 +1,13 @@
 // ropekit/paged_kv_cache.hpp — many sequences in one paged KV cache: the fused append per token,
-// llama.cpp's per-sequence operations (seq_rm, seq_add = K-shift, seq_cp), re-rotation per sequence,
-// and attention of a batch of sequences with ragged lengths (decode: one query per sequence; prefill
-// over a cached prefix).
+// per-sequence operations (erase, shift = K-shift, seq_cp: llama.cpp's seq_rm, seq_add, seq_cp), re-rotation per
+// sequence, and attention of a batch of sequences with ragged lengths (decode: one query per sequence; prefill over a
+// cached prefix).
 //
 //   ropekit::PagedKvCache cache(rope, {.num_pages = 1024, .page_size = 16, .kv_heads = 8,
 //                                      .dtype = ropekit::CacheDType::BF16, .max_sequences = 64});
 //   cache.append(rope, seq_of_token, {.q = q, .k = k, .v = v, .positions = ropekit::positions(pos)});
 //   ropekit::attention(rope, q, ropekit::positions(pos), seq_of_token, cache, out);
-//   cache.seq_add(seq, 100, -1, -50);      // keys at positions ≥ 100 of `seq` move back by 50: R(−50)
+//   cache.shift(seq, 100, -1, -50);        // keys at positions ≥ 100 of `seq` move back by 50: R(−50)
 //
 // Memory: the cache owns num_pages pages in the layout of ropekit/append.hpp (`cache()` is its
 // PagedCache, `page_table()` FlashInfer's view of it, so an engine's own kernels can read it). Pages
@@ -17,7 +17,7 @@
 // sequence (plan(seq)), which a sequence adopts from the rope of its first append; sequences may
 // have different plans (dynamic NTK or LongRoPE at different lengths: ropekit/rope_set.hpp).
 //
-// Numerics: append is ropekit::append (bit-identical to rope.apply → convert → copy). seq_add's
+// Numerics: append is ropekit::append (bit-identical to rope.apply → convert → copy). shift's
 // K-shift is KvCache::shift's pure rotation R(δ) with magnitude 1 (f32/bf16/f16 entries rotated in
 // place, one rounding to storage; fp8 entries widened × k_scale, rotated in float32, stored
 // e4m3(x / k_scale): one more fp8 rounding per shift). rerotate is KvCache::rerotate's (un-rotate
@@ -93,17 +93,26 @@ class PagedKvCache {
   // (rerotate it first), positions with more than one stream, and everything ropekit::append refuses.
   // table: the keys (and q) rotated with exactly its angles, as ropekit::append(rope, args, cache, table)
   // — an engine's cos/sin cache; attention then takes it in AttentionOptions::table. The cache records
-  // rope's plan for the sequence as without it (seq_add's K-shift and rerotate use the Rope's angles).
+  // rope's plan for the sequence as without it (shift's K-shift and rerotate use the Rope's angles).
   void append(const Rope& rope, std::span<const std::int32_t> seq_of, AppendArgs args,
               std::shared_ptr<const Table> table = nullptr);
 
-  // llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end, p0 < 0: from 0).
-  // seq_rm: removes those entries; later entries move down keeping their positions; pages no longer
+  // The sequence operations over positions [p0, p1) (p1 < 0: to the end, p0 < 0: from 0), llama.cpp's
+  // seq_rm / seq_add / seq_cp under the one vocabulary's names (docs/conventions.md).
+  // erase: removes those entries; later entries move down keeping their positions; pages no longer
   // needed return to the free list.
-  void seq_rm(int seq, std::int64_t p0, std::int64_t p1);
-  // seq_add: those entries move by delta positions, their keys turned by R(delta) (K-shift). Errors:
+  void erase(int seq, std::int64_t p0, std::int64_t p1);
+  // shift: those entries move by delta positions, their keys turned by R(delta) (K-shift). Errors:
   // a position that would fall below 0 or reach 2^47 (nothing changes).
-  void seq_add(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta);
+  void shift(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta);
+  // llama.cpp's names, kept for one version.
+  [[deprecated("renamed erase (docs/conventions.md)")]] void seq_rm(int seq, std::int64_t p0, std::int64_t p1) {
+    erase(seq, p0, p1);
+  }
+  [[deprecated("renamed shift (docs/conventions.md)")]] void seq_add(int seq, std::int64_t p0, std::int64_t p1,
+                                                                     std::int64_t delta) {
+    shift(seq, p0, p1, delta);
+  }
   // seq_cp: copies those entries of src to the end of dst (keys, values, positions; dst adopts src's
   // plan when empty, else the plans must agree). Errors: src == dst, too few free pages.
   void seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1);
@@ -111,7 +120,7 @@ class PagedKvCache {
   void seq_clear(int seq);
 
   // The same operations over entries [first, last) of seq in entry order, whatever their positions
-  // (KvCache's slots). Errors: a span outside [0, length(seq)); shift_entries as seq_add.
+  // (KvCache's slots). Errors: a span outside [0, length(seq)); shift_entries as shift.
   void erase_entries(int seq, std::int64_t first, std::int64_t last);
   void shift_entries(int seq, std::int64_t first, std::int64_t last, std::int64_t delta);
 

@@ -44,6 +44,12 @@ extern "C" {
 #else
 #define RK_ENUM(name) enum name
 #endif
+/* A name kept for one version after a rename (docs/conventions.md): the compiler says what it became. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RK_DEPRECATED(message) __attribute__((deprecated(message)))
+#else
+#define RK_DEPRECATED(message)
+#endif
 /* The RK_ENUM typedefs below sit between clang-format off/on: clang-format reads RK_ENUM(...) as a call. */
 
 /* clang-format off */
@@ -300,8 +306,13 @@ rk_status rk_paged_kv_cache_append(rk_paged_kv_cache* cache, const rk_rope* rope
  * takes it too (rk_paged_kv_cache_attention_with_table). */
 rk_status rk_paged_kv_cache_append_with_table(rk_paged_kv_cache* cache, const rk_rope* rope, const int32_t* seq_of,
                                               const rk_append_args* args, const rk_table* table);
-/* llama.cpp's sequence operations over positions [p0, p1) (p1 < 0: to the end). */
+/* The sequence operations over positions [p0, p1) (p1 < 0: to the end), as PagedKvCache's erase and shift. */
+rk_status rk_paged_kv_cache_erase(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1);
+rk_status rk_paged_kv_cache_shift(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta);
+/* llama.cpp's names for the two, kept for one version (docs/conventions.md). */
+RK_DEPRECATED("renamed rk_paged_kv_cache_erase")
 rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1);
+RK_DEPRECATED("renamed rk_paged_kv_cache_shift")
 rk_status rk_paged_kv_cache_seq_add(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta);
 rk_status rk_paged_kv_cache_seq_cp(rk_paged_kv_cache* cache, int src, int dst, int64_t p0, int64_t p1);
 rk_status rk_paged_kv_cache_seq_clear(rk_paged_kv_cache* cache, int seq);

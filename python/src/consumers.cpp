@@ -343,12 +343,31 @@ void bind_consumers(py::module_& m) {
            py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
            py::arg("angles") = "accurate", py::arg("table") = kNoTable)
       .def(
-          "seq_rm", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->seq_rm(seq, p0, p1); },
+          "erase", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->erase(seq, p0, p1); },
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "shift",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+            c.cache->shift(seq, p0, p1, delta);
+          },
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+      // llama.cpp's names, kept for one version (docs/conventions.md): a DeprecationWarning, then the operation.
+      .def(
+          "seq_rm",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_rm is renamed erase", 1) != 0) {
+              throw py::error_already_set();
+            }
+            c.cache->erase(seq, p0, p1);
+          },
           py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
       .def(
           "seq_add",
           [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
-            c.cache->seq_add(seq, p0, p1, delta);
+            if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_add is renamed shift", 1) != 0) {
+              throw py::error_already_set();
+            }
+            c.cache->shift(seq, p0, p1, delta);
           },
           py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
       .def(

@@ -43,8 +43,8 @@ def test_sequence_operations_match_kv_cache():
     k, v = tokens(rng, 20, 2, 64), tokens(rng, 20, 2, 64)
     cache = ropekit.PagedKvCache(rope, 16, 4, 2, 2)
     cache.append(rope, [0] * 20, k, v)
-    cache.seq_rm(0, 3, 8)
-    cache.seq_add(0, 8, -1, -5)
+    cache.erase(0, 3, 8)
+    cache.shift(0, 8, -1, -5)
     own = ropekit.KvCache(rope, 20, 2)
     own.append(rope, k, v)
     own.erase(3, 8)
@@ -108,3 +108,22 @@ def test_rotate_and_cache_on_numpy_arrays():
         ropekit.rotate_and_cache(rope, key_cache, value_cache, key, value, None)
     with pytest.raises(ropekit.Error, match="C-contiguous"):
         ropekit.rotate_and_cache(rope, key_cache[:, ::2], value_cache, key, value, slots)
+
+
+def test_llama_cpp_names_are_deprecated_aliases():
+    """seq_rm / seq_add (llama.cpp's) warn and do exactly what erase / shift do (docs/conventions.md)."""
+    rope = ropekit.Rope(64)
+    rng = np.random.default_rng(3)
+    k, v = tokens(rng, 12, 2, 64), tokens(rng, 12, 2, 64)
+    new, old = (ropekit.PagedKvCache(rope, 8, 4, 2, 1) for _ in range(2))
+    for cache in (new, old):
+        cache.append(rope, [0] * 12, k, v)
+    new.erase(0, 2, 4)
+    new.shift(0, 4, -1, -2)
+    with pytest.warns(DeprecationWarning, match="renamed erase"):
+        old.seq_rm(0, 2, 4)
+    with pytest.warns(DeprecationWarning, match="renamed shift"):
+        old.seq_add(0, 4, -1, -2)
+    np.testing.assert_array_equal(old.positions(0), new.positions(0))
+    q = tokens(rng, 1, 4, 64)
+    np.testing.assert_array_equal(old.attention(rope, q, [10], [0]), new.attention(rope, q, [10], [0]))

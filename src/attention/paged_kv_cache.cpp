@@ -243,22 +243,22 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   }
 }
 
-void PagedKvCache::seq_rm(int seq, std::int64_t p0, std::int64_t p1) {
-  check_seq(seq, shape_.max_sequences, "PagedKvCache::seq_rm");
+void PagedKvCache::erase(int seq, std::int64_t p0, std::int64_t p1) {
+  check_seq(seq, shape_.max_sequences, "PagedKvCache::erase");
   State::Sequence& s = state_->sequences[std::size_t(seq)];
   const PositionRange range = range_of(p0, p1);
   state_->retain(s, [&](std::size_t i) { return !range.contains(s.positions[i]); });
 }
 
-void PagedKvCache::seq_add(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
-  check_seq(seq, shape_.max_sequences, "PagedKvCache::seq_add");
+void PagedKvCache::shift(int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+  check_seq(seq, shape_.max_sequences, "PagedKvCache::shift");
   State::Sequence& s = state_->sequences[std::size_t(seq)];
   const PositionRange range = range_of(p0, p1);
   std::vector<std::int64_t> entries;
   for (std::size_t i = 0; i < s.positions.size(); ++i) {
     if (range.contains(s.positions[i])) entries.push_back(std::int64_t(i));
   }
-  state_->shift(seq, s, entries, delta, "PagedKvCache::seq_add");
+  state_->shift(seq, s, entries, delta, "PagedKvCache::shift");
 }
 
 namespace {

@@ -611,12 +611,20 @@ rk_status rk_paged_kv_cache_append_with_table(rk_paged_kv_cache* cache, const rk
   return guarded([&] { paged_append(cache, rope, seq_of, args, need(table, "table").table); });
 }
 
+rk_status rk_paged_kv_cache_erase(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1) {
+  return guarded([&] { need_mutable(cache, "cache").cache.erase(seq, p0, p1); });
+}
+
+rk_status rk_paged_kv_cache_shift(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta) {
+  return guarded([&] { need_mutable(cache, "cache").cache.shift(seq, p0, p1, delta); });
+}
+
 rk_status rk_paged_kv_cache_seq_rm(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1) {
-  return guarded([&] { need_mutable(cache, "cache").cache.seq_rm(seq, p0, p1); });
+  return rk_paged_kv_cache_erase(cache, seq, p0, p1);
 }
 
 rk_status rk_paged_kv_cache_seq_add(rk_paged_kv_cache* cache, int seq, int64_t p0, int64_t p1, int64_t delta) {
-  return guarded([&] { need_mutable(cache, "cache").cache.seq_add(seq, p0, p1, delta); });
+  return rk_paged_kv_cache_shift(cache, seq, p0, p1, delta);
 }
 
 rk_status rk_paged_kv_cache_seq_cp(rk_paged_kv_cache* cache, int src, int dst, int64_t p0, int64_t p1) {
