@@ -27,7 +27,7 @@ void BM_MropeOneImage8kText(benchmark::State& state) {
   const ropekit::MropeInput input{
       .batch = 1, .seq = std::int64_t(c.types.size()), .token_types = c.types, .image_grids = c.image};
   for (auto _ : state) {
-    auto ids = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input);
+    auto ids = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeRule::TokenTypes, input);
     benchmark::DoNotOptimize(ids.positions.data());
   }
   state.SetItemsProcessed(state.iterations() * std::int64_t(c.types.size()));
@@ -41,7 +41,7 @@ void BM_MropeOneImage8kTextInto(benchmark::State& state) {
       .batch = 1, .seq = std::int64_t(c.types.size()), .token_types = c.types, .image_grids = c.image};
   std::vector<std::int64_t> positions(3 * c.types.size()), deltas(1);
   for (auto _ : state) {
-    ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input, positions,
+    ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeRule::TokenTypes, input, positions,
                                 deltas);
     benchmark::DoNotOptimize(positions.data());
   }

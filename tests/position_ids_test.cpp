@@ -15,6 +15,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -287,7 +288,7 @@ ropekit::MropeFamily family_of(const std::string& name) {
   return ropekit::MropeFamily::Glm4v;
 }
 
-void expect_golden(const std::string& file, ropekit::MropeIndexing indexing, std::size_t expected_cases) {
+void expect_golden(const std::string& file, ropekit::MropeRule indexing, std::size_t expected_cases) {
   std::ifstream in(std::string(ROPEKIT_REPO_DIR) + "/tests/data/mrope/" + file);
   ASSERT_TRUE(in) << file;
   const nlohmann::json golden = nlohmann::json::parse(in);
@@ -333,11 +334,11 @@ void expect_golden(const std::string& file, ropekit::MropeIndexing indexing, std
 }  // namespace mrope_golden
 
 TEST(MropePositionIds, EqualTransformers5GetRopeIndexBitForBit) {
-  mrope_golden::expect_golden("token_types.json", ropekit::MropeIndexing::TokenTypes, 24);
+  mrope_golden::expect_golden("token_types.json", ropekit::MropeRule::TokenTypes, 24);
 }
 
 TEST(MropePositionIds, EqualTransformers457GetRopeIndexBitForBit) {
-  mrope_golden::expect_golden("token_scan.json", ropekit::MropeIndexing::TokenScan, 18);
+  mrope_golden::expect_golden("token_scan.json", ropekit::MropeRule::TokenScan, 18);
 }
 
 // The two rules differ where the issue says users are bitten: text after a video restarts after the largest
@@ -346,24 +347,22 @@ TEST(MropePositionIds, TheTwoRulesAndDecoding) {
   const std::vector<std::int32_t> types{0, 2, 2, 2, 2, 2, 2, 2, 2, 0};
   const std::vector<ropekit::VisionGrid> video{{2, 4, 4}};
   ropekit::MropeInput input{.batch = 1, .seq = 10, .token_types = types, .video_grids = video};
-  const auto t5 = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen2Vl, ropekit::MropeIndexing::TokenTypes, input);
-  const auto t4 = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen2Vl, ropekit::MropeIndexing::TokenScan, input);
+  const auto t5 = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen2Vl, ropekit::MropeRule::TokenTypes, input);
+  const auto t4 = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen2Vl, ropekit::MropeRule::TokenScan, input);
   EXPECT_EQ(t5.positions[9], 3);  // 1 + max(2, 2)
   EXPECT_EQ(t4.positions[9], 3);  // largest of t (2), h, w (2) + 1 = 3
   const std::vector<double> half{0.5};
   input.second_per_grid_ts = half;
-  const auto q25 =
-      ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input);
+  const auto q25 = ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeRule::TokenTypes, input);
   for (int t = 1; t <= 8; ++t) EXPECT_EQ(q25.positions[std::size_t(t)], 1) << "time truncated to 0 s";
   EXPECT_EQ(ropekit::mrope_decode_positions(-3, 10, 3), (V{7, 8, 9}));
   // Into the caller's buffers: the same values; buffers of another size are an error.
   V positions(30, -9), deltas(1, -9);
-  ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input, positions,
-                              deltas);
+  ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeRule::TokenTypes, input, positions, deltas);
   EXPECT_EQ(positions, q25.positions);
   EXPECT_EQ(deltas, q25.deltas);
   V short_buffer(29);
-  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeIndexing::TokenTypes, input,
+  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen25Vl, ropekit::MropeRule::TokenTypes, input,
                                            short_buffer, deltas),
                "positions has 29 values", "need 3 × batch × seq = 30");
 }
@@ -372,7 +371,7 @@ TEST(MropePositionIds, BadInputIsAnErrorNamingTheValue) {
   const std::vector<std::int32_t> types{0, 1, 1, 1, 1, 1, 1, 0};
   const std::vector<ropekit::VisionGrid> image{{1, 4, 6}}, odd{{1, 5, 6}}, two{{1, 4, 6}, {1, 4, 6}};
   const auto run = [](ropekit::MropeInput in, ropekit::MropeFamily f = ropekit::MropeFamily::Qwen2Vl) {
-    return ropekit::mrope_position_ids(f, ropekit::MropeIndexing::TokenTypes, in);
+    return ropekit::mrope_position_ids(f, ropekit::MropeRule::TokenTypes, in);
   };
   EXPECT_ERROR(run({.batch = 1, .seq = 8, .token_types = types, .image_grids = odd}), "image_grids[0] = (1, 5, 6)",
                "spatial_merge_size = 2");
@@ -397,10 +396,18 @@ TEST(MropePositionIds, BadInputIsAnErrorNamingTheValue) {
   const std::vector<std::uint8_t> none(8, 0);
   EXPECT_ERROR(run({.batch = 1, .seq = 8, .token_types = types, .attention_mask = none, .image_grids = image}),
                "sequence 0 has no token");
-  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Glm4v, ropekit::MropeIndexing::TokenScan,
+  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Glm4v, ropekit::MropeRule::TokenScan,
                                            {.batch = 1, .seq = 8, .token_types = types, .image_grids = image}),
                "glm4v with the token-scanning rule");
+  EXPECT_ERROR(ropekit::mrope_position_ids(ropekit::MropeFamily::Qwen2Vl, static_cast<ropekit::MropeRule>(7),
+                                           {.batch = 1, .seq = 8, .token_types = types, .image_grids = image}),
+               "rule = 7", "not an MropeRule");
   EXPECT_ERROR(ropekit::mrope_decode_positions(-20, 10, 3), "delta = -20");
+  // MropeIndexing, the rule's name until 2026-11-29, is the same type for one version (deprecated).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  static_assert(std::is_same_v<ropekit::MropeIndexing, ropekit::MropeRule>);
+#pragma GCC diagnostic pop
 }
 
 // ---- Vision encoders' axial RoPE against Hugging Face's own modules (tests/data/vision/, scripts/golden_vision.py)

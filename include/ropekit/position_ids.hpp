@@ -98,7 +98,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> rejected_slot_ranges(std::spa
 enum class MropeFamily { Qwen2Vl, Qwen25Vl, Qwen3Vl, Glm4v };
 
 // Where the text after an image or video continues; the two rules Hugging Face has had.
-enum class MropeIndexing {
+enum class MropeRule {
   // transformers ≥ 5 (get_rope_index grouping mm_token_type_ids; pinned: v5.15.0): at the item's start
   // + max(h, w) / merge — the temporal extent is not counted. Qwen2.5-VL's video time step is
   // tokens_per_second × int(second_per_grid_t): a fractional interval is truncated first (0.5 s → 0).
@@ -108,6 +108,8 @@ enum class MropeIndexing {
   // tokens_per_second, second_per_grid_t cast to an integer first as that code does (see docs/positions.md).
   TokenScan,
 };
+// The name until 2026-11-29, kept for one version (the C API and Python call it the rule: docs/conventions.md).
+using MropeIndexing [[deprecated("renamed MropeRule")]] = MropeRule;
 
 struct VisionGrid {
   std::int64_t t = 1, h = 1, w = 1;  // patches before the spatial merge (image_grid_thw / video_grid_thw rows)
@@ -141,12 +143,12 @@ struct MropePositionIds {
 // attention_mask of the wrong size or a type outside {0, 1, 2}; a vision run whose token count is not t·(h/m)·(w/m) of
 // its grid, grids left over or missing, a merge size that does not divide h and w, a grid dimension below 1, a negative
 // or non-finite second_per_grid_t.
-MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input);
+MropePositionIds mrope_position_ids(MropeFamily family, MropeRule rule, const MropeInput& input);
 // The same into the caller's buffers (an engine's position tensor): positions [3 × batch × seq], deltas [batch];
 // nothing allocated for the output. Errors as above, and buffers of another size; on an error the buffers may
 // hold partial output.
-void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input,
-                        std::span<std::int64_t> positions, std::span<std::int64_t> deltas);
+void mrope_position_ids(MropeFamily family, MropeRule rule, const MropeInput& input, std::span<std::int64_t> positions,
+                        std::span<std::int64_t> deltas);
 
 // Decoding after a multimodal prompt: the positions of `count` new tokens at cache positions cached … (all
 // three rows equal), each cache position + delta — Hugging Face's arange(past, past + n) + rope_deltas.

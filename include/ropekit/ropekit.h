@@ -374,6 +374,11 @@ typedef struct rk_cp_shard {
  * at positions start + index (ropekit::cp_indices / cp_positions), or, with cu_seqlens non-NULL, a packed batch
  * sharded per document (cp_indices_packed / cp_positions_packed; start_offsets NULL or one per document;
  * seq_len and start are then ignored). indices and positions each hold capacity values. */
+rk_status rk_cp_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
+                          const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices, int64_t* positions,
+                          size_t capacity, size_t* count);
+/* The name until 2026-11-29, kept for one version (docs/conventions.md). */
+RK_DEPRECATED("renamed rk_cp_positions")
 rk_status rk_cp_shard_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
                                 const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices,
                                 int64_t* positions, size_t capacity, size_t* count);

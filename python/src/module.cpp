@@ -573,7 +573,18 @@ PYBIND11_MODULE(_ropekit, m) {
       .def_property_readonly("depends_on_length", [](const PyRope& r) { return depends_on_length(r.spec()); })
       .def("set_current_length", &PyRope::set_current_length, py::arg("length"))
       .def("bands", &bands, py::arg("context") = py::none())
-      .def("cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
+      .def("export_cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(),
+           py::arg("angles") = "accurate")
+      // The name until 2026-11-29, kept for one version (docs/conventions.md): a DeprecationWarning, then the export.
+      .def(
+          "cos_sin_cache",
+          [](const PyRope& self, std::int64_t num_positions, std::string_view angles) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning, "Rope.cos_sin_cache is renamed export_cos_sin_cache", 1) != 0) {
+              throw py::error_already_set();
+            }
+            return cos_sin_cache(self, num_positions, angles);
+          },
+          py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
       .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6)
       .def("import_cos_sin_cache", &import_cache, py::arg("cache"))
       .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf",

@@ -67,11 +67,11 @@ void bind_positions(py::module_& m) {
          std::optional<std::vector<double>> second_per_grid_ts, std::int64_t spatial_merge_size,
          std::int64_t tokens_per_second, const std::string& rule) {
         if (mm_token_type_ids.ndim() != 2) throw Error("mm_token_type_ids: must have shape (batch, seq)");
-        MropeIndexing indexing;
+        MropeRule indexing;
         if (rule == "token_types") {
-          indexing = MropeIndexing::TokenTypes;
+          indexing = MropeRule::TokenTypes;
         } else if (rule == "token_scan") {
-          indexing = MropeIndexing::TokenScan;
+          indexing = MropeRule::TokenScan;
         } else {
           throw Error("rule = \"" + rule + "\": token_types (transformers 5) or token_scan (4.57)");
         }

@@ -26,7 +26,7 @@ def test_export_is_within_its_bound_and_matches_cos_sin():
     rope = ropekit.Rope.from_preset("qwen2.5-7b-instruct-yarn4")  # YaRN: the magnitude is in the cache
     assert rope.cos_sin_scale != 1.0
     n = 3000
-    cache = rope.cos_sin_cache(n)
+    cache = rope.export_cos_sin_cache(n)
     assert cache.shape == (n, 2 * len(rope.inv_freq64)) and cache.dtype == np.float32
     report = rope.check_cos_sin_cache(cache)
     err = np.abs(cache.astype(np.float64) - exact(rope, n))
@@ -58,7 +58,7 @@ def test_bad_cache_is_an_error():
     with pytest.raises(ropekit.Error, match="rotary_dim = 64"):
         rope.check_cos_sin_cache(np.zeros((10, 63), np.float32))
     with pytest.raises(ropekit.Error, match="num_positions = -1"):
-        rope.cos_sin_cache(-1)
+        rope.export_cos_sin_cache(-1)
     with pytest.raises(ropekit.Error, match="tolerance = 0"):
         rope.check_cos_sin_cache(np.zeros((10, 64), np.float32), tolerance=0.0)
 
@@ -120,3 +120,10 @@ def test_attention_and_caches_with_an_imported_cache():
     np.testing.assert_array_equal(paged.attention(rope, q, qpos, [1], table=table), fused)
     with pytest.raises(ropekit.Error, match="outside the table"):
         paged.attention(rope, q, np.array([first + n]), [1], table=table)
+
+
+def test_cos_sin_cache_is_a_deprecated_alias_of_export():
+    rope = ropekit.Rope(64)
+    with pytest.warns(DeprecationWarning, match="renamed export_cos_sin_cache"):
+        old = rope.cos_sin_cache(8)
+    np.testing.assert_array_equal(old, rope.export_cos_sin_cache(8))

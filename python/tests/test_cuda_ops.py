@@ -106,7 +106,7 @@ def test_rope_apply_hands_cuda_tensors_to_the_operators(rope, monkeypatch):
     with pytest.raises(ropekit.Error, match='dtype = "bf16"'):
         rope.apply(qs, dtype="bf16")
     # A table is handed over too (its device copy needs a real device: what fails here is torch's stream lookup).
-    table = rope.import_cos_sin_cache(rope.cos_sin_cache(16))
+    table = rope.import_cos_sin_cache(rope.export_cos_sin_cache(16))
     with pytest.raises(Exception):
         rope.apply(qs, table=table)
     assert calls[-1][9] is table
@@ -125,7 +125,7 @@ needs_gpu = pytest.mark.skipif(not GPU, reason="no CUDA device, or ropekit built
 def test_rope_apply_with_an_imported_table_on_cuda_tensors(rope):
     """Rope.apply(..., table=) on CUDA tensors: the table's device copy, the CPU's bits — in place and out of place,
     forward and inverse, q alone."""
-    table = rope.import_cos_sin_cache(torch.as_tensor(rope.cos_sin_cache(64)) * (1 + 2 ** -10))
+    table = rope.import_cos_sin_cache(torch.as_tensor(rope.export_cos_sin_cache(64)) * (1 + 2 ** -10))
     q, k = qk_tensors("bshd", torch.bfloat16)
     positions = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 63]])
     for direction in ("forward", "inverse"):
@@ -359,7 +359,7 @@ def test_rotate_with_cache_cuda_argument_errors_come_before_any_launch(rope):
     """The extension's CUDA entry of rotate_with_cache_ with host stand-ins: its refusals come before a device copy
     of the table is made or anything launched."""
     h = ops.handle(rope)
-    table = rope.import_cos_sin_cache(rope.cos_sin_cache(64))
+    table = rope.import_cos_sin_cache(rope.export_cos_sin_cache(64))
     q = torch.zeros(5, 4, 128)
     pos = torch.arange(5)
 
@@ -374,7 +374,7 @@ def test_rotate_with_cache_cuda_argument_errors_come_before_any_launch(rope):
         call(positions=torch.arange(4))
     other = ropekit.Rope(64, base=10000.0, pairing="half")
     with pytest.raises(ropekit.Error, match="table: 32 pairs per row; this rope has 64"):
-        call(table=other.import_cos_sin_cache(other.cos_sin_cache(8)))
+        call(table=other.import_cos_sin_cache(other.export_cos_sin_cache(8)))
     with pytest.raises(ropekit.Error, match="CUDA|device"):
         call()
 
@@ -386,7 +386,7 @@ def test_rotate_with_cache_on_cuda_tensors_gives_the_cpu_operators_bits(rope):
     past the cache raised by cuda_check."""
     h = ops.handle(rope)
     g = torch.Generator().manual_seed(23)
-    cache = torch.as_tensor(rope.cos_sin_cache(4096)) * (1 + 2 ** -10)  # the engine's values, not ropekit's
+    cache = torch.as_tensor(rope.export_cos_sin_cache(4096)) * (1 + 2 ** -10)  # the engine's values, not ropekit's
     positions = torch.tensor([0, 4095, 17, 17, 300, 2])
     query = torch.randn(6, 4 * 128, generator=g).to(torch.bfloat16)
     key = torch.randn(6, 2 * 128, generator=g).to(torch.bfloat16)

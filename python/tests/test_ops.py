@@ -163,7 +163,7 @@ def test_rotate_with_an_engines_cache_is_vllms_rotary_embedding(rope):
     [max_position, rotary_dim]. The cache's own coefficients are used (a perturbed cache gives other bits), the
     import is reused while the tensor is unchanged and redone after an in-place write."""
     h = ops.handle(rope)
-    cache = torch.from_numpy(rope.cos_sin_cache(64))
+    cache = torch.from_numpy(rope.export_cos_sin_cache(64))
     positions = torch.tensor([5, 0, 63, 7])
     g = torch.Generator().manual_seed(9)
     query, key = torch.randn(4, 32 * 128, generator=g), torch.randn(4, 8 * 128, generator=g)

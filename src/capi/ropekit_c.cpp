@@ -770,7 +770,7 @@ rk_status rk_mrope_position_ids(rk_mrope_family family, rk_mrope_rule rule, cons
         .spatial_merge_size = in->spatial_merge_size,
         .tokens_per_second = in->tokens_per_second};
     mrope_position_ids(static_cast<MropeFamily>(static_cast<int>(family)),
-                       rule == RK_MROPE_TOKEN_TYPES ? MropeIndexing::TokenTypes : MropeIndexing::TokenScan, input,
+                       rule == RK_MROPE_TOKEN_TYPES ? MropeRule::TokenTypes : MropeRule::TokenScan, input,
                        std::span<std::int64_t>(positions, 3 * tokens),
                        std::span<std::int64_t>(deltas, static_cast<std::size_t>(in->batch)));
   });
@@ -789,6 +789,13 @@ rk_status rk_vision_position_ids(const int64_t* grid_thw, size_t grids, int64_t 
 rk_status rk_cp_shard_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
                                 const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices,
                                 int64_t* positions, size_t capacity, size_t* count) {
+  return rk_cp_positions(seq_len, start, cu_seqlens, cu_count, start_offsets, shard, indices, positions, capacity,
+                         count);
+}
+
+rk_status rk_cp_positions(int64_t seq_len, int64_t start, const int64_t* cu_seqlens, size_t cu_count,
+                          const int64_t* start_offsets, const rk_cp_shard* shard, int64_t* indices, int64_t* positions,
+                          size_t capacity, size_t* count) {
   return guarded([&] {
     if (shard == nullptr) throw Error("shard is NULL");
     const CpShard s{.size = shard->size,

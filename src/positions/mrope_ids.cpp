@@ -40,19 +40,19 @@ void check_grid(const VisionGrid& g, std::int64_t merge, const char* what, std::
 
 }  // namespace
 
-void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& in,
-                        std::span<std::int64_t> positions, std::span<std::int64_t> deltas) {
+void mrope_position_ids(MropeFamily family, MropeRule indexing, const MropeInput& in, std::span<std::int64_t> positions,
+                        std::span<std::int64_t> deltas) {
   if (family != MropeFamily::Qwen2Vl && family != MropeFamily::Qwen25Vl && family != MropeFamily::Qwen3Vl &&
       family != MropeFamily::Glm4v) {
     throw Error(fmt::format("mrope_position_ids: family = {}: not an MropeFamily", static_cast<int>(family)));
   }
-  if (indexing != MropeIndexing::TokenTypes && indexing != MropeIndexing::TokenScan) {
-    throw Error(fmt::format("mrope_position_ids: indexing = {}: not an MropeIndexing", static_cast<int>(indexing)));
+  if (indexing != MropeRule::TokenTypes && indexing != MropeRule::TokenScan) {
+    throw Error(fmt::format("mrope_position_ids: rule = {}: not an MropeRule", static_cast<int>(indexing)));
   }
-  if (family == MropeFamily::Glm4v && indexing == MropeIndexing::TokenScan) {
+  if (family == MropeFamily::Glm4v && indexing == MropeRule::TokenScan) {
     throw Error(
         "mrope_position_ids: glm4v with the token-scanning rule: GLM-4V's transformers 4.x indexing scans its "
-        "own video start/end tokens and is not implemented; use MropeIndexing::TokenTypes (transformers 5)");
+        "own video start/end tokens and is not implemented; use MropeRule::TokenTypes (transformers 5)");
   }
   if (in.batch < 1 || in.seq < 0 || in.seq > kPositionLimit / in.batch) {
     throw Error(fmt::format("mrope_position_ids: batch = {}, seq = {}: batch must be at least 1 and seq at least 0",
@@ -128,8 +128,8 @@ void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeI
     std::span<std::int64_t> positions, deltas;
   } out{positions, deltas};
   // Padding: 0 in transformers 5, 1 in 4.57 (its position_ids start as ones; the text-only path fills 1).
-  const std::int64_t padding = indexing == MropeIndexing::TokenScan ? 1 : 0;
-  const bool text_only_path = indexing == MropeIndexing::TokenScan && in.image_grids.empty() && in.video_grids.empty();
+  const std::int64_t padding = indexing == MropeRule::TokenScan ? 1 : 0;
+  const bool text_only_path = indexing == MropeRule::TokenScan && in.image_grids.empty() && in.video_grids.empty();
   std::fill(out.positions.begin(), out.positions.end(), padding);
   std::fill(out.deltas.begin(), out.deltas.end(), 0);
   std::size_t next_image = 0, next_video = 0;
@@ -179,7 +179,7 @@ void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeI
                           b, run, kept[k], what, next - 1, item.grid.t, item.grid.h, item.grid.w, m, gt * gh * gw));
         }
         std::int64_t step = item.interval;
-        if (indexing == MropeIndexing::TokenScan && qwen25 && type == 2) {
+        if (indexing == MropeRule::TokenScan && qwen25 && type == 2) {
           step = std::int64_t(item.seconds) * in.tokens_per_second;
         }
         std::size_t i = k;
@@ -194,14 +194,14 @@ void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeI
           }
         }
         max_position = std::max(max_position, largest);
-        pos = indexing == MropeIndexing::TokenTypes ? pos + std::max(gh, gw) : largest + 1;
+        pos = indexing == MropeRule::TokenTypes ? pos + std::max(gh, gw) : largest + 1;
       }
       if (pos >= kPositionLimit) throw Error("mrope_position_ids: positions reach 2^47");
       k = end;
     }
     // The decode offset: transformers 5 subtracts the unpadded length; 4.57 the padded one (and its text-only
     // path takes the maximum over the padding's 1s too).
-    if (indexing == MropeIndexing::TokenTypes) {
+    if (indexing == MropeRule::TokenTypes) {
       out.deltas[std::size_t(b)] = max_position + 1 - std::int64_t(kept.size());
     } else {
       if (text_only_path && std::int64_t(kept.size()) < in.seq) max_position = std::max<std::int64_t>(max_position, 1);
@@ -216,7 +216,7 @@ void mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeI
   }
 }
 
-MropePositionIds mrope_position_ids(MropeFamily family, MropeIndexing indexing, const MropeInput& input) {
+MropePositionIds mrope_position_ids(MropeFamily family, MropeRule indexing, const MropeInput& input) {
   MropePositionIds out;
   if (input.batch >= 1 && input.seq >= 0 && input.seq <= kPositionLimit / input.batch) {
     out.positions.resize(3 * std::size_t(input.batch * input.seq));

@@ -213,7 +213,7 @@ PositionIds positions_from_json(std::string_view text, std::string_view origin) 
                                   videos = grids(r, "video_grid_thw", origin);
     const std::vector<double> seconds = r.numbers("second_per_grid_ts");
     const MropePositionIds ids =
-        mrope_position_ids(family, rule == "token_types" ? MropeIndexing::TokenTypes : MropeIndexing::TokenScan,
+        mrope_position_ids(family, rule == "token_types" ? MropeRule::TokenTypes : MropeRule::TokenScan,
                            {.batch = batch,
                             .seq = seq,
                             .token_types = types,
