@@ -41,6 +41,12 @@ using namespace ropekit::cuda_cases;
 
 bool both_nan(float a, float b) { return std::isnan(a) && std::isnan(b); }
 
+// Every buffer of an append case, named: what the append tests compare byte for byte, guards included.
+constexpr std::pair<const char*, Memory AppendBuffers::*> kAppendBuffers[] = {
+    {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
+    {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
+    {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
+
 // What a DeviceRope of `rope` holds and point_at gives a device call's shape, as host copies: the pair map, the rope's
 // own table rows for positions [0, rows), the turns of the accurate angles, and an error word.
 struct HostAngles {
@@ -455,11 +461,7 @@ TEST(CudaHost, AppendBodyOverTheLaunchGridEqualsTheCpu) {
           nope_runs += shape.nope_bytes > 0;
         }
         ASSERT_TRUE(detail::append_on_host_grid(detail::AppendAccess::job(call), 96, pair_groups, choices));
-        const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
-            {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
-            {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
-            {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
-        for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+        for (const auto& [name, m] : kAppendBuffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
       }
     }
     ++ran;
@@ -490,11 +492,7 @@ TEST(CudaHost, DeviceAppendsShapeEqualsTheCpu) {
     host.point(shape.rot);
     detail::run_append_on_host(shape, 96);
     EXPECT_EQ(host.error, 0u);
-    const std::pair<const char*, Memory AppendBuffers::*> buffers[] = {
-        {"q", &AppendBuffers::q},         {"q_out", &AppendBuffers::q_out},   {"k", &AppendBuffers::k},
-        {"k_out", &AppendBuffers::k_out}, {"k_nope", &AppendBuffers::k_nope}, {"v", &AppendBuffers::v},
-        {"cache.k", &AppendBuffers::kc},  {"cache.v", &AppendBuffers::vc}};
-    for (const auto& [name, m] : buffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
+    for (const auto& [name, m] : kAppendBuffers) ASSERT_EQ((got.*m).bytes, (want.*m).bytes) << name;
     ++ran;
   });
   EXPECT_EQ(ran, 720);

@@ -39,10 +39,7 @@ void refuse_table(const DeviceRope& gpu, const char* name, const char* what) {
 
 // The K-shift on gpu's device and the caller's stream.
 void launch_kshift(const DeviceRope& gpu, const KShiftShape& shape, const Stream& stream) {
-  if (stream.device != gpu.device()) {
-    throw Error(
-        fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device, gpu.device()));
-  }
+  detail::DeviceAccess::check_stream(gpu, stream);
   detail::launch_kshift(detail::DeviceAccess::angles(gpu), shape, stream.stream);
 }
 

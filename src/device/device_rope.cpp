@@ -115,14 +115,12 @@ void DeviceRope::check(const Stream& stream) const {
 
 namespace ropekit::detail {
 
-namespace {
-void check_stream(const cuda::DeviceRope& gpu, const cuda::Stream& stream) {
+void DeviceAccess::check_stream(const cuda::DeviceRope& gpu, const cuda::Stream& stream) {
   if (stream.device != gpu.device()) {
     throw Error(
         fmt::format("stream.device = {}: this DeviceRope's angles are on device {}", stream.device, gpu.device()));
   }
 }
-}  // namespace
 
 const Rope& DeviceAccess::rope(const cuda::DeviceRope& gpu) {
   if (!gpu.state_) throw Error("a moved-from DeviceRope");

@@ -65,6 +65,8 @@ struct DeviceAccess {
   static const Rope& rope(const cuda::DeviceRope& gpu);
   static const std::shared_ptr<const Table>& table(const cuda::DeviceRope& gpu);
   static const DeviceAngles& angles(const cuda::DeviceRope& gpu);
+  // ropekit::Error unless `stream` is on gpu's device (a call never guesses the device from a pointer).
+  static void check_stream(const cuda::DeviceRope& gpu, const cuda::Stream& stream);
   // DeviceRope::rotate and cuda::append with launch choices other than the backend's own (the GPU benchmark's
   // comparisons, the device tests' one-launch and per-body appends).
   static void rotate(const cuda::DeviceRope& gpu, const RotateArgs& args, const cuda::Stream& stream,
