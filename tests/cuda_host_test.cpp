@@ -28,6 +28,7 @@
 #include "expect_error.hpp"
 #include "lib/cases.hpp"
 #include "rope/angles.hpp"
+#include "rope/backend.hpp"
 #include "rope/reference.hpp"
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/ropekit.hpp"
@@ -61,10 +62,9 @@ struct HostAngles {
     lanes.lane_a.assign(map.lane_a.begin(), map.lane_a.end());
     lanes.lane_b.assign(map.lane_b.begin(), map.lane_b.end());
     lanes.axis.assign(map.axis.begin(), map.axis.end());
-    const std::size_t pairs = std::size_t(map.num_pairs());
-    cos.resize(std::size_t(rows) * pairs);
+    cos.resize(std::size_t(rows) * std::size_t(map.num_pairs()));
     sin.resize(cos.size());
-    for (std::int64_t p = 0; p < rows; ++p) angles.row(p, &cos[std::size_t(p) * pairs], &sin[std::size_t(p) * pairs]);
+    cpu::angle_rows(angles, 0, rows, cos.data(), sin.data());  // what DeviceRope uploads
   }
   void point(cuda::RotateShape& s, bool turns = true) {
     s.lane_a = lanes.lane_a.data();

@@ -12,6 +12,7 @@
 
 #include "device/device_shapes.hpp"
 #include "rope/angles.hpp"
+#include "rope/backend.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/error.hpp"
 
@@ -26,20 +27,6 @@ struct DeviceRope::State {
   detail::DeviceAnglesPtr angles;      // the device copies
 };
 
-namespace {
-
-// rows × pairs cos and sin values of `rope`'s angles, row p at p · pairs.
-void angle_rows(const detail::AngleEvaluator& angles, std::int64_t rows, std::size_t pairs, std::vector<float>& cos,
-                std::vector<float>& sin) {
-  cos.resize(std::size_t(rows) * pairs);
-  sin.resize(cos.size());
-  for (std::int64_t p = 0; p < rows; ++p) {
-    angles.row(p, cos.data() + std::size_t(p) * pairs, sin.data() + std::size_t(p) * pairs);
-  }
-}
-
-}  // namespace
-
 DeviceRope::DeviceRope(const Rope& rope, int device, std::int64_t table_positions) {
   detail::check_cuda_device(device);
   if (table_positions < 0 || table_positions >= kPositionLimit) {
@@ -52,8 +39,9 @@ DeviceRope::DeviceRope(const Rope& rope, int device, std::int64_t table_position
         "GPU; give the table every position the calls will use");
   }
   const detail::AngleEvaluator angles(rope.plan().inv_freq, mode);
-  std::vector<float> cos, sin;
-  angle_rows(angles, table_positions, std::size_t(rope.pair_map().num_pairs()), cos, sin);
+  // The rows a table of the rope's holds (the CPU backend's angle rows: AngleEvaluator::row's bits, vectorised).
+  std::vector<float> cos(std::size_t(table_positions) * std::size_t(rope.pair_map().num_pairs())), sin(cos.size());
+  cpu::angle_rows(angles, 0, table_positions, cos.data(), sin.data());
   const bool turns = mode == AngleMode::Accurate;
   state_ = std::make_unique<State>(
       State{Rope(rope.spec(), rope.plan(), rope.angle_mode()), nullptr,
