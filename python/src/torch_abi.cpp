@@ -21,6 +21,11 @@
 #include "rope_object.hpp"
 #include "ropekit/cuda.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/ropekit.h"
+
+// The operator ABI's storage codes are the C API's (one numbering across the fronts).
+static_assert(int{RK_ABI_F32} == int{RK_F32} && int{RK_ABI_BF16} == int{RK_BF16} && int{RK_ABI_F16} == int{RK_F16});
+static_assert(int{RK_ABI_I32} == int{RK_I32} && int{RK_ABI_I64} == int{RK_I64});
 
 namespace ropekit::python {
 namespace {

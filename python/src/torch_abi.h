@@ -16,12 +16,14 @@
 extern "C" {
 #endif
 
-#define ROPEKIT_TORCH_ABI_VERSION 2
+#define ROPEKIT_TORCH_ABI_VERSION 3
 #define RK_ABI_ABSENT (-1)
 
-// Storage of a floating-point operand; positions are int32 or int64.
-enum { RK_ABI_F32 = 0, RK_ABI_BF16 = 1, RK_ABI_F16 = 2 };
-enum { RK_ABI_I32 = 0, RK_ABI_I64 = 1 };
+// Storage of a floating-point operand; positions are int32 or int64. The C API's numbering (rk_dtype,
+// rk_index_type in ropekit/ropekit.h: one set of codes across the fronts), restated here because the operator
+// library is built without ropekit's headers; python/src/torch_abi.cpp checks that the two agree.
+enum { RK_ABI_F32 = 1, RK_ABI_BF16 = 2, RK_ABI_F16 = 3 };
+enum { RK_ABI_I32 = 1, RK_ABI_I64 = 2 };
 
 // A tensor: its data pointer (host memory, or device memory on the call's CUDA device), shape and strides in
 // elements (as at::Tensor::strides gives them).
