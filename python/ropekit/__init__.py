@@ -13,6 +13,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     __version__,
     KvCache,
     Model,
+    ModelPositions,
     PagedKvCache,
     Rope,
     RopeSet,
@@ -32,6 +33,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     model_positions_preset,
     mrope_decode_positions,
     mrope_position_ids,
+    needs_rerotation,
     packed_positions,
     pixtral_position_ids,
     presets,
@@ -52,7 +54,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 )
 
 __all__ = [
-    "Error", "KvCache", "Model", "PagedKvCache", "Rope", "RopeSet", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "Error", "KvCache", "Model", "ModelPositions", "PagedKvCache", "Rope", "RopeSet", "needs_rerotation", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_families", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",

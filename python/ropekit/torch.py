@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from ._ropekit import Error, Rope
+from ._ropekit import Error, ModelPositions, Rope, RopeSet, needs_rerotation
 
 try:  # the torch.library operators (PyTorch >= 2.4); Debian's 1.13 keeps the NumPy path
     from . import ops as _ops
@@ -94,12 +94,10 @@ def _rope_of(config, layer_type: Optional[str], pairing: Optional[str]) -> Rope:
     if isinstance(config, Rope):
         return config
     if isinstance(config, str) and not os.path.exists(config) and not config.endswith(".json"):
-        ropes = Rope.from_preset(config, layer_type=layer_type)
+        model = ModelPositions.from_preset(config)
     else:
-        ropes = Rope.from_config(config, layer_type=layer_type, pairing=pairing)
-    if isinstance(ropes, dict):
-        raise Error(f"the model has several RoPE layer types ({', '.join(ropes)}): pass layer_type=")
-    return ropes
+        model = ModelPositions.from_config(config, pairing=pairing)
+    return model.layer(layer_type)
 
 
 class RotaryEmbedding(torch.nn.Module):
@@ -116,7 +114,8 @@ class RotaryEmbedding(torch.nn.Module):
     Length-dependent variants decide their plan per call as Hugging Face's dynamic_rope_update does, from
     max(position_ids) + 1 (LongRoPE: long factors past original_max_position_embeddings; dynamic NTK: grown
     to the longest call past max_position_embeddings, reset by a shorter call); follow_length=False keeps the
-    plan fixed between set_current_length calls.
+    plan fixed between set_current_length calls. Each plan is an immutable Rope of one ropekit.RopeSet: the module
+    switches `rope` to the set's Rope for the new length and never changes a Rope in place.
     """
 
     def __init__(self, config, *, layer_type: Optional[str] = None, angles: str = "accurate",
@@ -127,7 +126,8 @@ class RotaryEmbedding(torch.nn.Module):
         self.rope = _rope_of(config, layer_type, pairing)
         self.angles = angles
         self.attention_scaling = self.rope.cos_sin_scale
-        self._spec = self.rope.spec  # the same for the Rope's life (set_current_length changes the plan only)
+        self._spec = self.rope.spec  # every Rope of the set has this spec (a length changes the plan only)
+        self._set = RopeSet(self.rope) if self.rope.depends_on_length else None
         self._handle = _ops.handle(self.rope) if _ops is not None else None  # outside forward: traced code
         self.register_buffer("inv_freq", torch.from_numpy(self.rope.inv_freq).to(device), persistent=False)
         # Length-dependent plans follow Hugging Face's dynamic_rope_update unless follow_length=False (then only
@@ -140,11 +140,19 @@ class RotaryEmbedding(torch.nn.Module):
         self._cached = self._original
 
     def set_current_length(self, length: int) -> bool:
-        """Re-forms the plan (dynamic NTK, LongRoPE); True when cached keys need re-rotation."""
-        changed = self.rope.set_current_length(length)
+        """Takes the plan for `length` (dynamic NTK, LongRoPE): `rope` becomes the RopeSet's Rope for it (the Rope
+        held before is unchanged). True when keys cached under the previous plan need re-rotation."""
+        if self._set is None:  # a plan that ignores the length
+            return False
+        before = self.rope
+        self.rope = self._set.at(length)
+        if self.rope is before:
+            return False
+        if _ops is not None:
+            self._handle = _ops.handle(self.rope)
         self.inv_freq = torch.from_numpy(self.rope.inv_freq).to(self.inv_freq.device)
         self.attention_scaling = self.rope.cos_sin_scale
-        return changed
+        return needs_rerotation(before, self.rope)
 
     def _hf(self, position_ids: torch.Tensor):
         lead = position_ids.shape[:-1]
@@ -530,21 +538,20 @@ def _plan_of(config: dict, family: Optional[str]):
     the rope parameter sets no layer reads (DeepSeek V4 without sliding layers computes its "main" set all the same).
     A model_type the model table does not know is refused (its pairing would be a guess), except a sub-model's config
     inside a family the table knows (CSM's csm_depth_decoder_model), which is read with that family's rules."""
-    from . import model_positions  # the compiled module's reader
-
-    plan = model_positions(config)
-    unknown = [w for w in plan["warnings"] if "not in ropekit's model table" in w]
+    model = ModelPositions.from_config(config)
+    unknown = [w for w in model.warnings if "not in ropekit's model table" in w]
     if unknown and family is not None and family != config.get("model_type"):
         config = dict(config, model_type=family)
-        plan = model_positions(config)
-        unknown = [w for w in plan["warnings"] if "not in ropekit's model table" in w]
+        model = ModelPositions.from_config(config)
+        unknown = [w for w in model.warnings if "not in ropekit's model table" in w]
     if unknown:
         raise Error(f"patch: {unknown[0].split(': ', 1)[-1]}")
+    plan = model.to_dict()
     if not any(g["encoding"] == "rope" for g in plan["groups"]):
         raise Error(f"patch: model_type {plan['model_type']} has no RoPE layer ({plan['family']}): nothing to patch")
-    ropes = Rope.from_config(config)
-    if not isinstance(ropes, dict):
-        ropes = {None: ropes}
+    ropes = model.ropes()
+    if len(ropes) == 1:
+        ropes = {None: next(iter(ropes.values()))}
     # The names a rotary module taking layer_type may be called with: the model's layer types, or the names of its
     # rope parameter sets where those differ (DeepSeek V4's "main" and "compress").
     params = config.get("rope_parameters") or {}

@@ -10,6 +10,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <variant>
 
@@ -60,7 +61,15 @@ bool PyRope::set_current_length(std::int64_t n) {
                     "take the RopeSet's at({}) instead",
                     n, origin_, n));
   }
-  auto next = std::make_shared<const Rope>(spec(), AngleMode::Accurate, n);
+  auto next = std::make_shared<const Rope>(spec(), AngleMode::Accurate, n);  // a bad length is an Error first
+  // Kept for one version (docs/conventions.md): a Rope that changes under its operator handle and under whoever
+  // shares it is what RopeSet replaces.
+  if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                   "Rope.set_current_length changes the Rope in place and is deprecated: take "
+                   "ropekit.RopeSet(rope).at(length), whose Ropes never change",
+                   1) != 0) {
+    throw pybind11::error_already_set();
+  }
   const std::lock_guard lock(mutex_);
   const bool changed = needs_rerotation(accurate_->plan(), next->plan());
   accurate_ = std::move(next);
@@ -217,8 +226,51 @@ std::shared_ptr<PyRope> rope_of_group(const ModelPositions& m, const LayerPositi
   return r;
 }
 
-// One Rope when the model has one RoPE plan (or `layer_type` / `layer` picks one), else a dict of
-// Ropes keyed by layer type.
+// ropekit.ModelPositions: the C++ ModelPositions (ropekit/model_positions.hpp) with each RoPE group's Rope built once,
+// so layer(type) and at_layer(i) give the same Rope object (and operator handle) every time.
+class PyModelPositions {
+ public:
+  explicit PyModelPositions(ModelPositions m) : m_(std::move(m)), ropes_(m_.groups.size()) {}
+
+  const ModelPositions& get() const { return m_; }
+
+  std::shared_ptr<PyRope> rope_of(const LayerPositions& g, std::string_view what) {
+    if (g.encoding != PositionEncoding::Rope) {
+      throw Error(fmt::format("{}: {} has no RoPE (encoding {})", m_.source, what, encoding_name(g.encoding)));
+    }
+    auto& r = ropes_.at(static_cast<std::size_t>(&g - m_.groups.data()));
+    if (!r) r = rope_of_group(m_, g);
+    return r;
+  }
+  std::shared_ptr<PyRope> layer(const std::optional<std::string>& layer_type) {
+    if (!layer_type) {
+      const auto groups = m_.rope_groups();
+      if (groups.empty()) throw Error(fmt::format("{}: no layer of this model uses RoPE", m_.source));
+      if (groups.size() > 1) {
+        std::vector<std::string> names;
+        for (const LayerPositions* g : groups) names.push_back(g->layer_type);
+        throw Error(fmt::format("layer_type = None: {} has several RoPE layer types ({}): name one, or take ropes()",
+                                m_.source, fmt::join(names, ", ")));
+      }
+      return rope_of(*groups.front(), "its RoPE layer");
+    }
+    return rope_of(m_.layer(*layer_type), fmt::format("layer type {}", *layer_type));
+  }
+  std::shared_ptr<PyRope> at_layer(int index) { return rope_of(m_.at_layer(index), fmt::format("layer {}", index)); }
+  py::dict ropes() {
+    py::dict out;
+    for (const LayerPositions* g : m_.rope_groups()) out[py::str(g->layer_type)] = rope_of(*g, g->layer_type);
+    return out;
+  }
+
+ private:
+  ModelPositions m_;
+  std::vector<std::shared_ptr<PyRope>> ropes_;  // by group, built on first use
+};
+
+// One Rope when the model has one RoPE plan (or `layer_type` / `layer` picks one). A model with several RoPE layer
+// types and no pick gave a dict of Ropes keyed by layer type: kept for one version with a DeprecationWarning
+// (one return type: ModelPositions.ropes() is the dict).
 py::object ropes_of(const ModelPositions& m, const std::optional<std::string>& layer_type, std::optional<int> layer) {
   if (layer_type && layer) throw Error("give layer_type or layer, not both");
   const LayerPositions* pick = nullptr;
@@ -234,6 +286,12 @@ py::object ropes_of(const ModelPositions& m, const std::optional<std::string>& l
   const auto groups = m.rope_groups();
   if (groups.empty()) throw Error(fmt::format("{}: no layer of this model uses RoPE", m.source));
   if (groups.size() == 1) return py::cast(rope_of_group(m, *groups.front()));
+  if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                   "Rope.from_config/from_preset/from_gguf of a model with several RoPE layer types returns a dict "
+                   "and is deprecated: pass layer_type=, or take ropekit.ModelPositions.from_config(...).ropes()",
+                   1) != 0) {
+    throw py::error_already_set();
+  }
   py::dict out;
   for (const LayerPositions* g : groups) out[py::str(g->layer_type)] = rope_of_group(m, *g);
   return out;
@@ -603,6 +661,47 @@ PYBIND11_MODULE(_ropekit, m) {
           py::arg("max_distance"))
       .def("__repr__", &repr);
 
+  py::class_<PyModelPositions>(m, "ModelPositions",
+                               "A model's positional encoding, layer by layer, read from its config.json, a preset or "
+                               "a GGUF file (ropekit/model_positions.hpp); layer(type) / at_layer(i) give its Ropes.")
+      .def_static(
+          "from_config",
+          [](py::handle config, std::optional<std::string> pairing) {
+            return PyModelPositions(read_model(config, pairing));
+          },
+          py::arg("config"), py::kw_only(), py::arg("pairing") = py::none())
+      .def_static(
+          "from_preset", [](const std::string& name) { return PyModelPositions(read_preset(name)); }, py::arg("name"))
+      .def_static(
+          "from_gguf",
+          [](py::handle path, std::optional<std::string> pairing) {
+            const auto p = py::module_::import("os").attr("fspath")(path).cast<std::string>();
+            return PyModelPositions(read_gguf_file(p, config_options(pairing)));
+          },
+          py::arg("path"), py::kw_only(), py::arg("pairing") = py::none())
+      .def_property_readonly("source", [](const PyModelPositions& p) { return p.get().source; })
+      .def_property_readonly("model_type", [](const PyModelPositions& p) { return p.get().model_type; })
+      .def_property_readonly("family", [](const PyModelPositions& p) { return p.get().family; })
+      .def_property_readonly("num_layers", [](const PyModelPositions& p) { return p.get().num_layers; })
+      .def_property_readonly("layer_types", [](const PyModelPositions& p) { return p.get().layer_types; })
+      .def_property_readonly("warnings", [](const PyModelPositions& p) { return p.get().warnings; })
+      .def_property_readonly("rope_layer_types",
+                             [](const PyModelPositions& p) {
+                               std::vector<std::string> out;
+                               for (const LayerPositions* g : p.get().rope_groups()) out.push_back(g->layer_type);
+                               return out;
+                             })
+      .def("layer", &PyModelPositions::layer, py::arg("layer_type") = py::none(),
+           "The Rope of a layer type (None: the only RoPE layer type)")
+      .def("at_layer", &PyModelPositions::at_layer, py::arg("index"), "The Rope of layer `index`")
+      .def("ropes", &PyModelPositions::ropes, "{layer type: Rope} for every RoPE layer type, in first-use order")
+      .def(
+          "to_dict", [](const PyModelPositions& p) { return positions_dict(p.get()); },
+          "What ropekit.model_positions returns: every group's facts as a dict")
+      .def("__repr__", [](const PyModelPositions& p) {
+        return fmt::format("ropekit.ModelPositions({}, {} layers, {} groups)", p.get().source, p.get().num_layers,
+                           p.get().groups.size());
+      });
   m.def(
       "model_positions",
       [](py::handle config, std::optional<std::string> pairing) { return positions_dict(read_model(config, pairing)); },

@@ -15,6 +15,7 @@
 #include "bindings.hpp"
 #include "rope_object.hpp"
 #include "ropekit/error.hpp"
+#include "ropekit/plan.hpp"
 #include "ropekit/rope_set.hpp"
 
 namespace py = pybind11;
@@ -86,6 +87,12 @@ void bind_rope_set(py::module_& m) {
       .def("__repr__", [](const PyRopeSet& s) {
         return fmt::format("ropekit.RopeSet({} plans, length_bucket={})", s.size(), s.set().options().length_bucket);
       });
+  m.def(
+      "needs_rerotation",
+      [](const PyRope& cached, const PyRope& next) { return needs_rerotation(cached.plan(), next.plan()); },
+      py::arg("cached"), py::arg("next"),
+      "True when keys rotated under `cached`'s plan must be re-rotated to be valid under `next`'s: the angles "
+      "(inv_freq) or the cos/sin magnitude differ (ropekit/plan.hpp; Hugging Face does not re-rotate).");
 }
 
 }  // namespace ropekit::python

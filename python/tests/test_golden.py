@@ -25,7 +25,7 @@ def rope_of(entry):
     config = dict(entry["config"], model_type=entry["model_class"])
     rope = ropekit.Rope.from_config(config)
     if entry.get("seq_len") is not None:
-        rope.set_current_length(entry["seq_len"])
+        return ropekit.RopeSet(rope).at(entry["seq_len"])
     return rope
 
 

@@ -39,9 +39,10 @@ def test_a_sets_rope_never_changes():
     with pytest.raises(ropekit.Error, match=r"RopeSet\.at\(4096\).*at\(100\)"):
         r.set_current_length(100)
     assert np.array_equal(r.inv_freq64, before)
-    # A Rope of its own still follows set_current_length (ropekit.torch.RotaryEmbedding's modules use that).
+    # A Rope of its own still follows set_current_length for one version, with a DeprecationWarning.
     own = ropekit.Rope(64, **DYNAMIC)
-    own.set_current_length(4096)
+    with pytest.warns(DeprecationWarning, match=r"RopeSet\(rope\)\.at\(length\)"):
+        own.set_current_length(4096)
     assert np.array_equal(own.inv_freq64, before)
 
 

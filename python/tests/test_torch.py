@@ -143,8 +143,7 @@ def test_rotary_embedding_follows_hf_length_rules():
     emb = RotaryEmbedding("phi-3-mini-128k-instruct", angles="hf")
     x = torch.zeros(1, dtype=torch.float32)
     short = ropekit.Rope.from_preset("phi-3-mini-128k-instruct")
-    long = ropekit.Rope.from_preset("phi-3-mini-128k-instruct")
-    long.set_current_length(131072)
+    long = ropekit.RopeSet(short).at(131072)
     assert not np.array_equal(short.inv_freq, long.inv_freq)
     emb(x, torch.tensor([[0, 131071]]))
     assert np.array_equal(emb.inv_freq.numpy(), long.inv_freq)  # long factors, as HF at 131072 tokens
@@ -159,9 +158,7 @@ def test_rotary_embedding_follows_hf_length_rules():
     dyn = RotaryEmbedding(config, angles="hf")
     at = {}
     for length in (2048, 4096, 8192):
-        r = ropekit.Rope.from_config(config)
-        r.set_current_length(length)
-        at[length] = r.inv_freq
+        at[length] = ropekit.RopeSet(ropekit.Rope.from_config(config)).at(length).inv_freq
     dyn(x, torch.arange(4096)[None])
     assert np.array_equal(dyn.inv_freq.numpy(), at[4096])  # grown
     dyn(x, torch.arange(3000)[None])
