@@ -902,7 +902,7 @@ TEST_P(AppendTest, ExternalCosSinCacheDrivesTheFusedAppend) {
         rope.apply({.q = bshd(q_want.data(), DType::BF16, 1, tokens, q_heads, d),
                     .k = bshd(k_want.data(), DType::BF16, 1, tokens, kv, d),
                     .positions = positions(pos)},
-                   *table);
+                   table);
         rope.apply({.q = bshd(q_own.data(), DType::BF16, 1, tokens, q_heads, d), .positions = positions(pos)});
         EXPECT_NE(q_own.bytes, q_want.bytes);  // the cache's angles are not the rope's own
         for (std::int64_t t = 0; t < tokens; ++t) {

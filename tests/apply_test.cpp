@@ -373,7 +373,7 @@ TEST(ApplyLayouts, TableAndOnTheFlyAndPositionTypesAgreeBitwise) {
       const auto table = rope.table(*std::max_element(pos.begin(), pos.end()) + 1);
       rope.apply({.q = bshd(t.data(), DType::F32, 1, 7, 1, d),
                   .positions = axes == 3 ? mrope_positions(std::span<const std::int64_t>(pos)) : positions(pos)},
-                 *table);
+                 table);
       EXPECT_EQ(a, b) << c.name;
       EXPECT_EQ(a, t) << c.name;
     }

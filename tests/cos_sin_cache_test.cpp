@@ -80,12 +80,12 @@ TEST(CosSinCache, ImportedOwnCacheRotatesBitForBit) {
             {.q = bshd(own.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir});
         rope.apply(
             {.q = bshd(theirs.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos), .direction = dir},
-            *table);
+            table);
         EXPECT_EQ(own, theirs) << static_cast<int>(dir);
       }
       std::vector<float> y = x;
       const RotateArgs fwd{.q = bshd(y.data(), DType::F32, 1, pos.size(), 3, 64), .positions = positions(pos)};
-      rope.apply(fwd, *table);
+      rope.apply(fwd, table);
       RotateArgs inv = fwd;
       inv.direction = Direction::Inverse;
       rope.prepare(inv, table).run();
@@ -111,8 +111,29 @@ TEST(CosSinCache, ImportedHfCacheRotatesAsHf) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
   std::vector<float> want = x, got = x;
   hf.apply({.q = bshd(want.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)});
-  accurate.apply({.q = bshd(got.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)}, *table);
+  accurate.apply({.q = bshd(got.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)}, table);
   EXPECT_EQ(got, want);
+}
+
+// apply(args, const Table&), the table argument's second spelling until 2026-11-29, is kept for one version
+// (deprecated): the same call as apply(args, shared_ptr) and prepare(args, table).run().
+TEST(CosSinCache, TheDeprecatedTableReferenceIsTheSameCall) {
+  const Rope rope(yarn(Pairing::Half));
+  const auto table = rope.table(4096);
+  std::vector<std::int64_t> pos = {0, 17, 4095};
+  std::vector<float> x(pos.size() * 2 * 64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * static_cast<float>(i));
+  std::vector<float> by_ptr = x, by_ref = x, prepared = x;
+  rope.apply({.q = bshd(by_ptr.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)}, table);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  rope.apply({.q = bshd(by_ref.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)}, *table);
+#pragma GCC diagnostic pop
+  rope.prepare({.q = bshd(prepared.data(), DType::F32, 1, pos.size(), 2, 64), .positions = positions(pos)}, table)
+      .run();
+  EXPECT_NE(by_ptr, x);
+  EXPECT_EQ(by_ref, by_ptr);
+  EXPECT_EQ(prepared, by_ptr);
 }
 
 TEST(CosSinCache, CheckerFindsAPlantedError) {
@@ -185,13 +206,13 @@ TEST(CosSinCache, BadInput) {
   const auto table = import_cos_sin_cache(rope, cache, 10);
   std::vector<float> q(64, 1.0f);
   const std::vector<std::int64_t> beyond = {10};
-  EXPECT_ERROR(rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(beyond)}, *table),
+  EXPECT_ERROR(rope.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(beyond)}, table),
                "position 10", "[0, 10)");
   EXPECT_EQ(q, std::vector<float>(64, 1.0f));
   EXPECT_ERROR(Table(*table, 20), "cannot be grown");
   const Rope other(yarn(Pairing::Half));
   const std::vector<std::int64_t> inside = {3};
-  EXPECT_ERROR(other.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(inside)}, *table),
+  EXPECT_ERROR(other.apply({.q = bshd(q.data(), DType::F32, 1, 1, 1, 64), .positions = positions(inside)}, table),
                "other frequencies");
 }
 

@@ -153,12 +153,13 @@ TEST(BadPositions, NegativeTooLargeMiscountedOrMissing) {
 
 TEST(BadPositions, OutsideAnExplicitTable) {
   const Rope rope(good());
-  const Table table(rope.plan(), AngleMode::Accurate, 3);
+  const auto table = std::make_shared<const Table>(rope.plan(), AngleMode::Accurate, 3);
   Buffers b;
   EXPECT_ERROR(rope.apply(b.args(), table), "position 3 is outside the table", "[0, 3)");
-  const Table hf(rope.plan(), AngleMode::HfCompat, 10);
+  const auto hf = std::make_shared<const Table>(rope.plan(), AngleMode::HfCompat, 10);
   EXPECT_ERROR(rope.apply(b.args(), hf), "angle mode");
-  const Table other(make_plan(with(scaling::Linear{2})), AngleMode::Accurate, 10);
+  EXPECT_ERROR(rope.apply(b.args(), std::shared_ptr<const Table>()), "table is null");
+  const auto other = std::make_shared<const Table>(make_plan(with(scaling::Linear{2})), AngleMode::Accurate, 10);
   EXPECT_ERROR(rope.apply(b.args(), other), "other frequencies");
 }
 

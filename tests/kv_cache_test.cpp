@@ -137,7 +137,7 @@ TEST_P(KvCacheTest, ExternalCosSinCacheDrivesTheCacheAndAttention) {
     cache.append(rope, t.kv(t.k), t.kv(t.v), positions(kpos), table);
     if (regimes.index() == 0) {  // keys stored as Rope::apply(args, table) writes them
       std::vector<float> k = t.k;
-      rope.apply({.k = bshd(k.data(), DType::F32, 1, n, 2, 64), .positions = positions(kpos)}, *table);
+      rope.apply({.k = bshd(k.data(), DType::F32, 1, n, 2, 64), .positions = positions(kpos)}, table);
       EXPECT_EQ(std::memcmp(cache.keys().data, k.data(), k.size() * 4), 0);
     }
     AttentionOptions with{.regimes = regimes};

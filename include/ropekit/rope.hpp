@@ -69,7 +69,11 @@ class Rope {
   // are the same.)
   void apply(const RotateArgs& args) const;
   void apply_on_the_fly(const RotateArgs& args) const;
-  void apply(const RotateArgs& args, const Table& table) const;
+  // The table as prepare() takes it (one spelling of the table argument: docs/conventions.md); apply() reads it
+  // during the call and keeps no reference.
+  void apply(const RotateArgs& args, std::shared_ptr<const Table> table) const;
+  [[deprecated("pass the table as prepare() takes it: apply(args, std::shared_ptr<const Table>)")]] void apply(
+      const RotateArgs& args, const Table& table) const;
 
   // The float32 coefficients apply() multiplies by, per token and pair: for token t (of
   // positions.count) and pair j, cos[t·P + j] = float32(cos θ) · float32(m) and sin likewise, rounded
