@@ -504,7 +504,7 @@ static void test_cos_sin_cache(void) {
   static float q[QH * D], via_cache[QH * D], fused[QH * D], untabled[QH * D];
   fill(q, QH * D, 9);
   const int64_t q_pos[1] = {10};
-  CHECK_OK(rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D),
+  CHECK_OK(rk_paged_kv_cache_attention_with_table(paged, rope, rk_bshd(q, RK_F32, 1, 1, QH, D),
                                                   rk_positions_i64(q_pos, 1), seq_of,
                                                   rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, theirs));
   rk_attention_args at;
@@ -525,7 +525,7 @@ static void test_cos_sin_cache(void) {
   at.head_dim = D; /* attention without a rope needs it */
   CHECK_ERROR(rk_attention(NULL, &at), "options.table is set");
   CHECK_ERROR(
-      rk_paged_kv_cache_attention_with_table(rope, paged, rk_bshd(q, RK_F32, 1, 1, QH, D), rk_positions_i64(q_pos, 1),
+      rk_paged_kv_cache_attention_with_table(paged, rope, rk_bshd(q, RK_F32, 1, 1, QH, D), rk_positions_i64(q_pos, 1),
                                              seq_of, rk_bshd(via_cache, RK_F32, 1, 1, QH, D), 0, 0, 0.0, 1, NULL),
       "table is NULL");
   rk_paged_kv_cache_destroy(paged);
@@ -665,7 +665,7 @@ static void test_paged_cache(void) {
   fill(q, 2 * QH * D, 25);
   const int32_t seq_of[2] = {0, 1};
   const int64_t q_pos[2] = {L0, 50 + L1};
-  CHECK_OK(rk_paged_kv_cache_attention(rope, cache, rk_bshd(q, RK_F32, 1, 2, QH, D), rk_positions_i64(q_pos, 2), seq_of,
+  CHECK_OK(rk_paged_kv_cache_attention(cache, rope, rk_bshd(q, RK_F32, 1, 2, QH, D), rk_positions_i64(q_pos, 2), seq_of,
                                        rk_bshd(out, RK_F32, 1, 2, QH, D), 1, 0, 0.0, 0));
   for (int s = 0; s < 2; ++s) {
     rk_attention_args a;
@@ -680,6 +680,17 @@ static void test_paged_cache(void) {
     CHECK_OK(rk_attention(rope, &a));
     CHECK(memcmp(out + s * QH * D, want, sizeof want) == 0, "sequence %d: paged differs from fused attention", s);
   }
+
+  /* A handle of another kind (the Rope-first order of 2026-11-29's rk_paged_kv_cache_attention, a void* mix-up) is
+   * refused by its tag, naming the argument; destroying one as the wrong kind leaves it alone. */
+  CHECK_ERROR(
+      rk_paged_kv_cache_attention((const rk_paged_kv_cache*)(const void*)rope, (const rk_rope*)(const void*)cache,
+                                  rk_bshd(q, RK_F32, 1, 2, QH, D), rk_positions_i64(q_pos, 2), seq_of,
+                                  rk_bshd(out, RK_F32, 1, 2, QH, D), 1, 0, 0.0, 0),
+      "cache: not an rk_paged_kv_cache");
+  rk_rope_destroy((rk_rope*)(void*)cache);
+  CHECK(strstr(rk_last_error(), "rope: not an rk_rope") != NULL, "destroy as another kind: \"%s\"", rk_last_error());
+  CHECK_OK(rk_paged_kv_cache_length(cache, 1, &length));
 
   /* Sequence operations: shifting a whole sequence by 0 positions changes nothing; removing it frees
    * its pages; bad ids and appends with a slot mapping are refused. */

@@ -7,11 +7,15 @@
 
 #include <algorithm>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "attention_oracle.hpp"
 #include "expect_error.hpp"
+#include "ropekit/ropekit.h"
 #include "ropekit/ropekit.hpp"
 #include "targets.hpp"
 
@@ -517,4 +521,58 @@ TEST(PagedKvCacheAliases, LlamaCppNamesDoWhatEraseAndShiftDo) {
   const std::size_t bytes = std::size_t(8 * 4 * kKv * kD) * 2;
   EXPECT_EQ(std::memcmp(aliased.cache().k, renamed.cache().k, bytes), 0);
   EXPECT_EQ(std::memcmp(aliased.cache().v, renamed.cache().v, bytes), 0);
+}
+
+// The C API's rk_paged_kv_cache_attention took the Rope first until 2026-11-29; C++ callers keep that order for one
+// version through deprecated overloads in ropekit.h: the same call, the same bits.
+TEST(PagedKvCacheAliases, TheCApisRopeFirstAttentionIsTheSameCall) {
+  constexpr int kHeads = 2, kHeadDim = 64, kTokens = 5;
+  rk_spec* spec = nullptr;
+  rk_rope* rope = nullptr;
+  rk_paged_kv_cache* cache = nullptr;
+  ASSERT_EQ(rk_spec_create(kHeadDim, kHeadDim, 10000.0, RK_HALF, &spec), RK_OK) << rk_last_error();
+  ASSERT_EQ(rk_rope_create(spec, RK_ANGLES_ACCURATE, 0, &rope), RK_OK) << rk_last_error();
+  rk_paged_kv_cache_shape shape{};
+  shape.num_pages = 2;
+  shape.page_size = 4;
+  shape.kv_heads = kHeads;
+  shape.dtype = RK_CACHE_F32;
+  shape.layout = RK_NHD;
+  shape.max_sequences = 1;
+  ASSERT_EQ(rk_paged_kv_cache_create(rope, &shape, &cache), RK_OK) << rk_last_error();
+  std::vector<float> k(kTokens * kHeads * kHeadDim), v(k.size()), q(kHeads * kHeadDim), by_cache(q.size()),
+      by_rope(q.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    k[i] = std::sin(0.3f * static_cast<float>(i));
+    v[i] = std::cos(0.7f * static_cast<float>(i));
+  }
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(1.1f * static_cast<float>(i));
+  std::vector<std::int64_t> pos(kTokens);
+  std::iota(pos.begin(), pos.end(), 0);
+  const std::vector<std::int32_t> seq_of(kTokens, 0);
+  rk_append_args a{};
+  a.k = rk_bshd(k.data(), RK_F32, 1, kTokens, kHeads, kHeadDim);
+  a.v = rk_bshd(v.data(), RK_F32, 1, kTokens, kHeads, kHeadDim);
+  a.positions = rk_positions_i64(pos.data(), kTokens);
+  ASSERT_EQ(rk_paged_kv_cache_append(cache, rope, seq_of.data(), &a), RK_OK) << rk_last_error();
+  const std::int64_t q_pos = kTokens;
+  const std::int32_t q_seq = 0;
+  ASSERT_EQ(rk_paged_kv_cache_attention(cache, rope, rk_bshd(q.data(), RK_F32, 1, 1, kHeads, kHeadDim),
+                                        rk_positions_i64(&q_pos, 1), &q_seq,
+                                        rk_bshd(by_cache.data(), RK_F32, 1, 1, kHeads, kHeadDim), 1, 0, 0.0, 1),
+            RK_OK)
+      << rk_last_error();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ASSERT_EQ(rk_paged_kv_cache_attention(rope, cache, rk_bshd(q.data(), RK_F32, 1, 1, kHeads, kHeadDim),
+                                        rk_positions_i64(&q_pos, 1), &q_seq,
+                                        rk_bshd(by_rope.data(), RK_F32, 1, 1, kHeads, kHeadDim), 1, 0, 0.0, 1),
+            RK_OK)
+      << rk_last_error();
+#pragma GCC diagnostic pop
+  EXPECT_NE(by_cache, std::vector<float>(q.size()));
+  EXPECT_EQ(by_rope, by_cache);
+  rk_paged_kv_cache_destroy(cache);
+  rk_rope_destroy(rope);
+  rk_spec_destroy(spec);
 }

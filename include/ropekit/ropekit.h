@@ -320,15 +320,19 @@ rk_status rk_paged_kv_cache_seq_clear(rk_paged_kv_cache* cache, int seq);
 rk_status rk_paged_kv_cache_rerotate(rk_paged_kv_cache* cache, int seq, const rk_rope* rope, int* rerotated);
 rk_status rk_paged_kv_cache_length(const rk_paged_kv_cache* cache, int seq, int64_t* length);
 rk_status rk_paged_kv_cache_free_pages(const rk_paged_kv_cache* cache, int64_t* pages);
-/* Queries (batch 1, unrotated; token t of sequence seq_of[t]) against their sequences' entries. */
-rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+/* Queries (batch 1, unrotated; token t of sequence seq_of[t]) against their sequences' entries. The cache first,
+ * as every rk_paged_kv_cache_ call takes it (docs/conventions.md). */
+rk_status rk_paged_kv_cache_attention(const rk_paged_kv_cache* cache, const rk_rope* rope, rk_heads q,
                                       rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
                                       int64_t window, double softmax_scale, int threads);
 /* The same with q rotated on load by exactly `table`. */
-rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+rk_status rk_paged_kv_cache_attention_with_table(const rk_paged_kv_cache* cache, const rk_rope* rope, rk_heads q,
                                                  rk_positions q_positions, const int32_t* seq_of, rk_heads out,
                                                  int causal, int64_t window, double softmax_scale, int threads,
                                                  const rk_table* table);
+/* Until 2026-11-29 both took the Rope first. A call in that order is refused at compile time in C (its first two
+ * pointers have the wrong types) and at run time by the handles' kinds (RK_INVALID_ARGUMENT naming "cache"); C++
+ * keeps the old order for one version as deprecated overloads (the end of this header). */
 
 /* ---- attention (ropekit/attention.hpp) ----------------------------------------------------------- */
 
@@ -429,6 +433,22 @@ rk_status rk_vision_position_ids(const int64_t* grid_thw, size_t grids, int64_t 
                                  size_t capacity, size_t* count);
 
 #ifdef __cplusplus
+}
+
+/* The Rope-first order of rk_paged_kv_cache_attention, kept for C++ callers for one version (see above). */
+RK_DEPRECATED("the cache comes first: rk_paged_kv_cache_attention(cache, rope, ...)")
+inline rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                             rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
+                                             int64_t window, double softmax_scale, int threads) {
+  return rk_paged_kv_cache_attention(cache, rope, q, q_positions, seq_of, out, causal, window, softmax_scale, threads);
+}
+RK_DEPRECATED("the cache comes first: rk_paged_kv_cache_attention_with_table(cache, rope, ...)")
+inline rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+                                                        rk_positions q_positions, const int32_t* seq_of, rk_heads out,
+                                                        int causal, int64_t window, double softmax_scale, int threads,
+                                                        const rk_table* table) {
+  return rk_paged_kv_cache_attention_with_table(cache, rope, q, q_positions, seq_of, out, causal, window, softmax_scale,
+                                                threads, table);
 }
 #endif
 

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <new>
 #include <optional>
 #include <string>
@@ -19,28 +21,51 @@
 #include "ropekit/rope.hpp"
 #include "ropekit/rope_set.hpp"
 
+// Every handle begins with its kind's tag: a handle of another kind (arguments out of order, a pointer cast from
+// void*) is an error naming the argument, not a crash. (A freed handle is still the caller's bug.)
+namespace ropekit::capi {
+template <char... Name>
+struct Tag {
+  static constexpr char name[] = {Name..., '\0'};
+  static constexpr std::uint64_t expected = [] {
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the kind's name: distinct per kind
+    for (const char c : {Name...}) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return h;
+  }();
+  std::uint64_t value = expected;
+};
+}  // namespace ropekit::capi
+
 struct rk_model {
+  ropekit::capi::Tag<'r', 'k', '_', 'm', 'o', 'd', 'e', 'l'> tag;
   ropekit::ModelPositions model;
 };
 struct rk_spec {
+  ropekit::capi::Tag<'r', 'k', '_', 's', 'p', 'e', 'c'> tag;
   ropekit::Spec spec;
 };
 struct rk_rope {
+  ropekit::capi::Tag<'r', 'k', '_', 'r', 'o', 'p', 'e'> tag;
   std::shared_ptr<const ropekit::Rope> rope;  // shared with a rope set, when it came from one
 };
 struct rk_rope_set {
+  ropekit::capi::Tag<'r', 'k', '_', 'r', 'o', 'p', 'e', '_', 's', 'e', 't'> tag;
   ropekit::RopeSet set;
 };
 struct rk_paged_kv_cache {
+  ropekit::capi::Tag<'r', 'k', '_', 'p', 'a', 'g', 'e', 'd', '_', 'k', 'v', '_', 'c', 'a', 'c', 'h', 'e'> tag;
   ropekit::PagedKvCache cache;
 };
 struct rk_call {
+  ropekit::capi::Tag<'r', 'k', '_', 'c', 'a', 'l', 'l'> tag;
   ropekit::RotateCall call;
 };
 struct rk_append_call {
+  ropekit::capi::Tag<'r', 'k', '_', 'a', 'p', 'p', 'e', 'n', 'd', '_', 'c', 'a', 'l', 'l'> tag;
   ropekit::AppendCall call;
 };
 struct rk_table {
+  ropekit::capi::Tag<'r', 'k', '_', 't', 'a', 'b', 'l', 'e'> tag;
   std::shared_ptr<const ropekit::Table> table;  // shared with the calls prepared with it
 };
 
@@ -71,21 +96,51 @@ rk_status guarded(F&& f) noexcept {
   }
 }
 
+// A handle's tag, read as the first 8 bytes every handle has (a handle of another kind has them too).
+template <class T>
+void check_kind(const T* p, const char* name) {
+  if constexpr (requires { p->tag; }) {
+    using Kind = decltype(p->tag);
+    std::uint64_t value = 0;
+    std::memcpy(&value, static_cast<const void*>(p), sizeof value);
+    if (value != Kind::expected) {
+      throw Error(
+          fmt::format("{}: not an {} (a handle of another kind: check the arguments' order)", name, Kind::name));
+    }
+  }
+}
+
 template <class T>
 const T& need(const T* p, const char* name) {
   if (!p) throw Error(fmt::format("{} is NULL", name));
+  check_kind(p, name);
   return *p;
 }
 
 template <class T>
 T& need_mutable(T* p, const char* name) {
   if (!p) throw Error(fmt::format("{} is NULL", name));
+  check_kind(p, name);
   return *p;
 }
 
 template <class T>
 void need_out(T** out, const char* name) {
   if (!out) throw Error(fmt::format("{} (the output handle) is NULL", name));
+}
+
+// The destroy functions return nothing: a handle of another kind is left alone (deleting it as this kind would
+// corrupt the heap) and said in rk_last_error.
+template <class T>
+void destroy(T* p, const char* name) {
+  if (!p) return;
+  try {
+    check_kind(p, name);
+  } catch (const Error& e) {
+    last_error = e.what();
+    return;
+  }
+  delete p;
 }
 
 DType dtype_of(rk_dtype d, const char* field) {
@@ -295,7 +350,7 @@ rk_status rk_model_from_config_json(const char* json, size_t length, rk_model** 
   return guarded([&] {
     need_out(out, "out");
     if (!json && length > 0) throw Error(fmt::format("json is NULL with length {}", length));
-    *out = new rk_model{read_config(std::string_view(json ? json : "", length))};
+    *out = new rk_model{{}, read_config(std::string_view(json ? json : "", length))};
   });
 }
 
@@ -303,11 +358,11 @@ rk_status rk_model_from_preset(const char* name, rk_model** out) {
   return guarded([&] {
     need_out(out, "out");
     if (!name) throw Error("name is NULL");
-    *out = new rk_model{read_preset(name)};
+    *out = new rk_model{{}, read_preset(name)};
   });
 }
 
-void rk_model_destroy(rk_model* model) { delete model; }
+void rk_model_destroy(rk_model* model) { destroy(model, "model"); }
 
 int rk_model_num_layers(const rk_model* model) { return model ? model->model.num_layers : 0; }
 
@@ -351,7 +406,7 @@ rk_status rk_model_layer_spec(const rk_model* model, int layer, rk_spec** out) {
       throw Error(fmt::format("layer = {}: its layers ({}) do not use RoPE", layer,
                               g.layer_type.empty() ? std::string("the only group") : g.layer_type));
     }
-    *out = new rk_spec{g.spec};
+    *out = new rk_spec{{}, g.spec};
   });
 }
 
@@ -366,11 +421,11 @@ rk_status rk_spec_create(int head_dim, int rotary_dim, double base, rk_pairing p
               .base = base,
               .pairing = pairing == RK_HALF ? Pairing::Half : Pairing::Interleaved};
     spec.validate();
-    *out = new rk_spec{std::move(spec)};
+    *out = new rk_spec{{}, std::move(spec)};
   });
 }
 
-void rk_spec_destroy(rk_spec* spec) { delete spec; }
+void rk_spec_destroy(rk_spec* spec) { destroy(spec, "spec"); }
 int rk_spec_head_dim(const rk_spec* spec) { return spec ? spec->spec.head_dim : 0; }
 int rk_spec_rotary_dim(const rk_spec* spec) { return spec ? spec->spec.rotary_dim : 0; }
 
@@ -380,11 +435,11 @@ rk_status rk_rope_create(const rk_spec* spec, rk_angle_mode mode, int64_t curren
     const Spec& s = need(spec, "spec").spec;
     if (current_length < 0) throw Error(fmt::format("current_length = {}: must be >= 0 (0: none)", current_length));
     const std::optional<std::int64_t> length = current_length == 0 ? std::nullopt : std::optional(current_length);
-    *out = new rk_rope{std::make_shared<const Rope>(s, angle_mode_of(mode), length)};
+    *out = new rk_rope{{}, std::make_shared<const Rope>(s, angle_mode_of(mode), length)};
   });
 }
 
-void rk_rope_destroy(rk_rope* rope) { delete rope; }
+void rk_rope_destroy(rk_rope* rope) { destroy(rope, "rope"); }
 
 rk_status rk_rope_plan(const rk_rope* rope, double* inv_freq, size_t capacity, double* cos_sin_scale,
                        double* softmax_scale_mult) {
@@ -405,7 +460,7 @@ rk_status rk_rope_prepare(const rk_rope* rope, const rk_rotate_args* args, rk_ca
   return guarded([&] {
     need_out(out, "out");
     RotateCall call = need(rope, "rope").rope->prepare(rotate_args_of(need(args, "args")));
-    *out = new rk_call{std::move(call)};
+    *out = new rk_call{{}, std::move(call)};
   });
 }
 
@@ -418,7 +473,7 @@ rk_status rk_call_set_positions(rk_call* call, rk_positions positions) {
   return guarded([&] { need_mutable(call, "call").call.set_positions(positions_of(positions, "positions")); });
 }
 
-void rk_call_destroy(rk_call* call) { delete call; }
+void rk_call_destroy(rk_call* call) { destroy(call, "call"); }
 
 rk_status rk_rope_apply(const rk_rope* rope, const rk_rotate_args* args) {
   return guarded([&] { need(rope, "rope").rope->apply(rotate_args_of(need(args, "args"))); });
@@ -430,7 +485,7 @@ rk_status rk_append_prepare(const rk_rope* rope, const rk_append_args* args, con
     need_out(out, "out");
     AppendCall call =
         prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")), cache_of(need(cache, "cache")));
-    *out = new rk_append_call{std::move(call)};
+    *out = new rk_append_call{{}, std::move(call)};
   });
 }
 
@@ -449,7 +504,7 @@ rk_status rk_append_call_set_positions_and_slots(rk_append_call* call, const rk_
   });
 }
 
-void rk_append_call_destroy(rk_append_call* call) { delete call; }
+void rk_append_call_destroy(rk_append_call* call) { destroy(call, "call"); }
 
 rk_status rk_cos_sin_cache_export(const rk_rope* rope, int64_t num_positions, float* out, size_t capacity) {
   return guarded([&] {
@@ -472,11 +527,11 @@ rk_status rk_cos_sin_cache_import(const rk_rope* rope, const float* cache, size_
     need_out(out, "out");
     if (cache == nullptr && count > 0) throw Error("cache is NULL");
     auto table = import_cos_sin_cache(*need(rope, "rope").rope, std::span<const float>(cache, count), num_positions);
-    *out = new rk_table{std::move(table)};
+    *out = new rk_table{{}, std::move(table)};
   });
 }
 
-void rk_table_destroy(rk_table* table) { delete table; }
+void rk_table_destroy(rk_table* table) { destroy(table, "table"); }
 
 rk_status rk_cos_sin_cache_check(const rk_rope* rope, const float* cache, size_t count, int64_t num_positions,
                                  double tolerance, rk_cos_sin_cache_report* out) {
@@ -499,7 +554,7 @@ rk_status rk_rope_prepare_with_table(const rk_rope* rope, const rk_rotate_args* 
   return guarded([&] {
     need_out(out, "out");
     RotateCall call = need(rope, "rope").rope->prepare(rotate_args_of(need(args, "args")), need(table, "table").table);
-    *out = new rk_call{std::move(call)};
+    *out = new rk_call{{}, std::move(call)};
   });
 }
 
@@ -509,7 +564,7 @@ rk_status rk_append_prepare_with_table(const rk_rope* rope, const rk_append_args
     need_out(out, "out");
     AppendCall call = prepare_append(*need(rope, "rope").rope, append_args_of(need(args, "args")),
                                      cache_of(need(cache, "cache")), need(table, "table").table);
-    *out = new rk_append_call{std::move(call)};
+    *out = new rk_append_call{{}, std::move(call)};
   });
 }
 
@@ -546,16 +601,16 @@ rk_status rk_rope_set_create(const rk_spec* spec, rk_angle_mode mode, int64_t le
     RopeSet::Options options;
     if (length_bucket != 0) options.length_bucket = length_bucket;
     if (max_ropes != 0) options.max_ropes = max_ropes;
-    *out = new rk_rope_set{RopeSet(need(spec, "spec").spec, angle_mode_of(mode), options)};
+    *out = new rk_rope_set{{}, RopeSet(need(spec, "spec").spec, angle_mode_of(mode), options)};
   });
 }
 
-void rk_rope_set_destroy(rk_rope_set* set) { delete set; }
+void rk_rope_set_destroy(rk_rope_set* set) { destroy(set, "set"); }
 
 rk_status rk_rope_set_at(const rk_rope_set* set, int64_t current_length, rk_rope** out) {
   return guarded([&] {
     need_out(out, "out");
-    *out = new rk_rope{need(set, "set").set.at(current_length)};
+    *out = new rk_rope{{}, need(set, "set").set.at(current_length)};
   });
 }
 
@@ -566,7 +621,8 @@ rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_
     // The cache's type, layout and scales read as for a caller's cache (zero scales: unset).
     const rk_paged_cache like{.dtype = s.dtype, .layout = s.layout, .k_scale = s.k_scale, .v_scale = s.v_scale};
     const PagedCache c = cache_of(like);
-    *out = new rk_paged_kv_cache{PagedKvCache(*need(rope, "rope").rope, {.num_pages = s.num_pages,
+    *out = new rk_paged_kv_cache{{},
+                                 PagedKvCache(*need(rope, "rope").rope, {.num_pages = s.num_pages,
                                                                          .page_size = s.page_size,
                                                                          .kv_heads = s.kv_heads,
                                                                          .head_dim = s.head_dim,
@@ -579,7 +635,7 @@ rk_status rk_paged_kv_cache_create(const rk_rope* rope, const rk_paged_kv_cache_
   });
 }
 
-void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache) { delete cache; }
+void rk_paged_kv_cache_destroy(rk_paged_kv_cache* cache) { destroy(cache, "cache"); }
 
 namespace {
 
@@ -670,7 +726,7 @@ void paged_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_hea
 
 }  // namespace
 
-rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+rk_status rk_paged_kv_cache_attention(const rk_paged_kv_cache* cache, const rk_rope* rope, rk_heads q,
                                       rk_positions q_positions, const int32_t* seq_of, rk_heads out, int causal,
                                       int64_t window, double softmax_scale, int threads) {
   return guarded([&] {
@@ -678,7 +734,7 @@ rk_status rk_paged_kv_cache_attention(const rk_rope* rope, const rk_paged_kv_cac
   });
 }
 
-rk_status rk_paged_kv_cache_attention_with_table(const rk_rope* rope, const rk_paged_kv_cache* cache, rk_heads q,
+rk_status rk_paged_kv_cache_attention_with_table(const rk_paged_kv_cache* cache, const rk_rope* rope, rk_heads q,
                                                  rk_positions q_positions, const int32_t* seq_of, rk_heads out,
                                                  int causal, int64_t window, double softmax_scale, int threads,
                                                  const rk_table* table) {
