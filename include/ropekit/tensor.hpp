@@ -57,6 +57,8 @@ Heads bhsd(void* data, DType dtype, std::int64_t batch, std::int64_t seq, std::i
 Heads lanes(const Heads& view, int first, int count);
 
 enum class IndexType : std::uint8_t { I32 = 1, I64 = 2 };
+// Bytes per index, as dtype.hpp's element_size gives them per storage type.
+constexpr std::int64_t element_size(IndexType type) { return type == IndexType::I32 ? 4 : 8; }
 
 // One position per token (axes = 1) or, for M-RoPE, three streams t, h, w (axes = 3), or one stream per
 // axis of an axial (vision) RoPE, stored one after the other: stream a of token t is at data[a·count + t]. Any order,

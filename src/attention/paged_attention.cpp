@@ -79,7 +79,7 @@ void attention(const Rope& rope, const Heads& q, Positions q_positions, std::spa
     q_run.seq = b - a;
     out_run.data = out.row(0, a, 0);
     out_run.seq = b - a;
-    const std::size_t index_bytes = q_positions.type == IndexType::I32 ? 4 : 8;
+    const auto index_bytes = static_cast<std::size_t>(element_size(q_positions.type));
     const Positions q_pos{static_cast<const std::byte*>(q_positions.data) + std::size_t(a) * index_bytes,
                           q_positions.type, b - a, 1};
     if (n == 0) {  // a query that sees no key gets zeros (attention.hpp)

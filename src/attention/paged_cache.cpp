@@ -121,7 +121,7 @@ void check_tokens(const PageTable& p, std::int64_t tokens) {
 void detail::check_slot_layout(const std::variant<SlotMapping, PageTable>& spec, std::int64_t tokens) {
   if (const auto* m = std::get_if<SlotMapping>(&spec)) {
     check_mapping_layout(*m, tokens);
-    detail::check_device_alignment("slots.data", m->data, m->type == IndexType::I64 ? 8 : 4);
+    detail::check_device_alignment("slots.data", m->data, element_size(m->type));
     return;
   }
   const PageTable& p = std::get<PageTable>(spec);

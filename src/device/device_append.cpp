@@ -108,12 +108,8 @@ void rerotate(const DeviceRope& from, const DeviceRope& to, const PagedCache& ca
                     "re-rotation changes the frequencies, not the layout",
                     to_string(a.pairing), a.rotary_dim, to_string(b.pairing), b.rotary_dim));
   }
-  if (positions.count != slots.count || positions.axes != b.num_axes) {
-    throw Error(fmt::format("positions: count = {}, axes = {}: must be one per slot ({}) in the rope's {} axes",
-                            positions.count, positions.axes, slots.count, b.num_axes));
-  }
-  detail::check_positions_layout(positions, "positions", slots.count, b.num_axes);
-  detail::check_device_alignment("positions.data", positions.data, positions.type == IndexType::I64 ? 8 : 4);
+  detail::check_positions_layout(positions, "positions", slots.count, b.num_axes);  // one per slot
+  detail::check_device_alignment("positions.data", positions.data, element_size(positions.type));
   if (slots.count == 0) return;
   // Un-rotate under from (Direction::Inverse: magnitude 1 / cos_sin_scale, the sine negated) and rotate under to
   // (Forward), in float32, rounded once to the cache's type: PagedKvCache::rerotate's two calls, its bits.

@@ -109,7 +109,7 @@ CheckedCall validate_call(const RotateArgs& args, const PairMap& map, ViewUse us
   if (at == PositionsAt::Device) {
     check_positions_layout(args.positions, names.positions, shape.tokens, map.num_axes);
     check_device_alignment(fmt::format("{}.data", names.positions), args.positions.data,
-                           args.positions.type == IndexType::I64 ? 8 : 4);
+                           element_size(args.positions.type));
     return checked;  // max_position stays −1: the values are the device's
   }
   shape.max_position = check_positions(args.positions, names.positions, shape.tokens, map.num_axes);
