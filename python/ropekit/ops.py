@@ -24,7 +24,9 @@ Operators (CPU tensors, and CUDA tensors for rotate / rotate_ where ropekit was 
 
 Each has a fake (meta) implementation that checks what the real one checks and raises ropekit.Error with the same
 field and value, so shapes flow through torch.compile without running the kernel and bad input fails inside a
-compiled graph as it does eagerly. ``torch.compile(fullgraph=True)`` keeps them as single nodes (no graph break).
+compiled graph as it does eagerly. The rotations' fakes (rotate, rotate_, and the rotation inside the others) run the
+real call's checks by the same C++ functions on the shapes alone (python/src/torch_abi.cpp: check_rotation, up to a
+prepared call that never runs); the position values, unknown there, are the real call's to check. ``torch.compile(fullgraph=True)`` keeps them as single nodes (no graph break).
 
 Debian's PyTorch 1.13 has no torch.library.custom_op: importing this module there raises ImportError saying so,
 and ropekit.torch keeps working without the operators.
@@ -39,6 +41,7 @@ from typing import List, Optional
 import torch
 
 from . import _ropekit
+from ._autograd import dense_grads, transposed
 from ._ropekit import Error, Rope
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -51,7 +54,6 @@ __all__ = ["handle", "rope_of", "rotate", "rotate_", "cuda_check", "rotate_with_
 LAYOUTS = ("bshd", "bhsd", "thd")
 DIRECTIONS = ("forward", "inverse", "backward")
 ANGLES = ("accurate", "hf")
-_TRANSPOSE = {"forward": "backward", "backward": "forward"}
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -124,31 +126,14 @@ def rope_of(h: int) -> Rope:
 
 
 def _check(q: torch.Tensor, k: Optional[torch.Tensor], positions: Optional[torch.Tensor], rope: int, layout: str,
-           direction: str, angles: str) -> Rope:
-    """What the kernel's binding checks first, for the fake implementation (and before the real call)."""
-    r, head_dim = _entry(rope)
-    if layout not in LAYOUTS:
-        raise Error(f'layout = "{layout}": one of {", ".join(LAYOUTS)}')
-    if direction not in DIRECTIONS:
-        raise Error(f'direction = "{direction}": one of {", ".join(DIRECTIONS)}')
-    if angles not in ANGLES:
-        raise Error(f'angles = "{angles}": one of {", ".join(ANGLES)}')
-    rank = 3 if layout == "thd" else 4
-    for name, t in (("q", q), ("k", k)):
-        if t is None:
-            continue
-        if t.dtype not in _DTYPES:
-            raise Error(f"{name}: dtype {t.dtype} is not supported (torch.float32, torch.float16, torch.bfloat16)")
-        if t.dim() != rank:
-            raise Error(f"{name}: {t.dim()} dimensions: layout \"{layout}\" needs {rank}")
-        if t.shape[-1] != head_dim:
-            # The core's words (python/src/arrays.cpp), so eager calls and compiled graphs say the same.
-            raise Error(f"{name}: shape {tuple(t.shape)} has head_dim {t.shape[-1]} (last axis); this Rope's head_dim "
-                        f"is {head_dim}")
-    if k is not None and k.dtype != q.dtype:
-        raise Error(f"k: dtype {k.dtype} differs from q's {q.dtype}")
-    if positions is not None and positions.dtype not in (torch.int32, torch.int64):
-        raise Error(f"positions: dtype {positions.dtype}: must be int32 or int64")
+           direction: str, angles: str, inplace: bool = False) -> Rope:
+    """What the kernel's call checks before it touches memory, by the same C++ functions (python/src/torch_abi.cpp:
+    check_rotation) on the tensors' shapes alone: the fakes' checks, and the Python registration's before it runs."""
+    r, _ = _entry(rope)
+    for name, t in (("q", q), ("k", k), ("positions", positions)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise Error(f"{name}: a {type(t).__name__}; the operators take tensors")
+    _ropekit._torch_check_rotation(q, k, positions, rope, layout, direction, angles, inplace)
     return r
 
 
@@ -193,7 +178,7 @@ def _rotate_cpu(q, k, positions, rope, layout, direction, angles):
 
 
 def _rotate_inplace_cpu(q, k, positions, rope, layout, direction, angles):
-    r = _check(q, k, positions, rope, layout, direction, angles)
+    r = _check(q, k, positions, rope, layout, direction, angles, inplace=True)
     r.apply(q, k, positions, layout=layout, inplace=True, direction=direction, angles=angles)
 
 
@@ -208,7 +193,7 @@ def _rotate_fake(q, k, positions, rope, layout, direction, angles):
 
 
 def _rotate_inplace_fake(q, k, positions, rope, layout, direction, angles):
-    _check(q, k, positions, rope, layout, direction, angles)
+    _check(q, k, positions, rope, layout, direction, angles, inplace=True)
 
 
 torch.library.register_fake("ropekit::rotate", _rotate_fake, lib=_lib)
@@ -241,7 +226,7 @@ def _rotate_cuda(q, k, positions, rope, layout, direction, angles):
 
 
 def _rotate_inplace_cuda(q, k, positions, rope, layout, direction, angles):
-    _check(q, k, positions, rope, layout, direction, angles)
+    _check(q, k, positions, rope, layout, direction, angles, inplace=True)
     device, stream = _cuda_place(q, k, positions)
     pos = positions.contiguous() if positions is not None else None
     _ropekit._rotate_cuda(rope, q, k, None, None, pos, layout, direction, angles, device, stream)
@@ -265,26 +250,16 @@ rotate_ = torch.ops.ropekit.rotate_
 def _rotate_setup(ctx, inputs, output):
     q, k, positions, rope, layout, direction, angles = inputs
     ctx.save_for_backward(positions)
-    ctx.has_k = k is not None
-    ctx.shapes = (q.shape, q.dtype, q.device, k.shape if k is not None else None)
+    ctx.like = ((q.shape, q.dtype, q.device), (k.shape, k.dtype, k.device) if k is not None else None)
     ctx.args = (rope, layout, direction, angles)
 
 
 def _rotate_backward(ctx, grads):
     (positions,) = ctx.saved_tensors
     rope, layout, direction, angles = ctx.args
-    if direction not in _TRANSPOSE:
-        raise Error(f'direction = "{direction}": the inverse rotation has no ropekit transpose; differentiate '
-                    'direction "forward" or "backward"')
-    q_shape, dtype, device, k_shape = ctx.shapes
-    # A gradient autograd does not hand over (an unused output) is zero; expanded (stride-0) ones are made dense.
-    gq = grads[0] if grads[0] is not None else torch.zeros(q_shape, dtype=dtype, device=device)
-    gk = None
-    if ctx.has_k:
-        gk = grads[1] if grads[1] is not None else torch.zeros(k_shape, dtype=dtype, device=device)
-    out = rotate(gq.contiguous(), gk.contiguous() if gk is not None else None, positions, rope, layout,
-                 _TRANSPOSE[direction], angles)
-    return out[0], (out[1] if ctx.has_k else None), None, None, None, None, None
+    gq, gk = dense_grads(torch, grads, *ctx.like)
+    out = rotate(gq, gk, positions, rope, layout, transposed(direction), angles)
+    return out[0], (out[1] if gk is not None else None), None, None, None, None, None
 
 
 if not _CPP:  # the C++ library registers its own autograd kernel (the same transpose rotation)
@@ -522,7 +497,10 @@ _lib.define("attention(Tensor q, Tensor k, Tensor v, Tensor? q_positions, Tensor
 
 
 def _attention_check(q, k, v, q_positions, k_positions, rope, layout, causal, window, softmax_scale, angles):
-    r = _check(q, k, q_positions, rope, layout, "forward", angles) if rope else None
+    # Each of q and k as a rotation checks it (their sequence lengths may differ: a query block against its keys).
+    r = _check(q, None, q_positions, rope, layout, "forward", angles, inplace=True) if rope else None
+    if rope:
+        _check(k, None, k_positions, rope, layout, "forward", angles, inplace=True)
     if rope == 0:
         if layout not in LAYOUTS:
             raise Error(f'layout = "{layout}": one of {", ".join(LAYOUTS)}')

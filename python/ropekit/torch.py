@@ -20,6 +20,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
+from ._autograd import dense_grads, transposed
 from ._ropekit import Error, ModelPositions, Rope, RopeSet, needs_rerotation
 
 try:  # the torch.library operators (PyTorch >= 2.4); Debian's 1.13 keeps the NumPy path
@@ -43,24 +44,17 @@ class RotaryFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rope: Rope, positions, layout: str, angles: str, q: torch.Tensor, k: Optional[torch.Tensor]):
         ctx.rope, ctx.positions, ctx.layout, ctx.angles = rope, positions, layout, angles
-        ctx.has_k = k is not None
+        ctx.like = ((q.shape, q.dtype, q.device), (k.shape, k.dtype, k.device) if k is not None else None)
         out = rope.apply(q, k, positions, layout=layout, inplace=False, angles=angles)
-        return out if ctx.has_k else (out, None)
+        return out if k is not None else (out, None)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         if ctx.needs_input_grad[4] is False and ctx.needs_input_grad[5] is False:
             return None, None, None, None, None, None
-        # Autograd may hand over expanded (stride-0) or non-contiguous gradients: one contiguous copy,
-        # then the transpose rotation in place on it.
-        gq = grad_q.contiguous() if grad_q is not None else None
-        gk = grad_k.contiguous() if (ctx.has_k and grad_k is not None) else None
-        if gq is not None and gk is not None:
-            ctx.rope.apply(gq, gk, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
-        elif gq is not None:
-            ctx.rope.apply(gq, None, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
-        elif gk is not None:
-            ctx.rope.apply(None, gk, ctx.positions, layout=ctx.layout, direction="backward", angles=ctx.angles)
+        # The one backward rule (ropekit/_autograd.py), applied in place on the dense copies.
+        gq, gk = dense_grads(torch, (grad_q, grad_k), *ctx.like)
+        ctx.rope.apply(gq, gk, ctx.positions, layout=ctx.layout, direction=transposed("forward"), angles=ctx.angles)
         return None, None, None, None, gq, gk
 
 

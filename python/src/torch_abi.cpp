@@ -146,46 +146,75 @@ Array array_of(const rk_abi_tensor& t, std::string_view name) {
   return a;
 }
 
+// A rotation's views from the ABI's descriptions, and its positions' description: everything the operators check
+// before they read or write memory (rotate_with for a call, check_rotation for a fake one).
+struct RotationViews {
+  std::shared_ptr<const Rope> rope;
+  RotateArgs args;
+  bool has_q = false, has_positions = false;
+  IndexType type = IndexType::I64;
+  std::vector<std::int64_t> shape;  // the positions'
+  std::string for_what;
+  const Heads& first() const { return has_q ? args.q : args.k; }
+};
+
+RotationViews rotation_views_of(const rk_abi_rotate& c) {
+  RotationViews r;
+  const std::shared_ptr<PyRope> py_rope = lookup(c.rope);
+  r.rope = py_rope->rope(parse_angles(c.angles));
+  const bool has_q = c.q.ndim != RK_ABI_ABSENT, has_k = c.k.ndim != RK_ABI_ABSENT;
+  r.has_q = has_q;
+  Array q, k, q_out, k_out;
+  if (has_q) q = array_of(c.q, "q");
+  if (has_k) k = array_of(c.k, "k");
+  // The operators' rule (their outputs are one list of q's storage type): q and k in one storage type.
+  if (has_q && has_k && k.dtype != q.dtype) {
+    throw Error(fmt::format("k: dtype {} differs from q's {}: the operators take q and k in one storage type",
+                            to_string(k.dtype), to_string(q.dtype)));
+  }
+  const bool inplace = c.q_out.ndim == RK_ABI_ABSENT && c.k_out.ndim == RK_ABI_ABSENT;
+  if (!inplace) {
+    if (has_q) q_out = array_of(c.q_out, "q_out");
+    if (has_k) k_out = array_of(c.k_out, "k_out");
+  }
+  r.args = rotation_views(*r.rope, has_q ? &q : nullptr, has_k ? &k : nullptr, inplace ? nullptr : &q_out,
+                          inplace ? nullptr : &k_out, c.layout);
+  r.args.direction = parse_direction(c.direction);
+  r.args.threads = c.threads;
+  const rk_abi_tensor& p = c.positions;
+  r.has_positions = p.ndim != RK_ABI_ABSENT;
+  if (r.has_positions && p.dtype != RK_ABI_I32 && p.dtype != RK_ABI_I64)
+    throw Error(fmt::format("positions: storage code {} is not int32 or int64", p.dtype));
+  if (p.ndim < RK_ABI_ABSENT || p.ndim > 8) throw Error(fmt::format("positions: {} dimensions; at most 8", p.ndim));
+  r.type = p.dtype == RK_ABI_I32 ? IndexType::I32 : IndexType::I64;
+  r.shape.assign(p.shape, p.shape + std::max(0, p.ndim));
+  r.for_what = fmt::format("q/k (layout \"{}\")", c.layout);
+  return r;
+}
+
+// Device memory: the host reads none of it. The positions must give one position per token (a broadcast or None
+// would need a device copy: the caller's to make).
+Positions device_positions_of(const RotationViews& r, int axes) {
+  if (!r.has_positions) {
+    throw Error(fmt::format("positions: None; for CUDA tensors give one position per token ({} on the device)",
+                            r.first().batch > 1 ? "shape (batch, seq)" : "shape (seq,)"));
+  }
+  Positions positions = device_positions_shape(r.shape, r.first().batch, r.first().seq, axes, "positions", r.for_what);
+  positions.type = r.type;
+  return positions;
+}
+
 // The rotation the operators call: with the rope's own angles, or (table given) an imported table's.
 int rotate_with(const rk_abi_rotate* c, const std::shared_ptr<const Table>& table, char* error,
                 std::size_t error_size) noexcept {
   try {
-    const std::shared_ptr<PyRope> py_rope = lookup(c->rope);
-    const std::shared_ptr<const Rope> rope_held = py_rope->rope(parse_angles(c->angles));
-    const Rope& rope = *rope_held;
-    const bool has_q = c->q.ndim != RK_ABI_ABSENT, has_k = c->k.ndim != RK_ABI_ABSENT;
-    Array q, k, q_out, k_out;
-    if (has_q) q = array_of(c->q, "q");
-    if (has_k) k = array_of(c->k, "k");
-    const bool inplace = c->q_out.ndim == RK_ABI_ABSENT && c->k_out.ndim == RK_ABI_ABSENT;
-    if (!inplace) {
-      if (has_q) q_out = array_of(c->q_out, "q_out");
-      if (has_k) k_out = array_of(c->k_out, "k_out");
-    }
-    RotateArgs args = rotation_views(rope, has_q ? &q : nullptr, has_k ? &k : nullptr, inplace ? nullptr : &q_out,
-                                     inplace ? nullptr : &k_out, c->layout);
-    args.direction = parse_direction(c->direction);
-    args.threads = c->threads;
-    const Heads& first = has_q ? args.q : args.k;
+    RotationViews r = rotation_views_of(*c);
+    const Rope& rope = *r.rope;
+    RotateArgs& args = r.args;
     const rk_abi_tensor& p = c->positions;
-    const bool has_positions = p.ndim != RK_ABI_ABSENT;
-    if (has_positions && p.dtype != RK_ABI_I32 && p.dtype != RK_ABI_I64)
-      throw Error(fmt::format("positions: storage code {} is not int32 or int64", p.dtype));
-    if (p.ndim < RK_ABI_ABSENT || p.ndim > 8) throw Error(fmt::format("positions: {} dimensions; at most 8", p.ndim));
-    const IndexType type = p.dtype == RK_ABI_I32 ? IndexType::I32 : IndexType::I64;
-    const std::vector<std::int64_t> shape(p.shape, p.shape + std::max(0, p.ndim));
-    const std::string for_what = fmt::format("q/k (layout \"{}\")", c->layout);
     if (c->cuda_device >= 0) {
-      // Device memory: the host reads none of it. The positions' shape is checked on host zeros of the same shape,
-      // and must give one position per token (a broadcast or None would need a device copy: the caller's to make).
-      if (!has_positions) {
-        throw Error(fmt::format("positions: None; for CUDA tensors give one position per token ({} on the device)",
-                                first.batch > 1 ? "shape (batch, seq)" : "shape (seq,)"));
-      }
-      args.positions =
-          device_positions_shape(shape, first.batch, first.seq, rope.pair_map().num_axes, "positions", for_what);
+      args.positions = device_positions_of(r, rope.pair_map().num_axes);
       args.positions.data = p.data;
-      args.positions.type = type;
       const AngleMode mode = parse_angles(c->angles);
       const std::shared_ptr<const cuda::DeviceRope> gpu =
           table ? table_device_rope(table, rope, c->cuda_device) : device_rope(c->rope, mode, rope, c->cuda_device);
@@ -194,9 +223,9 @@ int rotate_with(const rk_abi_rotate* c, const std::shared_ptr<const Table>& tabl
     }
     // map_positions reads null data as None; positions with no elements describe no tokens, so any pointer will do.
     static constexpr std::int64_t no_positions = 0;
-    const void* data = !has_positions ? nullptr : p.data != nullptr ? p.data : &no_positions;
-    const PositionsBuffer positions =
-        map_positions(data, type, shape, first.batch, first.seq, rope.pair_map().num_axes, "positions", for_what);
+    const void* data = !r.has_positions ? nullptr : p.data != nullptr ? p.data : &no_positions;
+    const PositionsBuffer positions = map_positions(data, r.type, r.shape, r.first().batch, r.first().seq,
+                                                    rope.pair_map().num_axes, "positions", r.for_what);
     args.positions = positions.view;
     (table ? rope.prepare(args, table) : rope.prepare(args)).run();
     return 0;
@@ -207,6 +236,22 @@ int rotate_with(const rk_abi_rotate* c, const std::shared_ptr<const Table>& tabl
     std::snprintf(error, error_size, "%s", e.what());
     return 2;
   }
+}
+
+// A call of the operators on tensors without memory (their fakes under torch.compile: FakeTensor, meta): the checks
+// rotate_with makes, by the same functions, up to a prepared call that never runs. The positions' values are
+// unknown, so their shape is mapped over zeros; a position out of range is the real call's error.
+void check_rotation(const rk_abi_rotate& c) {
+  RotationViews r = rotation_views_of(c);
+  const int axes = r.rope->pair_map().num_axes;
+  if (c.cuda_device >= 0) device_positions_of(r, axes);
+  std::int64_t count = 1;
+  for (const std::int64_t n : r.shape) count *= n;
+  const std::vector<std::int64_t> zeros(static_cast<std::size_t>(std::max<std::int64_t>(count, 1)), 0);
+  const PositionsBuffer positions = map_positions(r.has_positions ? zeros.data() : nullptr, IndexType::I64, r.shape,
+                                                  r.first().batch, r.first().seq, axes, "positions", r.for_what);
+  r.args.positions = positions.view;
+  static_cast<void>(r.rope->prepare(r.args));
 }
 
 int rotate(const rk_abi_rotate* c, char* error, std::size_t error_size) noexcept {
@@ -223,28 +268,34 @@ constexpr rk_torch_abi abi{ROPEKIT_TORCH_ABI_VERSION, &rotate, &raise_error};
 
 // A torch tensor (or None: absent) as the ABI describes it, read through its Python attributes (the extension does
 // not link PyTorch).
-rk_abi_tensor describe_tensor(py::handle t, std::string_view name) {
+// Shape only (a fake tensor has no memory): the data pointer is a distinct, aligned address per operand, compared by
+// the checks and never dereferenced (check_rotation runs no kernel); null for a tensor without elements, as a real
+// one may have.
+rk_abi_tensor describe_tensor(py::handle t, std::string_view name, int fake_address = 0) {
   rk_abi_tensor d{};
   if (t.is_none()) {
     d.ndim = RK_ABI_ABSENT;
     return d;
   }
+  // By role: the ABI's storage and index codes are two numberings (C's rk_dtype and rk_index_type), so a tensor's
+  // code says its type only once its role is known.
   const std::string dtype = py::str(t.attr("dtype")).cast<std::string>();
-  if (dtype == "torch.float32") {
+  const bool index = name == "positions";
+  if (index && dtype == "torch.int32") {
+    d.dtype = RK_ABI_I32;
+  } else if (index && dtype == "torch.int64") {
+    d.dtype = RK_ABI_I64;
+  } else if (index) {
+    throw Error(fmt::format("{}: dtype {}: must be int32 or int64", name, dtype));
+  } else if (dtype == "torch.float32") {
     d.dtype = RK_ABI_F32;
   } else if (dtype == "torch.bfloat16") {
     d.dtype = RK_ABI_BF16;
   } else if (dtype == "torch.float16") {
     d.dtype = RK_ABI_F16;
-  } else if (dtype == "torch.int32") {
-    d.dtype = RK_ABI_I32;
-  } else if (dtype == "torch.int64") {
-    d.dtype = RK_ABI_I64;
   } else {
     throw Error(
-        fmt::format("{}: dtype {} is not supported (torch.float32, torch.float16, torch.bfloat16; positions "
-                    "int32 or int64)",
-                    name, dtype));
+        fmt::format("{}: dtype {} is not supported (torch.float32, torch.float16, torch.bfloat16)", name, dtype));
   }
   const auto shape = t.attr("shape").cast<std::vector<std::int64_t>>();
   const auto strides = t.attr("stride")().cast<std::vector<std::int64_t>>();
@@ -254,7 +305,12 @@ rk_abi_tensor describe_tensor(py::handle t, std::string_view name) {
     d.shape[i] = shape[i];
     d.strides[i] = strides[i];
   }
-  d.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
+  if (fake_address > 0) {
+    const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+    d.data = empty ? nullptr : reinterpret_cast<void*>(static_cast<std::uintptr_t>(fake_address) << 44);
+  } else {
+    d.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
+  }
   return d;
 }
 
@@ -382,6 +438,44 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       py::arg("device"), py::arg("stream"),
       "Waits for `stream` and raises ropekit.Error naming the first token whose position a CUDA rotation on `device` "
       "could not rotate since the last check.");
+  m.def(
+      "_torch_check_rotation",
+      [](py::handle q, py::handle k, py::handle positions, std::int64_t rope, const std::string& layout,
+         const std::string& direction, const std::string& angles, bool inplace) {
+        rk_abi_rotate c{};
+        c.rope = rope;
+        c.layout = layout.c_str();
+        c.direction = direction.c_str();
+        c.angles = angles.c_str();
+        c.q = describe_tensor(q, "q", 1);
+        c.k = describe_tensor(k, "k", 2);
+        c.positions = describe_tensor(positions, "positions", 3);
+        c.q_out.ndim = c.k_out.ndim = RK_ABI_ABSENT;
+        // Out of place: the outputs the operator allocates, contiguous tensors shaped as q and k.
+        const auto contiguous = [](rk_abi_tensor t, int fake_address) {
+          if (t.ndim == RK_ABI_ABSENT) return t;
+          std::int64_t stride = 1;
+          for (int i = t.ndim - 1; i >= 0; --i) {
+            t.strides[i] = stride;
+            stride *= t.shape[i];
+          }
+          if (t.data != nullptr) t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(fake_address) << 44);
+          return t;
+        };
+        if (!inplace) {
+          c.q_out = contiguous(c.q, 4);
+          c.k_out = contiguous(c.k, 5);
+        }
+        const py::object device = (q.is_none() ? k : q).attr("device");
+        c.cuda_device = device.attr("type").cast<std::string>() == "cuda"
+                            ? (device.attr("index").is_none() ? 0 : device.attr("index").cast<int>())
+                            : -1;
+        check_rotation(c);
+      },
+      py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("rope"), py::arg("layout"), py::arg("direction"),
+      py::arg("angles"), py::arg("inplace"),
+      "The checks of ropekit::rotate / rotate_ on tensors without memory (the operators' fakes): the real call's "
+      "checks by the same functions, up to a prepared call that never runs.");
   m.def("_cuda_built", [] { return cuda::built(); });
 }
 

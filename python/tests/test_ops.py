@@ -132,10 +132,9 @@ def test_bad_input_raises_from_the_fake_inside_a_compiled_graph(rope):
         torch.ops.ropekit.rotate(q, k, None, 12345, "bshd", "forward", "accurate")
 
 
-def test_each_class_of_bad_input_is_a_ropekit_error_eagerly(rope):
+def bad_rotations(rope, q, k):
     h = ops.handle(rope)
-    q, k = qk_tensors("bshd", torch.float32)
-    cases = [
+    return [
         ((q.double(), k, None, h, "bshd", "forward", "accurate"), "q: dtype"),
         ((q, k.half(), None, h, "bshd", "forward", "accurate"), "k: dtype"),
         ((q, k, torch.zeros(2, 5), h, "bshd", "forward", "accurate"), "positions: dtype"),
@@ -146,8 +145,35 @@ def test_each_class_of_bad_input_is_a_ropekit_error_eagerly(rope):
         ((q[..., :64], k, None, h, "bshd", "forward", "accurate"), "has head_dim 64"),
         ((q[0], k[0], None, h, "bshd", "forward", "accurate"), "dimensions"),
         ((q, k, None, -3, "bshd", "forward", "accurate"), "rope = -3"),
+        ((q, k, None, h, "nhd", "forward", "accurate"), 'layout = "nhd"'),
     ]
-    for args, match in cases:
+
+
+def test_the_fakes_refuse_what_the_kernels_refuse_in_the_same_words(rope):
+    """The operators' fakes run the real call's checks on shapes alone (python/src/torch_abi.cpp: check_rotation):
+    on FakeTensors every class of bad input raises ropekit.Error with the message the eager call raises, and good
+    input passes with the outputs' shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    q, k = qk_tensors("bshd", torch.float32)
+    for args, match in bad_rotations(rope, q, k):
+        for op in (torch.ops.ropekit.rotate, torch.ops.ropekit.rotate_):
+            with pytest.raises(ropekit.Error) as eager:
+                op(*args)
+            with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+                fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+                with pytest.raises(ropekit.Error, match=match) as faked:
+                    op(*fake)
+            assert str(faked.value) == str(eager.value), (match, op)
+    with FakeTensorMode() as mode:
+        out = torch.ops.ropekit.rotate(mode.from_tensor(q), mode.from_tensor(k), None, ops.handle(rope), "bshd",
+                                       "forward", "accurate")
+        assert [o.shape for o in out] == [q.shape, k.shape]
+
+
+def test_each_class_of_bad_input_is_a_ropekit_error_eagerly(rope):
+    h = ops.handle(rope)
+    q, k = qk_tensors("bshd", torch.float32)
+    for args, match in bad_rotations(rope, q, k):
         for op in (torch.ops.ropekit.rotate, torch.ops.ropekit.rotate_):
             with pytest.raises(ropekit.Error, match=match):
                 op(*args)

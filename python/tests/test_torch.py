@@ -81,6 +81,31 @@ def test_apply_rotary_differentiates_through_the_operator():
     assert torch.equal(q.grad, want) and torch.equal(k.grad, 2 * want)
 
 
+def test_rotary_function_has_the_operators_backward():
+    """RotaryFunction (PyTorch < 2.4's path) and ropekit::rotate's registration share one backward rule
+    (ropekit/_autograd.py): called directly here, its gradients equal the operator path's bit for bit, an unused
+    output's gradient included (zero)."""
+    from ropekit.torch import RotaryFunction
+    rope = ropekit.Rope(64, rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                         "original_max_position_embeddings": 4096})  # magnitude ≠ 1
+    pos = torch.tensor([[4, 5, 6]])
+    q0, k0 = torch.randn(1, 3, 2, 64), torch.randn(1, 3, 2, 64)
+    grads = {}
+    for name in ("function", "operator"):
+        q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+        if name == "function":
+            qo, ko = RotaryFunction.apply(rope, pos, "bshd", "accurate", q, k)
+        else:
+            qo, ko = apply_rotary(rope, q, k, pos)
+        (qo * torch.arange(64.0)).sum().backward()  # k's output unused: its gradient is zero
+        grads[name] = (q.grad, k.grad)
+    want = rope.apply(torch.arange(64.0).expand(1, 3, 2, 64).contiguous(), None, pos, direction="backward")
+    assert torch.equal(grads["function"][0], want)
+    assert torch.equal(grads["function"][0], grads["operator"][0])
+    assert torch.equal(grads["function"][1], torch.zeros_like(k0))
+    assert torch.equal(grads["operator"][1], torch.zeros_like(k0))
+
+
 def test_apply_refuses_tensors_that_require_grad():
     rope = ropekit.Rope(64)
     q = torch.randn(1, 2, 1, 64, requires_grad=True)
