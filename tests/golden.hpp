@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ropekit/config.hpp"
 
@@ -47,6 +48,16 @@ inline std::int64_t ulp_distance(float a, float b) {
     return i < 0 ? std::int64_t{INT32_MIN} - i : std::int64_t{i};
   };
   return std::llabs(key(a) - key(b));
+}
+
+// Position streams as the golden files store them ([[t...], [h...], [w...]]) flattened stream after stream, as
+// ropekit::Positions holds them.
+inline std::vector<std::int64_t> flat_streams(const nlohmann::json& streams) {
+  std::vector<std::int64_t> out;
+  for (const auto& s : streams) {
+    for (const auto& x : s) out.push_back(x.get<std::int64_t>());
+  }
+  return out;
 }
 
 }  // namespace golden
