@@ -17,6 +17,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     PagedKvCache,
     Rope,
     RopeSet,
+    RotateCall,
     Tokenizer,
     attention,
     cp_indices,
@@ -54,7 +55,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 )
 
 __all__ = [
-    "Error", "KvCache", "Model", "ModelPositions", "PagedKvCache", "Rope", "RopeSet", "needs_rerotation", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "Error", "KvCache", "Model", "ModelPositions", "PagedKvCache", "Rope", "RopeSet", "RotateCall", "needs_rerotation", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
     "linear_attention", "model_families", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",

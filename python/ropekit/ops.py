@@ -156,30 +156,19 @@ if not _CPP:
                 "str angles) -> ()")
 
 
-# Below this many elements a copy then the in-place kernel is cheaper than the binding allocating the outputs
-# (decode: 7.6 against 11.4 µs); above it the out-of-place kernel saves the copy's traffic (prefill fp32: 467 against
-# 760 µs). Both give the same bits (the kernel's contract does not depend on where it writes).
-_SMALL = 1 << 16
-
-
+# The CPU kernels through the extension's ABI path (python/src/torch_abi.cpp: rotate_with), the one the C++ operator
+# library calls: the same checks, words and bits as that registration, in one call from here.
 def _rotate_cpu(q, k, positions, rope, layout, direction, angles):
-    r = _check(q, k, positions, rope, layout, direction, angles)
-    pos = positions.detach() if positions is not None else None
-    if q.numel() < _SMALL:
-        out = [q.detach().clone(memory_format=torch.contiguous_format)]
-        if k is not None:
-            out.append(k.detach().clone(memory_format=torch.contiguous_format))
-        r.apply(out[0], out[1] if k is not None else None, pos, layout=layout, inplace=True, direction=direction,
-                angles=angles)
-        return out
-    out = r.apply(q.detach(), k.detach() if k is not None else None, pos, layout=layout, inplace=False,
-                  direction=direction, angles=angles)
-    return list(out) if k is not None else [out]
+    out = _outputs(q, k)
+    pos = positions.detach().contiguous() if positions is not None else None
+    _ropekit._rotate_torch(rope, q.detach(), k.detach() if k is not None else None, out[0],
+                           out[1] if k is not None else None, pos, layout, direction, angles)
+    return out
 
 
 def _rotate_inplace_cpu(q, k, positions, rope, layout, direction, angles):
-    r = _check(q, k, positions, rope, layout, direction, angles, inplace=True)
-    r.apply(q, k, positions, layout=layout, inplace=True, direction=direction, angles=angles)
+    pos = positions.contiguous() if positions is not None else None
+    _ropekit._rotate_torch(rope, q, k, None, None, pos, layout, direction, angles)
 
 
 if not _CPP:

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
 #include <variant>
 
 #include "arrays.hpp"
@@ -346,13 +347,79 @@ PyCosSinTable import_cache(const PyRope& self, py::handle cache_obj) {
 }
 
 // Rotates q and k (NumPy arrays or torch CPU tensors) in place or into new arrays.
+// ropekit.RotateCall: Rope.prepare's result, as C++'s RotateCall (ropekit/call.hpp): validated and resolved once,
+// then run() per step and set_positions() between steps. It holds what its views point into: the caller's arrays
+// (or the new output arrays), the positions it read, the Rope and the table.
+struct PyRotateCall {
+  std::shared_ptr<const Rope> rope;  // the plan the call's job points into
+  Array q, k, q_out, k_out;
+  bool has_q = false, has_k = false, inplace = true;
+  PositionsBuffer positions;
+  std::string for_what;
+  std::int64_t batch = 0, seq = 0;  // the tokens the positions map onto
+  std::optional<RotateCall> call;
+
+  py::object run() const {
+    {
+      py::gil_scoped_release release;
+      call->run();
+    }
+    py::object q_result = !has_q ? py::none() : inplace ? q.owner : q_out.owner;
+    py::object k_result = !has_k ? py::none() : inplace ? k.owner : k_out.owner;
+    if (!has_k) return q_result;
+    if (!has_q) return k_result;
+    return py::make_tuple(q_result, k_result);
+  }
+
+  // New positions for the same tokens, read as prepare read them (shape, broadcast, streams); checked as prepare
+  // checks them, the call unchanged on an error.
+  void set_positions(py::handle positions_obj) {
+    PositionsBuffer next = read_positions(positions_obj, batch, seq, rope->pair_map().num_axes, "positions", for_what);
+    call->set_positions(next.view);
+    positions = std::move(next);
+  }
+};
+
+PyRotateCall prepare_call(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
+                          std::string_view layout_text, bool inplace, std::string_view direction,
+                          std::string_view angles, std::string_view dtype, int threads, const PyCosSinTable* table) {
+  PyRotateCall c;
+  c.rope = self.rope(parse_angles(angles));
+  const Rope& rope = *c.rope;
+  c.has_q = !q_obj.is_none();
+  c.has_k = !k_obj.is_none();
+  c.inplace = inplace;
+  if (!c.has_q && !c.has_k) throw Error("apply: q and k are both None");
+  if (c.has_q) c.q = float_array(q_obj, "q", dtype);
+  if (c.has_k) c.k = float_array(k_obj, "k", dtype);
+  if (inplace) {
+    if (c.has_q && !c.q.writable)
+      throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+    if (c.has_k && !c.k.writable)
+      throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
+  } else {
+    if (c.has_q) c.q_out = empty_like(c.q, "q_out");
+    if (c.has_k) c.k_out = empty_like(c.k, "k_out");
+  }
+  RotateArgs args = rotation_views(rope, c.has_q ? &c.q : nullptr, c.has_k ? &c.k : nullptr,
+                                   inplace ? nullptr : &c.q_out, inplace ? nullptr : &c.k_out, layout_text);
+  args.direction = parse_direction(direction);
+  args.threads = threads;
+  const Heads& first = c.has_q ? args.q : args.k;
+  c.batch = first.batch;
+  c.seq = first.seq;
+  c.for_what = fmt::format("q/k (layout \"{}\")", layout_text);
+  c.positions =
+      read_positions(positions_obj, first.batch, first.seq, rope.pair_map().num_axes, "positions", c.for_what);
+  args.positions = c.positions.view;
+  c.call.emplace(table != nullptr ? rope.prepare(args, table->table) : rope.prepare(args));
+  return c;
+}
+
+// Rope.apply: prepare, then run (as C++'s Rope::apply is prepare(args).run()).
 py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
                  std::string_view layout_text, bool inplace, std::string_view direction, std::string_view angles,
                  std::string_view dtype, int threads, const PyCosSinTable* table) {
-  const std::shared_ptr<const Rope> rope_held = self.rope(parse_angles(angles));
-  const Rope& rope = *rope_held;
-  const bool has_q = !q_obj.is_none(), has_k = !k_obj.is_none();
-  if (!has_q && !has_k) throw Error("apply: q and k are both None");
   if (is_cuda_tensor(q_obj) || is_cuda_tensor(k_obj)) {
     // CUDA tensors: the same call through the torch operators' device path (ropekit::cuda::DeviceRope on the current
     // stream; with `table`, a device copy of it), with this function's semantics for positions and results
@@ -362,36 +429,21 @@ py::object apply(const PyRope& self, py::handle q_obj, py::handle k_obj, py::han
                        inplace, direction, angles, dtype,
                        table != nullptr ? py::cast(table, py::return_value_policy::reference) : py::none());
   }
-  Array q, k, q_out, k_out;
-  if (has_q) q = float_array(q_obj, "q", dtype);
-  if (has_k) k = float_array(k_obj, "k", dtype);
-  if (inplace) {
-    if (has_q && !q.writable)
-      throw Error("q: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
-    if (has_k && !k.writable)
-      throw Error("k: the array is read-only and inplace=True writes to it (pass inplace=False for new arrays)");
-  } else {
-    if (has_q) q_out = empty_like(q, "q_out");
-    if (has_k) k_out = empty_like(k, "k_out");
+  return prepare_call(self, q_obj, k_obj, positions_obj, layout_text, inplace, direction, angles, dtype, threads, table)
+      .run();
+}
+
+std::shared_ptr<PyRotateCall> prepare(const PyRope& self, py::handle q_obj, py::handle k_obj, py::handle positions_obj,
+                                      std::string_view layout_text, bool inplace, std::string_view direction,
+                                      std::string_view angles, std::string_view dtype, int threads,
+                                      const PyCosSinTable* table) {
+  if (is_cuda_tensor(q_obj) || is_cuda_tensor(k_obj)) {
+    throw Error(
+        "prepare: CUDA tensors are rotated by Rope.apply or the ropekit.ops operators (on the current stream); "
+        "a prepared call is for host memory");
   }
-  RotateArgs args = rotation_views(rope, has_q ? &q : nullptr, has_k ? &k : nullptr, inplace ? nullptr : &q_out,
-                                   inplace ? nullptr : &k_out, layout_text);
-  args.direction = parse_direction(direction);
-  args.threads = threads;
-  const Heads& first = has_q ? args.q : args.k;
-  const PositionsBuffer pos = read_positions(positions_obj, first.batch, first.seq, rope.pair_map().num_axes,
-                                             "positions", fmt::format("q/k (layout \"{}\")", layout_text));
-  args.positions = pos.view;
-  const RotateCall call = table != nullptr ? rope.prepare(args, table->table) : rope.prepare(args);
-  {
-    py::gil_scoped_release release;
-    call.run();
-  }
-  py::object q_result = !has_q ? py::none() : inplace ? q.owner : q_out.owner;
-  py::object k_result = !has_k ? py::none() : inplace ? k.owner : k_out.owner;
-  if (!has_k) return q_result;
-  if (!has_q) return k_result;
-  return py::make_tuple(q_result, k_result);
+  return std::make_shared<PyRotateCall>(
+      prepare_call(self, q_obj, k_obj, positions_obj, layout_text, inplace, direction, angles, dtype, threads, table));
 }
 
 // (cos, sin) at `positions` as float32 arrays, magnitude included.
@@ -580,6 +632,10 @@ PYBIND11_MODULE(_ropekit, m) {
   py::class_<PyCosSinTable>(
       m, "CosSinTable", "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
       .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });
+  py::class_<PyRotateCall, std::shared_ptr<PyRotateCall>>(
+      m, "RotateCall", "Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp)")
+      .def("run", &PyRotateCall::run)
+      .def("set_positions", &PyRotateCall::set_positions, py::arg("positions"));
   py::class_<PyRope, std::shared_ptr<PyRope>>(m, "Rope")
       .def(py::init(&rope_from_keywords), py::arg("head_dim"), py::kw_only(), py::arg("rotary_dim") = py::none(),
            py::arg("base") = 10000.0, py::arg("pairing") = "half", py::arg("rope_scaling") = py::none(),
@@ -651,6 +707,12 @@ PYBIND11_MODULE(_ropekit, m) {
            py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
            py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
            py::arg("table") = static_cast<const PyCosSinTable*>(nullptr))
+      .def("prepare", &prepare, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(),
+           py::kw_only(), py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
+           py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
+           py::arg("table") = static_cast<const PyCosSinTable*>(nullptr),
+           "apply()'s call validated and resolved once (ropekit/call.hpp's RotateCall): run() rotates (and returns "
+           "what apply returns), set_positions(positions) moves it to new positions of the same tokens")
       .def("verify", &verify_checks)
       .def(
           "decay_bound",

@@ -375,20 +375,24 @@ void bind_torch_abi(py::module_& m, py::handle error) {
       "_torch_abi", [] { return reinterpret_cast<std::uintptr_t>(&abi); },
       "The address of the rk_torch_abi table (python/src/torch_abi.h) the operator library binds to.");
   m.attr("_TORCH_ABI_VERSION") = ROPEKIT_TORCH_ABI_VERSION;
-  // The CUDA kernel of ropekit::rotate / rotate_ (registered from ropekit.ops for the CUDA dispatch key): every
-  // tensor in the memory of `device`, the rotation launched asynchronously on `stream` (torch's current stream).
-  m.def(
-      "_rotate_cuda",
-      [](std::int64_t rope, py::handle q, py::handle k, py::handle q_out, py::handle k_out, py::handle positions,
-         const std::string& layout, const std::string& direction, const std::string& angles, int device,
-         std::uintptr_t stream) {
-        run_device_rotation({rope, layout.c_str(), direction.c_str(), angles.c_str(), describe_tensor(q, "q"),
-                             describe_tensor(k, "k"), describe_tensor(q_out, "q_out"), describe_tensor(k_out, "k_out"),
-                             describe_tensor(positions, "positions"), device, stream},
-                            nullptr);
-      },
-      py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
-      py::arg("layout"), py::arg("direction"), py::arg("angles"), py::arg("device"), py::arg("stream"));
+  // The kernel of ropekit::rotate / rotate_ as the Python registration calls it (ropekit.ops): the C++ operator
+  // library's call through the same ABI path (rotate_with), so both registrations and the fakes check with the same
+  // functions and words. device -1: host tensors (stream unused); else every tensor in the memory of `device`, the
+  // rotation launched asynchronously on `stream` (torch's current stream).
+  const auto rotate_tensors = [](std::int64_t rope, py::handle q, py::handle k, py::handle q_out, py::handle k_out,
+                                 py::handle positions, const std::string& layout, const std::string& direction,
+                                 const std::string& angles, int device, std::uintptr_t stream) {
+    run_device_rotation({rope, layout.c_str(), direction.c_str(), angles.c_str(), describe_tensor(q, "q"),
+                         describe_tensor(k, "k"), describe_tensor(q_out, "q_out"), describe_tensor(k_out, "k_out"),
+                         describe_tensor(positions, "positions"), device, stream},
+                        nullptr);
+  };
+  m.def("_rotate_torch", rotate_tensors, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"),
+        py::arg("k_out"), py::arg("positions"), py::arg("layout"), py::arg("direction"), py::arg("angles"),
+        py::arg("device") = -1, py::arg("stream") = 0);
+  m.def("_rotate_cuda", rotate_tensors, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"),
+        py::arg("positions"), py::arg("layout"), py::arg("direction"), py::arg("angles"), py::arg("device"),
+        py::arg("stream"));
   // The CUDA kernel of ropekit::rotate_with_cache_ (registered from ropekit.ops): rotate_ with the angles of exactly
   // `table` (the engine's cache, imported once per tensor version by ropekit.ops), uploaded once per device.
   m.def(

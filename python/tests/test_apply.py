@@ -121,6 +121,38 @@ def test_positions_shapes_broadcast_over_the_batch():
                        rope.apply(q, None, np.arange(6), inplace=False))
 
 
+def test_a_prepared_call_runs_per_step_as_apply_does():
+    """Rope.prepare (C++'s prepare / RotateCall::run / set_positions): validated once, then each step's run() gives
+    apply()'s bits at that step's positions; bad new positions are an error that leaves the call as it was."""
+    rope = ROPES["yarn_interleaved_partial"]()
+    rng = np.random.default_rng(5)
+    q = make("bshd", 2, 1, 4, 96, rng).numpy()
+    k = make("bshd", 2, 1, 2, 96, rng).numpy()
+    step = rope.prepare(q, k, np.array([[7], [3]]), inplace=False)
+    assert isinstance(step, ropekit.RotateCall)
+    for pos in ([[7], [3]], [[8], [4]], [[70000], [0]]):
+        pos = np.array(pos)
+        step.set_positions(pos)
+        got_q, got_k = step.run()
+        want_q, want_k = rope.apply(q, k, pos, inplace=False)
+        assert np.array_equal(got_q, want_q) and np.array_equal(got_k, want_k)
+    with pytest.raises(ropekit.Error, match="positions: shape"):
+        step.set_positions(np.array([1, 2, 3]))
+    with pytest.raises(ropekit.Error, match="-1"):
+        step.set_positions(np.array([[-1], [0]]))
+    got_q, _ = step.run()  # still at the last good positions
+    assert np.array_equal(got_q, rope.apply(q, k, np.array([[70000], [0]]), inplace=False)[0])
+    # In place: every run rotates the caller's arrays again.
+    x, y = q.copy(), q.copy()
+    inplace = rope.prepare(x, None, np.array([[1], [9]]))
+    for _ in range(2):
+        inplace.run()
+        rope.apply(y, None, np.array([[1], [9]]))
+        assert np.array_equal(x, y)
+    with pytest.raises(ropekit.Error, match="both None"):
+        rope.prepare(None, None)
+
+
 def test_in_place_rotates_the_callers_memory_without_copies():
     rope = ROPES["llama3_half"]()
     rng = np.random.default_rng(1)
