@@ -455,4 +455,10 @@ py::array_t<std::int64_t> int64_array(std::vector<std::int64_t> values, std::vec
   return a;
 }
 
+std::vector<std::int64_t> out_shape(const Array& q, std::int64_t v_head_dim) {
+  std::vector<std::int64_t> shape(q.shape.begin(), q.shape.begin() + q.ndim);
+  shape.back() = v_head_dim;
+  return shape;
+}
+
 }  // namespace ropekit::python

@@ -56,6 +56,8 @@ bool is_cuda_tensor(py::handle object);
 Array empty_like(const Array& like, std::string_view name);
 // A new float32 C-contiguous array of `shape` in the framework of `like`.
 Array empty_f32(const Array& like, const std::vector<std::int64_t>& shape, std::string_view name);
+// The shape of an attention output: q's layout with v_head_dim lanes.
+std::vector<std::int64_t> out_shape(const Array& q, std::int64_t v_head_dim);
 
 enum class Layout { BSHD, BHSD, THD };
 Layout parse_layout(std::string_view text);

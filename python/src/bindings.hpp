@@ -21,8 +21,10 @@ class PyRope;
 
 // RopeSet: immutable Ropes per current length, shared (rope_set.cpp).
 void bind_rope_set(pybind11::module_& m);
-// KvCache, PagedKvCache, attention, linear_attention (consumers.cpp).
+// attention, linear_attention (consumers.cpp).
 void bind_consumers(pybind11::module_& m);
+// KvCache, PagedKvCache (kv_caches.cpp).
+void bind_kv_caches(pybind11::module_& m);
 // Model, Tokenizer, eval and eval_methods: the model runner and the lab (model.cpp).
 void bind_model(pybind11::module_& m);
 

@@ -1,6 +1,7 @@
 // python/src/module.cpp — the `ropekit._ropekit` extension: Rope (construction from a config, preset,
 // GGUF or keywords; plan, cos/sin, zero-copy apply), the per-layer model plan, analysis. The
-// consumers (KV caches, attention) are bound in consumers.cpp, the model runner and the lab in model.cpp.
+// consumers are bound in kv_caches.cpp (KV caches) and consumers.cpp (attention), the model runner and the lab in
+// model.cpp.
 //
 // Every ropekit::Error becomes ropekit.Error (a ValueError) carrying the C++ message. The GIL is
 // released while a kernel runs.
@@ -818,6 +819,7 @@ PYBIND11_MODULE(_ropekit, m) {
 
   bind_rope_set(m);
   bind_consumers(m);
+  bind_kv_caches(m);
   bind_model(m);
   bind_positions(m);
   bind_torch_abi(m, error);

@@ -1,0 +1,341 @@
+// python/src/kv_caches.cpp — ropekit.KvCache and ropekit.PagedKvCache: the KV caches from Python (append, K-shift,
+// erase, re-rotation, attention against them). Arrays in, new float32 arrays out.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <limits>
+#include <map>
+
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "rope_object.hpp"
+#include "ropekit/ropekit.hpp"
+
+namespace ropekit::python {
+namespace {
+
+DType parse_dtype(std::string_view text) {
+  if (text == "float32" || text == "f32") return DType::F32;
+  if (text == "bfloat16" || text == "bf16") return DType::BF16;
+  if (text == "float16" || text == "f16") return DType::F16;
+  throw Error(fmt::format("dtype = \"{}\": must be \"float32\", \"bfloat16\" or \"float16\"", text));
+}
+
+// An array's values widened to float32, as a new NumPy array of `shape` (the view's elements in
+// token-major order).
+py::array_t<float> widened(const Heads& h, int head_dim) {
+  py::array_t<float> out(std::vector<py::ssize_t>{h.seq, h.heads, head_dim});
+  float* o = out.mutable_data();
+  for (std::int64_t s = 0; s < h.seq; ++s) {
+    for (std::int64_t head = 0; head < h.heads; ++head) {
+      const void* row = h.row(0, s, head);
+      for (int i = 0; i < head_dim; ++i) {
+        float v = 0;
+        switch (h.dtype) {
+          case DType::F32: v = static_cast<const float*>(row)[i]; break;
+          case DType::BF16: v = bf16_to_float(static_cast<const std::uint16_t*>(row)[i]); break;
+          case DType::F16: v = f16_to_float(static_cast<const std::uint16_t*>(row)[i]); break;
+        }
+        *o++ = v;
+      }
+    }
+  }
+  return out;
+}
+
+struct PyKvCache {
+  std::unique_ptr<KvCache> cache;
+  int head_dim = 0, v_head_dim = 0;
+};
+
+PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_heads, std::string_view dtype,
+                     int v_head_dim, std::string_view angles) {
+  const int head_dim = rope.spec().head_dim;
+  return {std::make_unique<KvCache>(
+              *rope.rope(parse_angles(angles)),
+              KvCacheShape{
+                  .capacity = capacity, .kv_heads = kv_heads, .v_head_dim = v_head_dim, .dtype = parse_dtype(dtype)}),
+          head_dim, v_head_dim > 0 ? v_head_dim : head_dim};
+}
+
+void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::handle v_obj, py::handle positions,
+                  std::string_view layout_text, std::string_view angles, const PyCosSinTable* table) {
+  const Layout layout = parse_layout(layout_text);
+  const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
+  const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
+  const Heads kv = heads_view(k, layout, rope.spec().head_dim, "k"), vv = heads_view(v, layout, 0, "v");
+  if (kv.batch != 1) throw Error(fmt::format("k: batch = {}; a KvCache holds one sequence (batch 1)", kv.batch));
+  PositionsBuffer pos;
+  if (positions.is_none()) {  // after the cached tokens
+    const std::int64_t start = self.cache->size() == 0 ? 0 : self.cache->position(self.cache->size() - 1) + 1;
+    pos.owned.resize(static_cast<std::size_t>(kv.seq));
+    for (std::int64_t i = 0; i < kv.seq; ++i) pos.owned[static_cast<std::size_t>(i)] = start + i;
+    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
+  } else {
+    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  }
+  py::gil_scoped_release release;
+  self.cache->append(rope, kv, vv, pos.view, table_of(table));
+}
+
+py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
+                           std::string_view layout_text, bool causal, std::int64_t window,
+                           std::optional<double> softmax_scale, std::string_view angles, const PyCosSinTable* table) {
+  const Layout layout = parse_layout(layout_text);
+  const std::shared_ptr<const Rope> rope_held = py_rope.rope(parse_angles(angles));
+  const Rope& rope = *rope_held;
+  const Array q = float_array(q_obj, "q", "");
+  const Heads qv = heads_view(q, layout, rope.spec().head_dim, "q");
+  const std::int64_t v_head_dim = self.v_head_dim;
+  const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
+  const Heads ov = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
+  const PositionsBuffer pos = read_positions(positions, qv.batch, qv.seq, 1, "positions", "q");
+  AttentionOptions options;
+  options.causal = causal;
+  options.window = window;
+  options.softmax_scale = softmax_scale;
+  options.table = table_of(table);
+  {
+    py::gil_scoped_release release;
+    attention(rope, qv, pos.view, *self.cache, ov, options);
+  }
+  return out.owner;
+}
+
+// Many sequences in one paged cache (ropekit/paged_kv_cache.hpp), tokens in "thd" layout: [tokens,
+// heads, lanes], each token's sequence in seq_ids.
+struct PyPagedKvCache {
+  std::unique_ptr<PagedKvCache> cache;
+};
+
+CacheDType parse_cache_dtype(std::string_view text) {
+  if (text == "float32" || text == "f32") return CacheDType::F32;
+  if (text == "bfloat16" || text == "bf16") return CacheDType::BF16;
+  if (text == "float16" || text == "f16") return CacheDType::F16;
+  if (text == "fp8_e4m3" || text == "float8_e4m3fn") return CacheDType::F8E4M3;
+  throw Error(fmt::format("dtype = \"{}\": must be \"float32\", \"bfloat16\", \"float16\" or \"fp8_e4m3\"", text));
+}
+
+PageLayout parse_page_layout(std::string_view text) {
+  if (text == "nhd" || text == "NHD") return PageLayout::NHD;
+  if (text == "hnd" || text == "HND") return PageLayout::HND;
+  throw Error(fmt::format("layout = \"{}\": must be \"nhd\" or \"hnd\"", text));
+}
+
+// seq_ids as int32, one per token.
+std::vector<std::int32_t> read_seq_ids(py::handle seq_ids, std::int64_t tokens) {
+  const py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> a =
+      py::module_::import("numpy").attr("asarray")(seq_ids, "int64").attr("reshape")(-1);
+  if (a.size() != tokens) {
+    throw Error(fmt::format("seq_ids has {} values: one per token, {}", a.size(), tokens));
+  }
+  std::vector<std::int32_t> out(static_cast<std::size_t>(tokens));
+  for (std::int64_t i = 0; i < tokens; ++i) {
+    const std::int64_t v = a.data()[i];
+    if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) {
+      throw Error(fmt::format("seq_ids[{}] = {}: not a sequence id", i, v));
+    }
+    out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(v);
+  }
+  return out;
+}
+
+PyPagedKvCache make_paged_cache(const PyRope& rope, std::int64_t num_pages, std::int64_t page_size,
+                                std::int64_t kv_heads, int max_sequences, std::string_view dtype,
+                                std::string_view layout, float k_scale, float v_scale, int v_head_dim,
+                                std::string_view angles) {
+  return {std::make_unique<PagedKvCache>(*rope.rope(parse_angles(angles)),
+                                         PagedKvCacheShape{.num_pages = num_pages,
+                                                           .page_size = page_size,
+                                                           .kv_heads = kv_heads,
+                                                           .v_head_dim = v_head_dim,
+                                                           .dtype = parse_cache_dtype(dtype),
+                                                           .layout = parse_page_layout(layout),
+                                                           .k_scale = k_scale,
+                                                           .v_scale = v_scale,
+                                                           .max_sequences = max_sequences})};
+}
+
+void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_ids, py::handle k_obj, py::handle v_obj,
+                  py::handle positions, std::string_view angles, const PyCosSinTable* table) {
+  const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
+  const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
+  const Heads kv = heads_view(k, Layout::THD, rope->spec().head_dim, "k"), vv = heads_view(v, Layout::THD, 0, "v");
+  const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, kv.seq);
+  PositionsBuffer pos;
+  if (positions.is_none()) {  // each token after its sequence's last cached one
+    std::map<std::int32_t, std::int64_t> next;
+    pos.owned.resize(seq_of.size());
+    for (std::size_t t = 0; t < seq_of.size(); ++t) {
+      auto it = next.find(seq_of[t]);
+      if (it == next.end()) {
+        const std::span<const std::int64_t> cached = self.cache->positions(seq_of[t]);
+        it = next.emplace(seq_of[t], cached.empty() ? 0 : cached.back() + 1).first;
+      }
+      pos.owned[t] = it->second++;
+    }
+    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
+  } else {
+    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  }
+  py::gil_scoped_release release;
+  self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos.view}, table_of(table));
+}
+
+py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
+                           py::handle seq_ids, bool causal, std::int64_t window, std::optional<double> softmax_scale,
+                           std::string_view angles, const PyCosSinTable* table) {
+  const std::shared_ptr<const Rope> rope = py_rope.rope(parse_angles(angles));
+  const Array q = float_array(q_obj, "q", "");
+  const Heads qv = heads_view(q, Layout::THD, rope->spec().head_dim, "q");
+  const std::int64_t v_head_dim = self.cache->shape().v_head_dim;
+  const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
+  const Heads ov = heads_view(out, Layout::THD, static_cast<int>(v_head_dim), "out");
+  const PositionsBuffer pos = read_positions(positions, 1, qv.seq, 1, "positions", "q");
+  const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, qv.seq);
+  AttentionOptions options;
+  options.causal = causal;
+  options.window = window;
+  options.softmax_scale = softmax_scale;
+  options.table = table_of(table);
+  {
+    py::gil_scoped_release release;
+    attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options);
+  }
+  return out.owner;
+}
+
+}  // namespace
+
+void bind_kv_caches(py::module_& m) {
+  const auto* const kNoTable = static_cast<const PyCosSinTable*>(nullptr);  // table=None: the Rope's angles
+  py::class_<PyKvCache>(m, "KvCache")
+      .def(py::init(&make_cache), py::arg("rope"), py::arg("capacity"), py::arg("kv_heads"), py::kw_only(),
+           py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate")
+      .def("append", &cache_append, py::arg("rope"), py::arg("k"), py::arg("v"), py::arg("positions") = py::none(),
+           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+      .def("attention", &cache_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::kw_only(),
+           py::arg("layout") = "thd", py::arg("causal") = true, py::arg("window") = 0,
+           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+      .def(
+          "shift",
+          [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) {
+            c.cache->shift(first, last, delta);
+          },
+          py::arg("first"), py::arg("last"), py::arg("delta"))
+      .def(
+          "erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
+          py::arg("first"), py::arg("last"))
+      .def("clear", [](PyKvCache& c) { c.cache->clear(); })
+      .def(
+          "rerotate",
+          [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
+            const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
+            py::gil_scoped_release release;
+            return c.cache->rerotate(*held);
+          },
+          py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
+      .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })
+      .def("__len__", [](const PyKvCache& c) { return c.cache->size(); })
+      .def("keys", [](const PyKvCache& c) { return widened(c.cache->keys(), c.head_dim); })
+      .def("values", [](const PyKvCache& c) { return widened(c.cache->values(), c.v_head_dim); })
+      .def("positions", [](const PyKvCache& c) {
+        std::vector<std::int64_t> p(static_cast<std::size_t>(c.cache->size()));
+        for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
+        return py::array_t<std::int64_t>(p.size(), p.data());
+      });
+
+  py::class_<PyPagedKvCache>(m, "PagedKvCache")
+      .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"),
+           py::arg("kv_heads"), py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32",
+           py::arg("layout") = "nhd", py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
+           py::arg("angles") = "accurate")
+      .def("append", &paged_append, py::arg("rope"), py::arg("seq_ids"), py::arg("k"), py::arg("v"),
+           py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate",
+           py::arg("table") = kNoTable)
+      .def("attention", &paged_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::arg("seq_ids"),
+           py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
+           py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+      .def(
+          "erase", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->erase(seq, p0, p1); },
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "shift",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+            c.cache->shift(seq, p0, p1, delta);
+          },
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+      // llama.cpp's names, kept for one version (docs/conventions.md): a DeprecationWarning, then the operation.
+      .def(
+          "seq_rm",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_rm is renamed erase", 1) != 0) {
+              throw py::error_already_set();
+            }
+            c.cache->erase(seq, p0, p1);
+          },
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "seq_add",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
+            if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_add is renamed shift", 1) != 0) {
+              throw py::error_already_set();
+            }
+            c.cache->shift(seq, p0, p1, delta);
+          },
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+      .def(
+          "seq_cp",
+          [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
+            c.cache->seq_cp(src, dst, p0, p1);
+          },
+          py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
+      .def(
+          "seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"))
+      .def(
+          "rerotate",
+          [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
+            const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
+            py::gil_scoped_release release;
+            return c.cache->rerotate(seq, *held);
+          },
+          py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+      .def(
+          "length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"))
+      .def(
+          "positions",
+          [](const PyPagedKvCache& c, int seq) {
+            const std::span<const std::int64_t> p = c.cache->positions(seq);
+            return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
+          },
+          py::arg("seq"))
+      .def(
+          "pages",
+          [](const PyPagedKvCache& c, int seq) {
+            const std::span<const std::int32_t> p = c.cache->pages(seq);
+            return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
+          },
+          py::arg("seq"))
+      .def_property_readonly("free_pages", [](const PyPagedKvCache& c) { return c.cache->free_pages(); })
+      .def(
+          "page_table",
+          [](const PyPagedKvCache& c, const std::vector<std::int32_t>& seqs) {
+            std::vector<std::int32_t> indices, indptr, last;
+            c.cache->page_table(seqs, indices, indptr, last);
+            const auto array = [](const std::vector<std::int32_t>& v) {
+              return py::array_t<std::int32_t>(static_cast<py::ssize_t>(v.size()), v.data());
+            };
+            return py::make_tuple(array(indices), array(indptr), array(last));
+          },
+          py::arg("seqs"));
+}
+
+}  // namespace ropekit::python
