@@ -71,7 +71,7 @@ class Rope {
   void apply_on_the_fly(const RotateArgs& args) const;
   // The table as prepare() takes it (one spelling of the table argument: docs/conventions.md); apply() reads it
   // during the call and keeps no reference.
-  void apply(const RotateArgs& args, std::shared_ptr<const Table> table) const;
+  void apply(const RotateArgs& args, const std::shared_ptr<const Table>& table) const;
   [[deprecated("pass the table as prepare() takes it: apply(args, std::shared_ptr<const Table>)")]] void apply(
       const RotateArgs& args, const Table& table) const;
 

@@ -228,7 +228,7 @@ void Rope::apply_on_the_fly(const RotateArgs& args) const {
   detail::prepare(*this, args, {.on_the_fly = true, .keep_plan = false}).run();
 }
 
-void Rope::apply(const RotateArgs& args, std::shared_ptr<const Table> table) const {
+void Rope::apply(const RotateArgs& args, const std::shared_ptr<const Table>& table) const {
   if (!table) throw Error("table is null");
   detail::prepare(*this, args, {.borrowed_table = table.get(), .keep_plan = false}).run();
 }
