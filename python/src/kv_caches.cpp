@@ -49,6 +49,12 @@ py::array_t<float> widened(const Heads& h, int head_dim) {
   return out;
 }
 
+// A cache attention's options from its Python keywords (KvCache.attention, PagedKvCache.attention).
+AttentionOptions attention_options(bool causal, std::int64_t window, std::optional<double> softmax_scale,
+                                   const PyCosSinTable* table) {
+  return {.causal = causal, .window = window, .softmax_scale = softmax_scale, .table = table_of(table)};
+}
+
 struct PyKvCache {
   std::unique_ptr<KvCache> cache;
   int head_dim = 0, v_head_dim = 0;
@@ -97,11 +103,7 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
   const Array out = empty_f32(q, out_shape(q, v_head_dim), "out");
   const Heads ov = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
   const PositionsBuffer pos = read_positions(positions, qv.batch, qv.seq, 1, "positions", "q");
-  AttentionOptions options;
-  options.causal = causal;
-  options.window = window;
-  options.softmax_scale = softmax_scale;
-  options.table = table_of(table);
+  const AttentionOptions options = attention_options(causal, window, softmax_scale, table);
   {
     py::gil_scoped_release release;
     attention(rope, qv, pos.view, *self.cache, ov, options);
@@ -200,11 +202,7 @@ py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py
   const Heads ov = heads_view(out, Layout::THD, static_cast<int>(v_head_dim), "out");
   const PositionsBuffer pos = read_positions(positions, 1, qv.seq, 1, "positions", "q");
   const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, qv.seq);
-  AttentionOptions options;
-  options.causal = causal;
-  options.window = window;
-  options.softmax_scale = softmax_scale;
-  options.table = table_of(table);
+  const AttentionOptions options = attention_options(causal, window, softmax_scale, table);
   {
     py::gil_scoped_release release;
     attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options);

@@ -273,30 +273,18 @@ class PyModelPositions {
 // One Rope when the model has one RoPE plan (or `layer_type` / `layer` picks one). A model with several RoPE layer
 // types and no pick gave a dict of Ropes keyed by layer type: kept for one version with a DeprecationWarning
 // (one return type: ModelPositions.ropes() is the dict).
-py::object ropes_of(const ModelPositions& m, const std::optional<std::string>& layer_type, std::optional<int> layer) {
+py::object ropes_of(ModelPositions m, const std::optional<std::string>& layer_type, std::optional<int> layer) {
   if (layer_type && layer) throw Error("give layer_type or layer, not both");
-  const LayerPositions* pick = nullptr;
-  if (layer) pick = &m.at_layer(*layer);
-  if (layer_type) pick = &m.layer(*layer_type);
-  if (pick) {
-    if (pick->encoding != PositionEncoding::Rope) {
-      throw Error(fmt::format("{}: layer{} {} has no RoPE (encoding {})", m.source, layer ? "" : " type",
-                              layer ? std::to_string(*layer) : pick->layer_type, encoding_name(pick->encoding)));
-    }
-    return py::cast(rope_of_group(m, *pick));
-  }
-  const auto groups = m.rope_groups();
-  if (groups.empty()) throw Error(fmt::format("{}: no layer of this model uses RoPE", m.source));
-  if (groups.size() == 1) return py::cast(rope_of_group(m, *groups.front()));
+  PyModelPositions model(std::move(m));
+  if (layer) return py::cast(model.at_layer(*layer));
+  if (layer_type || model.get().rope_groups().size() <= 1) return py::cast(model.layer(layer_type));
   if (PyErr_WarnEx(PyExc_DeprecationWarning,
                    "Rope.from_config/from_preset/from_gguf of a model with several RoPE layer types returns a dict "
                    "and is deprecated: pass layer_type=, or take ropekit.ModelPositions.from_config(...).ropes()",
                    1) != 0) {
     throw py::error_already_set();
   }
-  py::dict out;
-  for (const LayerPositions* g : groups) out[py::str(g->layer_type)] = rope_of_group(m, *g);
-  return out;
+  return model.ropes();
 }
 
 std::shared_ptr<PyRope> rope_from_keywords(int head_dim, std::optional<int> rotary_dim, double base,

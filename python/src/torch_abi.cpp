@@ -268,6 +268,10 @@ constexpr rk_torch_abi abi{ROPEKIT_TORCH_ABI_VERSION, &rotate, &raise_error};
 
 // A torch tensor (or None: absent) as the ABI describes it, read through its Python attributes (the extension does
 // not link PyTorch).
+// Operand `index`'s stand-in address for a tensor without memory: aligned, and 2^44 bytes from the next one's, so no
+// two operands' views overlap.
+void* stand_in_address(int index) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(index) << 44); }
+
 // Shape only (a fake tensor has no memory): the data pointer is a distinct, aligned address per operand, compared by
 // the checks and never dereferenced (check_rotation runs no kernel); null for a tensor without elements, as a real
 // one may have.
@@ -307,7 +311,7 @@ rk_abi_tensor describe_tensor(py::handle t, std::string_view name, int fake_addr
   }
   if (fake_address > 0) {
     const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
-    d.data = empty ? nullptr : reinterpret_cast<void*>(static_cast<std::uintptr_t>(fake_address) << 44);
+    d.data = empty ? nullptr : stand_in_address(fake_address);
   } else {
     d.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
   }
@@ -463,7 +467,7 @@ void bind_torch_abi(py::module_& m, py::handle error) {
             t.strides[i] = stride;
             stride *= t.shape[i];
           }
-          if (t.data != nullptr) t.data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(fake_address) << 44);
+          if (t.data != nullptr) t.data = stand_in_address(fake_address);
           return t;
         };
         if (!inplace) {
