@@ -63,6 +63,29 @@ struct EvalMethod {
 std::vector<EvalMethod> parse_methods(std::string_view list);
 std::vector<EvalMethod> builtin_methods();
 
+// What a method does at scale s over the trained length L0, before it meets a model: how the lab reads a window with
+// it and what it changes. The C++ lab resolves it against a LlamaModel (spec_with_scaling), the Python lab
+// (ropekit.lab) against a Hugging Face config: one definition of every method for both.
+struct MethodReading {
+  enum class Kind {
+    Batched,       // one forward over the window
+    Dynamic,       // dyn_ntk: past L0, each token with the plan of the length read so far, the cache re-rotated
+    DynamicStale,  // dyn_ntk_stale: the same, cached keys keeping the plan of their append
+    Restart,       // restart: each story (from a BOS) read on its own from position 0
+  };
+  Kind kind = Kind::Batched;
+  // The rope_scaling (or rope_parameters) fragment the method installs, as JSON with s substituted; empty: the
+  // model's own RoPE. A NAME=JSON fragment whose plan depends on the length (dynamic, longrope) reads as Dynamic:
+  // the caller decides that once the fragment has met the model's config (depends_on_length of its spec).
+  std::string rope_scaling;
+  std::int64_t window = 0;  // > 0: a sliding window of that many keys (swa: L0)
+  PositionRegimes regimes;
+  std::int64_t logn_length = 0;  // > 0: log-n query scaling with that L
+};
+// Errors: as parse_methods for names and parameters; parameter values out of range (validate_regimes, under the
+// method's spellings); invalid JSON in a fragment.
+MethodReading describe_method(const EvalMethod& method, double s, std::int64_t l0);
+
 struct EvalOptions {
   std::optional<std::int64_t> window_size;  // absent: 8·L0
   std::optional<std::int64_t> windows;      // absent: as many as fit
@@ -137,6 +160,10 @@ struct EvalResult {
 // `options` with every absent length filled in from the trained length L0 (options.trained_length, else
 // `model_seq_len`): the protocol's defaults as multiples of L0 (the file comment). Errors: L0 < 2.
 EvalOptions effective_options(const EvalOptions& options, std::int64_t model_seq_len);
+
+// The checks evaluate() makes of `options` after effective_options: a length < 2 or larger than window_size, buckets
+// not strictly increasing from 0, no method.
+void check_protocol(const EvalOptions& options);
 
 // The window starts the protocol takes from `tokens`. Errors: window_size < 2, no window fits, fewer
 // than `windows` fit.

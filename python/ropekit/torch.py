@@ -14,6 +14,8 @@ the forward rotation, magnitude included), so gradients of q and k are exact to 
 """
 from __future__ import annotations
 
+import copy
+import json
 import os
 from typing import Optional, Sequence, Union
 
@@ -280,6 +282,8 @@ class _PatchedRotary(torch.nn.Module):
         self.passthrough = tuple(passthrough)
         if self.passthrough:
             self.original = original
+        # The module replaced, for patching again (not a submodule: its buffers are not the model's any more).
+        object.__setattr__(self, "replaced", original)
         # What HF code may read off the module it replaced.
         for attr in ("rope_type", "max_seq_len_cached", "original_max_seq_len", "config", "layer_types",
                      "mrope_section"):
@@ -361,7 +365,7 @@ def _difference(got, want) -> float:
 
 
 def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: Sequence[str], unread: Sequence[str],
-                  angles: str):
+                  angles: str) -> "_Match":
     """Which of ropekit's RoPEs a model's rotary module computes, for each layer type it serves, and its output's lane
     layout: the module and ropekit's plan are run side by side on a short probe (positions below every length switch,
     so dynamic NTK and LongRoPE keep their state), and the module is replaced only where they agree — a layout, plan or
@@ -373,7 +377,8 @@ def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: 
     candidates = {}
     for key, rope in ropes.items():
         candidates.setdefault(id(rope), (key, rope))
-    x = torch.zeros(1, 1, 8)
+    device = next((b.device for b in module.buffers()), torch.device("cpu"))
+    x = torch.zeros(1, 1, 8, device=device)
     by_type, layout, report, passthrough = {}, None, [], []
     for lt in types:
         if lt in unread:  # a parameter set no layer reads: the module's own values, which no logit depends on
@@ -383,19 +388,19 @@ def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: 
         for key, rope in candidates.values():
             hf = RotaryEmbedding(rope, angles="hf", follow_length=False)
             n = max(2, min(8, int(hf._original or 8)))
-            pos = _probe_positions(rope, n)
+            pos = _probe_positions(rope, n).to(device)
             try:
                 out = module(x, pos, lt) if takes_type else module(x, pos)
             except Exception:  # a layer type this module does not serve (e.g. a NoPE layer type)
                 continue
             served = True
-            cos, sin = hf(x, pos)
+            cos, sin = hf(x.cpu(), pos.cpu())
             layouts = list(_LAYOUTS)
             sections = rope.spec["mrope_section"]
             if sections is not None and cos.dim() == 4:  # per-stream cos/sin: the module may select them itself
                 layouts += [f"selected-{lay}" for lay in _LAYOUTS]
             options = [(lay, _in_layout(cos, sin, lay, sections)) for lay in layouts]
-            options.append(("complex", hf.complex_frequencies(x, pos)))
+            options.append(("complex", hf.complex_frequencies(x.cpu(), pos.cpu())))
             for lay, want in options:
                 d = _difference(out, want)
                 scale = max(1.0, abs(rope.cos_sin_scale))
@@ -413,19 +418,39 @@ def _match_module(name: str, module: torch.nn.Module, ropes: dict, layer_types: 
         if layout is not None and best[1] != layout:
             raise Error(f"patch: {name} returns cos/sin in two layouts ({layout}, {best[1]}); not patched")
         layout = best[1]
-        by_type[lt or best[2] or "default"] = best[3]
+        by_type[lt or best[2] or "default"] = best[2]
     if not by_type:
         raise Error(f"patch: {name} ({type(module).__name__}) could not be called on a probe of {len(types)} layer "
                     "type(s) with positions 0 … 7: not patched")
-    made, rotaries = {}, {}
-    follows = _follows_length(module)
-    for lt, rope in by_type.items():  # one RotaryEmbedding per distinct RoPE, shared by the layer types it serves
-        if id(rope) not in made:
-            made[id(rope)] = RotaryEmbedding(rope, angles=angles, follow_length=follows)
-            if angles == "hf":
-                _adopt_module_frequencies(made[id(rope)], module, lt)
-        rotaries[lt] = made[id(rope)]
-    return _PatchedRotary(rotaries, layout, angles, module, passthrough)
+    return _Match(name, module, by_type, layout, passthrough, _follows_length(module))
+
+
+class _Match:
+    """What the probe found a model's rotary module computes: for each layer type it serves, the key of the RoPE in
+    the model's plan ({layer type or None: Rope}) it equals, its output's lane layout, the layer types it passes
+    through, and whether it follows the length."""
+
+    def __init__(self, name, module, keys: dict, layout: str, passthrough: Sequence[str], follows: bool):
+        self.name, self.module, self.keys, self.layout = name, module, keys, layout
+        self.passthrough, self.follows = list(passthrough), follows
+
+    def build(self, ropes: dict, angles: str, follow_length: Optional[bool] = None,
+              adopt: bool = True) -> "_PatchedRotary":
+        """The replacement module with `ropes` (the same keys as the plan the probe matched against: the model's own
+        or a method's) in the layout found. adopt: take the module's own float32 inv_freq where it is the plan's to
+        an ulp (angles="hf" on the model's own plan)."""
+        follows = self.follows if follow_length is None else follow_length
+        made, rotaries = {}, {}
+        for lt, key in self.keys.items():  # one RotaryEmbedding per distinct RoPE, shared by the layer types it serves
+            rope = ropes[key]
+            if id(rope) not in made:
+                made[id(rope)] = RotaryEmbedding(rope, angles=angles, follow_length=follows)
+                if angles == "hf" and adopt:
+                    _adopt_module_frequencies(made[id(rope)], self.module, lt)
+            rotaries[lt] = made[id(rope)]
+        device = next((b.device for b in self.module.buffers()), None)
+        out = _PatchedRotary(rotaries, self.layout, angles, self.module, self.passthrough)
+        return out.to(device) if device is not None else out
 
 
 def _follows_length(module: torch.nn.Module) -> bool:
@@ -489,7 +514,8 @@ def _patch_tables(model: torch.nn.Module, ropes: dict, angles: str) -> int:
     return replaced
 
 
-def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
+def patch(model: torch.nn.Module, *, angles: str = "hf", rope_scaling: Optional[dict] = None,
+          trained_length: Optional[int] = None, follow_length: Optional[bool] = None) -> torch.nn.Module:
     """Replaces a loaded Hugging Face model's text rotary modules (every `*RotaryEmbedding` outside its vision
     tower) by ropekit's, planned from the model's own config by ropekit's model table; where a family keeps its angles
     in a table inside attention (GPT-J, CodeGen: `embed_positions`), the table. angles="hf": Hugging Face's float32
@@ -499,32 +525,99 @@ def patch(model: torch.nn.Module, *, angles: str = "hf") -> torch.nn.Module:
     replaced module returned (cat or interleaved cos/sin, or complex freqs_cis), checked against it on a short probe
     before anything is replaced. Refuses (ropekit.Error, the model left as it was) a model whose model_type is not in
     ropekit's model table instead of guessing its pairing, a module whose cos/sin ropekit's plan does not reproduce, and
-    a model with nothing to patch (no RoPE). Returns the model."""
+    a model with nothing to patch (no RoPE). Returns the model.
+
+    rope_scaling: a context-extension method instead of the model's own scaling — a rope_scaling (or v5
+    rope_parameters) fragment in config.json syntax, {"rope_type": "yarn", "factor": 4, ...}. The probe still checks
+    each module against the model's own plan first; then the fragment's plan goes where the model's own scaling
+    applies: every RoPE layer type but sliding-window ones (Gemma 3's local layers keep their own RoPE, as the C++ lab
+    leaves them), the model's rope_theta and partial rotary factor kept unless the fragment gives its own.
+    trained_length: the length the fragment extends from (max_position_embeddings in the plan; dynamic NTK's
+    original length), default the config's. follow_length: whether a length-dependent plan follows each call's
+    max(position_ids) + 1 as Hugging Face's modules do (default: as the module replaced did). A patched model may
+    be patched again (another method): the probe runs on the module first replaced."""
     if angles not in ("accurate", "hf"):
         raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
-    top = model.config.to_dict()
-    plan = _plan_of(top, None)
-    ropes = plan[0]
-    planned = {id(model.config): plan}
-    # Everything is matched before anything is replaced: a refusal leaves the model as it was.
+    if rope_scaling is not None and not isinstance(rope_scaling, dict):
+        raise Error(f"rope_scaling = {rope_scaling!r}: must be a dict (a rope_scaling fragment)")
+    if trained_length is not None and (not isinstance(trained_length, int) or trained_length < 2):
+        raise Error(f"trained_length = {trained_length!r}: must be an integer >= 2")
+    matches = _matches(model, angles)
+    if not matches:
+        if rope_scaling is not None:
+            raise Error(f"patch: {type(model).__name__} keeps its angles in a sinusoid table (or has no rotary "
+                        "module): rope_scaling needs a rotary module to replace")
+        top = model.config.to_dict()
+        if _patch_tables(model, _plan_of(top, None)[0], angles) == 0:
+            raise Error(f"patch: no rotary module and no sinusoid table found in {type(model).__name__}: nothing to "
+                        "patch")
+        return model
     swaps = []
-    for name, module in list(model.named_modules()):
-        if not type(module).__name__.endswith("RotaryEmbedding") or "vision" in name.lower() \
-                or "Vision" in type(module).__name__:
-            continue
-        # A sub-model's rotary module reads its own config (CSM's depth decoder, a wrapper's text_config).
-        own = getattr(module, "config", None)
-        if own is not None and hasattr(own, "to_dict") and id(own) not in planned:
-            planned[id(own)] = _plan_of(own.to_dict(), top.get("model_type"))
-        mine = planned[id(own)] if id(own) in planned else planned[id(model.config)]
-        swaps.append((name, _match_module(name, module, *mine, angles)))
+    for name, match, config, family in matches:
+        if rope_scaling is None:
+            ropes, adopt = _plan_of(config, family)[0], True
+        else:
+            ropes = _plan_of(_config_with_scaling(config, rope_scaling, trained_length), family)[0]
+            adopt = False
+            missing = [k for k in match.keys.values() if k not in ropes]
+            if missing:
+                raise Error(f"patch: rope_scaling {json.dumps(rope_scaling)} leaves the model without RoPE layer "
+                            f"type(s) {missing}")
+        swaps.append((name, match.build(ropes, angles, follow_length, adopt)))
     for name, replacement in swaps:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, attr, replacement)
-    if not swaps and _patch_tables(model, ropes, angles) == 0:
-        raise Error(f"patch: no rotary module and no sinusoid table found in {type(model).__name__}: nothing to patch")
     return model
+
+
+def _matches(model: torch.nn.Module, angles: str):
+    """Every text rotary module of `model` matched against its config's plan: [(name, _Match, config dict, family)].
+    A module patched before is matched as the module it replaced. Everything is matched before anything is replaced:
+    a refusal leaves the model as it was."""
+    top = model.config.to_dict()
+    _plan_of(top, None)  # the model's own type must be in the model table, whatever its modules' configs say
+    planned = {id(model.config): (top, None)}
+    out, patched = [], []
+    for name, module in list(model.named_modules()):
+        if any(name.startswith(p + ".") for p in patched):  # inside a module patched before
+            continue
+        if isinstance(module, _PatchedRotary):
+            patched.append(name)
+            module = module.replaced
+        elif not type(module).__name__.endswith("RotaryEmbedding"):
+            continue
+        if "vision" in name.lower() or "Vision" in type(module).__name__:
+            continue
+        # A sub-model's rotary module reads its own config (CSM's depth decoder, a wrapper's text_config).
+        own = getattr(module, "config", None)
+        if own is not None and hasattr(own, "to_dict") and id(own) not in planned:
+            planned[id(own)] = (own.to_dict(), top.get("model_type"))
+        config, family = planned[id(own)] if id(own) in planned else planned[id(model.config)]
+        out.append((name, _match_module(name, module, *_plan_of(config, family), angles), config, family))
+    return out
+
+
+def _config_with_scaling(config: dict, fragment: dict, trained_length: Optional[int]) -> dict:
+    """`config` with a method's rope_scaling fragment where the model's own scaling applies (patch's rope_scaling)."""
+    out = copy.deepcopy(config)
+
+    def merged(own: dict) -> dict:
+        kept = {k: own[k] for k in ("rope_theta", "partial_rotary_factor") if k in own}
+        return {**kept, **fragment}
+
+    params = out.get("rope_parameters")
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        for layer_type, own in params.items():  # per layer type (Gemma 3): the sliding layers keep theirs
+            if layer_type != "sliding_attention":
+                params[layer_type] = merged(own)
+    elif isinstance(params, dict) and params:
+        out["rope_parameters"] = merged(params)
+    else:
+        out["rope_scaling"] = dict(fragment)
+    if trained_length is not None:
+        out["max_position_embeddings"] = trained_length
+    return out
 
 
 def _plan_of(config: dict, family: Optional[str]):

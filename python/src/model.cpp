@@ -222,6 +222,9 @@ void bind_model(py::module_& m) {
       .def_property_readonly("eos_id", &Tokenizer::eos_id)
       .def("encode", &Tokenizer::encode, py::arg("text"), py::kw_only(), py::arg("bos") = true, py::arg("eos") = false)
       .def(
+          "encode_stories", [](const Tokenizer& t, std::string_view text) { return encode_stories(t, text); },
+          py::arg("text"), "`ropekit tokenize --stories`: each story (split at <|endoftext|>) from a BOS")
+      .def(
           "decode",
           [](const Tokenizer& t, const std::vector<int>& tokens, int prev) {
             std::string text;
@@ -237,6 +240,98 @@ void bind_model(py::module_& m) {
         py::arg("methods") = "orig,pi,yarn,swa", py::arg("lengths") = std::vector<std::int64_t>{512, 2048},
         py::arg("buckets") = py::none(), py::arg("window_size") = 2048, py::arg("windows") = py::none(),
         py::arg("trained_length") = py::none(), py::arg("threads") = 0, py::arg("attention_stats") = false);
+  // The lab's methods for the Python lab (ropekit.lab): the C++ parser and each method's reading, so both labs share
+  // one definition of every method, its parameters and its errors.
+  m.def(
+      "_lab_parse_methods",
+      [](const std::string& list) {
+        py::list out;
+        for (const EvalMethod& e : parse_methods(list)) out.append(py::make_tuple(e.name, e.fragment));
+        return out;
+      },
+      py::arg("methods"));
+  m.def(
+      "_lab_method",
+      [](const std::string& name, const std::string& fragment, double s, std::int64_t l0) {
+        const MethodReading r = describe_method({name, fragment}, s, l0);
+        static constexpr const char* kKinds[] = {"batched", "dynamic", "dynamic_stale", "restart"};
+        py::dict d;
+        d["kind"] = kKinds[static_cast<int>(r.kind)];
+        d["rope_scaling"] =
+            r.rope_scaling.empty() ? py::object(py::none()) : py::module_::import("json").attr("loads")(r.rope_scaling);
+        d["window"] = r.window;
+        d["logn_length"] = r.logn_length;
+        py::dict regimes;
+        if (const auto* rr = std::get_if<regimes::ReRope>(&r.regimes)) {
+          regimes["type"] = "rerope", regimes["window"] = rr->window;
+        } else if (const auto* se = std::get_if<regimes::SelfExtend>(&r.regimes)) {
+          regimes["type"] = "self_extend", regimes["window"] = se->window, regimes["group"] = se->group;
+        } else if (const auto* dc = std::get_if<regimes::DualChunk>(&r.regimes)) {
+          regimes["type"] = "dca", regimes["chunk_size"] = dc->chunk_size, regimes["local_size"] = dc->local_size;
+        }
+        d["regimes"] = regimes.empty() ? py::object(py::none()) : py::object(regimes);
+        return d;
+      },
+      py::arg("name"), py::arg("fragment"), py::arg("scale"), py::arg("trained_length"));
+  // The protocol's lengths for a trained length (effective_options) and its windows (eval_windows), as the C++ lab
+  // takes them.
+  m.def(
+      "_lab_protocol",
+      [](std::int64_t l0, std::optional<std::int64_t> window_size, std::vector<std::int64_t> lengths,
+         std::vector<std::int64_t> buckets) {
+        EvalOptions o;
+        o.trained_length = l0;
+        o.window_size = window_size;
+        o.lengths = std::move(lengths);
+        o.buckets = std::move(buckets);
+        const EvalOptions e = effective_options(o, l0);
+        check_protocol(e);
+        py::dict d;
+        d["trained_length"] = *e.trained_length;
+        d["window_size"] = *e.window_size;
+        d["lengths"] = e.lengths;
+        d["buckets"] = e.buckets;
+        return d;
+      },
+      py::arg("trained_length"), py::arg("window_size"), py::arg("lengths"), py::arg("buckets"));
+  m.def(
+      "_lab_windows",
+      [](const std::vector<int>& tokens, std::int64_t window_size, std::optional<std::int64_t> windows, int bos_id) {
+        return eval_windows(tokens, window_size, windows, bos_id);
+      },
+      py::arg("tokens"), py::arg("window_size"), py::arg("windows"), py::arg("bos_id"));
+  // The regimes' positions as the fused attention takes them (ropekit/attention.hpp), for the Python lab's tests:
+  // [len(i), len(j)] regime ids and each regime's query and key positions.
+  m.def(
+      "_regime_table",
+      [](py::dict regimes, const std::vector<std::int64_t>& i, const std::vector<std::int64_t>& j) {
+        const std::string type = regimes["type"].cast<std::string>();
+        PositionRegimes r;
+        if (type == "rerope") {
+          r = regimes::ReRope{.window = regimes["window"].cast<std::int64_t>()};
+        } else if (type == "self_extend") {
+          r = regimes::SelfExtend{.window = regimes["window"].cast<std::int64_t>(),
+                                  .group = regimes["group"].cast<std::int64_t>()};
+        } else if (type == "dca") {
+          r = regimes::DualChunk{.chunk_size = regimes["chunk_size"].cast<std::int64_t>(),
+                                 .local_size = regimes["local_size"].cast<std::int64_t>()};
+        } else {
+          throw Error(fmt::format("regimes.type = \"{}\": rerope, self_extend or dca", type));
+        }
+        validate_regimes(r);
+        const int count = regime_count(r);
+        py::array_t<std::int8_t> which({i.size(), j.size()});
+        py::array_t<std::int64_t> qp({std::size_t(count), i.size()}), kp({std::size_t(count), j.size()});
+        for (std::size_t a = 0; a < i.size(); ++a) {
+          for (std::size_t b = 0; b < j.size(); ++b) which.mutable_at(a, b) = std::int8_t(regime_of(r, i[a], j[b]));
+        }
+        for (int g = 0; g < count; ++g) {
+          for (std::size_t a = 0; a < i.size(); ++a) qp.mutable_at(g, a) = regime_query_position(r, g, i[a]);
+          for (std::size_t b = 0; b < j.size(); ++b) kp.mutable_at(g, b) = regime_key_position(r, g, j[b]);
+        }
+        return py::make_tuple(which, qp, kp);
+      },
+      py::arg("regimes"), py::arg("i"), py::arg("j"));
   m.def("eval_methods", [] {
     py::list out;
     for (const EvalMethod& e : builtin_methods()) out.append(e.name);

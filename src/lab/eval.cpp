@@ -39,13 +39,9 @@ bool is_builtin(std::string_view name) {
          std::find(std::begin(kRegimeMethods), std::end(kRegimeMethods), name) != std::end(kRegimeMethods);
 }
 
-// How a method reads a window.
-struct MethodRun {
-  enum class Kind { Batched, Dynamic, DynamicStale, Restart } kind = Kind::Batched;
+// How a method reads a window: what it does (MethodReading) and the rotation it does it with on this model.
+struct MethodRun : MethodReading {
   Spec spec;
-  std::int64_t window = 0;  // sliding window (swa)
-  PositionRegimes regimes;
-  std::int64_t logn_length = 0;
 };
 
 // The parameters a regime method takes, with their defaults (dca's local −1: chunk / 32).
@@ -151,31 +147,30 @@ nlohmann::json builtin_fragment(std::string_view n, double s, std::int64_t l0) {
 
 // A regime method's parameters as its regimes' fields, checked by the regimes' own validator under the method's
 // spellings (w, W, G, chunk, local).
-void check_regimes(const MethodRun& run, std::string_view n, const RegimeNames& spelled) {
+void check_regimes(const MethodReading& run, std::string_view n, const RegimeNames& spelled) {
   const std::string prefix = fmt::format("method {}: ", n);
   RegimeNames names = spelled;
   names.prefix = prefix;
   validate_regimes(run.regimes, names);
 }
 
-MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
-  MethodRun run;
-  run.spec = model.rope_layer().spec;
+}  // namespace
+
+MethodReading describe_method(const EvalMethod& method, double s, std::int64_t l0) {
+  MethodReading run;
   const std::string& n = method.name;
   const std::string_view base = base_name(n);
-  const std::string what = fmt::format("method {}", n);
   if (!method.fragment.empty()) {
-    run.spec = spec_with_scaling(model, substitute_scale(method, s), what, l0);
-    if (depends_on_length(run.spec)) run.kind = MethodRun::Kind::Dynamic;
+    run.rope_scaling = substitute_scale(method, s);
   } else if (const nlohmann::json fragment = builtin_fragment(n, s, l0); !fragment.is_null()) {
-    run.spec = spec_with_scaling(model, fragment.dump(), what, l0);
-    if (n == "dyn_ntk") run.kind = MethodRun::Kind::Dynamic;
-    if (n == "dyn_ntk_stale") run.kind = MethodRun::Kind::DynamicStale;
+    run.rope_scaling = fragment.dump();
+    if (n == "dyn_ntk") run.kind = MethodReading::Kind::Dynamic;
+    if (n == "dyn_ntk_stale") run.kind = MethodReading::Kind::DynamicStale;
   } else if (n == "orig") {
   } else if (n == "swa") {
     run.window = l0;
   } else if (n == "restart") {
-    run.kind = MethodRun::Kind::Restart;
+    run.kind = MethodReading::Kind::Restart;
   } else if (base == "rerope" || base == "rerope_logn") {
     const auto p = method_parameters(n, parameters_of(base, l0));
     run.regimes = regimes::ReRope{.window = p.at("w")};
@@ -199,6 +194,17 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
     run.logn_length = p.at("L");
   } else {
     throw Error(fmt::format("method {}: unknown", n));
+  }
+  return run;
+}
+
+namespace {
+
+MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
+  MethodRun run{describe_method(method, s, l0), model.rope_layer().spec};
+  if (!run.rope_scaling.empty()) {
+    run.spec = spec_with_scaling(model, run.rope_scaling, fmt::format("method {}", method.name), l0);
+    if (!method.fragment.empty() && depends_on_length(run.spec)) run.kind = MethodReading::Kind::Dynamic;
   }
   run.spec.validate();
   return run;
@@ -506,7 +512,7 @@ class WindowReader {
     };
     runner_.clear();
     switch (run.kind) {
-      case MethodRun::Kind::Batched: {
+      case MethodReading::Kind::Batched: {
         // The plan of the window's length, as one Hugging Face forward over the window takes it (LongRoPE's long
         // factors, a model's own dynamic NTK); a length-independent plan is the same either way.
         const Rope rope(run.spec, AngleMode::Accurate, n);
@@ -515,7 +521,7 @@ class WindowReader {
              {.window = run.window, .regimes = run.regimes, .logn_length = run.logn_length});
         break;
       }
-      case MethodRun::Kind::Restart: {
+      case MethodReading::Kind::Restart: {
         const Rope rope(run.spec);
         if (probe) probe->set_plan(0, n, rope.plan());
         std::int64_t start = 0;
@@ -528,10 +534,10 @@ class WindowReader {
         }
         break;
       }
-      case MethodRun::Kind::Dynamic:
-      case MethodRun::Kind::DynamicStale: {
+      case MethodReading::Kind::Dynamic:
+      case MethodReading::Kind::DynamicStale: {
         // Up to L0 tokens the plan is the model's (HF clamps the length at L0): read them at once.
-        const bool stale = run.kind == MethodRun::Kind::DynamicStale;
+        const bool stale = run.kind == MethodReading::Kind::DynamicStale;
         const std::int64_t prefix = std::min(n, l0);
         Rope previous(run.spec, AngleMode::Accurate, prefix);
         if (probe) probe->set_plan(0, prefix, previous.plan());
@@ -555,8 +561,8 @@ class WindowReader {
       }
     }
     if (probe) {
-      probe->finish({.keys_as_appended = run.kind == MethodRun::Kind::DynamicStale,
-                     .restart = run.kind == MethodRun::Kind::Restart,
+      probe->finish({.keys_as_appended = run.kind == MethodReading::Kind::DynamicStale,
+                     .restart = run.kind == MethodReading::Kind::Restart,
                      .window = run.window,
                      .regimes = run.regimes,
                      .logn_length = run.logn_length},
@@ -709,14 +715,8 @@ EvalOptions effective_options(const EvalOptions& given, std::int64_t model_seq_l
   return options;
 }
 
-EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& given) {
-  const auto clock_start = std::chrono::steady_clock::now();
-  const EvalOptions options = effective_options(given, model.config.seq_len);
-  EvalResult result;
-  result.trained_length = *options.trained_length;
-  result.window_size = *options.window_size;
-  const std::int64_t l0 = result.trained_length;
-  const std::int64_t window_size = result.window_size;
+void check_protocol(const EvalOptions& options) {
+  const std::int64_t window_size = options.window_size.value_or(0);
   for (std::int64_t n : options.lengths) {
     if (n < 2 || n > window_size) {
       throw Error(fmt::format("lengths: N = {}: must lie in [2, window-size = {}]", n, window_size));
@@ -729,6 +729,17 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     }
   }
   if (options.methods.empty()) throw Error("methods: none given");
+}
+
+EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& given) {
+  const auto clock_start = std::chrono::steady_clock::now();
+  const EvalOptions options = effective_options(given, model.config.seq_len);
+  EvalResult result;
+  result.trained_length = *options.trained_length;
+  result.window_size = *options.window_size;
+  const std::int64_t l0 = result.trained_length;
+  const std::int64_t window_size = result.window_size;
+  check_protocol(options);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= model.config.vocab_size) {
       throw Error(fmt::format("tokens[{}] = {}: outside the model's vocabulary [0, {})", i, tokens[i],

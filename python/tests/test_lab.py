@@ -1,0 +1,190 @@
+"""ropekit.lab (issue 63): the Python lab on a Hugging Face model equals the C++ lab (`ropekit.eval`) on the same
+weights — the bundled 260K llama2.c model and its Hugging Face copy (scripts/llama2c_to_hf.py) — for every method,
+in one process and over 2 gloo ranks; patch(model, rope_scaling=...) gives the model transformers builds with that
+scaling in its config; bad input is one clear error before any forward."""
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ropekit
+
+from conftest import REPO
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+lab = pytest.importorskip("ropekit.lab")
+import ropekit.torch as rt  # noqa: E402
+
+MODEL = REPO / "models" / "tinystories-260k.bin"
+# Every built-in method, each regime with parameters that act within N ≤ 256 at L0 = 64, log-n alone, and two NAME=JSON
+# fragments: a fixed one and a length-dependent one (which reads like dyn_ntk).
+METHODS = ("orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk_stale,llama3,swa,restart,rerope:w=24,rerope_logn:w=24,"
+           "self_extend:W=16,G=4,dca:chunk=64,local=8,logn,"
+           'lin={"rope_type":"linear","factor":"s"},grow={"rope_type":"dynamic","factor":"s"}')
+PROTOCOL = dict(lengths=[32, 64, 128, 256], window_size=256, windows=2, trained_length=64)
+
+
+def _converter():
+    spec = importlib.util.spec_from_file_location("llama2c_to_hf", REPO / "scripts" / "llama2c_to_hf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    return _converter().convert(MODEL)
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    tok = ropekit.Tokenizer(str(REPO / "models" / "tok512.bin"))
+    text = (REPO / "data" / "tinystories-valid-excerpt.txt").read_text()[:12000]
+    return tok.encode_stories(text)
+
+
+def _relative(got, want):
+    return abs(got - want) / abs(want)
+
+
+def test_the_python_lab_equals_the_cpp_lab_for_every_method(hf_model, tokens):
+    want = ropekit.eval(ropekit.Model(str(MODEL)), tokens, methods=METHODS, **PROTOCOL)
+    got = lab.eval(hf_model, tokens, methods=METHODS, **PROTOCOL)
+    assert got.window_starts == list(want["window_starts"])
+    assert len(got.rows) == len(want["ppl"])
+    worst = 0.0
+    for i, r in enumerate(got.rows):
+        assert (r.method, r.n, r.bucket_lo, r.bucket_hi, r.tokens) == (
+            want["method"][i], want["n"][i], want["bucket_lo"][i], want["bucket_hi"][i], want["tokens"][i])
+        assert r.scale == want["scale"][i]
+        # Both float32 forwards, ropekit's exact angles on each side; the NLL in float64 on each side (issue 63: 1e-4).
+        worst = max(worst, _relative(r.ppl, want["ppl"][i]))
+        assert _relative(r.ppl, want["ppl"][i]) < 1e-4, (r, want["ppl"][i])
+        assert abs(r.mean_nll - want["mean_nll"][i]) < 1e-4 * max(1.0, abs(want["mean_nll"][i]))
+    # The methods differ from each other past L0, so equal tables are not equal by accident.
+    far = {r.method: r.ppl for r in got.rows if r.n == 256 and r.bucket_lo == 128}
+    assert len({round(v, 3) for v in far.values()}) >= len(far) - 3, far
+    assert worst < 1e-4
+
+
+def test_the_regimes_positions_are_the_cpp_attentions():
+    i = torch.arange(0, 300)
+    j = torch.arange(0, 300)
+    for regimes in ({"type": "rerope", "window": 24}, {"type": "self_extend", "window": 16, "group": 4},
+                    {"type": "self_extend", "window": 17, "group": 5},
+                    {"type": "dca", "chunk_size": 64, "local_size": 8}, {"type": "dca", "chunk_size": 40,
+                                                                          "local_size": 0},
+                    {"type": "dca", "chunk_size": 40, "local_size": 24}):
+        which, qp, kp = lab._regime_positions(regimes, i, j)
+        want = ropekit._ropekit._regime_table(regimes, i.tolist(), j.tolist())
+        causal = (j[None, :] <= i[:, None]).numpy()  # the regime of a masked pair is never read
+        assert np.array_equal(which.numpy()[causal], want[0][causal]), regimes
+        assert np.array_equal(qp.numpy(), want[1]) and np.array_equal(kp.numpy(), want[2]), regimes
+
+
+def test_the_csv_and_json_are_the_cpp_labs_columns(hf_model, tokens, tmp_path):
+    got = lab.eval(hf_model, tokens, methods="orig,pi", lengths=[64, 128], window_size=128, windows=1,
+                   trained_length=64)
+    lines = got.csv().splitlines()
+    assert lines[0] == "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl"
+    assert lines[1].startswith("orig,64,1,0,32,31,")
+    assert any(line.startswith("pi,128,2,64,128,64,") for line in lines)
+    got.write_json(tmp_path / "t.json")
+    import json
+    j = json.loads((tmp_path / "t.json").read_text())
+    assert set(j) == {"model", "tokens", "window_size", "window_starts", "trained_length", "seconds",
+                      "method_seconds", "methods", "rows"}
+    assert j["rows"][0] == {"method": "orig", "N": 64, "scale": 1.0, "bucket_lo": 0, "bucket_hi": 32, "tokens": 31,
+                            "mean_nll": got.rows[0].mean_nll, "ppl": got.rows[0].ppl}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_ranks_give_the_one_process_table_bit_for_bit(hf_model, tokens, tmp_path):
+    model_dir = tmp_path / "hf"
+    hf_model.save_pretrained(model_dir)
+    ids = tmp_path / "ids.i32"
+    np.asarray(tokens, dtype="<i4").tofile(ids)
+    args = ["-m", "ropekit.lab", "eval", "--model", str(model_dir), "--tokens", str(ids), "--methods",
+            "orig,yarn,dyn_ntk,rerope:w=24,restart", "--lengths", "64,128", "--window-size", "128", "--windows", "3",
+            "--trained-length", "64", "--threads", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    one = subprocess.run([sys.executable, *args, "--csv", str(tmp_path / "one.csv")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    # torchrun on this machine only (127.0.0.1), a bounded run: the rendezvous and the process group time out.
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+                          "127.0.0.1", "--master-port", str(_free_port()), *args, "--csv", str(tmp_path / "two.csv")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-4000:]
+    assert (tmp_path / "two.csv").read_text() == (tmp_path / "one.csv").read_text()
+    assert "| rerope:w=24 |" in one.stdout
+
+
+def _tiny_gemma3(rope_parameters):
+    config = transformers.Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, max_position_embeddings=32, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"], rope_parameters=rope_parameters)
+    torch.manual_seed(0)
+    return transformers.Gemma3ForCausalLM(config).eval()
+
+
+def test_patch_with_rope_scaling_is_the_model_built_with_it():
+    # Gemma 3: the method goes to the full-attention layers; the sliding layers keep θ = 10000.
+    base = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6}}
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    model = _tiny_gemma3(base)
+    built = _tiny_gemma3({"sliding_attention": base["sliding_attention"],
+                          "full_attention": {**yarn, "rope_theta": 1e6}})
+    built.load_state_dict(model.state_dict())
+    ids = torch.arange(100)[None] % 64
+    with torch.no_grad():
+        before = model(ids).logits
+        rt.patch(model, rope_scaling=yarn, angles="accurate")
+        got = model(ids).logits
+        want = built(ids).logits
+    scale = want.abs().max()
+    assert float((got - want).abs().max() / scale) < 1e-5
+    assert float((before - want).abs().max() / scale) > 1e-3  # the method changed the far positions
+    # Patching again (another method) matches the module first replaced: back to the model's own plan.
+    rt.patch(model, angles="accurate")
+    with torch.no_grad():
+        assert float((model(ids).logits - before).abs().max() / scale) < 1e-5
+
+
+def test_bad_input_is_one_clear_error_before_any_forward(hf_model, tokens, tmp_path):
+    calls = []
+    kw = dict(lengths=[64, 128], window_size=128, windows=1, trained_length=64, progress=lambda *a: calls.append(a))
+    cases = [
+        (dict(methods="orig,nonsense"), "nonsense is not a built-in method"),
+        (dict(methods="rerope:w=128"), "w = 128 is not below the largest length N = 128"),
+        (dict(methods="self_extend:W=4,G=8"), "W = 4: must be >= G = 8"),
+        (dict(methods='bad={"rope_type":"nonsense","factor":2}'), "nonsense"),
+        (dict(methods="orig", lengths=[64, 256]), "N = 256: must lie in \\[2, window-size = 128\\]"),
+        (dict(methods="orig", window_size=100000), "larger than the .* tokens available"),
+    ]
+    for changes, message in cases:
+        with pytest.raises(ropekit.Error, match=message):
+            lab.eval(hf_model, tokens, **{**kw, **changes})
+    with pytest.raises(ropekit.Error, match=r"tokens\[3\] = 999: outside the model's vocabulary \[0, 512\)"):
+        lab.eval(hf_model, list(tokens[:3]) + [999] + list(tokens[4:]), methods="orig", **kw)
+    with pytest.raises(ropekit.Error, match="transformers cannot load it as a causal LM"):
+        lab.eval(str(tmp_path), tokens, methods="orig", **kw)
+    with pytest.raises(ropekit.Error, match="no such file or directory"):
+        lab.eval(str(tmp_path / "missing"), tokens, methods="orig", **kw)
+    assert calls == []
+    # The command line: exit code 2 and the message.
+    r = subprocess.run([sys.executable, "-m", "ropekit.lab", "eval", "--model", str(tmp_path / "missing"), "--tokens",
+                        str(tmp_path / "none.i32")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "error: --tokens" in r.stderr
