@@ -37,7 +37,8 @@ try:
 except ImportError as e:  # pragma: no cover - the lab needs PyTorch
     raise ImportError("ropekit.lab needs PyTorch (pip install torch transformers)") from e
 
-__all__ = ["Row", "Result", "parse_methods", "load", "eval", "lab_attention", "main"]
+__all__ = ["Row", "Result", "PasskeyCell", "PasskeyResult", "parse_methods", "load", "eval", "passkey",
+           "passkey_prompt", "lab_attention", "main"]
 
 CSV_HEADER = "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl"
 
@@ -427,6 +428,35 @@ class _Lab:
             out[index] = _LayerRotation(rope, self.device)
         return out
 
+    def read(self, reading: dict, lab_reading: Optional[_Reading], window: np.ndarray, bos: int, score):
+        """One forward over `window` (token ids) under the method installed: positions 0 … n − 1 (restart: from each
+        story's BOS, attention within the story), lab_attention's reading set for the call; returns score(ids,
+        position_ids) on the model's device."""
+        global _READING
+        n = len(window)
+        position = np.arange(n)
+        if reading["kind"] == "restart":  # each story from position 0, attending within itself
+            story, first = _story_index(window, bos)
+            position = position - first
+            lab_reading.story = torch.from_numpy(story).to(self.device)
+            lab_reading.story_start = first
+        _READING = lab_reading
+        try:
+            return score(torch.from_numpy(np.ascontiguousarray(window))[None].to(self.device),
+                         torch.from_numpy(position)[None].to(self.device))
+        finally:
+            _READING = None
+
+    @torch.no_grad()
+    def argmax(self, ids: torch.Tensor, position_ids: torch.Tensor, first: int) -> np.ndarray:
+        """The greedy next token at positions first … n − 1 (float32 logits)."""
+        if self._split():
+            hidden = self.decoder(input_ids=ids, position_ids=position_ids, use_cache=False).last_hidden_state[0]
+            logits = self._logits(hidden[first:])
+        else:
+            logits = self.model(input_ids=ids, position_ids=position_ids, use_cache=False).logits[0, first:].float()
+        return logits.argmax(-1).cpu().numpy()
+
     @torch.no_grad()
     def nll(self, ids: torch.Tensor, position_ids: torch.Tensor) -> np.ndarray:
         """−log softmax of the float32 logits at every position but the last, for the next token, in float64."""
@@ -503,6 +533,37 @@ def _distributed():
     return 0, 1
 
 
+def _plans(lab: "_Lab", parsed: list, lengths: Sequence[int], l0: int, max_n: int) -> dict:
+    """Every method at every length resolved before any forward, so that a bad method fails first:
+    {(method index, length index): (reading, ropes)}. A regime whose window reaches past every length never acts
+    (the method would be orig): an error, as in the C++ lab."""
+    plans = {}
+    for mi, method in enumerate(parsed):
+        for li, n in enumerate(lengths):
+            plans[mi, li] = lab.plan(method, max(1.0, n / l0))
+        reg = plans[mi, 0][0]["regimes"] or {}
+        key = {"rerope": "w", "self_extend": "W", "dca": "chunk"}.get(reg.get("type"))
+        value = reg.get("chunk_size", reg.get("window"))
+        if key and value >= max_n:
+            raise Error(f"method {method[0]}: {key} = {value} is not below the largest length N = {max_n}: the "
+                        "method would be orig at every N")
+    return plans
+
+
+def _gather(results: dict, seconds: np.ndarray, world: int):
+    """Every rank's {item: value} and per-method seconds, merged on every rank (torch.distributed)."""
+    if world == 1:
+        return results, seconds
+    import torch.distributed as dist
+    gathered = [None] * world
+    dist.all_gather_object(gathered, (results, seconds.tolist()))
+    merged, total = {}, np.zeros(len(seconds))
+    for part, secs in gathered:
+        merged.update(part)
+        total += np.asarray(secs)
+    return merged, total
+
+
 def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk_stale,llama3,swa,restart",
          lengths: Sequence[int] = (), buckets: Sequence[int] = (), window_size: Optional[int] = None,
          windows: Optional[int] = None, trained_length: Optional[int] = None, bos_id: Optional[int] = None,
@@ -536,18 +597,7 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
     starts = _ropekit._lab_windows(ids.astype(np.int32).tolist(), window_size, windows, int(bos))
     lab = _Lab(m, l0)
     max_n = max(lengths)
-    # Every method at every length resolved first: a bad method fails before any forward.
-    plans = {}
-    for mi, method in enumerate(parsed):
-        for li, n in enumerate(lengths):
-            plans[mi, li] = lab.plan(method, max(1.0, n / l0))
-        reg = plans[mi, 0][0]["regimes"]
-        for key, value in (("w", (reg or {}).get("window") if reg and reg["type"] == "rerope" else None),
-                           ("W", (reg or {}).get("window") if reg and reg["type"] == "self_extend" else None),
-                           ("chunk", (reg or {}).get("chunk_size") if reg and reg["type"] == "dca" else None)):
-            if value is not None and value >= max_n:
-                raise Error(f"method {method[0]}: {key} = {value} is not below the largest length N = {max_n}: the "
-                            "method would be orig at every N")
+    plans = _plans(lab, parsed, lengths, l0, max_n)
     rank, world = _distributed()
     items = [(mi, li, wi) for mi in range(len(parsed)) for li in range(len(lengths)) for wi in range(len(starts))]
     mine = items[rank::world]
@@ -565,20 +615,7 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
                 reading, ropes = plans[mi, li]
                 lab_reading = lab.install(reading, ropes, n)
                 current = (mi, li)
-            window = ids[starts[wi]: starts[wi] + n]
-            position = np.arange(n)
-            if reading["kind"] == "restart":  # each story from position 0, attending within itself
-                story, first = _story_index(window, int(bos))
-                position = position - first
-                lab_reading.story = torch.from_numpy(story).to(lab.device)
-                lab_reading.story_start = first
-            global _READING
-            _READING = lab_reading
-            try:
-                nll = lab.nll(torch.from_numpy(window)[None].to(lab.device),
-                              torch.from_numpy(position)[None].to(lab.device))
-            finally:
-                _READING = None
+            nll = lab.read(reading, lab_reading, ids[starts[wi]: starts[wi] + n], int(bos), lab.nll)
             targets = np.arange(1, n)
             which = np.searchsorted(edges, targets, side="right") - 1
             sums = np.zeros(len(edges))
@@ -592,15 +629,7 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
                 progress(done, total, f"{parsed[mi][0]} N={n}")
     finally:
         lab.restore()
-    if world > 1:
-        import torch.distributed as dist
-        gathered = [None] * world
-        dist.all_gather_object(gathered, (results, seconds.tolist()))
-        results = {}
-        seconds = np.zeros(len(parsed))
-        for part, secs in gathered:
-            results.update(part)
-            seconds += np.asarray(secs)
+    results, seconds = _gather(results, seconds, world)
     rows = []
     for mi, (name, _) in enumerate(parsed):
         for li, n in enumerate(lengths):
@@ -621,6 +650,182 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
                   methods=[(a, b) for a, b in parsed], seconds=time.perf_counter() - start_clock,
                   method_seconds=seconds.tolist(), tokens_read=sum(lengths) * len(starts) * len(parsed),
                   model=source, tokens=int(ids.size))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Passkey retrieval
+
+# The standard task (Mohtashami & Jaggi 2023, as the YaRN and LongLoRA papers run it): a key in a long filler text,
+# asked for at the end.
+PASSKEY_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+                 "I will quiz you about the important information there.")
+PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
+PASSKEY_QUESTION = " What is the pass key? The pass key is"
+PASSKEY_CSV_HEADER = "method,length,scale,depth,keys,retrieved,accuracy"
+
+
+@dataclass
+class PasskeyCell:
+    method: str
+    length: int
+    scale: float
+    depth: float
+    keys: int
+    retrieved: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.retrieved / self.keys
+
+
+@dataclass
+class PasskeyResult:
+    """The length × depth accuracy grid per method (cells method-major, then length, then depth)."""
+    cells: list
+    trained_length: int
+    methods: list
+    seconds: float = 0.0
+    model: str = ""
+
+    def csv(self) -> str:
+        lines = [PASSKEY_CSV_HEADER]
+        for c in self.cells:
+            lines.append(f"{c.method},{c.length},{_g(c.scale)},{_g(c.depth)},{c.keys},{c.retrieved},"
+                         f"{c.accuracy:.9g}")
+        return "\n".join(lines) + "\n"
+
+    def write_csv(self, path) -> None:
+        with open(path, "w") as f:
+            f.write(self.csv())
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "trained_length": self.trained_length, "seconds": self.seconds,
+                "methods": [{"name": n, "fragment": f} for n, f in self.methods],
+                "cells": [{"method": c.method, "length": c.length, "scale": c.scale, "depth": c.depth,
+                           "keys": c.keys, "retrieved": c.retrieved, "accuracy": c.accuracy} for c in self.cells]}
+
+
+def _encoder(tokenizer, model):
+    """text → ids without BOS, for a ropekit.Tokenizer (or the path of a llama2.c tokenizer.bin), a transformers
+    tokenizer, or None (the model directory's own, through AutoTokenizer)."""
+    from . import Tokenizer
+    if isinstance(tokenizer, (str, os.PathLike)) and str(tokenizer).endswith(".bin"):
+        tokenizer = Tokenizer(os.fspath(tokenizer))
+    if isinstance(tokenizer, Tokenizer):
+        # llama2.c's encoder adds SentencePiece's dummy-prefix space itself.
+        return lambda text: list(tokenizer.encode(text[1:] if text.startswith(" ") else text, bos=False))
+    if tokenizer is None:
+        if isinstance(model, torch.nn.Module):
+            raise Error("passkey: pass the tokenizer of a model given as an object")
+        try:
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(os.fspath(model))
+        except Exception as e:
+            raise Error(f"passkey: the model {model} has no tokenizer transformers can load ({e}); pass one") from e
+    elif isinstance(tokenizer, (str, os.PathLike)):
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer))
+    return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def passkey_prompt(encode: Callable, length: int, depth: float, key: str, bos: int):
+    """The prompt of exactly `length` tokens (BOS, the intro, filler with the needle at relative depth `depth` of the
+    filler — at the sentence boundary nearest to it —, the question) and the answer's tokens (the key as it
+    continues the question). Errors: a length below the prompt without filler, a depth outside [0, 1]."""
+    if not 0.0 <= depth <= 1.0:
+        raise Error(f"depth = {depth}: must lie in [0, 1]")
+    intro, needle, question = encode(PASSKEY_INTRO), encode(PASSKEY_NEEDLE.format(key=key)), encode(PASSKEY_QUESTION)
+    joint = encode(PASSKEY_QUESTION + " " + key)
+    answer = joint[len(question):] if joint[:len(question)] == question else encode(" " + key)
+    fixed = 1 + len(intro) + len(needle) + len(question)
+    if length < fixed:
+        raise Error(f"passkey length = {length}: below the prompt's own {fixed} tokens (BOS, intro, needle and "
+                    "question without filler)")
+    sentence = encode(PASSKEY_FILLER)
+    budget = length - fixed
+    repeats = budget // len(sentence) + 1
+    filler = (sentence * repeats)[:budget]
+    # The sentence boundary nearest to depth · budget (the filler's end counts as one: depth 1 is right before the
+    # question).
+    boundaries = list(range(0, budget + 1, len(sentence))) + [budget]
+    at = min(boundaries, key=lambda b: (abs(b - depth * budget), b))
+    prompt = [bos] + intro + filler[:at] + needle + filler[at:] + question
+    assert len(prompt) == length
+    return np.asarray(prompt, dtype=np.int64), np.asarray(answer, dtype=np.int64)
+
+
+def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3",
+            lengths: Sequence[int] = (), depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), keys: int = 5,
+            seed: int = 0, trained_length: Optional[int] = None, bos_id: Optional[int] = None, device="cpu",
+            dtype="float32", progress: Optional[Callable] = None) -> PasskeyResult:
+    """Passkey retrieval per method on a length × depth grid: `keys` random 5-digit keys per cell (the same keys for
+    every method; numpy's default_rng(seed)), each hidden at relative depth d of a filler text of `length` tokens
+    (passkey_prompt), greedy decoding, exact match. The greedy answer is scored in one teacher-forced forward: the key
+    is retrieved iff each of its tokens is the argmax of the float32 logits given the prompt and the key's tokens
+    before it — exactly the greedy decoder's exact-match outcome when the key's tokenization is the one it produces.
+    lengths: default L0/2, L0, 2·L0, 4·L0; the method's scale at a length L is s = max(1, L / L0). Methods, devices,
+    torchrun: as eval. Errors (before any forward): a length below the prompt's own, a depth outside [0, 1], keys < 1,
+    and eval's."""
+    start_clock = time.perf_counter()
+    if keys < 1:
+        raise Error(f"keys = {keys}: must be >= 1")
+    m = load(model, device=device, dtype=dtype)
+    cfg = m.config.get_text_config()
+    source = os.fspath(model) if not isinstance(model, torch.nn.Module) else type(model).__name__
+    encode = _encoder(tokenizer, model)
+    l0 = trained_length if trained_length is not None else getattr(cfg, "max_position_embeddings", None)
+    if l0 is None or l0 < 2:
+        raise Error(f"trained_length = {l0}: pass the model's trained length (>= 2)")
+    lengths = list(lengths) or [n for n in (l0 // 2, l0, 2 * l0, 4 * l0) if n >= 2]
+    bos = bos_id if bos_id is not None else cfg.bos_token_id
+    if bos is None:
+        raise Error(f"{source}: no bos_token_id in its config; pass bos_id")
+    parsed = parse_methods(methods) if isinstance(methods, str) else [tuple(x) for x in methods]
+    rng = np.random.default_rng(seed)
+    key_text = [[[str(k) for k in rng.integers(10000, 100000, size=keys)] for _ in depths] for _ in lengths]
+    prompts = {(li, di, ki): passkey_prompt(encode, n, d, key_text[li][di][ki], int(bos))
+               for li, n in enumerate(lengths) for di, d in enumerate(depths) for ki in range(keys)}
+    for prompt, answer in prompts.values():
+        if int(max(prompt.max(), answer.max())) >= cfg.vocab_size:
+            raise Error(f"passkey: the tokenizer gives ids past the model's vocabulary ({cfg.vocab_size})")
+    lab = _Lab(m, l0)
+    plans = _plans(lab, parsed, lengths, l0, max(lengths))
+    rank, world = _distributed()
+    items = [(mi, li, di, ki) for mi in range(len(parsed)) for li in range(len(lengths)) for di in range(len(depths))
+             for ki in range(keys)]
+    mine = items[rank::world]
+    results, seconds = {}, np.zeros(len(parsed))
+    done, total = 0, sum(lengths[li] for _, li, _, _ in mine)
+    try:
+        current = None
+        for mi, li, di, ki in mine:
+            clock = time.perf_counter()
+            reading, ropes = plans[mi, li]
+            if current != (mi, li):
+                lab_reading = lab.install(reading, ropes, lengths[li])
+                current = (mi, li)
+            prompt, answer = prompts[li, di, ki]
+            window = np.concatenate((prompt, answer))
+            first = len(prompt) - 1
+            got = lab.read(reading, lab_reading, window, int(bos),
+                           lambda ids, pos: lab.argmax(ids, pos, first)[: len(answer)])
+            results[mi, li, di, ki] = bool(np.array_equal(got, answer))
+            seconds[mi] += time.perf_counter() - clock
+            done += lengths[li]
+            if progress:
+                progress(done, total, f"passkey {parsed[mi][0]} L={lengths[li]}")
+    finally:
+        lab.restore()
+    results, seconds = _gather(results, seconds, world)
+    cells = []
+    for mi, (name, _) in enumerate(parsed):
+        for li, n in enumerate(lengths):
+            for di, d in enumerate(depths):
+                hit = sum(results[mi, li, di, ki] for ki in range(keys))
+                cells.append(PasskeyCell(name, n, max(1.0, n / l0), float(d), keys, int(hit)))
+    return PasskeyResult(cells=cells, trained_length=l0, methods=list(parsed),
+                         seconds=time.perf_counter() - start_clock, model=source)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -656,7 +861,7 @@ def _read_tokens(args) -> np.ndarray:
     if args.tokenizer:
         from . import Tokenizer
         tok = Tokenizer(args.tokenizer)
-        return np.asarray(tok.encode(text), dtype=np.int64)
+        return np.asarray(tok.encode_stories(text) if args.stories else tok.encode(text), dtype=np.int64)
     try:
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(args.model)
@@ -687,6 +892,8 @@ def main(argv=None) -> int:
     src.add_argument("--tokens", help="int32 token ids (little-endian), as `ropekit tokenize` writes them")
     src.add_argument("--text", help="a UTF-8 text file, tokenized with --tokenizer or the model's own tokenizer")
     ev.add_argument("--tokenizer", help="with --text: a llama2.c tokenizer.bin")
+    ev.add_argument("--stories", action="store_true",
+                    help="with --tokenizer: each story (split at <|endoftext|>) from a BOS, as `ropekit tokenize`")
     ev.add_argument("--methods", default="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk_stale,llama3,swa,restart")
     ev.add_argument("--lengths", help="N values (default L0/2, L0, 2·L0, 4·L0, 8·L0)")
     ev.add_argument("--buckets", help="bucket edges of target position (default 0, L0/2, L0, 2·L0, 4·L0, 8·L0)")
@@ -699,6 +906,23 @@ def main(argv=None) -> int:
     ev.add_argument("--threads", type=int, help="CPU threads for PyTorch")
     ev.add_argument("--csv")
     ev.add_argument("--json")
+    pk = sub.add_parser("passkey", help="passkey retrieval per method on a length × depth grid")
+    pk.add_argument("--model", required=True, help="a Hugging Face model directory or a GGUF file")
+    pk.add_argument("--tokenizer", help="a llama2.c tokenizer.bin or a transformers tokenizer directory "
+                                        "(default: the model's own)")
+    pk.add_argument("--methods", default="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3")
+    pk.add_argument("--lengths", help="prompt lengths in tokens (default L0/2, L0, 2·L0, 4·L0)")
+    pk.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="relative depths of the key in the filler")
+    pk.add_argument("--keys", type=int, default=5, help="keys per (length, depth) cell")
+    pk.add_argument("--seed", type=int, default=0)
+    for p in (pk,):
+        p.add_argument("--trained-length", type=int)
+        p.add_argument("--bos-id", type=int)
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+        p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
+        p.add_argument("--csv")
+        p.add_argument("--json")
     args = parser.parse_args(argv)
     distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
     try:
@@ -712,18 +936,33 @@ def main(argv=None) -> int:
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
                 args.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
-        tokens = _read_tokens(args)
-        result = eval(args.model, tokens, methods=args.methods, lengths=_ints(args.lengths, "--lengths"),
-                      buckets=_ints(args.buckets, "--buckets"), window_size=args.window_size, windows=args.windows,
-                      trained_length=args.trained_length, bos_id=args.bos_id, device=args.device, dtype=args.dtype,
-                      progress=_Progress())
+        if args.command == "eval":
+            tokens = _read_tokens(args)
+            result = eval(args.model, tokens, methods=args.methods, lengths=_ints(args.lengths, "--lengths"),
+                          buckets=_ints(args.buckets, "--buckets"), window_size=args.window_size,
+                          windows=args.windows, trained_length=args.trained_length, bos_id=args.bos_id,
+                          device=args.device, dtype=args.dtype, progress=_Progress())
+        else:
+            try:
+                depths = [float(x) for x in args.depths.split(",")]
+            except ValueError as e:
+                raise Error(f"--depths = {args.depths}: a comma-separated list of numbers") from e
+            result = passkey(args.model, args.tokenizer, methods=args.methods,
+                             lengths=_ints(args.lengths, "--lengths"), depths=depths, keys=args.keys, seed=args.seed,
+                             trained_length=args.trained_length, bos_id=args.bos_id, device=args.device,
+                             dtype=args.dtype, progress=_Progress())
         rank, _ = _distributed()
         if rank == 0:
-            _print_table(result)
+            if args.command == "eval":
+                _print_table(result)
+            else:
+                _print_grid(result)
             if args.csv:
                 result.write_csv(args.csv)
             if args.json:
-                result.write_json(args.json)
+                with open(args.json, "w") as f:
+                    json.dump(result.to_json(), f, indent=2)
+                    f.write("\n")
     except Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -733,6 +972,19 @@ def main(argv=None) -> int:
             if dist.is_initialized():
                 dist.destroy_process_group()
     return 0
+
+
+def _print_grid(result: PasskeyResult) -> None:
+    """Accuracy per method: rows lengths, columns depths."""
+    depths = sorted({c.depth for c in result.cells})
+    for name, _ in result.methods:
+        print(f"\n{name}: passkey accuracy (rows: length in tokens; columns: depth; L0 = {result.trained_length})")
+        print("| length | " + " | ".join(f"{d:g}" for d in depths) + " |")
+        print("|---:|" + "---:|" * len(depths))
+        for n in sorted({c.length for c in result.cells}):
+            cells = {c.depth: c for c in result.cells if c.method == name and c.length == n}
+            print(f"| {n} | " + " | ".join(f"{cells[d].retrieved}/{cells[d].keys}" for d in depths) + " |")
+    print(f"\n{result.seconds:.1f} s")
 
 
 def _print_table(result: Result) -> None:

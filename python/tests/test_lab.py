@@ -188,3 +188,67 @@ def test_bad_input_is_one_clear_error_before_any_forward(hf_model, tokens, tmp_p
     r = subprocess.run([sys.executable, "-m", "ropekit.lab", "eval", "--model", str(tmp_path / "missing"), "--tokens",
                         str(tmp_path / "none.i32")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "error: --tokens" in r.stderr
+
+
+def _encode():
+    tok = ropekit.Tokenizer(str(REPO / "models" / "tok512.bin"))
+    return lab._encoder(tok, None)
+
+
+def test_the_passkey_prompt_has_the_length_and_the_key_at_its_depth():
+    encode = _encode()
+    needle = encode(lab.PASSKEY_NEEDLE.format(key="40213"))
+    intro, question = encode(lab.PASSKEY_INTRO), encode(lab.PASSKEY_QUESTION)
+    for length in (len(intro) + len(needle) + len(question) + 1, 300, 517):
+        where = []
+        for depth in (0.0, 0.5, 1.0):
+            prompt, answer = lab.passkey_prompt(encode, length, depth, "40213", 1)
+            assert len(prompt) == length and prompt[0] == 1
+            assert list(prompt[-len(question):]) == question
+            at = next(i for i in range(length) if list(prompt[i:i + len(needle)]) == needle)
+            where.append(at)
+        assert where[0] == 1 + len(intro)  # depth 0: right after the intro
+        assert where[2] == length - len(question) - len(needle)  # depth 1: right before the question
+        assert where[0] <= where[1] <= where[2]
+        assert "".join(ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")).decode(list(answer))).strip() == "40213"
+    with pytest.raises(ropekit.Error, match="passkey length = 20: below the prompt's own"):
+        lab.passkey_prompt(encode, 20, 0.5, "40213", 1)
+    with pytest.raises(ropekit.Error, match=r"depth = 1.5: must lie in \[0, 1\]"):
+        lab.passkey_prompt(encode, 300, 1.5, "40213", 1)
+
+
+def test_the_teacher_forced_score_is_greedy_decodings_exact_match(hf_model):
+    """A key counts as retrieved iff greedy decoding writes it: the model's own greedy continuation (transformers'
+    generate) taken as the key scores a hit; the same with its last token changed, a miss."""
+    encode = _encode()
+    prompt, _ = lab.passkey_prompt(encode, 200, 0.5, "40213", 1)
+    ids = torch.from_numpy(prompt)[None]
+    with torch.no_grad():
+        generated = hf_model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=0)[0, len(prompt):]
+    lab_ = lab._Lab(hf_model, 512)
+    reading, ropes = lab_.plan(("orig", ""), 1.0)
+    lab_reading = lab_.install(reading, ropes, 200)
+    try:
+        for answer, hit in ((generated.numpy(), True),
+                            (np.concatenate((generated.numpy()[:-1], [(int(generated[-1]) + 1) % 512])), False)):
+            window = np.concatenate((prompt, answer))
+            got = lab_.read(reading, lab_reading, window, 1,
+                            lambda i, p: lab_.argmax(i, p, len(prompt) - 1)[: len(answer)])
+            assert np.array_equal(got, answer) == hit
+    finally:
+        lab_.restore()
+
+
+def test_passkey_gives_the_grid_for_every_method(hf_model, tmp_path):
+    result = lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")),
+                         methods="orig,yarn,rerope:w=64", lengths=[200, 400], depths=[0, 1], keys=2,
+                         trained_length=200)
+    assert [(c.method, c.length, c.depth) for c in result.cells] == [
+        (m, n, d) for m in ("orig", "yarn", "rerope:w=64") for n in (200, 400) for d in (0.0, 1.0)]
+    assert all(c.keys == 2 and 0 <= c.retrieved <= 2 for c in result.cells)
+    assert result.csv().splitlines()[0] == "method,length,scale,depth,keys,retrieved,accuracy"
+    assert result.csv().splitlines()[3].startswith("orig,400,2,0,2,")
+    with pytest.raises(ropekit.Error, match="keys = 0: must be >= 1"):
+        lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")), keys=0)
+    with pytest.raises(ropekit.Error, match="passkey length = 40: below the prompt's own"):
+        lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")), lengths=[40, 200])
