@@ -442,7 +442,7 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"frobnicate"},
                      "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, "
-                     "tokenize, positions, generate, eval)");
+                     "tokenize, positions, generate, eval, passkey)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
@@ -701,6 +701,10 @@ TEST(CliModel, BadInputExitsTwo) {
        "window-size = 100000"},
       {{"eval", "--model", kModel, "--tokens", ids, "--methods", "warp"}, "warp"},
       {{"tokenize", "--tokenizer", junk, "--string", "x", "--out", ids}, "junk.bin"},
+      {{"passkey", "--model", kModel, "--tokenizer", kTok, "--lengths", "40"}, "passkey length = 40"},
+      {{"passkey", "--model", kModel, "--tokenizer", kTok, "--lengths", "200", "--depths", "2"}, "depth = 2"},
+      {{"passkey", "--model", kModel, "--tokenizer", kTok, "--keys", "0"}, "keys = 0"},
+      {{"passkey", "--model", kModel, "--tokenizer", kTok, "--methods", "warp"}, "warp"},
   };
   for (const auto& [args, needle] : cases) {
     const Result r = run(args);

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -346,6 +348,120 @@ TEST(Lab, BadOptionsAreErrors) {
   EXPECT_ERROR(ropekit::parse_methods("x="), "empty JSON");
   o.methods = ropekit::parse_methods("bad={\"rope_type\":\"warp\",\"factor\":\"s\"}");
   EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "method bad", "warp");
+}
+
+// llama2.c's encoder renders SentencePiece's dummy-prefix space itself (as `ropekit passkey`).
+ropekit::TextEncoder bundled_encoder() {
+  return [](std::string_view text) {
+    if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    return bundled_tokenizer().encode(std::string(text), false);
+  };
+}
+
+std::ptrdiff_t find(const std::vector<int>& hay, const std::vector<int>& needle) {
+  return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) - hay.begin();
+}
+
+TEST(Passkey, ThePromptHasItsLengthAndTheKeyAtItsDepth) {
+  const ropekit::TextEncoder encode = bundled_encoder();
+  const std::vector<int> needle = encode(" The pass key is 40213. Remember it. 40213 is the pass key.");
+  const std::vector<int> intro = encode(ropekit::kPasskeyIntro), question = encode(ropekit::kPasskeyQuestion);
+  const auto fixed = std::int64_t(1 + intro.size() + needle.size() + question.size());
+  for (std::int64_t length : {fixed, std::int64_t{300}, std::int64_t{517}}) {
+    std::vector<std::ptrdiff_t> at;
+    for (double depth : {0.0, 0.5, 1.0}) {
+      const ropekit::PasskeyPrompt p = ropekit::passkey_prompt(encode, length, depth, "40213", 1);
+      ASSERT_EQ(std::int64_t(p.prompt.size()), length);
+      EXPECT_EQ(p.prompt.front(), 1);
+      EXPECT_TRUE(std::equal(question.begin(), question.end(), p.prompt.end() - std::ptrdiff_t(question.size())));
+      at.push_back(find(p.prompt, needle));
+      std::string answer;
+      for (int id : p.answer) answer += bundled_tokenizer().decode(1, id);
+      EXPECT_NE(answer.find("40213"), std::string::npos) << answer;
+    }
+    EXPECT_EQ(at[0], std::ptrdiff_t(1 + intro.size()));  // right after the intro
+    EXPECT_EQ(at[2], std::ptrdiff_t(length) - std::ptrdiff_t(question.size() + needle.size()));  // before the question
+    EXPECT_LE(at[0], at[1]);
+    EXPECT_LE(at[1], at[2]);
+  }
+  EXPECT_ERROR(ropekit::passkey_prompt(encode, 20, 0.5, "40213", 1), "passkey length = 20", "below the prompt's own");
+  EXPECT_ERROR(ropekit::passkey_prompt(encode, 300, 1.5, "40213", 1), "depth = 1.5", "[0, 1]");
+}
+
+TEST(Passkey, KeysAreFiveDigitsFromTheSeed) {
+  const std::vector<std::string> a = ropekit::passkey_keys(0, 50), b = ropekit::passkey_keys(0, 50);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, ropekit::passkey_keys(1, 50));
+  for (const std::string& k : a) {
+    ASSERT_EQ(k.size(), 5u);
+    EXPECT_TRUE(std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }));
+  }
+  EXPECT_GT(std::set<std::string>(a.begin(), a.end()).size(), 45u);
+}
+
+// The greedy continuation, one whole forward per token (no cache): what the teacher-forced score must agree with.
+std::vector<int> greedy(std::vector<int> tokens, int steps) {
+  const ropekit::LlamaModel& model = bundled();
+  const ropekit::Rope rope(model.rope_layer().spec);
+  std::vector<int> out;
+  for (int s = 0; s < steps; ++s) {
+    ropekit::LlamaRunner runner(model, {.capacity = std::int64_t(tokens.size()), .threads = 1});
+    std::vector<std::int64_t> pos(tokens.size());
+    std::iota(pos.begin(), pos.end(), std::int64_t{0});
+    std::vector<float> logits(tokens.size() * std::size_t(model.config.vocab_size));
+    runner.forward(rope, tokens, pos, logits);
+    const float* last = logits.data() + (tokens.size() - 1) * std::size_t(model.config.vocab_size);
+    out.push_back(int(std::max_element(last, last + model.config.vocab_size) - last));
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
+TEST(Passkey, TheTeacherForcedScoreIsGreedyDecodingsExactMatch) {
+  // The key's tokens made the model's own greedy continuation of the prompt (an encoder that spells the answer so):
+  // retrieved; the same with its last token changed: missed.
+  const ropekit::TextEncoder real = bundled_encoder();
+  const std::string key = ropekit::passkey_keys(7, 1)[0];
+  const std::vector<int> prompt = ropekit::passkey_prompt(real, 200, 0.5, key, 1).prompt;
+  const std::vector<int> continuation = greedy(prompt, 4);
+  const std::string joint = std::string(ropekit::kPasskeyQuestion) + " " + key;
+  for (const bool changed : {false, true}) {
+    std::vector<int> answer = continuation;
+    if (changed) answer.back() = (answer.back() + 1) % bundled().config.vocab_size;
+    const ropekit::TextEncoder spelled = [&](std::string_view text) {
+      if (text != joint) return real(text);
+      std::vector<int> ids = real(ropekit::kPasskeyQuestion);
+      ids.insert(ids.end(), answer.begin(), answer.end());
+      return ids;
+    };
+    ropekit::PasskeyOptions o;
+    o.methods = ropekit::parse_methods("orig");
+    o.lengths = {200};
+    o.depths = {0.5};
+    o.keys = 1;
+    o.seed = 7;
+    o.threads = 1;
+    const ropekit::PasskeyResult r = ropekit::passkey(bundled(), spelled, o);
+    ASSERT_EQ(r.cells.size(), 1u);
+    EXPECT_EQ(r.cells[0].retrieved, changed ? 0 : 1);
+  }
+}
+
+TEST(Passkey, BadOptionsAreErrorsBeforeAnyForward) {
+  ropekit::PasskeyOptions o;
+  o.methods = ropekit::parse_methods("orig,rerope:w=400");
+  o.lengths = {200, 400};
+  o.keys = 1;
+  EXPECT_ERROR(ropekit::passkey(bundled(), bundled_encoder(), o), "w = 400 is not below the largest length N = 400");
+  o.methods = ropekit::parse_methods("orig");
+  o.keys = 0;
+  EXPECT_ERROR(ropekit::passkey(bundled(), bundled_encoder(), o), "keys = 0");
+  o.keys = 1;
+  o.lengths = {40};
+  EXPECT_ERROR(ropekit::passkey(bundled(), bundled_encoder(), o), "passkey length = 40");
+  o.lengths = {200};
+  o.depths = {-0.5};
+  EXPECT_ERROR(ropekit::passkey(bundled(), bundled_encoder(), o), "depth = -0.5");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ropekit/model.hpp"
@@ -174,5 +175,64 @@ std::vector<std::int64_t> eval_windows(std::span<const int> tokens, std::int64_t
 // buckets not strictly increasing from 0, token ids outside the vocabulary, the window errors above,
 // a fragment the config reader rejects.
 EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const EvalOptions& options);
+
+// Passkey retrieval (docs/lab.md; `ropekit passkey`, ropekit.lab.passkey): the standard task — an intro, filler
+// sentences with "The pass key is K. Remember it. K is the pass key." at relative depth d of the filler, the question
+// at the end — per method on a length × depth grid. The text, the prompt's layout and the keys are defined here once
+// for both labs.
+inline constexpr std::string_view kPasskeyIntro =
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz you "
+    "about the important information there.";
+inline constexpr std::string_view kPasskeyFiller =
+    " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+inline constexpr std::string_view kPasskeyNeedle = " The pass key is {key}. Remember it. {key} is the pass key.";
+inline constexpr std::string_view kPasskeyQuestion = " What is the pass key? The pass key is";
+
+// Text → token ids without BOS (a piece's leading space is the tokenizer's to render).
+using TextEncoder = std::function<std::vector<int>(std::string_view)>;
+
+struct PasskeyPrompt {
+  std::vector<int> prompt;  // exactly the length asked for: BOS, intro, filler with the needle, question
+  std::vector<int> answer;  // the key's tokens as they continue the question
+};
+// The prompt of `length` tokens with `key` at the filler's sentence boundary nearest to depth · (filler length), and
+// the answer. Errors: depth outside [0, 1], a length below the prompt without filler (naming both).
+PasskeyPrompt passkey_prompt(const TextEncoder& encode, std::int64_t length, double depth, std::string_view key,
+                             int bos);
+// `count` 5-digit keys (10000 … 99999) from splitmix64 seeded with `seed`: the grid takes them in order (length, then
+// depth, then key).
+std::vector<std::string> passkey_keys(std::uint64_t seed, std::size_t count);
+
+struct PasskeyOptions {
+  std::vector<EvalMethod> methods = builtin_methods();
+  std::vector<std::int64_t> lengths;  // empty: L0/2, L0, 2·L0, 4·L0
+  std::vector<double> depths;         // empty: 0, 0.25, 0.5, 0.75, 1
+  std::int64_t keys = 5;              // per (length, depth) cell
+  std::uint64_t seed = 0;
+  std::optional<std::int64_t> trained_length;  // absent: the model's seq_len
+  int threads = 0;
+  std::function<void(std::int64_t done, std::int64_t total, const std::string& what)> progress;
+};
+
+struct PasskeyCell {
+  std::string method;
+  std::int64_t length = 0;
+  double scale = 1;  // s = max(1, length / L0): the method's scale at this length
+  double depth = 0;
+  std::int64_t keys = 0;
+  std::int64_t retrieved = 0;
+};
+
+struct PasskeyResult {
+  std::vector<PasskeyCell> cells;  // method-major, then length, then depth
+  std::int64_t trained_length = 0;
+  double seconds = 0;
+};
+
+// Greedy decoding's exact match, scored in one teacher-forced forward per key: retrieved iff each answer token is the
+// argmax (the first, on ties) of the float32 logits given the prompt and the answer's tokens before it. Methods read
+// the window as evaluate() does. Errors (before any forward): keys < 1, a depth outside [0, 1], a length below the
+// prompt's own, ids outside the vocabulary, and evaluate()'s method errors.
+PasskeyResult passkey(const LlamaModel& model, const TextEncoder& encode, const PasskeyOptions& options);
 
 }  // namespace ropekit

@@ -36,6 +36,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
     mrope_position_ids,
     needs_rerotation,
     packed_positions,
+    passkey,
     pixtral_position_ids,
     presets,
     rejected_slot_ranges,
@@ -55,7 +56,7 @@ from ._ropekit import (  # noqa: F401  (the compiled core)
 )
 
 __all__ = [
-    "Error", "KvCache", "Model", "ModelPositions", "PagedKvCache", "Rope", "RopeSet", "RotateCall", "needs_rerotation", "Tokenizer", "attention", "default_threads", "eval", "eval_methods",
+    "Error", "KvCache", "Model", "ModelPositions", "PagedKvCache", "Rope", "RopeSet", "RotateCall", "needs_rerotation", "Tokenizer", "attention", "default_threads", "eval", "eval_methods", "passkey",
     "linear_attention", "model_families", "model_positions", "model_positions_gguf", "model_positions_preset", "presets",
     "scaling_variants", "set_default_threads", "set_simd_target", "simd_target", "simd_targets",
     "packed_positions", "cu_seqlens_from_eod", "cp_indices", "cp_positions", "verify_positions", "tree_positions",

@@ -656,12 +656,11 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
 # Passkey retrieval
 
 # The standard task (Mohtashami & Jaggi 2023, as the YaRN and LongLoRA papers run it): a key in a long filler text,
-# asked for at the end.
-PASSKEY_INTRO = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
-                 "I will quiz you about the important information there.")
-PASSKEY_FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-PASSKEY_NEEDLE = " The pass key is {key}. Remember it. {key} is the pass key."
-PASSKEY_QUESTION = " What is the pass key? The pass key is"
+# asked for at the end. The text, the prompt's layout and the keys are the C++ lab's (ropekit/lab.hpp), one definition.
+PASSKEY_INTRO = _ropekit._PASSKEY_TEXT["intro"]
+PASSKEY_FILLER = _ropekit._PASSKEY_TEXT["filler"]
+PASSKEY_NEEDLE = _ropekit._PASSKEY_TEXT["needle"]
+PASSKEY_QUESTION = _ropekit._PASSKEY_TEXT["question"]
 PASSKEY_CSV_HEADER = "method,length,scale,depth,keys,retrieved,accuracy"
 
 
@@ -731,27 +730,11 @@ def _encoder(tokenizer, model):
 
 def passkey_prompt(encode: Callable, length: int, depth: float, key: str, bos: int):
     """The prompt of exactly `length` tokens (BOS, the intro, filler with the needle at relative depth `depth` of the
-    filler — at the sentence boundary nearest to it —, the question) and the answer's tokens (the key as it
-    continues the question). Errors: a length below the prompt without filler, a depth outside [0, 1]."""
-    if not 0.0 <= depth <= 1.0:
-        raise Error(f"depth = {depth}: must lie in [0, 1]")
-    intro, needle, question = encode(PASSKEY_INTRO), encode(PASSKEY_NEEDLE.format(key=key)), encode(PASSKEY_QUESTION)
-    joint = encode(PASSKEY_QUESTION + " " + key)
-    answer = joint[len(question):] if joint[:len(question)] == question else encode(" " + key)
-    fixed = 1 + len(intro) + len(needle) + len(question)
-    if length < fixed:
-        raise Error(f"passkey length = {length}: below the prompt's own {fixed} tokens (BOS, intro, needle and "
-                    "question without filler)")
-    sentence = encode(PASSKEY_FILLER)
-    budget = length - fixed
-    repeats = budget // len(sentence) + 1
-    filler = (sentence * repeats)[:budget]
-    # The sentence boundary nearest to depth · budget (the filler's end counts as one: depth 1 is right before the
-    # question).
-    boundaries = list(range(0, budget + 1, len(sentence))) + [budget]
-    at = min(boundaries, key=lambda b: (abs(b - depth * budget), b))
-    prompt = [bos] + intro + filler[:at] + needle + filler[at:] + question
-    assert len(prompt) == length
+    filler — at the sentence boundary nearest to it —, the question) and the answer's tokens (the key as it continues
+    the question), by the C++ lab's passkey_prompt with `encode` (text → ids without BOS). Errors: a length below
+    the prompt without filler, a depth outside [0, 1]."""
+    prompt, answer = _ropekit._passkey_prompt(lambda text: [int(t) for t in encode(text)], int(length), float(depth),
+                                              str(key), int(bos))
     return np.asarray(prompt, dtype=np.int64), np.asarray(answer, dtype=np.int64)
 
 
@@ -759,8 +742,8 @@ def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_
             lengths: Sequence[int] = (), depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), keys: int = 5,
             seed: int = 0, trained_length: Optional[int] = None, bos_id: Optional[int] = None, device="cpu",
             dtype="float32", progress: Optional[Callable] = None) -> PasskeyResult:
-    """Passkey retrieval per method on a length × depth grid: `keys` random 5-digit keys per cell (the same keys for
-    every method; numpy's default_rng(seed)), each hidden at relative depth d of a filler text of `length` tokens
+    """Passkey retrieval per method on a length × depth grid: `keys` 5-digit keys per cell (the same keys for every
+    method, and the C++ lab's: splitmix64 from `seed`), each hidden at relative depth d of a filler text of `length` tokens
     (passkey_prompt), greedy decoding, exact match. The greedy answer is scored in one teacher-forced forward: the key
     is retrieved iff each of its tokens is the argmax of the float32 logits given the prompt and the key's tokens
     before it — exactly the greedy decoder's exact-match outcome when the key's tokenization is the one it produces.
@@ -782,9 +765,8 @@ def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_
     if bos is None:
         raise Error(f"{source}: no bos_token_id in its config; pass bos_id")
     parsed = parse_methods(methods) if isinstance(methods, str) else [tuple(x) for x in methods]
-    rng = np.random.default_rng(seed)
-    key_text = [[[str(k) for k in rng.integers(10000, 100000, size=keys)] for _ in depths] for _ in lengths]
-    prompts = {(li, di, ki): passkey_prompt(encode, n, d, key_text[li][di][ki], int(bos))
+    key_text = iter(_ropekit._passkey_keys(seed, len(lengths) * len(depths) * keys))  # the C++ lab's keys, in order
+    prompts = {(li, di, ki): passkey_prompt(encode, n, d, next(key_text), int(bos))
                for li, n in enumerate(lengths) for di, d in enumerate(depths) for ki in range(keys)}
     for prompt, answer in prompts.values():
         if int(max(prompt.max(), answer.max())) >= cfg.vocab_size:

@@ -300,6 +300,59 @@ void bind_model(py::module_& m) {
         return eval_windows(tokens, window_size, windows, bos_id);
       },
       py::arg("tokens"), py::arg("window_size"), py::arg("windows"), py::arg("bos_id"));
+  // Passkey retrieval (ropekit/lab.hpp): the C++ lab's grid, and the prompt and keys both labs share.
+  m.def(
+      "_passkey_prompt",
+      [](const py::function& encode, std::int64_t length, double depth, const std::string& key, int bos) {
+        const TextEncoder enc = [&encode](std::string_view text) {
+          return encode(std::string(text)).cast<std::vector<int>>();
+        };
+        const PasskeyPrompt p = passkey_prompt(enc, length, depth, key, bos);
+        return py::make_tuple(p.prompt, p.answer);
+      },
+      py::arg("encode"), py::arg("length"), py::arg("depth"), py::arg("key"), py::arg("bos"));
+  m.def("_passkey_keys", &passkey_keys, py::arg("seed"), py::arg("count"));
+  py::dict text;
+  text["intro"] = std::string(kPasskeyIntro), text["filler"] = std::string(kPasskeyFiller);
+  text["needle"] = std::string(kPasskeyNeedle), text["question"] = std::string(kPasskeyQuestion);
+  m.attr("_PASSKEY_TEXT") = text;
+  m.def(
+      "passkey",
+      [](const PyModel& self, const Tokenizer& tokenizer, const std::string& methods, std::vector<std::int64_t> lengths,
+         std::vector<double> depths, std::int64_t keys, std::uint64_t seed, std::optional<std::int64_t> trained_length,
+         int threads) {
+        PasskeyOptions o;
+        o.methods = parse_methods(methods);
+        o.lengths = std::move(lengths);
+        o.depths = std::move(depths);
+        o.keys = keys;
+        o.seed = seed;
+        o.trained_length = trained_length;
+        o.threads = threads;
+        // llama2.c's encoder renders SentencePiece's dummy-prefix space itself (as `ropekit passkey`).
+        const TextEncoder encode = [&tokenizer](std::string_view text) {
+          if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+          return tokenizer.encode(std::string(text), false);
+        };
+        PasskeyResult r;
+        {
+          py::gil_scoped_release release;
+          r = passkey(*self.model, encode, o);
+        }
+        py::list cells;
+        for (const PasskeyCell& c : r.cells) {
+          cells.append(py::make_tuple(c.method, c.length, c.scale, c.depth, c.keys, c.retrieved));
+        }
+        py::dict d;
+        d["cells"] = cells;
+        d["trained_length"] = r.trained_length;
+        d["seconds"] = r.seconds;
+        return d;
+      },
+      py::arg("model"), py::arg("tokenizer"), py::kw_only(),
+      py::arg("methods") = "orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3",
+      py::arg("lengths") = std::vector<std::int64_t>{}, py::arg("depths") = std::vector<double>{}, py::arg("keys") = 5,
+      py::arg("seed") = 0, py::arg("trained_length") = py::none(), py::arg("threads") = 0);
   // The regimes' positions as the fused attention takes them (ropekit/attention.hpp), for the Python lab's tests:
   // [len(i), len(j)] regime ids and each regime's query and key positions.
   m.def(

@@ -246,6 +246,12 @@ def test_passkey_gives_the_grid_for_every_method(hf_model, tmp_path):
     assert [(c.method, c.length, c.depth) for c in result.cells] == [
         (m, n, d) for m in ("orig", "yarn", "rerope:w=64") for n in (200, 400) for d in (0.0, 1.0)]
     assert all(c.keys == 2 and 0 <= c.retrieved <= 2 for c in result.cells)
+    # The C++ lab's grid on the llama2.c file: the same prompts and keys (one definition), the same outcomes.
+    want = ropekit.passkey(ropekit.Model(str(MODEL)), ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")),
+                           methods="orig,yarn,rerope:w=64", lengths=[200, 400], depths=[0, 1], keys=2,
+                           trained_length=200)
+    assert [(c.method, c.length, c.scale, c.depth, c.keys, c.retrieved) for c in result.cells] == \
+        [tuple(c) for c in want["cells"]]
     assert result.csv().splitlines()[0] == "method,length,scale,depth,keys,retrieved,accuracy"
     assert result.csv().splitlines()[3].startswith("orig,400,2,0,2,")
     with pytest.raises(ropekit.Error, match="keys = 0: must be >= 1"):

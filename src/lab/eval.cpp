@@ -210,6 +210,25 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
   return run;
 }
 
+// A regime whose window reaches past every length never acts: the method would silently be orig.
+void check_regimes_act(const std::vector<EvalMethod>& methods, const std::vector<std::vector<MethodRun>>& runs,
+                       std::int64_t max_n) {
+  for (std::size_t m = 0; m < methods.size(); ++m) {
+    const PositionRegimes& r = runs[m].front().regimes;
+    const auto never = [&](std::string_view key, std::int64_t value) {
+      if (value >= max_n) {
+        throw Error(
+            fmt::format("method {}: {} = {} is not below the largest length N = {}: the method would be orig "
+                        "at every N",
+                        methods[m].name, key, value, max_n));
+      }
+    };
+    if (const auto* rr = std::get_if<regimes::ReRope>(&r)) never("w", rr->window);
+    if (const auto* se = std::get_if<regimes::SelfExtend>(&r)) never("W", se->window);
+    if (const auto* dc = std::get_if<regimes::DualChunk>(&r)) never("chunk", dc->chunk_size);
+  }
+}
+
 // Accumulates NLL per bucket of target position.
 class Buckets {
  public:
@@ -472,7 +491,32 @@ class WindowReader {
     chunk_ = std::max<std::int64_t>(1, (std::int64_t{1} << 24) / model.config.vocab_size);
   }
 
+  // The NLL of every target of the window, added to `buckets` in order.
   void read(const MethodRun& run, std::span<const int> tokens, std::int64_t l0, Buckets& buckets,
+            AttentionProbe* probe = nullptr) {
+    const int vocab = model_.config.vocab_size;
+    read(
+        run, tokens, l0,
+        [&](std::int64_t a, std::int64_t rows, std::span<const float> logits) {
+          // The rows' NLLs on the runner's threads (a serial 4% of a one-thread eval), added in order.
+          nlls_.resize(std::size_t(rows));
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && rows > 1)
+#endif
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const std::span<const float> row(logits.data() + r * vocab, std::size_t(vocab));
+            nlls_[std::size_t(r)] = nll(row, tokens[std::size_t(a + r + 1)]);
+          }
+          for (std::int64_t r = 0; r < rows; ++r) buckets.add(a + r + 1, nlls_[std::size_t(r)]);
+        },
+        probe);
+  }
+
+  // What a read does with the float32 logits of window rows [first, first + rows), row r predicting token r + 1 (the
+  // window's last row, which predicts nothing, left out).
+  using RowSink = std::function<void(std::int64_t first, std::int64_t rows, std::span<const float> logits)>;
+
+  void read(const MethodRun& run, std::span<const int> tokens, std::int64_t l0, const RowSink& sink,
             AttentionProbe* probe = nullptr) {
     const auto n = std::int64_t(tokens.size());
     const int vocab = model_.config.vocab_size;
@@ -497,17 +541,8 @@ class WindowReader {
         runner_.forward(*before, tokens.subspan(std::size_t(a), std::size_t(b - a)),
                         std::span<const std::int64_t>(pos + (a - first), std::size_t(b - a)), logits_, call);
         if (!options.token_ropes.empty()) before = options.token_ropes[std::size_t(b - first - 1)];
-        // The rows' NLLs on the runner's threads (a serial 4% of a one-thread eval), added in order.
         const std::int64_t rows = std::min(b, n - 1) - a;
-        nlls_.resize(std::size_t(std::max<std::int64_t>(rows, 0)));
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && rows > 1)
-#endif
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const std::span<const float> row(logits_.data() + r * vocab, std::size_t(vocab));
-          nlls_[std::size_t(r)] = nll(row, tokens[std::size_t(a + r + 1)]);
-        }
-        for (std::int64_t r = 0; r < rows; ++r) buckets.add(a + r + 1, nlls_[std::size_t(r)]);
+        if (rows > 0) sink(a, rows, std::span<const float>(logits_.data(), std::size_t(rows * vocab)));
       }
     };
     runner_.clear();
@@ -759,21 +794,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     }
   }
   const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());
-  // A regime whose window reaches past every length never acts: the method would silently be orig.
-  for (std::size_t m = 0; m < options.methods.size(); ++m) {
-    const PositionRegimes& r = runs[m].front().regimes;
-    const auto never = [&](std::string_view key, std::int64_t value) {
-      if (value >= max_n) {
-        throw Error(
-            fmt::format("method {}: {} = {} is not below the largest length N = {}: the method would be orig "
-                        "at every N",
-                        options.methods[m].name, key, value, max_n));
-      }
-    };
-    if (const auto* rr = std::get_if<regimes::ReRope>(&r)) never("w", rr->window);
-    if (const auto* se = std::get_if<regimes::SelfExtend>(&r)) never("W", se->window);
-    if (const auto* dc = std::get_if<regimes::DualChunk>(&r)) never("chunk", dc->chunk_size);
-  }
+  check_regimes_act(options.methods, runs, max_n);
   const std::int64_t per_method = std::accumulate(options.lengths.begin(), options.lengths.end(), std::int64_t{0}) *
                                   std::int64_t(result.window_starts.size());
   const std::int64_t total = per_method * std::int64_t(options.methods.size());
@@ -825,6 +846,164 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
         std::chrono::duration<double>(std::chrono::steady_clock::now() - method_start).count());
   }
   result.tokens_read = done;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
+  return result;
+}
+
+std::vector<std::string> passkey_keys(std::uint64_t seed, std::size_t count) {
+  // splitmix64: a fixed, documented sequence, so that both labs (and any rerun) hide the same keys.
+  std::vector<std::string> keys;
+  std::uint64_t x = seed;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    keys.push_back(std::to_string(10000 + z % 90000));
+  }
+  return keys;
+}
+
+PasskeyPrompt passkey_prompt(const TextEncoder& encode, std::int64_t length, double depth, std::string_view key,
+                             int bos) {
+  if (!(depth >= 0.0 && depth <= 1.0)) throw Error(fmt::format("depth = {}: must lie in [0, 1]", depth));
+  // The needle with every "{key}" spelled as the key.
+  std::string needle;
+  for (std::string_view rest = kPasskeyNeedle;;) {
+    const std::size_t at = rest.find("{key}");
+    needle.append(rest.substr(0, at));
+    if (at == std::string_view::npos) break;
+    needle.append(key);
+    rest.remove_prefix(at + 5);
+  }
+  const std::vector<int> intro = encode(kPasskeyIntro), hidden = encode(needle), question = encode(kPasskeyQuestion);
+  // The key as it continues the question (the tokens a greedy decoder writes there), else encoded alone.
+  std::string spaced = " ";  // (not " " + std::string: GCC 12's -Wrestrict misreads that, too)
+  spaced.append(key);
+  const std::vector<int> joint = encode(std::string(kPasskeyQuestion).append(spaced));
+  std::vector<int> answer;
+  if (joint.size() > question.size() && std::equal(question.begin(), question.end(), joint.begin())) {
+    answer.assign(joint.begin() + std::ptrdiff_t(question.size()), joint.end());
+  } else {
+    answer = encode(spaced);
+  }
+  const auto fixed = std::int64_t(1 + intro.size() + hidden.size() + question.size());
+  if (length < fixed) {
+    throw Error(fmt::format(
+        "passkey length = {}: below the prompt's own {} tokens (BOS, intro, needle and question without filler)",
+        length, fixed));
+  }
+  const std::vector<int> sentence = encode(kPasskeyFiller);
+  if (sentence.empty() || answer.empty())
+    throw Error("passkey: the tokenizer encodes the filler or the key as nothing");
+  const std::int64_t budget = length - fixed, unit = std::int64_t(sentence.size());
+  // The sentence boundary nearest to depth · budget (the filler's end counts as one, so depth 1 is right before the
+  // question; a tie goes to the earlier boundary).
+  const double want = depth * double(budget);
+  std::int64_t at = 0;
+  const auto consider = [&](std::int64_t b) {
+    if (std::abs(double(b) - want) < std::abs(double(at) - want)) at = b;
+  };
+  for (std::int64_t b = 0; b <= budget; b += unit) consider(b);
+  consider(budget);
+  PasskeyPrompt p;
+  p.prompt.reserve(std::size_t(length));
+  p.prompt.push_back(bos);
+  p.prompt.insert(p.prompt.end(), intro.begin(), intro.end());
+  const auto filler = [&](std::int64_t from, std::int64_t to) {
+    for (std::int64_t i = from; i < to; ++i) p.prompt.push_back(sentence[std::size_t(i % unit)]);
+  };
+  filler(0, at);
+  p.prompt.insert(p.prompt.end(), hidden.begin(), hidden.end());
+  filler(at, budget);
+  p.prompt.insert(p.prompt.end(), question.begin(), question.end());
+  p.answer = std::move(answer);
+  return p;
+}
+
+PasskeyResult passkey(const LlamaModel& model, const TextEncoder& encode, const PasskeyOptions& options) {
+  const auto clock_start = std::chrono::steady_clock::now();
+  const std::int64_t l0 = options.trained_length.value_or(model.config.seq_len);
+  if (l0 < 2 || l0 >= kPositionLimit / 8) throw Error(fmt::format("trained-length = {}: must lie in [2, 2^44)", l0));
+  if (options.keys < 1) throw Error(fmt::format("keys = {}: must be >= 1", options.keys));
+  if (options.methods.empty()) throw Error("methods: none given");
+  std::vector<std::int64_t> lengths = options.lengths;
+  if (lengths.empty()) {
+    for (std::int64_t n : {l0 / 2, l0, 2 * l0, 4 * l0}) {
+      if (n >= 2) lengths.push_back(n);
+    }
+  }
+  const std::vector<double> depths =
+      options.depths.empty() ? std::vector<double>{0, 0.25, 0.5, 0.75, 1} : options.depths;
+  const int bos = model.config.bos_id;
+  // Every prompt and every method at every length first: bad input fails before any forward.
+  const std::size_t per_cell = std::size_t(options.keys);
+  const std::vector<std::string> keys = passkey_keys(options.seed, lengths.size() * depths.size() * per_cell);
+  std::vector<PasskeyPrompt> prompts;
+  std::int64_t capacity = 0;
+  for (std::size_t li = 0; li < lengths.size(); ++li) {
+    for (std::size_t di = 0; di < depths.size(); ++di) {
+      for (std::size_t ki = 0; ki < per_cell; ++ki) {
+        prompts.push_back(passkey_prompt(encode, lengths[li], depths[di], keys[prompts.size()], bos));
+        capacity = std::max(capacity, std::int64_t(prompts.back().prompt.size() + prompts.back().answer.size()));
+        for (int id : prompts.back().prompt) {
+          if (id < 0 || id >= model.config.vocab_size) {
+            throw Error(fmt::format("passkey: the tokenizer gives id {} outside the model's vocabulary [0, {})", id,
+                                    model.config.vocab_size));
+          }
+        }
+      }
+    }
+  }
+  std::vector<std::vector<MethodRun>> runs;
+  for (const EvalMethod& method : options.methods) {
+    runs.emplace_back();
+    for (std::int64_t n : lengths)
+      runs.back().push_back(resolve(method, model, std::max(1.0, double(n) / double(l0)), l0));
+  }
+  check_regimes_act(options.methods, runs, *std::max_element(lengths.begin(), lengths.end()));
+  for (const auto& per_length : runs) {
+    for (const MethodRun& run : per_length) {
+      if (const auto* dc = std::get_if<regimes::DualChunk>(&run.regimes)) capacity = std::max(capacity, dc->chunk_size);
+    }
+  }
+  WindowReader reader(model, capacity, options.threads);
+  const int vocab = model.config.vocab_size;
+  PasskeyResult result;
+  result.trained_length = l0;
+  std::int64_t done = 0, total = 0;
+  for (std::int64_t n : lengths) total += n * std::int64_t(depths.size() * per_cell * options.methods.size());
+  std::vector<int> window, got;
+  for (std::size_t m = 0; m < options.methods.size(); ++m) {
+    for (std::size_t li = 0; li < lengths.size(); ++li) {
+      const double s = std::max(1.0, double(lengths[li]) / double(l0));
+      for (std::size_t di = 0; di < depths.size(); ++di) {
+        PasskeyCell cell{options.methods[m].name, lengths[li], s, depths[di], options.keys, 0};
+        for (std::size_t ki = 0; ki < per_cell; ++ki) {
+          const PasskeyPrompt& p = prompts[(li * depths.size() + di) * per_cell + ki];
+          window = p.prompt;
+          window.insert(window.end(), p.answer.begin(), p.answer.end());
+          // Teacher-forced greedy: row first + a predicts answer[a].
+          const auto first = std::int64_t(p.prompt.size()) - 1;
+          got.assign(p.answer.size(), -1);
+          reader.read(runs[m][li], window, l0, [&](std::int64_t a, std::int64_t rows, std::span<const float> logits) {
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::int64_t index = a + r - first;
+              if (index < 0 || index >= std::int64_t(got.size())) continue;
+              const float* row = logits.data() + r * vocab;
+              got[std::size_t(index)] = int(std::max_element(row, row + vocab) - row);
+            }
+          });
+          cell.retrieved += got == p.answer ? 1 : 0;
+          done += lengths[li];
+          if (options.progress) {
+            options.progress(done, total, fmt::format("passkey {} L={}", options.methods[m].name, lengths[li]));
+          }
+        }
+        result.cells.push_back(std::move(cell));
+      }
+    }
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
   return result;
 }

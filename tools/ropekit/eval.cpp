@@ -16,6 +16,7 @@
 #include "cli.hpp"
 #include "model_io.hpp"
 #include "plot.hpp"
+#include "progress.hpp"
 #include "ropekit/analysis.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/lab.hpp"
@@ -29,32 +30,6 @@ struct EvalCliOptions {
   std::optional<std::int64_t> window_size, windows, trained_length;
   std::vector<std::int64_t> lengths, buckets;  // empty: the protocol's multiples of L0
   int threads = 0;
-};
-
-// A progress bar with an ETA when stderr is a terminal; a plain line per step otherwise.
-class Progress {
- public:
-  explicit Progress(std::ostream& err) : err_(err), tty_(&err == &std::cerr && isatty(2)) {}
-  void operator()(std::int64_t done, std::int64_t total, const std::string& what) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double fraction = total > 0 ? double(done) / double(total) : 1.0;
-    const double eta = fraction > 0 ? elapsed / fraction - elapsed : 0.0;
-    if (tty_) {
-      const int width = 30, filled = int(fraction * width);
-      fmt::print(err_, "\r[{}{}] {:5.1f}%  {:<24} ETA {:5.1f} s", std::string(std::size_t(filled), '#'),
-                 std::string(std::size_t(width - filled), '.'), 100 * fraction, what, eta);
-      if (done == total) err_ << "\n";
-    } else {
-      fmt::print(err_, "eval: {}/{} tokens ({:.1f}%), {}, {:.1f} s elapsed, ETA {:.1f} s\n", done, total,
-                 100 * fraction, what, elapsed, eta);
-    }
-    err_.flush();
-  }
-
- private:
-  std::ostream& err_;
-  bool tty_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 void print_table(std::ostream& out, const EvalResult& result, const std::vector<EvalMethod>& methods,
@@ -122,7 +97,7 @@ void run_eval(const EvalCliOptions& o, Streams io) {
   options.attention_stats = !o.attention_csv.empty() || !o.attention_svg.empty();
   if (!o.methods.empty()) options.methods = parse_methods(o.methods);
   options = effective_options(options, model.config.seq_len);
-  auto progress = std::make_shared<Progress>(io.err);
+  auto progress = std::make_shared<Progress>(io.err, "eval");
   options.progress = [progress](std::int64_t done, std::int64_t total, const std::string& what) {
     (*progress)(done, total, what);
   };
