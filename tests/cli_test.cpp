@@ -442,7 +442,7 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
   expect_usage_error({}, "A subcommand is required");
   expect_usage_error({"frobnicate"},
                      "unknown sub-command frobnicate (known: inspect, freqs, apply, presets, bench, decay, verify, "
-                     "tokenize, positions, generate, eval, passkey)");
+                     "tokenize, positions, generate, eval, passkey, chart)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
@@ -661,6 +661,46 @@ TEST(CliModel, TokenizeThenEval) {
   }
   EXPECT_NE(e.err.find("eval: "), std::string::npos);  // progress lines (not a terminal)
   EXPECT_NE(e.out.find("protocol: windows 256 tokens (4·L0)"), std::string::npos) << e.out;
+}
+
+// `ropekit chart` draws from a lab CSV what eval --svg draws from the run (method names with commas quoted in the CSV
+// and read back whole), and `ropekit passkey --svg` its grids; a CSV of anything else is exit code 2.
+TEST(CliModel, ChartsFromTheLabsCsv) {
+  if (!ropekit::cli::plots_available()) GTEST_SKIP() << "this build has no PLplot";
+  const std::string ids = testing::TempDir() + "/chart.i32";
+  ASSERT_EQ(run({"tokenize", "--tokenizer", kTok, "--text", kRepo + "/data/tinystories-valid-excerpt.txt", "--stories",
+                 "--out", ids})
+                .code,
+            0);
+  const std::string csv = testing::TempDir() + "/regimes.csv", svg = testing::TempDir() + "/regimes.svg",
+                    again = testing::TempDir() + "/again.svg";
+  const Result e =
+      run({"eval", "--model", kModel, "--tokens", ids, "--window-size", "256", "--windows", "1", "--lengths", "128,256",
+           "--trained-length", "64", "--methods", "orig,self_extend:W=16,G=4,rerope:w=24", "--csv", csv, "--svg", svg});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(slurp(csv).find("\n\"self_extend:W=16,G=4\",128,2,"), std::string::npos) << slurp(csv);
+  const Result c = run({"chart", "--csv", csv, "--svg", again, "--title", "tinystories-260k.bin"});
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(svg_texts(slurp(again)), svg_texts(slurp(svg)));  // the same chart, text for text
+  const std::string grid = testing::TempDir() + "/passkey.csv", grid_svg = testing::TempDir() + "/passkey.svg";
+  const Result p =
+      run({"passkey", "--model", kModel, "--tokenizer", kTok, "--methods", "orig,yarn", "--lengths", "200,400",
+           "--depths", "0,1", "--keys", "1", "--trained-length", "200", "--csv", grid, "--svg", grid_svg});
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(slurp(grid).substr(0, slurp(grid).find('\n')), "method,length,scale,depth,keys,retrieved,accuracy");
+  const std::string texts = svg_texts(slurp(grid_svg));
+  for (const char* word : {"tinystories-260k.bin: yarn (L0 = 200)", "100%", "400", "0/1", "prompt length (tokens)"}) {
+    EXPECT_NE(texts.find(word), std::string::npos) << word << " in " << texts;
+  }
+  const std::string junk = testing::TempDir() + "/junk.csv", open_quote = testing::TempDir() + "/quote.csv";
+  std::ofstream(junk) << "a,b\n1,2\n";
+  std::ofstream(open_quote) << "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl\n\"orig,64,1,0,32,31,2,7\n";
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {junk, "is neither the lab's table"}, {open_quote, "line 2: a quote that is never closed"}}) {
+    const Result r = run({"chart", "--csv", file, "--svg", again});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
 }
 
 // Ticks at values a reader can read: powers of two on position axes, 1-2-5 steps on logarithmic value axes,

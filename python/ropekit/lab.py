@@ -38,7 +38,7 @@ except ImportError as e:  # pragma: no cover - the lab needs PyTorch
     raise ImportError("ropekit.lab needs PyTorch (pip install torch transformers)") from e
 
 __all__ = ["Row", "Result", "PasskeyCell", "PasskeyResult", "parse_methods", "load", "eval", "passkey",
-           "passkey_prompt", "lab_attention", "main"]
+           "passkey_prompt", "chart", "lab_attention", "main"]
 
 CSV_HEADER = "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl"
 
@@ -73,7 +73,7 @@ class Result:
         """The C++ lab's CSV (`ropekit eval --csv`): the same columns, the same number formats."""
         lines = [CSV_HEADER]
         for r in self.rows:
-            lines.append(f"{r.method},{r.n},{_g(r.scale)},{r.bucket_lo},{r.bucket_hi},{r.tokens},"
+            lines.append(f"{_field(r.method)},{r.n},{_g(r.scale)},{r.bucket_lo},{r.bucket_hi},{r.tokens},"
                          f"{r.mean_nll:.9g},{r.ppl:.9g}")
         return "\n".join(lines) + "\n"
 
@@ -103,6 +103,13 @@ def _g(x: float) -> str:
     """fmt's "{}" of a double as the C++ CSV writes the scale: the shortest text that reads back, no ".0"."""
     text = repr(float(x))
     return text[:-2] if text.endswith(".0") else text
+
+
+def _field(text: str) -> str:
+    """A CSV field as the C++ lab writes it: quoted where it holds a comma, a quote or a line break."""
+    if not any(c in text for c in ',"\n\r'):
+        return text
+    return '"' + text.replace('"', '""') + '"'
 
 
 def parse_methods(methods: str) -> list:
@@ -690,7 +697,7 @@ class PasskeyResult:
     def csv(self) -> str:
         lines = [PASSKEY_CSV_HEADER]
         for c in self.cells:
-            lines.append(f"{c.method},{c.length},{_g(c.scale)},{_g(c.depth)},{c.keys},{c.retrieved},"
+            lines.append(f"{_field(c.method)},{c.length},{_g(c.scale)},{_g(c.depth)},{c.keys},{c.retrieved},"
                          f"{c.accuracy:.9g}")
         return "\n".join(lines) + "\n"
 
@@ -810,6 +817,28 @@ def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_
                          seconds=time.perf_counter() - start_clock, model=source)
 
 
+def chart(result, svg, *, title: str = "", cli: Optional[str] = None) -> None:
+    """Draws a Result (PPL by target position at the largest N) or a PasskeyResult (one accuracy grid per method) to
+    `svg` with the C++ lab's charts: `ropekit chart` on the result's CSV, so both labs' charts look the same. cli: the
+    `ropekit` executable (default $ROPEKIT_CLI, else `ropekit` on PATH). Errors: no such executable, a chart it
+    could not draw (its message)."""
+    import shutil
+    import subprocess
+    import tempfile
+    exe = cli or os.environ.get("ROPEKIT_CLI") or shutil.which("ropekit")
+    if not exe or not os.path.exists(exe):
+        raise Error(f"--svg {svg}: drawing needs the ropekit command line (build it with the README's command and put "
+                    "it on PATH, or set ROPEKIT_CLI); the CSV has the numbers")
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = os.path.join(tmp, "lab.csv")
+        result.write_csv(csv_path)
+        cmd = [exe, "chart", "--csv", csv_path, "--svg", os.fspath(svg), "--title", title or result.model or "lab",
+               "--trained-length", str(result.trained_length)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise Error(f"--svg {svg}: {done.stderr.strip() or done.stdout.strip()}")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The command line
 
@@ -888,6 +917,7 @@ def main(argv=None) -> int:
     ev.add_argument("--threads", type=int, help="CPU threads for PyTorch")
     ev.add_argument("--csv")
     ev.add_argument("--json")
+    ev.add_argument("--svg", help="the chart, drawn by `ropekit chart` as `ropekit eval --svg` draws it")
     pk = sub.add_parser("passkey", help="passkey retrieval per method on a length × depth grid")
     pk.add_argument("--model", required=True, help="a Hugging Face model directory or a GGUF file")
     pk.add_argument("--tokenizer", help="a llama2.c tokenizer.bin or a transformers tokenizer directory "
@@ -905,6 +935,7 @@ def main(argv=None) -> int:
         p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
         p.add_argument("--csv")
         p.add_argument("--json")
+        p.add_argument("--svg", help="the grids, drawn by `ropekit chart` as `ropekit passkey --svg` draws them")
     args = parser.parse_args(argv)
     distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
     try:
@@ -941,6 +972,8 @@ def main(argv=None) -> int:
                 _print_grid(result)
             if args.csv:
                 result.write_csv(args.csv)
+            if args.svg:
+                chart(result, args.svg, title=os.path.basename(os.path.normpath(args.model)))
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump(result.to_json(), f, indent=2)

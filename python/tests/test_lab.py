@@ -258,3 +258,28 @@ def test_passkey_gives_the_grid_for_every_method(hf_model, tmp_path):
         lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")), keys=0)
     with pytest.raises(ropekit.Error, match="passkey length = 40: below the prompt's own"):
         lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")), lengths=[40, 200])
+
+
+def _svg_texts(path):
+    """The text a reader sees in PLplot's SVG: each string is a <tspan> of character references."""
+    import html
+    import re
+    return "\n".join(html.unescape(t) for t in re.findall(r"<tspan[^>]*>([^<]*)</tspan>", path.read_text()))
+
+
+def test_charts_are_the_cpp_labs(hf_model, tokens, tmp_path):
+    cli = REPO / "build" / "release" / "tools" / "ropekit"
+    result = lab.eval(hf_model, tokens, methods="orig,self_extend:W=16,G=4", lengths=[64, 128], window_size=128,
+                      windows=1, trained_length=64)
+    assert '\n"self_extend:W=16,G=4",128,2,' in result.csv()  # a name with commas is one quoted field, as in C++
+    with pytest.raises(ropekit.Error, match="drawing needs the ropekit command line"):
+        lab.chart(result, tmp_path / "x.svg", cli=str(tmp_path / "no-such-ropekit"))
+    if not cli.exists():
+        pytest.skip("no build/release/tools/ropekit (the test command builds it before this part)")
+    lab.chart(result, tmp_path / "lab.svg", title="tiny", cli=str(cli))
+    text = _svg_texts(tmp_path / "lab.svg")
+    assert "self_extend:W=16,G=4" in text and "tiny: PPL by target position, N = 128, s = 2 (L0 = 64)" in text
+    grid = lab.passkey(hf_model, ropekit.Tokenizer(str(REPO / "models" / "tok512.bin")), methods="orig", lengths=[200],
+                       depths=[0, 1], keys=1, trained_length=200)
+    lab.chart(grid, tmp_path / "grid.svg", title="tiny", cli=str(cli))
+    assert "tiny: orig (L0 = 200)" in _svg_texts(tmp_path / "grid.svg")

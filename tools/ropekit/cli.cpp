@@ -125,6 +125,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_generate(app, io);
   add_eval(app, io);
   add_passkey(app, io);
+  add_chart(app, io);
 
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());

@@ -1,7 +1,7 @@
 // The `ropekit` command line: one file per sub-command (inspect.cpp, freqs.cpp, apply.cpp,
-// presets.cpp, bench.cpp, decay.cpp, verify.cpp; the model's: tokenize.cpp, generate.cpp, eval.cpp, passkey.cpp), each
-// registering itself on the CLI11 app. run_cli() is the whole program with its streams passed in, so tests run it
-// in-process; main.cpp only forwards argv.
+// presets.cpp, bench.cpp, decay.cpp, verify.cpp; the model's: tokenize.cpp, generate.cpp, eval.cpp, passkey.cpp,
+// chart.cpp), each registering itself on the CLI11 app. run_cli() is the whole program with its streams passed in, so
+// tests run it in-process; main.cpp only forwards argv.
 //
 // Exit codes: 0 success, 2 bad usage or bad input (one line on stderr naming the problem),
 // 1 a check that failed (verify) or anything unexpected.
@@ -59,6 +59,7 @@ void add_verify(CLI::App& app, Streams io);
 void add_tokenize(CLI::App& app, Streams io);
 void add_generate(CLI::App& app, Streams io);
 void add_passkey(CLI::App& app, Streams io);
+void add_chart(CLI::App& app, Streams io);
 void add_eval(CLI::App& app, Streams io);
 void add_positions(CLI::App& app, Streams io);
 

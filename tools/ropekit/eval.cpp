@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "lab_charts.hpp"
 #include "model_io.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
@@ -128,8 +129,8 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     if (!csv) throw Error(fmt::format("--csv {}: cannot write this file", o.csv));
     csv << "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl\n";
     for (const EvalRow& r : result.rows) {
-      fmt::print(csv, "{},{},{},{},{},{},{:.9g},{:.9g}\n", r.method, r.n, r.scale, r.bucket_lo, r.bucket_hi, r.tokens,
-                 r.mean_nll, r.ppl);
+      fmt::print(csv, "{},{},{},{},{},{},{:.9g},{:.9g}\n", csv_field(r.method), r.n, r.scale, r.bucket_lo, r.bucket_hi,
+                 r.tokens, r.mean_nll, r.ppl);
     }
   }
   if (!o.attention_csv.empty()) {
@@ -146,8 +147,8 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     }
     out << "\n";
     for (const AttentionStatsRow& r : result.attention) {
-      fmt::print(out, "{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g}", r.method, r.n, r.layer, r.query_lo, r.query_hi,
-                 r.samples, r.entropy, r.entropy_ratio, r.own_bos, r.earlier_stories);
+      fmt::print(out, "{},{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g}", csv_field(r.method), r.n, r.layer, r.query_lo,
+                 r.query_hi, r.samples, r.entropy, r.entropy_ratio, r.own_bos, r.earlier_stories);
       for (double m : r.mass) fmt::print(out, ",{:.6g}", m);
       out << "\n";
     }
@@ -193,8 +194,8 @@ void run_eval(const EvalCliOptions& o, Streams io) {
       for (const PairBand& b : pair_bands(p.spec, p.plan, result.trained_length)) {
         const std::string kept =
             p.scale > 1 ? fmt::format("{:.6g}", (1 / b.divisor - 1 / p.scale) / (1 - 1 / p.scale)) : std::string();
-        fmt::print(out, "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n", p.method, p.n, p.scale, b.pair, b.inv_freq,
-                   b.wavelength, b.turns, b.divisor, to_string(b.band), kept);
+        fmt::print(out, "{},{},{},{},{:.9g},{:.9g},{:.9g},{:.9g},{},{}\n", csv_field(p.method), p.n, p.scale, b.pair,
+                   b.inv_freq, b.wavelength, b.turns, b.divisor, to_string(b.band), kept);
       }
     }
   }
@@ -225,37 +226,9 @@ void run_eval(const EvalCliOptions& o, Streams io) {
     json << j.dump(2) << "\n";
   }
   if (!o.svg.empty()) {
-    const std::int64_t n = *std::max_element(options.lengths.begin(), options.lengths.end());
-    const std::string model_name = std::filesystem::path(model.source).filename().string();
-    Chart chart{fmt::format("{}: PPL by target position, N = {}, s = {:g} (L0 = {})", model_name, n,
-                            std::max(1.0, double(n) / double(l0)), l0),
-                "target position (middle of its bucket)",
-                "perplexity",
-                true,
-                true,
-                {},
-                {{double(l0), fmt::format("L0 = {} (swa window)", l0)}}};
-    // The windows the regime methods keep (their own dashed lines).
-    for (const EvalMethod& m : options.methods) {
-      const std::size_t w = m.name.find(":w="), big_w = m.name.find(":W=");
-      const std::size_t at = w != std::string::npos       ? w + 3
-                             : big_w != std::string::npos ? big_w + 3
-                                                          : std::string::npos;
-      if (at == std::string::npos) continue;
-      const double x = std::atof(m.name.c_str() + at);
-      if (x > 0 && x != double(l0))
-        chart.markers.push_back({x, fmt::format("{} window {:g}", m.name.substr(0, at - 3), x)});
-    }
-    for (const EvalMethod& m : options.methods) {
-      Series series{m.name, {}, {}};
-      for (const EvalRow& r : result.rows) {
-        if (r.method != m.name || r.n != n) continue;
-        series.x.push_back(0.5 * double(r.bucket_lo + std::min(r.bucket_hi, n)));
-        series.y.push_back(r.ppl);
-      }
-      chart.series.push_back(std::move(series));
-    }
-    write_svg(chart, o.svg);
+    std::vector<std::string> names;
+    for (const EvalMethod& m : options.methods) names.push_back(m.name);
+    write_svg(eval_chart(result.rows, names, l0, std::filesystem::path(model.source).filename().string()), o.svg);
   }
 }
 

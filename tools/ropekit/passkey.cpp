@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
 #include "cli.hpp"
+#include "lab_charts.hpp"
 #include "model_io.hpp"
+#include "plot.hpp"
 #include "progress.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/lab.hpp"
@@ -17,7 +20,7 @@ namespace ropekit::cli {
 namespace {
 
 struct PasskeyCliOptions {
-  std::string model, tokenizer, methods, csv;
+  std::string model, tokenizer, methods, csv, svg;
   std::vector<std::int64_t> lengths;
   std::vector<double> depths;
   std::int64_t keys = 5;
@@ -27,6 +30,7 @@ struct PasskeyCliOptions {
 };
 
 void run_passkey(const PasskeyCliOptions& o, Streams io) {
+  require_plots(o.svg);
   const LlamaModel model = load_model_file(o.model);
   const Tokenizer tokenizer = load_tokenizer_for(model, o.model, o.tokenizer);
   PasskeyOptions options;
@@ -70,9 +74,16 @@ void run_passkey(const PasskeyCliOptions& o, Streams io) {
     if (!csv) throw Error(fmt::format("--csv {}: cannot write this file", o.csv));
     csv << "method,length,scale,depth,keys,retrieved,accuracy\n";
     for (const PasskeyCell& c : result.cells) {
-      fmt::print(csv, "{},{},{},{},{},{},{:.9g}\n", c.method, c.length, c.scale, c.depth, c.keys, c.retrieved,
-                 double(c.retrieved) / double(c.keys));
+      fmt::print(csv, "{},{},{},{},{},{},{:.9g}\n", csv_field(c.method), c.length, c.scale, c.depth, c.keys,
+                 c.retrieved, double(c.retrieved) / double(c.keys));
     }
+  }
+  if (!o.svg.empty()) {
+    std::vector<std::string> names;
+    for (const EvalMethod& m : options.methods) names.push_back(m.name);
+    const std::string model_name = std::filesystem::path(model.source).filename().string();
+    write_heatmaps_svg(passkey_heatmaps(result.cells, names, result.trained_length, model_name),
+                       int(std::min<std::size_t>(3, names.size())), o.svg);
   }
 }
 
@@ -99,6 +110,7 @@ void add_passkey(CLI::App& app, Streams io) {
       ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
   cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
   cmd->add_option("--csv", o->csv, "write method,length,scale,depth,keys,retrieved,accuracy");
+  cmd->add_option("--svg", o->svg, "draw the length x depth accuracy grid, one panel per method (PLplot)");
   cmd->callback([o, io] { run_passkey(*o, io); });
 }
 

@@ -266,6 +266,51 @@ void write_svg(const Chart& chart, const std::string& path) {
   plend();
 }
 
+void write_heatmaps_svg(const std::vector<Heatmap>& panels, int columns, const std::string& path) {
+  const int cols = std::max(1, columns);
+  const int rows = std::max(1, int((panels.size() + std::size_t(cols) - 1) / std::size_t(cols)));
+  open_svg(path, PLINT(520 * cols), PLINT(400 * rows + 40));
+  plssub(cols, rows);
+  // cmap1: white at 0 through light blue to dark blue at 1 (accuracy; readable in grey, colour-blind safe).
+  const PLFLT at[] = {0.0, 0.5, 1.0}, r[] = {1.0, 0.55, 0.03}, g[] = {1.0, 0.75, 0.19}, b[] = {1.0, 0.90, 0.42};
+  plscmap1n(256);
+  plscmap1l(1, 3, at, r, g, b, nullptr);
+  plinit();
+  set_text_size();
+  for (const Heatmap& h : panels) {
+    pladv(0);
+    const auto nc = PLFLT(std::max<std::size_t>(1, h.columns.size()));
+    const auto nr = PLFLT(std::max<std::size_t>(1, h.rows.size()));
+    plvpor(0.16, 0.90, 0.16, 0.86);
+    plwind(0, nc, 0, nr);
+    for (std::size_t i = 0; i < h.values.size(); ++i) {
+      for (std::size_t j = 0; j < h.values[i].size(); ++j) {
+        const double v = h.values[i][j];
+        PLFLT x[] = {PLFLT(j), PLFLT(j + 1), PLFLT(j + 1), PLFLT(j)},
+              y[] = {PLFLT(i), PLFLT(i), PLFLT(i + 1), PLFLT(i + 1)};
+        if (std::isfinite(v)) {
+          plcol1(std::clamp(v, 0.0, 1.0));
+          plfill(4, x, y);
+        }
+        if (i < h.text.size() && j < h.text[i].size()) {
+          plcol0(std::isfinite(v) && v > 0.6 ? 0 : kInk);  // white text on the dark cells
+          plptex(PLFLT(j) + 0.5, PLFLT(i) + 0.4, 1, 0, 0.5, h.text[i][j].c_str());
+        }
+      }
+    }
+    plcol0(kInk);
+    plbox("bc", 0, 0, "bc", 0, 0);
+    for (std::size_t j = 0; j < h.columns.size(); ++j)
+      plmtex("b", 1.4, (PLFLT(j) + 0.5) / nc, 0.5, h.columns[j].c_str());
+    for (std::size_t i = 0; i < h.rows.size(); ++i) plmtex("lv", 0.6, (PLFLT(i) + 0.5) / nr, 1.0, h.rows[i].c_str());
+    plmtex("b", 3.0, 0.5, 0.5, h.x_label.c_str());
+    plmtex("l", 4.2, 0.5, 0.5, h.y_label.c_str());
+    plvpor(0.0, 1.0, 0.16, 0.86);
+    plmtex("t", 2.0, 0.5, 0.5, h.title.c_str());
+  }
+  plend();
+}
+
 void write_svg(const std::vector<Chart>& panels, int columns, const std::string& path) {
   const int cols = std::max(1, columns);
   const int rows = std::max(1, int((panels.size() + std::size_t(cols) - 1) / std::size_t(cols)));
@@ -294,6 +339,8 @@ bool plots_available() { return false; }
 void write_svg(const Chart&, const std::string& path) { require_plots(path); }
 
 void write_svg(const std::vector<Chart>&, int, const std::string& path) { require_plots(path); }
+
+void write_heatmaps_svg(const std::vector<Heatmap>&, int, const std::string& path) { require_plots(path); }
 #endif
 
 }  // namespace ropekit::cli

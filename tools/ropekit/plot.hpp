@@ -40,6 +40,18 @@ void write_svg(const Chart& chart, const std::string& path);
 // panel's title says what it shows.
 void write_svg(const std::vector<Chart>& panels, int columns, const std::string& path);
 
+// A grid of values in [0, 1] drawn as coloured cells (passkey accuracy: rows lengths, columns depths), each cell
+// labelled with its text; one panel per heatmap, a shared colour bar.
+struct Heatmap {
+  std::string title, x_label, y_label;
+  std::vector<std::string> columns, rows;      // tick labels, left to right and bottom to top
+  std::vector<std::vector<double>> values;     // [row][column], in [0, 1]; NaN: an empty cell
+  std::vector<std::vector<std::string>> text;  // [row][column], written in the cell
+};
+// Several heatmaps as panels of one SVG, `columns` across, on one colour scale (white 0 → dark blue 1: the
+// long-context papers' passkey grids). Throws as write_svg.
+void write_heatmaps_svg(const std::vector<Heatmap>& panels, int columns, const std::string& path);
+
 // The tick values a chart's axis gets for data spanning [lo, hi] (exposed for tests): log axes — powers of
 // two (positions) or 1-2-5 steps (values) inside the span, thinned to at most max_ticks; linear axes — a 1-2-5
 // step giving 4 to 10 ticks.
