@@ -37,7 +37,7 @@ try:
 except ImportError as e:  # pragma: no cover - the lab needs PyTorch
     raise ImportError("ropekit.lab needs PyTorch (pip install torch transformers)") from e
 
-__all__ = ["Row", "Result", "PasskeyCell", "PasskeyResult", "parse_methods", "load", "eval", "passkey",
+__all__ = ["Row", "Result", "AttentionRow", "PasskeyCell", "PasskeyResult", "parse_methods", "load", "eval", "passkey",
            "passkey_prompt", "chart", "lab_attention", "main"]
 
 CSV_HEADER = "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl"
@@ -56,6 +56,23 @@ class Row:
 
 
 @dataclass
+class AttentionRow:
+    """The attention probe's statistics for one method, one layer (−1: every layer together) and the queries whose
+    target falls in [query_lo, query_hi): means over (query, head) pairs and windows (the C++ AttentionStatsRow)."""
+    method: str
+    n: int
+    layer: int
+    query_lo: int
+    query_hi: int
+    samples: int
+    entropy: float
+    entropy_ratio: float
+    own_bos: float
+    earlier_stories: float
+    mass: list  # per key-distance bucket (Result.distance_edges)
+
+
+@dataclass
 class Result:
     """The table (rows method-major, then N, then bucket; empty buckets left out), as the C++ lab's EvalResult."""
     rows: list
@@ -68,6 +85,20 @@ class Result:
     tokens_read: int = 0
     model: str = ""
     tokens: int = 0
+    attention: list = field(default_factory=list)  # AttentionRow, with attention_stats
+    distance_edges: list = field(default_factory=list)
+
+    def attention_csv(self) -> str:
+        """The C++ lab's attention CSV (`ropekit eval --attention-stats`)."""
+        e = self.distance_edges
+        head = "method,N,layer,query_lo,query_hi,samples,entropy,entropy_ratio,own_bos,earlier_stories" + "".join(
+            f",mass_{e[d]}_{e[d + 1]}" if d + 1 < len(e) else f",mass_{e[d]}_" for d in range(len(e)))
+        lines = [head]
+        for r in self.attention:
+            lines.append(f"{_field(r.method)},{r.n},{r.layer},{r.query_lo},{r.query_hi},{r.samples},{r.entropy:.6g},"
+                         f"{r.entropy_ratio:.6g},{r.own_bos:.6g},{r.earlier_stories:.6g}" +
+                         "".join(f",{m:.6g}" for m in r.mass))
+        return "\n".join(lines) + "\n"
 
     def csv(self) -> str:
         """The C++ lab's CSV (`ropekit eval --csv`): the same columns, the same number formats."""
@@ -216,6 +247,82 @@ class _Reading:
     dynamic: Optional[str] = None        # "consistent" (dyn_ntk) or "stale" (dyn_ntk_stale)
     trained_length: int = 0
     layers: dict = field(default_factory=dict)  # layer index → _LayerRotation for the layers the method changes
+    probe: Optional["_Probe"] = None     # the attention probe, when this window is probed
+
+
+class _Probe:
+    """The attention probe (the C++ lab's EvalOptions::attention_stats, ropekit/lab.hpp's AttentionStatsRow): per
+    layer and bucket of the query's target (query i predicts i + 1), sums over (query, head) pairs of each query's
+    attention distribution over the keys it sees — its entropy, entropy / ln(keys seen) (pairs that see ≥ 2 keys),
+    its mass on the first token of the query's own story and on earlier stories, and its mass per bucket of key
+    distance i − j. From lab_attention's float32 probabilities, summed in float64."""
+
+    def __init__(self, layers: int, targets: Sequence[int], distance: Sequence[int]):
+        self.targets = np.asarray(targets, dtype=np.int64)
+        self.distance = np.asarray(distance, dtype=np.int64)
+        t, d = len(self.targets), len(self.distance)
+        self.samples = np.zeros((layers, t), dtype=np.int64)
+        self.ratio_samples = np.zeros((layers, t), dtype=np.int64)
+        self.entropy = np.zeros((layers, t))
+        self.ratio = np.zeros((layers, t))
+        self.own_bos = np.zeros((layers, t))
+        self.earlier = np.zeros((layers, t))
+        self.mass = np.zeros((layers, t, d))
+
+    def add(self, layer: int, i: torch.Tensor, j: torch.Tensor, p: torch.Tensor, visible: torch.Tensor,
+            story_start: np.ndarray, n: int) -> None:
+        keep = (i < n - 1).cpu().numpy()  # the window's last query predicts nothing
+        if not keep.any():
+            return
+        heads = p.shape[0] * p.shape[1]
+        p64 = p.reshape(heads, p.shape[2], p.shape[3]).double()
+        logp = torch.where(p64 > 0, torch.log(torch.where(p64 > 0, p64, torch.ones_like(p64))), torch.zeros_like(p64))
+        entropy = -(p64 * logp).sum(-1)  # [heads, rows]
+        seen = visible.sum(-1)  # [rows]
+        ratio = torch.where(seen >= 2, entropy / torch.log(seen.clamp(min=2).double()), torch.zeros_like(entropy))
+        dist = torch.as_tensor(self.distance, device=p.device)
+        bucket = torch.searchsorted(dist, (i[:, None] - j[None, :]).clamp(min=0).contiguous(), right=True) - 1
+        mass = torch.zeros(heads, p.shape[2], len(self.distance), dtype=torch.float64, device=p.device)
+        mass.scatter_add_(2, bucket[None].expand(heads, -1, -1), p64)
+        start = torch.as_tensor(story_start, device=p.device)[i]  # [rows]
+        own = (p64 * (j[None, None, :] == start[None, :, None])).sum(-1)
+        earlier = (p64 * (j[None, None, :] < start[None, :, None])).sum(-1)
+        target = np.searchsorted(self.targets, i.cpu().numpy() + 1, side="right") - 1
+        rows = np.flatnonzero(keep)
+        tb = target[rows]
+        np.add.at(self.samples[layer], tb, heads)
+        np.add.at(self.ratio_samples[layer], tb, heads * (seen.cpu().numpy()[rows] >= 2))
+        np.add.at(self.entropy[layer], tb, entropy.sum(0).cpu().numpy()[rows])
+        np.add.at(self.ratio[layer], tb, ratio.sum(0).cpu().numpy()[rows])
+        np.add.at(self.own_bos[layer], tb, own.sum(0).cpu().numpy()[rows])
+        np.add.at(self.earlier[layer], tb, earlier.sum(0).cpu().numpy()[rows])
+        np.add.at(self.mass[layer], tb, mass.sum(0).cpu().numpy()[rows])
+
+    def merge(self, other: "_Probe") -> None:
+        for name in ("samples", "ratio_samples", "entropy", "ratio", "own_bos", "earlier", "mass"):
+            getattr(self, name).__iadd__(getattr(other, name))
+
+    def rows(self, method: str, n: int) -> list:
+        """The C++ lab's rows: every layer together (layer −1) per bucket, then each layer per bucket."""
+        out = []
+        t = len(self.targets)
+
+        def row(layer, b, samples, ratio_samples, entropy, ratio, own, earlier, mass):
+            if samples == 0:
+                return
+            hi = int(self.targets[b + 1]) if b + 1 < t else n
+            out.append(AttentionRow(method, n, layer, int(self.targets[b]), hi, int(samples), entropy / samples,
+                                    ratio / ratio_samples if ratio_samples else 0.0, own / samples, earlier / samples,
+                                    [float(m) / samples for m in mass]))
+
+        for b in range(t):
+            row(-1, b, self.samples[:, b].sum(), self.ratio_samples[:, b].sum(), self.entropy[:, b].sum(),
+                self.ratio[:, b].sum(), self.own_bos[:, b].sum(), self.earlier[:, b].sum(), self.mass[:, b].sum(0))
+        for layer in range(self.samples.shape[0]):
+            for b in range(t):
+                row(layer, b, self.samples[layer, b], self.ratio_samples[layer, b], self.entropy[layer, b],
+                    self.ratio[layer, b], self.own_bos[layer, b], self.earlier[layer, b], self.mass[layer, b])
+        return out
 
 
 _READING: Optional[_Reading] = None
@@ -336,6 +443,8 @@ def lab_attention(module, query, key, value, attention_mask, scaling=None, dropo
             visible &= reading.story[j][None, :] == reading.story[i][:, None]
         scores = scores.masked_fill(~visible, float("-inf"))
         p = torch.softmax(scores, dim=-1)
+        if reading.probe is not None:
+            reading.probe.add(getattr(module, "layer_idx", 0), i, j, p, visible, reading.story_start, n)
         out[:, a:b] = torch.einsum("cgij,cjd->cgid", p, v[:, lo:b]).reshape(heads, b - a, -1)
     return out.transpose(0, 1)[None].to(out_dtype), None
 
@@ -391,7 +500,7 @@ class _Lab:
             reading["kind"] = "dynamic"  # a length-dependent fragment reads like dyn_ntk (docs/lab.md)
         return reading, ropes
 
-    def install(self, reading: dict, ropes: list, n: int) -> Optional[_Reading]:
+    def install(self, reading: dict, ropes: list, n: int, probe: bool = False) -> Optional[_Reading]:
         """Puts the method's rotary modules in place and returns what lab_attention must do (None: the model's own
         attention)."""
         dynamic = reading["kind"] in ("dynamic", "dynamic_stale")
@@ -401,7 +510,8 @@ class _Lab:
             parent_name, _, attr = name.rpartition(".")
             parent = self.model.get_submodule(parent_name) if parent_name else self.model
             setattr(parent, attr, replacement.to(self.device))
-        needs = reading["window"] or reading["kind"] != "batched" or reading["regimes"] or reading["logn_length"]
+        needs = probe or reading["window"] or reading["kind"] != "batched" or reading["regimes"] or \
+            reading["logn_length"]
         if not needs:
             self.model.set_attn_implementation(self.own_attention)
             return None
@@ -442,10 +552,11 @@ class _Lab:
         global _READING
         n = len(window)
         position = np.arange(n)
+        story, first = _story_index(window, bos)
         if reading["kind"] == "restart":  # each story from position 0, attending within itself
-            story, first = _story_index(window, bos)
             position = position - first
             lab_reading.story = torch.from_numpy(story).to(self.device)
+        if lab_reading is not None:
             lab_reading.story_start = first
         _READING = lab_reading
         try:
@@ -574,7 +685,8 @@ def _gather(results: dict, seconds: np.ndarray, world: int):
 def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk_stale,llama3,swa,restart",
          lengths: Sequence[int] = (), buckets: Sequence[int] = (), window_size: Optional[int] = None,
          windows: Optional[int] = None, trained_length: Optional[int] = None, bos_id: Optional[int] = None,
-         device="cpu", dtype="float32", progress: Optional[Callable] = None) -> Result:
+         device="cpu", dtype="float32", attention_stats: bool = False,
+         progress: Optional[Callable] = None) -> Result:
     """The lab's table for `model` (a path or a loaded transformers causal LM) on `tokens` (ids; the windows start at
     BOS tokens), as `ropekit eval` computes it (docs/lab.md). methods: the C++ lab's list syntax and names (built-ins,
     NAME=JSON fragments, NAME:key=value regimes). trained_length L0: default the config's max_position_embeddings.
@@ -582,7 +694,8 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
     items (method, N, window) spread over the ranks and every rank returns the whole table. progress(done, total,
     what) is called after each item this rank reads. Errors (ropekit.Error, before any forward): a model transformers
     cannot load, an unknown or malformed method, a method the model cannot take, a length outside [2, window_size],
-    buckets that do not increase from 0, no window that fits, token ids outside the vocabulary."""
+    buckets that do not increase from 0, no window that fits, token ids outside the vocabulary. attention_stats: the
+    attention probe at the largest N (Result.attention, the C++ lab's rows and CSV), from every layer of any model."""
     start_clock = time.perf_counter()
     m = load(model, device=device, dtype=dtype)
     cfg = m.config.get_text_config()
@@ -613,15 +726,21 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
     edges = np.asarray(buckets, dtype=np.int64)
     results = {}
     seconds = np.zeros(len(parsed))
+    distance = [0, 1, 16] + [int(e) for e in buckets if 16 < e < max_n]
+    layers = cfg.num_hidden_layers
     try:
         current = None
         for mi, li, wi in mine:
             clock = time.perf_counter()
             n = lengths[li]
+            probing = attention_stats and n == max_n
             if current != (mi, li):
                 reading, ropes = plans[mi, li]
-                lab_reading = lab.install(reading, ropes, n)
+                lab_reading = lab.install(reading, ropes, n, probe=probing)
                 current = (mi, li)
+            probe = _Probe(layers, buckets, distance) if probing else None
+            if lab_reading is not None:
+                lab_reading.probe = probe
             nll = lab.read(reading, lab_reading, ids[starts[wi]: starts[wi] + n], int(bos), lab.nll)
             targets = np.arange(1, n)
             which = np.searchsorted(edges, targets, side="right") - 1
@@ -629,7 +748,7 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
             counts = np.zeros(len(edges), dtype=np.int64)
             np.add.at(sums, which, nll)
             np.add.at(counts, which, 1)
-            results[mi, li, wi] = (sums, counts)
+            results[mi, li, wi] = (sums, counts, probe)
             seconds[mi] += time.perf_counter() - clock
             done += n
             if progress:
@@ -637,8 +756,13 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
     finally:
         lab.restore()
     results, seconds = _gather(results, seconds, world)
-    rows = []
+    rows, attention = [], []
     for mi, (name, _) in enumerate(parsed):
+        if attention_stats:
+            merged = _Probe(layers, buckets, distance)
+            for wi in range(len(starts)):  # windows in order
+                merged.merge(results[mi, lengths.index(max_n), wi][2])
+            attention += merged.rows(name, max_n)
         for li, n in enumerate(lengths):
             s = max(1.0, n / l0)
             sums = np.zeros(len(edges))
@@ -656,7 +780,8 @@ def eval(model, tokens, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,dyn_ntk
     return Result(rows=rows, window_starts=list(starts), trained_length=l0, window_size=window_size,
                   methods=[(a, b) for a, b in parsed], seconds=time.perf_counter() - start_clock,
                   method_seconds=seconds.tolist(), tokens_read=sum(lengths) * len(starts) * len(parsed),
-                  model=source, tokens=int(ids.size))
+                  model=source, tokens=int(ids.size), attention=attention,
+                  distance_edges=distance if attention_stats else [])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -918,6 +1043,7 @@ def main(argv=None) -> int:
     ev.add_argument("--csv")
     ev.add_argument("--json")
     ev.add_argument("--svg", help="the chart, drawn by `ropekit chart` as `ropekit eval --svg` draws it")
+    ev.add_argument("--attention-stats", help="the attention probe at the largest N, as a CSV (the C++ lab's)")
     pk = sub.add_parser("passkey", help="passkey retrieval per method on a length × depth grid")
     pk.add_argument("--model", required=True, help="a Hugging Face model directory or a GGUF file")
     pk.add_argument("--tokenizer", help="a llama2.c tokenizer.bin or a transformers tokenizer directory "
@@ -954,7 +1080,8 @@ def main(argv=None) -> int:
             result = eval(args.model, tokens, methods=args.methods, lengths=_ints(args.lengths, "--lengths"),
                           buckets=_ints(args.buckets, "--buckets"), window_size=args.window_size,
                           windows=args.windows, trained_length=args.trained_length, bos_id=args.bos_id,
-                          device=args.device, dtype=args.dtype, progress=_Progress())
+                          device=args.device, dtype=args.dtype, attention_stats=bool(args.attention_stats),
+                          progress=_Progress())
         else:
             try:
                 depths = [float(x) for x in args.depths.split(",")]
@@ -972,6 +1099,9 @@ def main(argv=None) -> int:
                 _print_grid(result)
             if args.csv:
                 result.write_csv(args.csv)
+            if getattr(args, "attention_stats", None):
+                with open(args.attention_stats, "w") as f:
+                    f.write(result.attention_csv())
             if args.svg:
                 chart(result, args.svg, title=os.path.basename(os.path.normpath(args.model)))
             if args.json:

@@ -72,6 +72,27 @@ def test_the_python_lab_equals_the_cpp_lab_for_every_method(hf_model, tokens):
     assert worst < 1e-4
 
 
+def test_the_attention_probe_equals_the_cpp_labs(hf_model, tokens):
+    """The probe's statistics (entropy, its ratio to ln(keys seen), mass on the own story's BOS and on earlier stories,
+    mass by key distance; every layer and all together, per bucket of query targets) from the Python lab's float32
+    probabilities against the C++ lab's float64 recomputation from its queries and keys: within 1e-5 (measured 3e-7)."""
+    methods = "orig,restart,swa,rerope:w=24,dyn_ntk,dyn_ntk_stale"
+    kw = dict(methods=methods, lengths=[64, 128], window_size=128, windows=2, trained_length=64)
+    want = ropekit.eval(ropekit.Model(str(MODEL)), tokens, attention_stats=True, **kw)["attention"]
+    got = lab.eval(hf_model, tokens, attention_stats=True, **kw)
+    assert got.distance_edges == list(want["distance_edges"])
+    assert len(got.attention) == len(want["method"]) > 0
+    for k, r in enumerate(got.attention):
+        assert (r.method, r.layer, r.query_lo, r.query_hi, r.samples) == (
+            want["method"][k], want["layer"][k], want["query_lo"][k], want["query_hi"][k], want["samples"][k])
+        for name in ("entropy", "entropy_ratio", "own_bos", "earlier_stories"):
+            assert abs(getattr(r, name) - want[name][k]) < 1e-5, (r, name, want[name][k])
+        assert np.abs(np.asarray(r.mass) - want["mass"][k]).max() < 1e-5
+    assert got.attention_csv().splitlines()[0] == ("method,N,layer,query_lo,query_hi,samples,entropy,entropy_ratio,"
+                                                   "own_bos,earlier_stories,mass_0_1,mass_1_16,mass_16_32,mass_32_64,"
+                                                   "mass_64_")
+
+
 def test_the_regimes_positions_are_the_cpp_attentions():
     i = torch.arange(0, 300)
     j = torch.arange(0, 300)
