@@ -162,7 +162,13 @@ def load(model, *, device="cpu", dtype="float32", gguf_file: Optional[str] = Non
             raise Error(f'dtype = "{dtype}": must be float32 or bfloat16')
         dtype = dtypes[dtype]
     if isinstance(model, torch.nn.Module):
-        return model.to(device=device, dtype=dtype).eval()
+        # The weights in `dtype`, the buffers as they are: module.to(dtype) would also round the rotary modules'
+        # float32 inv_freq to bfloat16 (what from_pretrained(dtype=...) never does).
+        model = model.to(device=device)
+        for param in model.parameters():
+            if param.is_floating_point() and param.dtype != dtype:
+                param.data = param.data.to(dtype)
+        return model.eval()
     try:
         import transformers
     except ImportError as e:

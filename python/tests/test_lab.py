@@ -304,3 +304,17 @@ def test_charts_are_the_cpp_labs(hf_model, tokens, tmp_path):
                        depths=[0, 1], keys=1, trained_length=200)
     lab.chart(grid, tmp_path / "grid.svg", title="tiny", cli=str(cli))
     assert "tiny: orig (L0 = 200)" in _svg_texts(tmp_path / "grid.svg")
+
+
+def test_bfloat16_weights_keep_float32_angles(tokens):
+    """dtype="bfloat16": the weights in bfloat16 and the rotary modules' inv_freq left in float32 (a module.to(dtype)
+    would round them, and the probe would refuse the model); the table within bfloat16's reach of float32's."""
+    model = _converter().convert(MODEL)
+    kw = dict(methods="orig,yarn", lengths=[64, 128], window_size=128, windows=2, trained_length=64)
+    full = lab.eval(model, tokens, **kw)
+    half = lab.eval(model, tokens, dtype="bfloat16", **kw)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.model.rotary_emb.inv_freq.dtype == torch.float32
+    for a, b in zip(full.rows, half.rows):
+        assert (a.method, a.n, a.bucket_lo) == (b.method, b.n, b.bucket_lo)
+        assert abs(b.mean_nll - a.mean_nll) < 0.05 * a.mean_nll, (a, b)
