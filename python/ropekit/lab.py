@@ -55,6 +55,19 @@ class Row:
     ppl: float
 
 
+class _Written:
+    """What a result writes: its CSV (csv()) and its JSON (to_json()), to files."""
+
+    def write_csv(self, path) -> None:
+        with open(path, "w") as f:
+            f.write(self.csv())
+
+    def write_json(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=2)
+            f.write("\n")
+
+
 @dataclass
 class AttentionRow:
     """The attention probe's statistics for one method, one layer (−1: every layer together) and the queries whose
@@ -73,7 +86,7 @@ class AttentionRow:
 
 
 @dataclass
-class Result:
+class Result(_Written):
     """The table (rows method-major, then N, then bucket; empty buckets left out), as the C++ lab's EvalResult."""
     rows: list
     window_starts: list
@@ -108,10 +121,6 @@ class Result:
                          f"{r.mean_nll:.9g},{r.ppl:.9g}")
         return "\n".join(lines) + "\n"
 
-    def write_csv(self, path) -> None:
-        with open(path, "w") as f:
-            f.write(self.csv())
-
     def to_json(self) -> dict:
         """The C++ lab's JSON (`ropekit eval --json`)."""
         return {
@@ -123,11 +132,6 @@ class Result:
                       "bucket_hi": r.bucket_hi, "tokens": r.tokens, "mean_nll": r.mean_nll, "ppl": r.ppl}
                      for r in self.rows],
         }
-
-    def write_json(self, path) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
-            f.write("\n")
 
 
 def _g(x: float) -> str:
@@ -817,7 +821,7 @@ class PasskeyCell:
 
 
 @dataclass
-class PasskeyResult:
+class PasskeyResult(_Written):
     """The length × depth accuracy grid per method (cells method-major, then length, then depth)."""
     cells: list
     trained_length: int
@@ -831,10 +835,6 @@ class PasskeyResult:
             lines.append(f"{_field(c.method)},{c.length},{_g(c.scale)},{_g(c.depth)},{c.keys},{c.retrieved},"
                          f"{c.accuracy:.9g}")
         return "\n".join(lines) + "\n"
-
-    def write_csv(self, path) -> None:
-        with open(path, "w") as f:
-            f.write(self.csv())
 
     def to_json(self) -> dict:
         return {"model": self.model, "trained_length": self.trained_length, "seconds": self.seconds,
@@ -1111,9 +1111,7 @@ def main(argv=None) -> int:
             if args.svg:
                 chart(result, args.svg, title=os.path.basename(os.path.normpath(args.model)))
             if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(result.to_json(), f, indent=2)
-                    f.write("\n")
+                result.write_json(args.json)
     except Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
