@@ -42,7 +42,8 @@ namespace ropekit {
 //                 (Hugging Face's cache)
 //   llama3        Llama 3: factor s, low_freq_factor 1, high_freq_factor 4, original L0
 //   swa           the model's RoPE, a sliding window of L0 keys
-//   restart       the model's RoPE, context cut at every BOS with positions restarting at 0 there
+//   restart       the model's RoPE, context cut at every BOS with positions restarting at 0 there (each story
+//                 with the plan of its own length, as a Hugging Face forward over the story alone)
 // Methods that change how attention uses positions (attention.hpp's regimes; not in the default list),
 // with parameters after a colon — NAME:key=value,key=value — defaults in brackets:
 //   rerope        ReRoPE: relative position i − j inside a window, w beyond it   w [L0/2], logn [0]

@@ -201,14 +201,16 @@ class _LayerRotation:
     """How one changed layer's q and k arrive rotated (the plan its patched rotary module gives: positions × inv_freq
     of the method's Rope at L0) and the plans a dynamic method moves them to."""
 
-    def __init__(self, rope, device):
+    def __init__(self, rope, device, length: Optional[int] = None, changed: bool = True):
         spec = rope.spec
+        self._set = RopeSet(rope) if rope.depends_on_length else None
+        arriving = self._set.at(length) if self._set is not None and length is not None else rope
         self.rope = rope
+        self.changed = changed  # the method sets this layer's RoPE (else the layer keeps its own: Gemma 3's local)
         self.pairing = spec["pairing"]
         self.rotary_dim = spec["rotary_dim"]
-        self.inv_freq = torch.from_numpy(np.asarray(rope.inv_freq, dtype=np.float64)).to(device)
-        self.magnitude = rope.cos_sin_scale
-        self._set = RopeSet(rope) if rope.depends_on_length else None
+        self.inv_freq = torch.from_numpy(np.asarray(arriving.inv_freq, dtype=np.float64)).to(device)
+        self.magnitude = arriving.cos_sin_scale
         self._plans = {}
         self.device = device
 
@@ -256,7 +258,8 @@ class _Reading:
     logn_length: int = 0
     dynamic: Optional[str] = None        # "consistent" (dyn_ntk) or "stale" (dyn_ntk_stale)
     trained_length: int = 0
-    layers: dict = field(default_factory=dict)  # layer index → _LayerRotation for the layers the method changes
+    layers: dict = field(default_factory=dict)  # layer index → _LayerRotation, every RoPE layer
+    token_lengths: Optional[np.ndarray] = None  # restart: each token's story length (its plan's length)
     probe: Optional["_Probe"] = None     # the attention probe, when this window is probed
 
 
@@ -397,17 +400,25 @@ def lab_attention(module, query, key, value, attention_mask, scaling=None, dropo
     own_window = kwargs.get("sliding_window") or 0
     if own_window:
         window = min(window, own_window) if window else own_window
+    # As the C++ runner: regimes on every RoPE layer, each with its own RoPE (Gemma 3's local layers too); log-n on
+    # every layer (NoPE too); the dynamic plans on the layers whose RoPE the method sets.
     layer = reading.layers.get(getattr(module, "layer_idx", -1))
+    changed = layer is not None and layer.changed
     device = q.device
     pos = torch.arange(n, device=device)
-    if layer is not None and reading.dynamic == "stale":
-        # Each token with the plan of the length read when it was appended (max(p + 1, L0): HF clamps at L0).
-        turn, ratio = layer.turns([max(p + 1, reading.trained_length) for p in range(n)])
-        angles = pos.double()[:, None] * turn
+    if changed and (reading.dynamic == "stale" or reading.token_lengths is not None):
+        # Each token with the plan of its own length: stale keys, the length read when the token was appended
+        # (max(p + 1, L0): HF clamps at L0); restart, its story's length (each story read on its own).
+        lengths = reading.token_lengths if reading.token_lengths is not None else \
+            [max(p + 1, reading.trained_length) for p in range(n)]
+        turn, ratio = layer.turns(lengths)
+        at = pos if reading.story_start is None or reading.token_lengths is None else \
+            pos - torch.as_tensor(reading.story_start, device=device)
+        angles = at.double()[:, None] * turn
         q, k = layer.rotate(q, angles) * ratio[:, None], layer.rotate(k, angles) * ratio[:, None]
     regimes = reading.regimes if layer is not None else None
-    logn = reading.logn_length if layer is not None else 0
-    dynamic = layer is not None and reading.dynamic == "consistent" and n > reading.trained_length
+    logn = reading.logn_length
+    dynamic = changed and reading.dynamic == "consistent" and n > reading.trained_length
     out = torch.empty(heads, n, v.shape[-1], device=device)
     qg = q.reshape(kv_heads, group, n, -1)
     rows = max(1, min(n, _BLOCK_ELEMENTS // max(1, heads * n)))
@@ -483,7 +494,11 @@ class _Lab:
         if not self.matches:
             raise Error(f"{type(model).__name__}: no rotary module the lab can replace (a model keeping its angles in "
                         "a sinusoid table, or without RoPE)")
+        # The model's own attention for the methods that leave attention alone; eager where the model soft-caps its
+        # attention logits (Gemma 2), which SDPA ignores.
         self.own_attention = model.config._attn_implementation
+        if getattr(model.config.get_text_config(), "attn_logit_softcapping", None) and self.own_attention == "sdpa":
+            self.own_attention = "eager"
         self.lab_attention = _register_attention()
         self.decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
         self.head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -514,9 +529,9 @@ class _Lab:
         """Puts the method's rotary modules in place and returns what lab_attention must do (None: the model's own
         attention)."""
         dynamic = reading["kind"] in ("dynamic", "dynamic_stale")
-        changed = {}
+        fixed = dynamic or reading["kind"] == "restart"  # the plan turned per token in lab_attention
         for (name, match, _, _), rs in zip(self.matches, ropes):
-            replacement = match.build(rs, "accurate", follow_length=False if dynamic else None, adopt=False)
+            replacement = match.build(rs, "accurate", follow_length=False if fixed else None, adopt=False)
             parent_name, _, attr = name.rpartition(".")
             parent = self.model.get_submodule(parent_name) if parent_name else self.model
             setattr(parent, attr, replacement.to(self.device))
@@ -525,24 +540,24 @@ class _Lab:
         if not needs:
             self.model.set_attn_implementation(self.own_attention)
             return None
-        if reading["regimes"] or reading["logn_length"] or dynamic:
-            changed = self._changed_layers(ropes)
         self.model.set_attn_implementation(self.lab_attention)
         return _Reading(window=reading["window"], regimes=reading["regimes"], logn_length=reading["logn_length"],
                         dynamic={"dynamic": "consistent", "dynamic_stale": "stale"}.get(reading["kind"]),
-                        trained_length=self.l0, layers=changed)
+                        trained_length=self.l0, layers=self._layers(ropes, None if fixed else n))
 
-    def _changed_layers(self, ropes: list) -> dict:
-        """Layer index → _LayerRotation for every layer whose RoPE the method sets: the RoPE layers of the model's
-        plan but the sliding-window ones (the layers patch's rope_scaling changes)."""
+    def _layers(self, ropes: list, length: Optional[int]) -> dict:
+        """Layer index → _LayerRotation for every RoPE layer (NoPE layers have none): its RoPE under the method, the
+        plan its q and k arrive with (a length-dependent one at `length`, the window's, as the patched module takes
+        it; None: the initial plan), and whether the method sets it — every RoPE layer but those with a RoPE of their
+        own (the sliding layers of a per-layer-type config: Gemma 3's local layers), as patch's rope_scaling does."""
+        from .torch import _per_type_parameters
         positions = ModelPositions.from_config(self.config)
+        per_type = _per_type_parameters(self.config)
         out = {}
         method_ropes = ropes[0]
+        types = positions.layer_types
         for index in range(positions.num_layers):
-            types = positions.layer_types
             lt = types[index] if index < len(types) else None
-            if lt == "sliding_attention":
-                continue
             try:
                 own = positions.at_layer(index)
             except Error:
@@ -552,7 +567,8 @@ class _Lab:
             rope = method_ropes.get(lt) if lt in method_ropes else method_ropes.get(None)
             if rope is None:
                 continue
-            out[index] = _LayerRotation(rope, self.device)
+            changed = not (per_type and lt == "sliding_attention")
+            out[index] = _LayerRotation(rope, self.device, length, changed)
         return out
 
     def read(self, reading: dict, lab_reading: Optional[_Reading], window: np.ndarray, bos: int, score):
@@ -563,9 +579,11 @@ class _Lab:
         n = len(window)
         position = np.arange(n)
         story, first = _story_index(window, bos)
-        if reading["kind"] == "restart":  # each story from position 0, attending within itself
+        if reading["kind"] == "restart":  # each story from position 0, attending within itself, with its own plan
             position = position - first
             lab_reading.story = torch.from_numpy(story).to(self.device)
+            ends = np.append(np.flatnonzero(np.diff(story)) + 1, n)  # one past each story's last token
+            lab_reading.token_lengths = (ends - np.unique(first))[story]
         if lab_reading is not None:
             lab_reading.story_start = first
         _READING = lab_reading

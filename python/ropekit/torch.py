@@ -598,6 +598,12 @@ def _matches(model: torch.nn.Module, angles: str):
     return out
 
 
+def _per_type_parameters(config: dict) -> bool:
+    """Whether a config's rope_parameters are per layer type ({"full_attention": {...}, "sliding_attention": {...}})."""
+    params = config.get("rope_parameters")
+    return isinstance(params, dict) and bool(params) and all(isinstance(v, dict) for v in params.values())
+
+
 def _config_with_scaling(config: dict, fragment: dict, trained_length: Optional[int]) -> dict:
     """`config` with a method's rope_scaling fragment where the model's own scaling applies (patch's rope_scaling)."""
     out = copy.deepcopy(config)
@@ -607,7 +613,7 @@ def _config_with_scaling(config: dict, fragment: dict, trained_length: Optional[
         return {**kept, **fragment}
 
     params = out.get("rope_parameters")
-    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+    if _per_type_parameters(out):
         for layer_type, own in params.items():  # per layer type (Gemma 3): the sliding layers keep theirs
             if layer_type != "sliding_attention":
                 params[layer_type] = merged(own)

@@ -93,6 +93,30 @@ def test_the_attention_probe_equals_the_cpp_labs(hf_model, tokens):
                                                    "mass_64_")
 
 
+FAMILIES = REPO / "tests" / "data" / "hf_models"
+
+
+@pytest.mark.parametrize("family", ["llama3_tied", "mistral_window", "qwen2_layer_windows", "qwen2_yarn_bias",
+                                    "qwen3_qknorm", "smollm3_nope", "gemma2_softcap", "gemma3_local_global",
+                                    "phi3_longrope"])
+def test_every_family_the_cpp_runner_reads_gives_its_table(family):
+    """Each per-layer story the C++ runner reads (tests/data/hf_models: windows per layer, NoPE layers, Gemma 3's local
+    layers with their own RoPE, soft-capping, LongRoPE, YaRN and Llama 3 scaling, q/k norms, biases): the Python lab on
+    the directory through transformers equals the C++ lab on the same directory, for a method of every reading kind."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 128, size=400)
+    ids[::37] = 1  # stories: a BOS every 37 tokens
+    methods = "orig,yarn,dyn_ntk,dyn_ntk_stale,swa,restart,rerope:w=12,self_extend:W=8,G=2,dca:chunk=16,local=2,logn"
+    kw = dict(methods=methods, lengths=[16, 64], window_size=64, windows=2, trained_length=16)
+    want = ropekit.eval(ropekit.Model(str(FAMILIES / family)), ids.astype(np.int32).tolist(), **kw)
+    got = lab.eval(str(FAMILIES / family), ids, bos_id=1, **kw)
+    assert len(got.rows) == len(want["ppl"])
+    for i, r in enumerate(got.rows):
+        assert (r.method, r.n, r.bucket_lo, r.tokens) == (want["method"][i], want["n"][i], want["bucket_lo"][i],
+                                                          want["tokens"][i])
+        assert _relative(r.ppl, want["ppl"][i]) < 1e-4, (family, r, want["ppl"][i])
+
+
 def test_the_regimes_positions_are_the_cpp_attentions():
     i = torch.arange(0, 300)
     j = torch.arange(0, 300)

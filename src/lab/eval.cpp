@@ -557,12 +557,14 @@ class WindowReader {
         break;
       }
       case MethodReading::Kind::Restart: {
-        const Rope rope(run.spec);
-        if (probe) probe->set_plan(0, n, rope.plan());
         std::int64_t start = 0;
         while (start < n) {
           std::int64_t end = start + 1;
           while (end < n && tokens[std::size_t(end)] != model_.config.bos_id) ++end;
+          // Each story with the plan of its own length, as one Hugging Face forward over the story alone takes it
+          // (LongRoPE's factors, a model's own dynamic NTK); a length-independent plan is the same either way.
+          const Rope rope(run.spec, AngleMode::Accurate, end - start);
+          if (probe) probe->set_plan(start, end, rope.plan());
           runner_.clear();
           feed(rope, start, end, positions_.data(), {});  // positions 0 … from the segment's start
           start = end;
