@@ -350,13 +350,7 @@ TEST(Lab, BadOptionsAreErrors) {
   EXPECT_ERROR(ropekit::evaluate(bundled(), tokens, o), "method bad", "warp");
 }
 
-// llama2.c's encoder renders SentencePiece's dummy-prefix space itself (as `ropekit passkey`).
-ropekit::TextEncoder bundled_encoder() {
-  return [](std::string_view text) {
-    if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-    return bundled_tokenizer().encode(std::string(text), false);
-  };
-}
+ropekit::TextEncoder bundled_encoder() { return ropekit::passkey_encoder(bundled_tokenizer()); }
 
 std::ptrdiff_t find(const std::vector<int>& hay, const std::vector<int>& needle) {
   return std::search(hay.begin(), hay.end(), needle.begin(), needle.end()) - hay.begin();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ropekit/model.hpp"
+#include "ropekit/tokenizer.hpp"
 
 namespace ropekit {
 
@@ -167,6 +168,11 @@ EvalOptions effective_options(const EvalOptions& options, std::int64_t model_seq
 // not strictly increasing from 0, no method.
 void check_protocol(const EvalOptions& options);
 
+// A regime method whose window (rerope's w, self_extend's W, dca's chunk) is not below the largest length max_n never
+// acts: an error naming the method and the parameter (the method would silently be orig). evaluate() and passkey()
+// check it; so does the Python lab.
+void check_regimes_act(const std::vector<EvalMethod>& methods, std::int64_t l0, std::int64_t max_n);
+
 // The window starts the protocol takes from `tokens`. Errors: window_size < 2, no window fits, fewer
 // than `windows` fit.
 std::vector<std::int64_t> eval_windows(std::span<const int> tokens, std::int64_t window_size,
@@ -191,6 +197,13 @@ inline constexpr std::string_view kPasskeyQuestion = " What is the pass key? The
 
 // Text → token ids without BOS (a piece's leading space is the tokenizer's to render).
 using TextEncoder = std::function<std::vector<int>(std::string_view)>;
+// A llama2.c tokenizer as a TextEncoder: it renders SentencePiece's dummy-prefix space itself, so a piece's own
+// leading space is dropped. The encoder refers to `tokenizer`, which must outlive it.
+TextEncoder passkey_encoder(const Tokenizer& tokenizer);
+
+// The grid's defaults: lengths L0/2, L0, 2·L0, 4·L0 (those ≥ 2) and depths 0 … 1 in quarters.
+std::vector<std::int64_t> passkey_lengths(std::int64_t l0);
+inline constexpr double kPasskeyDepths[] = {0, 0.25, 0.5, 0.75, 1};
 
 struct PasskeyPrompt {
   std::vector<int> prompt;  // exactly the length asked for: BOS, intro, filler with the needle, question
@@ -206,8 +219,8 @@ std::vector<std::string> passkey_keys(std::uint64_t seed, std::size_t count);
 
 struct PasskeyOptions {
   std::vector<EvalMethod> methods = builtin_methods();
-  std::vector<std::int64_t> lengths;  // empty: L0/2, L0, 2·L0, 4·L0
-  std::vector<double> depths;         // empty: 0, 0.25, 0.5, 0.75, 1
+  std::vector<std::int64_t> lengths;  // empty: passkey_lengths(L0)
+  std::vector<double> depths;         // empty: kPasskeyDepths
   std::int64_t keys = 5;              // per (length, depth) cell
   std::uint64_t seed = 0;
   std::optional<std::int64_t> trained_length;  // absent: the model's seq_len

@@ -205,7 +205,6 @@ class _LayerRotation:
         spec = rope.spec
         self._set = RopeSet(rope) if rope.depends_on_length else None
         arriving = self._set.at(length) if self._set is not None and length is not None else rope
-        self.rope = rope
         self.changed = changed  # the method sets this layer's RoPE (else the layer keeps its own: Gemma 3's local)
         self.pairing = spec["pairing"]
         self.rotary_dim = spec["rotary_dim"]
@@ -682,17 +681,12 @@ def _distributed():
 def _plans(lab: "_Lab", parsed: list, lengths: Sequence[int], l0: int, max_n: int) -> dict:
     """Every method at every length resolved before any forward, so that a bad method fails first:
     {(method index, length index): (reading, ropes)}. A regime whose window reaches past every length never acts
-    (the method would be orig): an error, as in the C++ lab."""
+    (the method would be orig): an error, by the C++ lab's check."""
     plans = {}
     for mi, method in enumerate(parsed):
         for li, n in enumerate(lengths):
             plans[mi, li] = lab.plan(method, max(1.0, n / l0))
-        reg = plans[mi, 0][0]["regimes"] or {}
-        key = {"rerope": "w", "self_extend": "W", "dca": "chunk"}.get(reg.get("type"))
-        value = reg.get("chunk_size", reg.get("window"))
-        if key and value >= max_n:
-            raise Error(f"method {method[0]}: {key} = {value} is not below the largest length N = {max_n}: the "
-                        "method would be orig at every N")
+    _ropekit._lab_check_regimes_act(parsed, l0, max_n)
     return plans
 
 
@@ -895,17 +889,17 @@ def passkey_prompt(encode: Callable, length: int, depth: float, key: str, bos: i
 
 
 def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3",
-            lengths: Sequence[int] = (), depths: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0), keys: int = 5,
+            lengths: Sequence[int] = (), depths: Optional[Sequence[float]] = None, keys: int = 5,
             seed: int = 0, trained_length: Optional[int] = None, bos_id: Optional[int] = None, device="cpu",
             dtype="float32", progress: Optional[Callable] = None) -> PasskeyResult:
     """Passkey retrieval per method on a length × depth grid: `keys` 5-digit keys per cell (the same keys for every
-    method, and the C++ lab's: splitmix64 from `seed`), each hidden at relative depth d of a filler text of `length` tokens
-    (passkey_prompt), greedy decoding, exact match. The greedy answer is scored in one teacher-forced forward: the key
-    is retrieved iff each of its tokens is the argmax of the float32 logits given the prompt and the key's tokens
-    before it — exactly the greedy decoder's exact-match outcome when the key's tokenization is the one it produces.
-    lengths: default L0/2, L0, 2·L0, 4·L0; the method's scale at a length L is s = max(1, L / L0). Methods, devices,
-    torchrun: as eval. Errors (before any forward): a length below the prompt's own, a depth outside [0, 1], keys < 1,
-    and eval's."""
+    method, and the C++ lab's: splitmix64 from `seed`), each hidden at relative depth d of a filler text of `length`
+    tokens (passkey_prompt), greedy decoding, exact match. The greedy answer is scored in one teacher-forced forward:
+    the key is retrieved iff each of its tokens is the argmax of the float32 logits given the prompt and the key's
+    tokens before it — exactly the greedy decoder's exact-match outcome when the key's tokenization is the one it
+    produces. lengths: default L0/2, L0, 2·L0, 4·L0; depths: default 0 … 1 in quarters (the C++ lab's defaults); the
+    method's scale at a length L is s = max(1, L / L0). Methods, devices, torchrun: as eval. Errors (before any
+    forward): a length below the prompt's own, a depth outside [0, 1], keys < 1, and eval's."""
     start_clock = time.perf_counter()
     if keys < 1:
         raise Error(f"keys = {keys}: must be >= 1")
@@ -916,7 +910,8 @@ def passkey(model, tokenizer=None, *, methods="orig,pi,ntk,yarn,yarn_notemp,dyn_
     l0 = trained_length if trained_length is not None else getattr(cfg, "max_position_embeddings", None)
     if l0 is None or l0 < 2:
         raise Error(f"trained_length = {l0}: pass the model's trained length (>= 2)")
-    lengths = list(lengths) or [n for n in (l0 // 2, l0, 2 * l0, 4 * l0) if n >= 2]
+    lengths = list(lengths) or list(_ropekit._passkey_lengths(l0))
+    depths = list(depths) if depths is not None else list(_ropekit._PASSKEY_DEPTHS)
     bos = bos_id if bos_id is not None else cfg.bos_token_id
     if bos is None:
         raise Error(f"{source}: no bos_token_id in its config; pass bos_id")
@@ -1074,7 +1069,7 @@ def main(argv=None) -> int:
                                         "(default: the model's own)")
     pk.add_argument("--methods", default="orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3")
     pk.add_argument("--lengths", help="prompt lengths in tokens (default L0/2, L0, 2·L0, 4·L0)")
-    pk.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="relative depths of the key in the filler")
+    pk.add_argument("--depths", help="relative depths of the key in the filler (default 0,0.25,0.5,0.75,1)")
     pk.add_argument("--keys", type=int, default=5, help="keys per (length, depth) cell")
     pk.add_argument("--seed", type=int, default=0)
     for p in (pk,):
@@ -1108,7 +1103,7 @@ def main(argv=None) -> int:
                           progress=_Progress())
         else:
             try:
-                depths = [float(x) for x in args.depths.split(",")]
+                depths = [float(x) for x in args.depths.split(",")] if args.depths else None
             except ValueError as e:
                 raise Error(f"--depths = {args.depths}: a comma-separated list of numbers") from e
             result = passkey(args.model, args.tokenizer, methods=args.methods,

@@ -312,6 +312,16 @@ void bind_model(py::module_& m) {
       },
       py::arg("encode"), py::arg("length"), py::arg("depth"), py::arg("key"), py::arg("bos"));
   m.def("_passkey_keys", &passkey_keys, py::arg("seed"), py::arg("count"));
+  m.def("_passkey_lengths", &passkey_lengths, py::arg("trained_length"));
+  m.attr("_PASSKEY_DEPTHS") = std::vector<double>(std::begin(kPasskeyDepths), std::end(kPasskeyDepths));
+  m.def(
+      "_lab_check_regimes_act",
+      [](const std::vector<std::pair<std::string, std::string>>& methods, std::int64_t l0, std::int64_t max_n) {
+        std::vector<EvalMethod> list;
+        for (const auto& [name, fragment] : methods) list.push_back({name, fragment});
+        check_regimes_act(list, l0, max_n);
+      },
+      py::arg("methods"), py::arg("trained_length"), py::arg("max_n"));
   py::dict text;
   text["intro"] = std::string(kPasskeyIntro), text["filler"] = std::string(kPasskeyFiller);
   text["needle"] = std::string(kPasskeyNeedle), text["question"] = std::string(kPasskeyQuestion);
@@ -329,15 +339,10 @@ void bind_model(py::module_& m) {
         o.seed = seed;
         o.trained_length = trained_length;
         o.threads = threads;
-        // llama2.c's encoder renders SentencePiece's dummy-prefix space itself (as `ropekit passkey`).
-        const TextEncoder encode = [&tokenizer](std::string_view text) {
-          if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-          return tokenizer.encode(std::string(text), false);
-        };
         PasskeyResult r;
         {
           py::gil_scoped_release release;
-          r = passkey(*self.model, encode, o);
+          r = passkey(*self.model, passkey_encoder(tokenizer), o);
         }
         py::list cells;
         for (const PasskeyCell& c : r.cells) {

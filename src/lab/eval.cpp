@@ -17,6 +17,7 @@
 #include "ropekit/cpu.hpp"
 #include "ropekit/error.hpp"
 #include "ropekit/lab.hpp"
+#include "ropekit/tokenizer.hpp"
 
 namespace ropekit {
 namespace {
@@ -198,6 +199,23 @@ MethodReading describe_method(const EvalMethod& method, double s, std::int64_t l
   return run;
 }
 
+void check_regimes_act(const std::vector<EvalMethod>& methods, std::int64_t l0, std::int64_t max_n) {
+  for (const EvalMethod& m : methods) {
+    const PositionRegimes r = describe_method(m, 1.0, l0).regimes;  // a regime's window does not depend on s
+    const auto never = [&](std::string_view key, std::int64_t value) {
+      if (value >= max_n) {
+        throw Error(
+            fmt::format("method {}: {} = {} is not below the largest length N = {}: the method would be orig "
+                        "at every N",
+                        m.name, key, value, max_n));
+      }
+    };
+    if (const auto* rr = std::get_if<regimes::ReRope>(&r)) never("w", rr->window);
+    if (const auto* se = std::get_if<regimes::SelfExtend>(&r)) never("W", se->window);
+    if (const auto* dc = std::get_if<regimes::DualChunk>(&r)) never("chunk", dc->chunk_size);
+  }
+}
+
 namespace {
 
 MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, std::int64_t l0) {
@@ -208,25 +226,6 @@ MethodRun resolve(const EvalMethod& method, const LlamaModel& model, double s, s
   }
   run.spec.validate();
   return run;
-}
-
-// A regime whose window reaches past every length never acts: the method would silently be orig.
-void check_regimes_act(const std::vector<EvalMethod>& methods, const std::vector<std::vector<MethodRun>>& runs,
-                       std::int64_t max_n) {
-  for (std::size_t m = 0; m < methods.size(); ++m) {
-    const PositionRegimes& r = runs[m].front().regimes;
-    const auto never = [&](std::string_view key, std::int64_t value) {
-      if (value >= max_n) {
-        throw Error(
-            fmt::format("method {}: {} = {} is not below the largest length N = {}: the method would be orig "
-                        "at every N",
-                        methods[m].name, key, value, max_n));
-      }
-    };
-    if (const auto* rr = std::get_if<regimes::ReRope>(&r)) never("w", rr->window);
-    if (const auto* se = std::get_if<regimes::SelfExtend>(&r)) never("W", se->window);
-    if (const auto* dc = std::get_if<regimes::DualChunk>(&r)) never("chunk", dc->chunk_size);
-  }
 }
 
 // Accumulates NLL per bucket of target position.
@@ -796,7 +795,7 @@ EvalResult evaluate(const LlamaModel& model, std::span<const int> tokens, const 
     }
   }
   const std::int64_t max_n = *std::max_element(options.lengths.begin(), options.lengths.end());
-  check_regimes_act(options.methods, runs, max_n);
+  check_regimes_act(options.methods, l0, max_n);
   const std::int64_t per_method = std::accumulate(options.lengths.begin(), options.lengths.end(), std::int64_t{0}) *
                                   std::int64_t(result.window_starts.size());
   const std::int64_t total = per_method * std::int64_t(options.methods.size());
@@ -923,20 +922,31 @@ PasskeyPrompt passkey_prompt(const TextEncoder& encode, std::int64_t length, dou
   return p;
 }
 
+std::vector<std::int64_t> passkey_lengths(std::int64_t l0) {
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n : {l0 / 2, l0, 2 * l0, 4 * l0}) {
+    if (n >= 2) lengths.push_back(n);
+  }
+  return lengths;
+}
+
+TextEncoder passkey_encoder(const Tokenizer& tokenizer) {
+  return [&tokenizer](std::string_view text) {
+    if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    return tokenizer.encode(std::string(text), /*bos=*/false);
+  };
+}
+
 PasskeyResult passkey(const LlamaModel& model, const TextEncoder& encode, const PasskeyOptions& options) {
   const auto clock_start = std::chrono::steady_clock::now();
   const std::int64_t l0 = options.trained_length.value_or(model.config.seq_len);
   if (l0 < 2 || l0 >= kPositionLimit / 8) throw Error(fmt::format("trained-length = {}: must lie in [2, 2^44)", l0));
   if (options.keys < 1) throw Error(fmt::format("keys = {}: must be >= 1", options.keys));
   if (options.methods.empty()) throw Error("methods: none given");
-  std::vector<std::int64_t> lengths = options.lengths;
-  if (lengths.empty()) {
-    for (std::int64_t n : {l0 / 2, l0, 2 * l0, 4 * l0}) {
-      if (n >= 2) lengths.push_back(n);
-    }
-  }
-  const std::vector<double> depths =
-      options.depths.empty() ? std::vector<double>{0, 0.25, 0.5, 0.75, 1} : options.depths;
+  const std::vector<std::int64_t> lengths = options.lengths.empty() ? passkey_lengths(l0) : options.lengths;
+  const std::vector<double> depths = options.depths.empty()
+                                         ? std::vector<double>(std::begin(kPasskeyDepths), std::end(kPasskeyDepths))
+                                         : options.depths;
   const int bos = model.config.bos_id;
   // Every prompt and every method at every length first: bad input fails before any forward.
   const std::size_t per_cell = std::size_t(options.keys);
@@ -963,7 +973,7 @@ PasskeyResult passkey(const LlamaModel& model, const TextEncoder& encode, const 
     for (std::int64_t n : lengths)
       runs.back().push_back(resolve(method, model, std::max(1.0, double(n) / double(l0)), l0));
   }
-  check_regimes_act(options.methods, runs, *std::max_element(lengths.begin(), lengths.end()));
+  check_regimes_act(options.methods, l0, *std::max_element(lengths.begin(), lengths.end()));
   for (const auto& per_length : runs) {
     for (const MethodRun& run : per_length) {
       if (const auto* dc = std::get_if<regimes::DualChunk>(&run.regimes)) capacity = std::max(capacity, dc->chunk_size);

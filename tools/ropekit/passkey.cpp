@@ -45,12 +45,7 @@ void run_passkey(const PasskeyCliOptions& o, Streams io) {
   options.progress = [progress](std::int64_t done, std::int64_t total, const std::string& what) {
     (*progress)(done, total, what);
   };
-  // llama2.c's encoder renders SentencePiece's dummy-prefix space itself: a piece's own leading space is dropped.
-  const TextEncoder encode = [&tokenizer](std::string_view text) {
-    if (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-    return tokenizer.encode(std::string(text), /*bos=*/false);
-  };
-  const PasskeyResult result = passkey(model, encode, options);
+  const PasskeyResult result = passkey(model, passkey_encoder(tokenizer), options);
   fmt::print(io.out, "ropekit passkey: {} — L0 = {}, {} keys per cell (seed {})\n", model.source, result.trained_length,
              o.keys, o.seed);
   std::set<double> depths;
