@@ -530,8 +530,9 @@ def patch(model: torch.nn.Module, *, angles: str = "hf", rope_scaling: Optional[
     rope_scaling: a context-extension method instead of the model's own scaling — a rope_scaling (or v5
     rope_parameters) fragment in config.json syntax, {"rope_type": "yarn", "factor": 4, ...}. The probe still checks
     each module against the model's own plan first; then the fragment's plan goes where the model's own scaling
-    applies: every RoPE layer type but sliding-window ones (Gemma 3's local layers keep their own RoPE, as the C++ lab
-    leaves them), the model's rope_theta and partial rotary factor kept unless the fragment gives its own.
+    applies: every RoPE layer, but where the config's rope_parameters are per layer type, the sliding_attention set
+    keeps its own (Gemma 3's local layers, as the C++ lab leaves them); the model's rope_theta and partial rotary factor
+    kept unless the fragment gives its own.
     trained_length: the length the fragment extends from (max_position_embeddings in the plan; dynamic NTK's
     original length), default the config's. follow_length: whether a length-dependent plan follows each call's
     max(position_ids) + 1 as Hugging Face's modules do (default: as the module replaced did). A patched model may

@@ -202,6 +202,14 @@ def test_patch_with_rope_scaling_is_the_model_built_with_it():
     scale = want.abs().max()
     assert float((got - want).abs().max() / scale) < 1e-5
     assert float((before - want).abs().max() / scale) > 1e-3  # the method changed the far positions
+    # A fragment that is not a dict, one the model table rejects, a trained length below 2: errors, model unchanged.
+    for bad, message in (({"rope_scaling": 4.0}, "rope_scaling = 4.0: must be a dict"),
+                         ({"rope_scaling": {"rope_type": "warp", "factor": 2.0}}, "warp"),
+                         ({"rope_scaling": yarn, "trained_length": 1}, "trained_length = 1: must be an integer >= 2")):
+        with pytest.raises(ropekit.Error, match=message):
+            rt.patch(model, angles="accurate", **bad)
+    with torch.no_grad():
+        assert float((model(ids).logits - want).abs().max() / scale) < 1e-5
     # Patching again (another method) matches the module first replaced: back to the model's own plan.
     rt.patch(model, angles="accurate")
     with torch.no_grad():
