@@ -103,6 +103,9 @@ def write_gguf(name, out):
         tensors.update(load_file(os.path.join(path, shard)))
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
     w = gguf.GGUFWriter(os.path.join(out, name + ".gguf"), "llama")
+    # The vocabulary's size as llama.cpp's converter writes it: a reader without the file's tokenizer (transformers)
+    # takes the model's vocabulary from it.
+    w.add_vocab_size(config["vocab_size"])
     w.add_context_length(config["max_position_embeddings"])
     w.add_embedding_length(config["hidden_size"])
     w.add_feed_forward_length(config["intermediate_size"])

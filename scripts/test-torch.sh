@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python module under PyTorch 2 from the package index (the path most PyTorch users take), as part of the test
 # command (scripts/test.sh): a virtual environment build/torch-venv with pinned torch, transformers, NumPy, pytest
-# and Hypothesis; `pip install .` builds ropekit's wheel there with scikit-build-core and pybind11 from the index
+# and Hypothesis (and gguf with accelerate: transformers' GGUF reader, which the lab's GGUF test uses); `pip install .` builds ropekit's wheel there with scikit-build-core and pybind11 from the index
 # (the root pyproject.toml; build/wheel keeps its CMake tree between runs) with the C++ operator library built
 # against that PyTorch; then python/tests run against the
 # installed wheel from outside the repository — the torch.library operators (test_ops.py) and tiny Hugging Face
@@ -12,7 +12,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=$repo/build/torch-venv
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q "torch==2.9.1" "transformers==5.15.0" "numpy>=2" pytest hypothesis \
-  "scikit-build-core>=0.10" "pybind11>=2.12"
+  "scikit-build-core>=0.10" "pybind11>=2.12" "gguf==0.17.1" "accelerate==1.15.0"
 # Without build isolation, so that the build sees this PyTorch and compiles the C++ operator library against it
 # (python/torch_ops); an isolated build has no PyTorch and ropekit.ops would register the operators from Python.
 # Without the CUDA kernels: nothing here has a GPU to run them on, and the release part has compiled them already.

@@ -156,6 +156,20 @@ def parse_methods(methods: str) -> list:
 # Loading
 
 
+def _pretrained_args(path: str, gguf_file: Optional[str] = None):
+    """from_pretrained's directory and keyword arguments for a model directory or a GGUF file (transformers reads
+    both the weights and the tokenizer from the file; it dequantizes the weights)."""
+    if os.path.isfile(path):
+        return os.path.dirname(path) or ".", {"gguf_file": os.path.basename(path)}
+    return path, ({"gguf_file": gguf_file} if gguf_file else {})
+
+
+def _auto_tokenizer(path):
+    from transformers import AutoTokenizer
+    directory, kwargs = _pretrained_args(os.fspath(path))
+    return AutoTokenizer.from_pretrained(directory, **kwargs)
+
+
 def load(model, *, device="cpu", dtype="float32", gguf_file: Optional[str] = None):
     """A causal LM from a local Hugging Face directory (or a GGUF file, through transformers' GGUF reader), in
     `dtype` (float32 or bfloat16) on `device`; a model object passes through (moved and cast). Errors: a path that
@@ -180,12 +194,8 @@ def load(model, *, device="cpu", dtype="float32", gguf_file: Optional[str] = Non
     path = os.fspath(model)
     if not os.path.exists(path):
         raise Error(f"model = {path}: no such file or directory")
-    kwargs = {"dtype": dtype}
-    if os.path.isfile(path):  # a GGUF file: transformers dequantizes it
-        kwargs["gguf_file"] = os.path.basename(path)
-        path = os.path.dirname(path) or "."
-    elif gguf_file:
-        kwargs["gguf_file"] = gguf_file
+    path, kwargs = _pretrained_args(path, gguf_file)
+    kwargs["dtype"] = dtype
     try:
         m = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as e:  # transformers' own reason, whatever its type
@@ -868,13 +878,11 @@ def _encoder(tokenizer, model):
         if isinstance(model, torch.nn.Module):
             raise Error("passkey: pass the tokenizer of a model given as an object")
         try:
-            from transformers import AutoTokenizer
-            tokenizer = AutoTokenizer.from_pretrained(os.fspath(model))
+            tokenizer = _auto_tokenizer(model)
         except Exception as e:
             raise Error(f"passkey: the model {model} has no tokenizer transformers can load ({e}); pass one") from e
     elif isinstance(tokenizer, (str, os.PathLike)):
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(os.fspath(tokenizer))
+        tokenizer = _auto_tokenizer(tokenizer)
     return lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -1018,8 +1026,7 @@ def _read_tokens(args) -> np.ndarray:
         tok = Tokenizer(args.tokenizer)
         return np.asarray(tok.encode_stories(text) if args.stories else tok.encode(text), dtype=np.int64)
     try:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(args.model)
+        tok = _auto_tokenizer(args.model)
     except Exception as e:
         raise Error(f"--text: the model {args.model} has no tokenizer transformers can load ({e}); pass --tokens or "
                     "--tokenizer") from e

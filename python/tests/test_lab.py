@@ -117,6 +117,26 @@ def test_every_family_the_cpp_runner_reads_gives_its_table(family):
         assert _relative(r.ppl, want["ppl"][i]) < 1e-4, (family, r, want["ppl"][i])
 
 
+def test_a_gguf_file_through_transformers_reader_gives_the_cpp_labs_table():
+    """A GGUF file goes to transformers' reader (the gguf package: q/k rows un-permuted, tensors widened) and the C++
+    runner reads the same file: llama_f32.gguf is llama_f32's weights as llama.cpp's converter writes them."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(3, 128, size=300)
+    ids[::41] = 1
+    kw = dict(methods="orig,yarn,dyn_ntk,rerope:w=12", lengths=[16, 64], window_size=64, windows=2, trained_length=16)
+    gguf = FAMILIES / "llama_f32.gguf"
+    want = ropekit.eval(ropekit.Model(str(gguf)), ids.astype(np.int32).tolist(), **kw)
+    got = lab.eval(str(gguf), ids, bos_id=1, **kw)
+    assert [(r.method, r.n, r.bucket_lo, r.tokens) for r in got.rows] == \
+        list(zip(want["method"], want["n"], want["bucket_lo"], want["tokens"]))
+    for r, ppl in zip(got.rows, want["ppl"]):
+        assert _relative(r.ppl, ppl) < 1e-4, (r, ppl)
+    # and the same model as its directory gives
+    directory = lab.eval(str(FAMILIES / "llama_f32"), ids, bos_id=1, **kw)
+    for a, b in zip(got.rows, directory.rows):
+        assert _relative(a.ppl, b.ppl) < 1e-5, (a, b)
+
+
 def test_the_regimes_positions_are_the_cpp_attentions():
     i = torch.arange(0, 300)
     j = torch.arange(0, 300)
