@@ -45,6 +45,41 @@ TEST_P(Attention, ResultsDoNotDependOnTheThreadCount) {
   }
 }
 
+// A query row's arithmetic does not depend on which rows share its block: one causal prefill of 300 tokens (blocks
+// of many tokens, whose key tiles inside a block are taken token by token) equals, to the bit, the same queries
+// asked 20 at a time against the keys before them (where those tiles are seen by the whole block at once), with a
+// window (tiles partly outside it), log-n scaling past 150 tokens, and a soft cap.
+TEST_P(Attention, QueryRowsGiveTheSameBitsInAnyBlock) {
+  const Rope rope(llama(64));
+  const std::int64_t n = 300, heads = 6, kv_heads = 2, d = 64;
+  std::vector<float> q = attn_oracle::normal(std::size_t(n * heads * d), 11),
+                     k = attn_oracle::normal(std::size_t(n * kv_heads * d), 12),
+                     v = attn_oracle::normal(std::size_t(n * kv_heads * d), 13);
+  std::vector<std::int64_t> pos = std::vector<std::int64_t>(std::size_t(n));
+  std::iota(pos.begin(), pos.end(), 0);
+  AttentionOptions plain, windowed, logn, capped;
+  windowed.window = 90;
+  logn.logn_length = 150;
+  capped.logit_softcap = 20.0;
+  for (const AttentionOptions& options : {plain, windowed, logn, capped}) {
+    std::vector<float> whole(q.size()), chunked(q.size());
+    const auto ask = [&](std::int64_t first, std::int64_t count, std::vector<float>& out) {
+      AttentionArgs args;
+      args.q = bshd(q.data() + first * heads * d, DType::F32, 1, count, heads, d);
+      args.k = bshd(k.data(), DType::F32, 1, first + count, kv_heads, d);
+      args.v = bshd(v.data(), DType::F32, 1, first + count, kv_heads, d);
+      args.out = bshd(out.data() + first * heads * d, DType::F32, 1, count, heads, d);
+      args.q_positions = positions(std::span<const std::int64_t>(pos).subspan(std::size_t(first), std::size_t(count)));
+      args.k_positions = positions(std::span<const std::int64_t>(pos).first(std::size_t(first + count)));
+      attention(rope, args, options);
+    };
+    ask(0, n, whole);
+    for (std::int64_t first = 0; first < n; first += 20) ask(first, 20, chunked);
+    EXPECT_TRUE(std::memcmp(whole.data(), chunked.data(), whole.size() * sizeof(float)) == 0)
+        << "window " << options.window << ", logn " << options.logn_length;
+  }
+}
+
 TEST_P(Attention, QueryThatSeesNoKeyIsZeroAndNaNPropagates) {
   const Rope rope(llama(8));
   std::vector<float> q(8, 0.5f), k(2 * 8, 0.25f), v(2 * 8, 1.0f), out(8, -1.0f);

@@ -5,8 +5,9 @@
 // Per item (batch, kv head, block of query tokens) the rows are the block's tokens × the query heads
 // that share the kv head, so each key tile is loaded (and rotated) once for all of them. Per key
 // tile: rotate into a thread-local buffer in the storage type (the bits RotateCall::run() writes),
-// widen to float32 and transpose (or keep as rows for decode), then one online-softmax update per
-// group of rows. Memory per thread: O(rows · v_head_dim + tile).
+// widen to float32 and transpose (or keep as rows for decode), then online-softmax updates: of all
+// the block's rows at once where every row sees the whole tile (most tiles of a long prefill), else
+// token by token with its mask row. Memory per thread: O(rows · v_head_dim + tile).
 #if defined(ROPEKIT_CPU_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPEKIT_CPU_ATTENTION_INL_H_
 #undef ROPEKIT_CPU_ATTENTION_INL_H_
@@ -52,6 +53,7 @@ struct RowTile {
   const float* const* k_rows = nullptr;  // or: `keys` pointers to head_dim floats
   const float* const* v_rows = nullptr;  // `keys` pointers to v_head_dim floats
   const float* bias = nullptr;           // rows × kTileKeys: additive bias, −infinity = masked
+  int bias_stride = kTileKeys;           // floats between rows' biases (0: every row has the first row's)
   int rows = 1;                          // 1 … kMaxRows
   int head_dim = 0;
   int v_head_dim = 0;
@@ -105,7 +107,7 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
       float dot = hn::GetLane(hn::SumOfLanes(d, acc[r]));
 #endif
       for (int l = lane; l < t.head_dim; ++l) dot += q[l] * k[l];
-      t.scores[(r0 + r) * kTileKeys + j] = Capped(t, dot * t.scale) + t.bias[(r0 + r) * kTileKeys + j];
+      t.scores[(r0 + r) * kTileKeys + j] = Capped(t, dot * t.scale) + t.bias[(r0 + r) * t.bias_stride + j];
     }
   }
 }
@@ -146,16 +148,62 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
 #endif
 }
 
+// Row r's scores of keys [j, j + lanes) from their dot products: scale·dot (soft-capped where the tile
+// asks) + bias.
+template <class D>
+HWY_INLINE void StoreScores(D d, const RowTile& t, int r, size_t j, hn::Vec<D> dot) {
+  float* out = t.scores + size_t(r) * kTileKeys + j;
+  const float* bias = t.bias + size_t(r) * size_t(t.bias_stride) + j;
+  if (t.softcap > 0) {  // soft-capped before the bias, value by value (Gemma 2's models only)
+    hn::StoreU(hn::Mul(dot, hn::Set(d, t.scale)), d, out);
+    for (size_t i = 0; i < hn::Lanes(d); ++i) out[i] = Capped(t, out[i]) + bias[i];
+  } else {
+    hn::StoreU(hn::MulAdd(dot, hn::Set(d, t.scale), hn::LoadU(d, bias)), d, out);
+  }
+}
+
+#if !HWY_HAVE_SCALABLE
+// Scores of rows [r0, r0 + kRows) against the transposed tile, two vectors of keys at a time: each key
+// vector loaded once for all the rows and each broadcast query lane used twice — 2·kRows independent
+// chains in registers, one load per FMA where a row at a time needs two. Every (row, key) score is the
+// same chain of FMAs over the lanes in order as a row at a time forms, so the bits do not depend on the
+// blocking. kTileKeys is a multiple of two vectors on every fixed-width target.
+template <int kRows, class D>
+HWY_INLINE void TransposedScores(D d, const RowTile& t, int r0) {
+  using V = hn::Vec<D>;
+  const size_t n = hn::Lanes(d);
+  for (size_t j = 0; j < size_t(kTileKeys); j += 2 * n) {
+    V dot0[kRows], dot1[kRows];
+    for (int b = 0; b < kRows; ++b) dot0[b] = dot1[b] = hn::Zero(d);
+    for (int lane = 0; lane < t.head_dim; ++lane) {
+      const float* k = t.keys_t + size_t(lane) * kTileKeys + j;
+      const V k0 = hn::LoadU(d, k), k1 = hn::LoadU(d, k + n);
+      for (int b = 0; b < kRows; ++b) {
+        const V qv = hn::Set(d, t.q[size_t(r0 + b) * t.head_dim + lane]);
+        dot0[b] = hn::MulAdd(qv, k0, dot0[b]);
+        dot1[b] = hn::MulAdd(qv, k1, dot1[b]);
+      }
+    }
+    for (int b = 0; b < kRows; ++b) {
+      StoreScores(d, t, r0 + b, j, dot0[b]);
+      StoreScores(d, t, r0 + b, j + n, dot1[b]);
+    }
+  }
+}
+#endif
+
 // For each row r: scores = q·k·scale + bias (−infinity past the valid keys).
 HWY_INLINE void TileScores(const RowTile& t) {
   const hn::ScalableTag<float> d;
-  using V = hn::Vec<decltype(d)>;
-  const size_t n = hn::Lanes(d);
   if (t.k_rows != nullptr) {
     for (int r0 = 0; r0 < t.rows; r0 += 4) RowScores(d, t, r0, std::min(4, t.rows - r0));
   } else {
     // Vertical FMAs over the whole (padded) tile: kTileKeys is a multiple of every x86 vector
     // width, so there is no tail.
+#if HWY_HAVE_SCALABLE
+    // Sizeless SVE vectors (no arrays of them): one row and one vector of keys at a time.
+    using V = hn::Vec<decltype(d)>;
+    const size_t n = hn::Lanes(d);
     for (int r = 0; r < t.rows; ++r) {
       const float* q = t.q + size_t(r) * t.head_dim;
       for (size_t j = 0; j < size_t(kTileKeys); j += n) {
@@ -163,15 +211,20 @@ HWY_INLINE void TileScores(const RowTile& t) {
         for (int lane = 0; lane < t.head_dim; ++lane) {
           dot = hn::MulAdd(hn::Set(d, q[lane]), hn::LoadU(d, t.keys_t + size_t(lane) * kTileKeys + j), dot);
         }
-        float* out = t.scores + size_t(r) * kTileKeys + j;
-        if (t.softcap > 0) {  // soft-capped before the bias, value by value (Gemma 2's models only)
-          hn::StoreU(hn::Mul(dot, hn::Set(d, t.scale)), d, out);
-          for (size_t i = 0; i < n; ++i) out[i] = Capped(t, out[i]) + t.bias[size_t(r) * kTileKeys + j + i];
-        } else {
-          hn::StoreU(hn::MulAdd(dot, hn::Set(d, t.scale), hn::LoadU(d, t.bias + size_t(r) * kTileKeys + j)), d, out);
-        }
+        StoreScores(d, t, r, j, dot);
       }
     }
+#else
+    // Blocks of up to four rows × two vectors of keys (TransposedScores).
+    int r0 = 0;
+    for (; r0 + 4 <= t.rows; r0 += 4) TransposedScores<4>(d, t, r0);
+    switch (t.rows - r0) {
+      case 3: TransposedScores<3>(d, t, r0); break;
+      case 2: TransposedScores<2>(d, t, r0); break;
+      case 1: TransposedScores<1>(d, t, r0); break;
+      default: break;
+    }
+#endif
   }
 }
 
@@ -490,6 +543,32 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
       t.k_rows = transpose ? nullptr : s.k_rows[kt].data();
       t.q = s.q[r].data() + r0 * d;
     };
+    // A tile every row of the block sees whole, under one regime, one scale and no bias (most tiles of a
+    // long causal prefill): all the block's rows at once, kMaxRows per update, one mask row for all.
+    // Each row's arithmetic is the token-by-token path's, so the result is the same to the bit.
+    const bool block_sees_tile =
+        !need_mask || ((!p.causal || tile_k_max <= q_min) && (p.window <= 0 || q_max - tile_k_min < p.window));
+    if (block_sees_tile && regimes == 1 && p.bias == BiasKind::None &&
+        (p.logn_length <= 0 || q_max + 1 <= p.logn_length)) {
+      for (int j = 0; j < kTileKeys; ++j) s.bias[std::size_t(j)] = j < keys ? 0.0f : kNegInf;
+      tile.bias_stride = 0;
+      const std::int64_t block_rows = tokens * p.group;  // (`rows` here: the tile's rows of k and v)
+      for (std::int64_t r0 = 0; r0 < block_rows; r0 += kMaxRows) {
+        const int rows_now = int(std::min<std::int64_t>(kMaxRows, block_rows - r0));
+        for (int g = 0; g < rows_now; ++g) {
+          s.states[std::size_t(g)] =
+              RowState{s.max[std::size_t(r0 + g)], s.sum[std::size_t(r0 + g)], s.acc.data() + (r0 + g) * dv};
+        }
+        tile.rows = rows_now;
+        use_regime(tile, 0, r0);
+        UpdateRows(tile, s.states.data());
+        for (int g = 0; g < rows_now; ++g) {
+          s.max[std::size_t(r0 + g)] = s.states[std::size_t(g)].max;
+          s.sum[std::size_t(r0 + g)] = s.states[std::size_t(g)].sum;
+        }
+      }
+      continue;
+    }
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::int64_t qp = need_mask ? p.q_mask.at(0, q_token0 + t) : 0;
       if (need_mask && ((p.causal && tile_k_min > qp) || (p.window > 0 && qp - tile_k_max >= p.window))) {
