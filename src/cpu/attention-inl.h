@@ -63,12 +63,17 @@ struct RowTile {
   float* scores = nullptr;  // rows × kTileKeys floats of scratch
 };
 
-// Online softmax state of one query row: running maximum, running sum, accumulator (v_head_dim).
-struct RowState {
-  float max;
-  float sum;
+// The online-softmax state of a tile's rows, kept in the item's per-row buffers from the tile's first
+// row on: row r's running maximum max[r], running sum sum[r], accumulator acc + r·v_head_dim.
+struct RowStates {
+  float* max;
+  float* sum;
   float* acc;
 };
+
+HWY_INLINE float* AccOf(const RowTile& t, const RowStates& states, int r) {
+  return states.acc + size_t(r) * size_t(t.v_head_dim);
+}
 
 // A scaled logit, soft-capped where the tile asks (Gemma 2): softcap·tanh(x / softcap) in float32.
 HWY_INLINE float Capped(const RowTile& t, float x) { return t.softcap > 0 ? t.softcap * std::tanh(x / t.softcap) : x; }
@@ -115,7 +120,7 @@ void RowScores(D d, const RowTile& t, int r0, int nr) {
 // acc[lane …] = acc·correction + Σ_j p_j v_j[lane …] in vectors of at most kCap lanes, for the rows
 // of `block`, while a whole vector fits before v_head_dim; returns the first lane not done.
 template <size_t kCap>
-HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int nr, const float* correction,
+HWY_INLINE int PvLanes(const RowTile& t, const RowStates& states, const int* block, int nr, const float* correction,
                        int lane) {
   const hn::CappedTag<float, kCap> d;
   const int n = int(hn::Lanes(d));
@@ -126,10 +131,10 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
   for (int b = 0; b < nr; ++b) {
     const int r = block[b];
     for (end = lane; end + n <= t.v_head_dim; end += n) {
-      V a = hn::Mul(hn::LoadU(d, states[r].acc + end), hn::Set(d, correction[r]));
+      V a = hn::Mul(hn::LoadU(d, AccOf(t, states, r) + end), hn::Set(d, correction[r]));
       for (int j = 0; j < t.keys; ++j)
         a = hn::MulAdd(hn::Set(d, t.scores[size_t(r) * kTileKeys + j]), hn::LoadU(d, t.v_rows[j] + end), a);
-      hn::StoreU(a, d, states[r].acc + end);
+      hn::StoreU(a, d, AccOf(t, states, r) + end);
     }
   }
   return end;
@@ -137,12 +142,12 @@ HWY_INLINE int PvLanes(const RowTile& t, RowState* states, const int* block, int
   for (; lane + n <= t.v_head_dim; lane += n) {
     V a[4];  // the rows' chains interleaved, each value vector loaded once per key
     for (int b = 0; b < nr; ++b)
-      a[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane), hn::Set(d, correction[block[b]]));
+      a[b] = hn::Mul(hn::LoadU(d, AccOf(t, states, block[b]) + lane), hn::Set(d, correction[block[b]]));
     for (int j = 0; j < t.keys; ++j) {
       const V v = hn::LoadU(d, t.v_rows[j] + lane);
       for (int b = 0; b < nr; ++b) a[b] = hn::MulAdd(hn::Set(d, t.scores[size_t(block[b]) * kTileKeys + j]), v, a[b]);
     }
-    for (int b = 0; b < nr; ++b) hn::StoreU(a[b], d, states[block[b]].acc + lane);
+    for (int b = 0; b < nr; ++b) hn::StoreU(a[b], d, AccOf(t, states, block[b]) + lane);
   }
   return lane;
 #endif
@@ -230,8 +235,8 @@ HWY_INLINE void TileScores(const RowTile& t) {
 
 // For each row r, from the scores of TileScores: max' = max(max, scores); p = exp(scores − max');
 // sum = sum·exp(max − max') + Σp; acc = acc·exp(max − max') + Σ p_j v_j. Masked keys add nothing;
-// a tile with no visible key leaves that row's state unchanged. states: `rows` entries.
-HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
+// a tile with no visible key leaves that row's state unchanged. states: `rows` rows.
+HWY_INLINE void AccumulateRows(const RowTile& t, const RowStates& states) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t n = hn::Lanes(d);
@@ -243,10 +248,10 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
   bool active[kMaxRows];
   for (int r = 0; r < t.rows; ++r) {
     float* s = t.scores + size_t(r) * kTileKeys;
-    RowState& state = states[r];
+    float& row_max = states.max[r];
     V tile_max = hn::Set(d, neg_inf);
     for (size_t j = 0; j < size_t(kTileKeys); j += n) tile_max = hn::Max(tile_max, hn::LoadU(d, s + j));
-    const float new_max = std::max(state.max, hn::GetLane(hn::MaxOfLanes(d, tile_max)));
+    const float new_max = std::max(row_max, hn::GetLane(hn::MaxOfLanes(d, tile_max)));
     active[r] = new_max != neg_inf;  // else: nothing visible so far
     if (!active[r]) continue;
     const V vmax = hn::Set(d, new_max);
@@ -257,9 +262,9 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
       hn::StoreU(p, d, s + j);
       sum = hn::Add(sum, p);
     }
-    correction[r] = state.max == neg_inf ? 0.0f : std::exp(state.max - new_max);
-    state.sum = state.sum * correction[r] + hn::GetLane(hn::SumOfLanes(d, sum));
-    state.max = new_max;
+    correction[r] = row_max == neg_inf ? 0.0f : std::exp(row_max - new_max);
+    states.sum[r] = states.sum[r] * correction[r] + hn::GetLane(hn::SumOfLanes(d, sum));
+    row_max = new_max;
   }
 
   // acc = acc·correction + Σ_j p_j v_j: blocks of up to four rows × two vectors of lanes kept in
@@ -276,8 +281,8 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
       V a0[4], a1[4];
       for (int b = 0; b < nr; ++b) {
         const V c = hn::Set(d, correction[block[b]]);
-        a0[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane), c);
-        a1[b] = hn::Mul(hn::LoadU(d, states[block[b]].acc + lane + n), c);
+        a0[b] = hn::Mul(hn::LoadU(d, AccOf(t, states, block[b]) + lane), c);
+        a1[b] = hn::Mul(hn::LoadU(d, AccOf(t, states, block[b]) + lane + n), c);
       }
       for (int j = 0; j < t.keys; ++j) {
         const V v0 = hn::LoadU(d, t.v_rows[j] + lane), v1 = hn::LoadU(d, t.v_rows[j] + lane + n);
@@ -288,8 +293,8 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
         }
       }
       for (int b = 0; b < nr; ++b) {
-        hn::StoreU(a0[b], d, states[block[b]].acc + lane);
-        hn::StoreU(a1[b], d, states[block[b]].acc + lane + n);
+        hn::StoreU(a0[b], d, AccOf(t, states, block[b]) + lane);
+        hn::StoreU(a1[b], d, AccOf(t, states, block[b]) + lane + n);
       }
     }
 #endif
@@ -301,16 +306,17 @@ HWY_INLINE void AccumulateRows(const RowTile& t, RowState* states) {
     for (int b = 0; b < nr; ++b) {
       const int r = block[b];
       const float* p = t.scores + size_t(r) * kTileKeys;
+      float* acc = AccOf(t, states, r);
       for (int l = lane; l < t.v_head_dim; ++l) {
-        float a = states[r].acc[l] * correction[r];
+        float a = acc[l] * correction[r];
         for (int j = 0; j < t.keys; ++j) a += p[j] * t.v_rows[j][l];
-        states[r].acc[l] = a;
+        acc[l] = a;
       }
     }
   }
 }
 
-HWY_INLINE void UpdateRows(const RowTile& t, RowState* states) {
+HWY_INLINE void UpdateRows(const RowTile& t, const RowStates& states) {
   TileScores(t);
   AccumulateRows(t, states);
 }
@@ -327,8 +333,7 @@ struct ItemBuffers {
   std::vector<float> v;                             // kTileKeys × v_head_dim (non-F32 values)
   std::vector<const float*> v_rows;
   std::vector<float> bias, scores;
-  std::vector<float> max, sum, acc;  // per row; acc rows × v_head_dim
-  std::vector<RowState> states;
+  std::vector<float> max, sum, acc;   // per row; acc rows × v_head_dim
   std::unique_ptr<Scratch> rotation;  // coefficients of the token being rotated (Scratch does not move)
 
   explicit ItemBuffers(const AttentionJob& p) {
@@ -348,7 +353,6 @@ struct ItemBuffers {
     v_rows.resize(kTileKeys);
     bias.resize(std::size_t(kMaxRows) * kTileKeys);
     scores.resize(std::size_t(kMaxRows) * kTileKeys);
-    states.resize(kMaxRows);
     max.resize(rows);
     sum.resize(rows);
     acc.resize(rows * dv);
@@ -543,6 +547,10 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
       t.k_rows = transpose ? nullptr : s.k_rows[kt].data();
       t.q = s.q[r].data() + r0 * d;
     };
+    // The state of the block's rows from row r0 on (rows ordered (token, head within the group)).
+    const auto states_from = [&](std::int64_t r0) {
+      return RowStates{s.max.data() + r0, s.sum.data() + r0, s.acc.data() + r0 * dv};
+    };
     // A tile every row of the block sees whole, under one regime, one scale and no bias (most tiles of a
     // long causal prefill): all the block's rows at once, kMaxRows per update, one mask row for all.
     // Each row's arithmetic is the token-by-token path's, so the result is the same to the bit.
@@ -554,18 +562,9 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
       tile.bias_stride = 0;
       const std::int64_t block_rows = tokens * p.group;  // (`rows` here: the tile's rows of k and v)
       for (std::int64_t r0 = 0; r0 < block_rows; r0 += kMaxRows) {
-        const int rows_now = int(std::min<std::int64_t>(kMaxRows, block_rows - r0));
-        for (int g = 0; g < rows_now; ++g) {
-          s.states[std::size_t(g)] =
-              RowState{s.max[std::size_t(r0 + g)], s.sum[std::size_t(r0 + g)], s.acc.data() + (r0 + g) * dv};
-        }
-        tile.rows = rows_now;
+        tile.rows = int(std::min<std::int64_t>(kMaxRows, block_rows - r0));
         use_regime(tile, 0, r0);
-        UpdateRows(tile, s.states.data());
-        for (int g = 0; g < rows_now; ++g) {
-          s.max[std::size_t(r0 + g)] = s.states[std::size_t(g)].max;
-          s.sum[std::size_t(r0 + g)] = s.states[std::size_t(g)].sum;
-        }
+        UpdateRows(tile, states_from(r0));
       }
       continue;
     }
@@ -579,7 +578,7 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
         tile.scale = float(p.exact_scale * (std::log(double(qp + 1)) / std::log(double(p.logn_length))));
       }
       // Without a bias the row of masks is the same for every head of the group: formed once per
-      // token (and without per-key tests when the whole tile is visible), then copied.
+      // token (and without per-key tests when the whole tile is visible), then shared by every row.
       const bool plain = p.bias == BiasKind::None;
       if (plain) {
         const bool all_visible =
@@ -612,15 +611,11 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
       }
       for (std::int64_t g0 = 0; g0 < p.group; g0 += kMaxRows) {
         const int rows_now = int(std::min<std::int64_t>(kMaxRows, p.group - g0));
-        for (int g = 0; g < rows_now; ++g) {
+        // Without a bias every row takes the mask row formed above (stride 0); with one, each its own row.
+        tile.bias_stride = plain ? 0 : kTileKeys;
+        for (int g = 0; g < rows_now && !plain; ++g) {
           const std::int64_t head = kv_head * p.group + g0 + g;
           float* bias = s.bias.data() + std::size_t(g) * kTileKeys;
-          const std::int64_t r = t * p.group + g0 + g;
-          s.states[g] = RowState{s.max[r], s.sum[r], s.acc.data() + r * dv};
-          if (plain) {
-            if (g > 0) std::copy_n(s.bias.data(), kTileKeys, bias);
-            continue;
-          }
           for (int j = 0; j < kTileKeys; ++j) {
             if (j >= keys) {
               bias[j] = kNegInf;
@@ -634,7 +629,7 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
         tile.rows = rows_now;
         if (only >= 0) {  // one regime for the whole row: plain attention's arithmetic
           use_regime(tile, only, t * p.group + g0);
-          UpdateRows(tile, s.states.data());
+          UpdateRows(tile, states_from(t * p.group + g0));
         } else {
           // Each regime's scores for the rows, then per key the score of its regime: one softmax.
           for (int reg = 0; reg < regimes; ++reg) {
@@ -651,12 +646,7 @@ void RunItem(const AttentionJob& p, std::int64_t b, std::int64_t kv_head, std::i
                   j < keys && s.bias[j] != kNegInf ? s.regime_scores[sel[j]][std::size_t(g) * kTileKeys + j] : kNegInf;
             }
           }
-          AccumulateRows(tile, s.states.data());
-        }
-        for (int g = 0; g < rows_now; ++g) {
-          const std::int64_t r = t * p.group + g0 + g;
-          s.max[r] = s.states[g].max;
-          s.sum[r] = s.states[g].sum;
+          AccumulateRows(tile, states_from(t * p.group + g0));
         }
       }
     }
