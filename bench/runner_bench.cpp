@@ -4,7 +4,8 @@
 // against the file's size. Token ids are synthetic (i · 7919 mod vocab, after BOS), as llama-bench's are: speed does
 // not depend on them.
 //
-//   runner_bench MODEL [THREADS=2] [P=512] [G=128] [R=3]
+//   runner_bench MODEL [THREADS=2] [P=512] [G=128] [R=3] [INT8=0]
+// INT8=1: decode with RunnerOptions::int8_activations (8-bit activations, integer dot products, as llama.cpp).
 // Prints one line: model, weights' encoding, pp tokens/s, tg tokens/s, peak RSS MiB, file MiB, RSS / file.
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -22,7 +23,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 2) {
-    fmt::print(stderr, "usage: runner_bench MODEL [THREADS=2] [P=512] [G=128] [R=3]\n");
+    fmt::print(stderr, "usage: runner_bench MODEL [THREADS=2] [P=512] [G=128] [R=3] [INT8=0]\n");
     return 2;
   }
   const std::filesystem::path path = argv[1];
@@ -30,6 +31,7 @@ int main(int argc, char** argv) try {
   const int prompt = argc > 3 ? std::atoi(argv[3]) : 512;
   const int steps = argc > 4 ? std::atoi(argv[4]) : 128;
   const int runs = argc > 5 ? std::atoi(argv[5]) : 3;
+  const bool int8 = argc > 6 && std::atoi(argv[6]) != 0;
   const ropekit::LlamaModel model = ropekit::load_model_file(path);
   const int vocab = model.config.vocab_size;
   const ropekit::Rope rope(model.rope_layer().spec);
@@ -43,13 +45,13 @@ int main(int argc, char** argv) try {
   std::vector<double> pp, tg;
   for (int r = 0; r < runs; ++r) {
     {
-      ropekit::LlamaRunner runner(model, {.capacity = prompt, .threads = threads});
+      ropekit::LlamaRunner runner(model, {.capacity = prompt, .threads = threads, .int8_activations = int8});
       const auto t0 = Clock::now();
       runner.forward(rope, std::span(tokens.data(), std::size_t(prompt)),
                      std::span(positions.data(), std::size_t(prompt)), logits);
       pp.push_back(prompt / std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    ropekit::LlamaRunner runner(model, {.capacity = steps, .threads = threads});
+    ropekit::LlamaRunner runner(model, {.capacity = steps, .threads = threads, .int8_activations = int8});
     const auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
       const auto at = std::size_t(s);
@@ -81,6 +83,7 @@ int main(int argc, char** argv) try {
     if (!encodings.empty()) encodings += '+';
     encodings += name;
   }
+  if (int8) encodings += " (int8 activations)";
   fmt::print("{} | {} | pp{} {:.1f} tok/s | tg{} {:.1f} tok/s | peak RSS {:.0f} MiB | file {:.0f} MiB | {:.2f}\n",
              path.filename().string(), encodings, prompt, pp[pp.size() / 2], steps, tg[tg.size() / 2], rss, file,
              rss / file);

@@ -371,6 +371,27 @@ TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
       EXPECT_EQ(la, lb) << "decode step " << i << ", threads " << threads;
     }
   }
+  // RunnerOptions::int8_activations: decode takes the 8-bit products (their error bound is quants_test's), prefill and
+  // float32 matrices do not, and the thread count changes no bit.
+  {
+    const ropekit::Rope rope(loaded.rope.layer().spec);
+    std::vector<float> p8(tokens.size() * vocab);
+    ropekit::LlamaRunner(loaded, {.capacity = 8, .int8_activations = true}).forward(rope, tokens, pos, p8);
+    EXPECT_EQ(p8, a);  // prefill: unchanged
+    ropekit::LlamaRunner r8(loaded, {.capacity = 8, .threads = 1, .int8_activations = true}),
+        r8t(loaded, {.capacity = 8, .threads = 2, .int8_activations = true}), rf(loaded, {.capacity = 8}),
+        rd(dequantized, {.capacity = 8, .int8_activations = true});
+    std::vector<float> l8(vocab), l8t(vocab), lf(vocab), ld(vocab);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      r8.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), l8);
+      r8t.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), l8t);
+      rf.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), lf);
+      rd.forward(rope, std::span(&tokens[i], 1), std::span(&pos[i], 1), ld);
+      EXPECT_EQ(ld, lf) << "float32 matrices are unaffected, step " << i;
+      EXPECT_NE(l8, lf) << "decode step " << i << " took the float32 products";
+      EXPECT_EQ(l8, l8t) << "decode step " << i << ": 1 and 2 threads";
+    }
+  }
   // The same file read by load_model_file: mapped, not copied, and the same logits.
   {
     const std::filesystem::path path =

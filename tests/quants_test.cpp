@@ -3,9 +3,11 @@
 // runner's vector kernels over packed rows against that scalar reference on every Highway target.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -140,6 +142,150 @@ TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
   }
   hwy::SetSupportedTargetsForTest(0);
   EXPECT_EQ(checked, int(targets.size()) * (8 * 3 + 2 * 4));
+}
+
+// The int8 decode (lab::int8_matvec_rows, RunnerOptions::int8_activations) on every Highway target, each of the eight
+// block types: the activations' quantization within its contract, and each row's result within the stated bound of the
+// float64 dot product of the dequantized row and x. Then x whose every value is a multiple of its group's scale
+// (s_g = 2^-7: the quantization is exact), where only the float32 roundings remain.
+TEST(Quants, Int8DecodeIsWithinItsStatedBoundOnEveryTarget) {
+  struct Encoding {
+    ropekit::WeightEncoding encoding;
+    std::size_t block_values, block_bytes;
+    std::vector<std::size_t> scales;
+  };
+  const std::vector<Encoding> encodings = {
+      {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
+      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q5_0, 32, 22, {0}},
+      {ropekit::WeightEncoding::Q5_1, 32, 24, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
+      {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
+  };
+  EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::F32));
+  EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::F16));
+  EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::BF16));
+  std::mt19937 rng(23);
+  // Scales of a realistic spread (f16 normals from 2^-14 to 2^2), so no block's terms underflow.
+  const auto scale16 = [&] {
+    return ropekit::float_to_f16(std::ldexp(1.0f + float(rng() % 1024) / 1024.0f, int(rng() % 17) - 14) *
+                                 (rng() % 2 == 0 ? 1.0f : -1.0f));
+  };
+  const std::vector<std::int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  int checked = 0;
+  for (const std::int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Encoding& e : encodings) {
+      SCOPED_TRACE(std::string(ropekit::to_string(e.encoding)));
+      ASSERT_TRUE(ropekit::lab::int8_rows(e.encoding));
+      const ropekit::detail::QuantType& type = *ropekit::detail::quant_type(std::uint32_t(e.encoding));
+      for (const std::size_t cols : {e.block_values, 3 * e.block_values, std::size_t{1536}}) {
+        const std::size_t rows = 7, row_bytes = cols / e.block_values * e.block_bytes;
+        std::vector<std::byte> packed(rows * row_bytes);
+        for (std::byte& b : packed) b = std::byte(rng() & 0xFFu);
+        for (std::size_t at = 0; at < packed.size(); at += e.block_bytes) {
+          for (const std::size_t offset : e.scales) {
+            const std::uint16_t h = scale16();
+            std::memcpy(&packed[at + offset], &h, 2);
+          }
+        }
+        // Each value's dequantized weight and the magnitude of its block's minimum term (Q4_1/Q5_1: m; Q4_K/Q5_K:
+        // dmin · m of its sub-block).
+        std::vector<float> w(rows * cols), minimum(rows * cols, 0.0f);
+        ropekit::detail::dequantize(type, packed.data(), rows * cols / e.block_values, w.data());
+        for (std::size_t b = 0; b < rows * cols / e.block_values; ++b) {
+          const std::byte* block = packed.data() + b * e.block_bytes;
+          for (std::size_t v = 0; v < e.block_values; ++v) {
+            float& m = minimum[b * e.block_values + v];
+            std::uint16_t h;
+            std::memcpy(&h, block + 2, 2);
+            if (e.encoding == ropekit::WeightEncoding::Q4_1 || e.encoding == ropekit::WeightEncoding::Q5_1) {
+              m = std::fabs(ropekit::f16_to_float(h));
+
+            } else if (e.encoding == ropekit::WeightEncoding::Q4_K || e.encoding == ropekit::WeightEncoding::Q5_K) {
+              unsigned sc, mm;
+              ropekit::detail::scale_min(block + 4, int(v / 32), sc, mm);
+              m = std::fabs(ropekit::f16_to_float(h) * float(mm));
+            }
+          }
+        }
+        ropekit::WeightMatrix wm;
+        wm.encoding = e.encoding;
+        wm.rows = std::int64_t(rows);
+        wm.cols = std::int64_t(cols);
+        wm.packed = packed.data();
+        wm.row_bytes = row_bytes;
+        for (const bool exact : {false, true}) {
+          SCOPED_TRACE(exact ? "x exact in 8 bits" : "x uniform in [-1, 1]");
+          std::vector<float> x(cols);
+          for (std::size_t i = 0; i < cols; ++i) {
+            if (exact) {  // k · 2^-7, each group's first value ±127 · 2^-7: s_g = 2^-7 and x_i / s_g = k exactly
+              const int k = i % 32 == 0 ? (rng() % 2 == 0 ? 127 : -127) : int(rng() % 255) - 127;
+              x[i] = std::ldexp(float(k), -7);
+            } else {
+              x[i] = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+            }
+          }
+          ropekit::lab::Int8Vector xq;
+          ropekit::lab::quantize_int8(x, xq);
+          ASSERT_EQ(xq.q.size(), cols);
+          ASSERT_EQ(xq.scale.size(), cols / 32);
+          for (std::size_t i = 0; i < cols; ++i) {
+            const double s = xq.scale[i / 32];
+            ASSERT_LE(std::abs(xq.q[i]), 127);
+            ASSERT_LE(std::fabs(double(x[i]) - s * xq.q[i]), s * (0.5 + 0x1p-16)) << i;
+            if (exact) {
+              ASSERT_EQ(s * xq.q[i], double(x[i])) << i;
+            }
+          }
+          for (std::size_t g = 0; g < cols / 32; ++g) {
+            int total = 0;
+            for (std::size_t i = 0; i < 32; ++i) total += xq.q[32 * g + i];
+            EXPECT_EQ(xq.sum[g], xq.scale[g] * float(total));
+          }
+          for (const bool accumulate : {false, true}) {
+            std::vector<float> y(rows - 2, 0.5f);
+            ropekit::lab::int8_matvec_rows(wm, xq, y.data(), 1, rows - 1, accumulate);
+            for (std::size_t o = 1; o + 1 < rows; ++o) {
+              double want = 0, quantization = 0, magnitude = 0;
+              for (std::size_t i = 0; i < cols; ++i) {
+                const double wi = w[o * cols + i], xhat = double(xq.scale[i / 32]) * xq.q[i];
+                want += wi * double(x[i]);
+                quantization += double(xq.scale[i / 32]) * (0.5 + 0x1p-16) * std::fabs(wi);
+                magnitude += (std::fabs(wi) + 2.0 * minimum[o * cols + i]) * std::fabs(xhat);
+              }
+              double bound = (exact ? 0.0 : quantization) + (double(cols) / 32 + 4) * 0x1p-23 * magnitude;
+              if (accumulate) {  // and the one addition of the 0.5 already there
+                want += 0.5;
+                bound += 0x1p-24 * (std::fabs(want) + bound);
+              }
+              EXPECT_LE(std::fabs(double(y[o - 1]) - want), bound)
+                  << "cols " << cols << ", row " << o << ", accumulate " << accumulate;
+            }
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(checked, int(targets.size()) * 8 * 3);
+  // A value that is not finite makes its group's scale NaN, and the products it enters NaN.
+  std::vector<float> x(64, 0.25f);
+  x[40] = std::numeric_limits<float>::infinity();
+  ropekit::lab::Int8Vector xq;
+  ropekit::lab::quantize_int8(x, xq);
+  EXPECT_EQ(xq.scale[0], 0.25f / 127.0f);
+  EXPECT_TRUE(std::isnan(xq.scale[1]));
+  std::vector<std::byte> row(2 * 34, std::byte{1});
+  ropekit::WeightMatrix wm;
+  wm.encoding = ropekit::WeightEncoding::Q8_0;
+  wm.rows = 1;
+  wm.cols = 64;
+  wm.packed = row.data();
+  wm.row_bytes = 68;
+  float y = 0;
+  ropekit::lab::int8_matvec_rows(wm, xq, &y, 0, 1, false);
+  EXPECT_TRUE(std::isnan(y));
 }
 
 }  // namespace

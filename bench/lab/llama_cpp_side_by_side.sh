@@ -6,12 +6,13 @@
 #   git clone https://github.com/ggml-org/llama.cpp /tmp/llama.cpp && cmake -S /tmp/llama.cpp -B /tmp/llama.cpp/build \
 #     -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON && cmake --build /tmp/llama.cpp/build -j --target llama-bench llama-quantize
 # and the F32 / Q8_0 / Q4_K_M files made from one GGUF with `llama-quantize --allow-requantize IN OUT TYPE`.
-# Usage: bench/lab/llama_cpp_side_by_side.sh LLAMA_BIN_DIR MODEL.gguf... (env THREADS=2 P=512 G=128 REPEATS=3)
+# Usage: bench/lab/llama_cpp_side_by_side.sh LLAMA_BIN_DIR MODEL.gguf... (env THREADS=2 P=512 G=128 REPEATS=3 INT8=0;
+# INT8=1: ropekit decodes with 8-bit activations, RunnerOptions::int8_activations, as llama.cpp does)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: llama_cpp_side_by_side.sh LLAMA_BIN_DIR MODEL.gguf...}
 shift
-threads=${THREADS:-2} p=${P:-512} g=${G:-128} repeats=${REPEATS:-3}
+threads=${THREADS:-2} p=${P:-512} g=${G:-128} repeats=${REPEATS:-3} int8=${INT8:-0}
 rb=build/release/bench/runner_bench
 [ -x "$rb" ] || { cmake --preset release >/dev/null && cmake --build --preset release --target runner_bench >/dev/null; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -25,7 +26,7 @@ echo "|---|---|---|---|---|---|---|---|"
 for model in "$@"; do
   : >"$tmp/rp" && : >"$tmp/rt" && : >"$tmp/lp" && : >"$tmp/lt"
   for _ in $(seq "$repeats"); do
-    line=$(/usr/bin/time -f "%M" -o "$tmp/rrss" "$rb" "$model" "$threads" "$p" "$g" 1)
+    line=$(/usr/bin/time -f "%M" -o "$tmp/rrss" "$rb" "$model" "$threads" "$p" "$g" 1 "$int8")
     sed -n 's/.*| pp[0-9]* \([0-9.]*\) tok\/s .*/\1/p' <<<"$line" >>"$tmp/rp"
     sed -n 's/.*| tg[0-9]* \([0-9.]*\) tok\/s .*/\1/p' <<<"$line" >>"$tmp/rt"
     enc=$(cut -d'|' -f2 <<<"$line" | tr -d ' ')

@@ -217,6 +217,11 @@ struct RunnerOptions {
   std::int64_t capacity = 0;    // tokens per layer cache (required, > 0)
   DType kv_dtype = DType::F32;  // KV-cache storage
   int threads = 0;              // 0: ropekit::default_threads() (attention and BLAS)
+  // Single-token products over block-quantized matrices (Q4_0 … Q6_K) with the token's activations quantized to
+  // 8 bits per value and integer dot products, as llama.cpp decodes: faster, and no longer the dequantized model's
+  // float32 numbers (error bound: lab::int8_matvec_rows, docs/numerics.md). Prefill (many tokens) and F32/F16/BF16
+  // matrices are unaffected. Off: every product is the float32 one over the dequantized weights.
+  bool int8_activations = false;
 };
 
 // Per-call attention facts that are not the RoPE.

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include <hwy/cache_control.h>
@@ -322,6 +323,336 @@ void MatvecPackedRows(std::uint32_t encoding, const std::byte* packed, std::size
   });
 }
 
+// The int8 decode (lab/kernels.hpp: int8_matvec_rows). Vectors of at most 16 int16 lanes: a group of 16 values that
+// share a scale is whole vectors on every target, so every lane of an accumulator has one scale and the "reorder" of
+// ReorderWidenMulAccumulate (which lane gets which pair) does not matter.
+using D16 = hn::CappedTag<std::int16_t, 16>;
+using D32 = hn::Repartition<std::int32_t, D16>;
+using DF32 = hn::Repartition<float, D16>;
+
+// quantize_int8 (lab/kernels.hpp), 8 floats at a time.
+void QuantizeInt8(const float* x, std::size_t n, std::int8_t* q, float* scale, float* sum) {
+  const hn::CappedTag<float, 8> d;
+  const hn::Rebind<std::int32_t, decltype(d)> di;
+  const hn::Rebind<std::int8_t, decltype(d)> d8;
+  const std::size_t lanes = hn::Lanes(d);
+  for (std::size_t g = 0; g < n / 32; ++g) {
+    const float* xg = x + 32 * g;
+    auto amax = hn::Zero(d);
+    bool finite = true;
+    for (std::size_t i = 0; i < 32; i += lanes) {
+      const auto v = hn::LoadU(d, xg + i);
+      finite = finite && hn::AllTrue(d, hn::IsFinite(v));
+      amax = hn::Max(amax, hn::Abs(v));
+    }
+    const float m = hn::GetLane(hn::MaxOfLanes(d, amax));
+    if (!finite || m == 0.0f) {
+      std::fill(q + 32 * g, q + 32 * (g + 1), std::int8_t{0});
+      scale[g] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      sum[g] = scale[g];
+      continue;
+    }
+    const float s = m / 127.0f;
+    const auto vs = hn::Set(d, s), lo = hn::Set(d, -127.0f), hi = hn::Set(d, 127.0f);
+    std::int32_t total = 0;
+    for (std::size_t i = 0; i < 32; i += lanes) {
+      // x/s ≤ 127 (1 + 2^-23)², so the clamp only guards the rounding of s; Round: to nearest, ties to even.
+      const auto r = hn::ConvertTo(di, hn::Min(hn::Max(hn::Round(hn::Div(hn::LoadU(d, xg + i), vs)), lo), hi));
+      hn::StoreU(hn::DemoteTo(d8, r), d8, q + 32 * g + i);
+      total += hn::GetLane(hn::SumOfLanes(di, r));
+    }
+    scale[g] = s;
+    sum[g] = s * static_cast<float>(total);
+  }
+}
+
+// n bytes at p (unsigned) → n int16 lanes.
+HWY_INLINE hn::Vec<D16> Bytes16(const std::byte* p) {
+  return hn::BitCast(
+      D16(), hn::PromoteTo(hn::Rebind<std::uint16_t, D16>(),
+                           hn::LoadU(hn::Rebind<std::uint8_t, D16>(), reinterpret_cast<const std::uint8_t*>(p))));
+}
+
+// Lane k: 1 << k (bit k of a 16-bit pattern, the fifth bits of Q5_0/Q5_1).
+alignas(64) constexpr std::uint16_t kLaneBits[16] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                     256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+
+// Per encoding: what the unsigned integers of a block are offset by (value = scale · (integer − kBias) [+ minimum]).
+template <std::uint32_t kType>
+constexpr int kBias = kType == kQ4_0   ? 8
+                      : kType == kQ5_0 ? 16
+                      : kType == kQ6_K ? 32
+                                       : 0;
+
+// The unsigned integers of values [v, v + Lanes(D16)) of one kType block (v a multiple of the lanes; the lanes divide
+// 16), before kBias is taken off; Q8_0's are its signed ones.
+template <std::uint32_t kType>
+HWY_INLINE hn::Vec<D16> UnsignedInts(const std::byte* src, std::size_t v) {
+  const D16 d;
+  const auto low = hn::Set(d, 0x0F);
+  if constexpr (kType == kQ8_0) {
+    return hn::PromoteTo(d,
+                         hn::LoadU(hn::Rebind<std::int8_t, D16>(), reinterpret_cast<const std::int8_t*>(src + 2 + v)));
+  } else if constexpr (kType == kQ4_0 || kType == kQ4_1) {
+    const auto b = Bytes16(src + (kType == kQ4_1 ? 4 : 2) + v % 16);
+    return v < 16 ? hn::And(b, low) : hn::ShiftRight<4>(b);
+  } else if constexpr (kType == kQ5_0 || kType == kQ5_1) {
+    constexpr bool kMin = kType == kQ5_1;
+    const hn::Rebind<std::uint16_t, D16> du;
+    std::uint32_t qh;
+    std::memcpy(&qh, src + (kMin ? 4 : 2), 4);
+    const auto b = Bytes16(src + (kMin ? 8 : 6) + v % 16);
+    const auto nibble = v < 16 ? hn::And(b, low) : hn::ShiftRight<4>(b);
+    const auto bits = hn::Set(du, static_cast<std::uint16_t>(qh >> v));
+    return hn::Or(nibble,
+                  hn::BitCast(d, hn::IfThenElseZero(hn::TestBit(bits, hn::LoadU(du, kLaneBits)), hn::Set(du, 16))));
+  } else if constexpr (kType == kQ4_K || kType == kQ5_K) {
+    constexpr bool kHigh = kType == kQ5_K;
+    const std::size_t sb = v / 32, l = v % 32;
+    const auto b = Bytes16(src + (kHigh ? 48 : 16) + 32 * (sb / 2) + l);
+    auto q = sb % 2 == 0 ? hn::And(b, low) : hn::ShiftRight<4>(b);
+    if constexpr (kHigh) {
+      q = hn::Or(q, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(Bytes16(src + 16 + l), int(sb)), hn::Set(d, 1))));
+    }
+    return q;
+  } else {
+    static_assert(kType == kQ6_K);
+    const std::size_t r = v / 32, l = v % 32;
+    const std::size_t h = r / 4, nibble = (r / 2) % 2, part = r % 2, shift = 2 * (r % 4);
+    const auto lo = hn::And(hn::ShiftRightSame(Bytes16(src + 64 * h + 32 * part + l), int(4 * nibble)), low);
+    const auto hi = hn::And(hn::ShiftRightSame(Bytes16(src + 128 + 32 * h + l), int(shift)), hn::Set(d, 3));
+    return hn::Or(lo, hn::ShiftLeft<4>(hi));
+  }
+}
+
+// The integers of values [v, v + Lanes(D16)): the block's values are scale · these (+ the minimum).
+template <std::uint32_t kType>
+HWY_INLINE hn::Vec<D16> WeightInts(const std::byte* src, std::size_t v) {
+  const auto u = UnsignedInts<kType>(src, v);
+  return kBias<kType> == 0 ? u : hn::Sub(u, hn::Set(D16(), std::int16_t{kBias<kType>}));
+}
+
+// Σ over values [v, v + count) of one block of (weight integer × x's integer), as int32 lanes (exact: at most 32
+// products of magnitude ≤ 128 · 127 per lane).
+template <std::uint32_t kType>
+HWY_INLINE hn::Vec<D32> GroupDot(const std::byte* src, const std::int8_t* xq, std::size_t v, std::size_t count) {
+  const D16 d;
+  const D32 d32;
+  const hn::Rebind<std::int8_t, D16> d8;
+  auto sum0 = hn::Zero(d32), sum1 = hn::Zero(d32);
+  for (std::size_t j = v; j < v + count; j += hn::Lanes(d)) {
+    sum0 = hn::ReorderWidenMulAccumulate(d32, WeightInts<kType>(src, j), hn::PromoteTo(d, hn::LoadU(d8, xq + j)), sum0,
+                                         sum1);
+  }
+  return hn::Add(sum0, sum1);
+}
+
+// The generic kernel: GroupDot's int16 products, per 32 values (16 for Q6_K) a multiply-add of their sum by the
+// weight scale times x's; a block's minimum times x's group sum on its own.
+template <std::uint32_t kType>
+void Int8MatvecRowsFor(const std::byte* packed, std::size_t row_bytes, const std::int8_t* xq, const float* xs,
+                       const float* xsum, float* y, std::size_t in, std::size_t first, std::size_t last,
+                       bool accumulate) {
+  constexpr std::size_t kValues = kBlockValues<kType>, kBytes = kBlockBytes<kType>;
+  const DF32 df;
+  const std::size_t blocks = in / kValues;
+  // acc += Σ over values [v, v + count) · scale
+  const auto add = [&](hn::Vec<DF32>& acc, const std::byte* src, const std::int8_t* xb, std::size_t v,
+                       std::size_t count, float scale) {
+    acc = hn::MulAdd(hn::ConvertTo(df, GroupDot<kType>(src, xb, v, count)), hn::Set(df, scale), acc);
+  };
+  for (std::size_t o = first; o < last; ++o) {
+    const std::byte* row = packed + o * row_bytes;
+    hwy::Prefetch(row + 4 * row_bytes);
+    auto acc = hn::Zero(df);
+    float minimum = 0.0f;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::byte* src = row + b * kBytes;
+      const std::size_t g0 = b * kValues / 32;  // x's first group in this block
+      const std::int8_t* xb = xq + b * kValues;
+      if constexpr (kValues == 32) {
+        add(acc, src, xb, 0, 32, HalfToFloat(src) * xs[g0]);
+        if constexpr (kType == kQ4_1 || kType == kQ5_1) minimum += HalfToFloat(src + 2) * xsum[g0];
+      } else if constexpr (kType == kQ4_K || kType == kQ5_K) {
+        const float dd = HalfToFloat(src), dmin = HalfToFloat(src + 2);
+        for (std::size_t sb = 0; sb < 8; ++sb) {
+          unsigned sc, m;
+          detail::scale_min(src + 4, int(sb), sc, m);
+          add(acc, src, xb, 32 * sb, 32, (dd * static_cast<float>(sc)) * xs[g0 + sb]);
+          minimum -= (dmin * static_cast<float>(m)) * xsum[g0 + sb];
+        }
+      } else {  // Q6_K: a scale per 16 values
+        const float dd = HalfToFloat(src + 208);
+        const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
+        for (std::size_t h = 0; h < 16; ++h) {
+          add(acc, src, xb, 16 * h, 16, (dd * static_cast<float>(scales[h])) * xs[g0 + h / 2]);
+        }
+      }
+    }
+    const float dot = hn::GetLane(hn::SumOfLanes(df, acc)) + minimum;
+    y[o - first] = accumulate ? y[o - first] + dot : dot;
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// x86 with AVX2: 32 values per instruction, as llama.cpp's kernels: the unsigned weight integers times x's signed
+// ones, adjacent pairs summed into int16 (vpmaddubsw: exact, |pair| ≤ 2 · 128 · 127 < 2^15), the bias's pairs taken
+// off in int16, then pairs of those into int32 (vpmaddwd, times 1 or Q6_K's scale per 16 values). Other targets take
+// the generic kernel.
+#define ROPEKIT_INT8_X86 1
+// 32 unsigned integers of values [v, v + 32) of a kType block (Q8_0: its signed bytes).
+template <std::uint32_t kType>
+HWY_INLINE __m256i WeightBytes32(const std::byte* src, std::size_t v) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const auto nibbles32 = [&](const std::byte* p) {  // 16 bytes: values 0-15 their low nibbles, 16-31 their high
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), low);
+  };
+  const auto load32 = [](const std::byte* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  if constexpr (kType == kQ8_0) {
+    return load32(src + 2);
+  } else if constexpr (kType == kQ4_0 || kType == kQ4_1) {
+    return nibbles32(src + (kType == kQ4_1 ? 4 : 2));
+  } else if constexpr (kType == kQ5_0 || kType == kQ5_1) {
+    constexpr bool kMin = kType == kQ5_1;
+    std::uint32_t qh;
+    std::memcpy(&qh, src + (kMin ? 4 : 2), 4);
+    // Byte i ← byte i/8 of qh, then bit i%8 of it: 0xFF where set.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    const __m256i fifth = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nibbles32(src + (kMin ? 8 : 6)), fifth);
+  } else if constexpr (kType == kQ4_K || kType == kQ5_K) {
+    constexpr bool kHigh = kType == kQ5_K;
+    const std::size_t sb = v / 32;
+    const __m256i b = load32(src + (kHigh ? 48 : 16) + 32 * (sb / 2));
+    __m256i q = _mm256_and_si256(sb % 2 == 0 ? b : _mm256_srli_epi16(b, 4), low);
+    if constexpr (kHigh) {
+      const __m256i h =
+          _mm256_and_si256(_mm256_srl_epi16(load32(src + 16), _mm_cvtsi32_si128(int(sb))), _mm256_set1_epi8(1));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(h, 4));
+    }
+    return q;
+  } else {
+    static_assert(kType == kQ6_K);
+    const std::size_t r = v / 32;
+    const std::size_t h = r / 4, nibble = (r / 2) % 2, part = r % 2, shift = 2 * (r % 4);
+    const __m256i lo =
+        _mm256_and_si256(_mm256_srl_epi16(load32(src + 64 * h + 32 * part), _mm_cvtsi32_si128(int(4 * nibble))), low);
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(load32(src + 128 + 32 * h), _mm_cvtsi32_si128(int(shift))),
+                                        _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  }
+}
+
+// Σ over 32 values of (weight integer × x's integer) as 8 float lanes (exactly the int32 sums: |Σ| < 2^24), lanes
+// 0-3 the first 16 values', 4-7 the last 16's, each half times its int16 multiplier (1, or Q6_K's scales).
+template <std::uint32_t kType>
+HWY_INLINE __m256 Dot32(const std::byte* src, const std::int8_t* xq, std::size_t v, __m256i multipliers) {
+  const __m256i w = WeightBytes32<kType>(src, v);
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + v));
+  __m256i pairs;
+  if constexpr (kType == kQ8_0) {  // signed weights: |w| times x with w's sign (|−128| is 128 read unsigned)
+    pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  } else {
+    pairs = _mm256_maddubs_epi16(w, x);
+    if constexpr (kBias<kType> != 0)
+      pairs = _mm256_sub_epi16(pairs, _mm256_maddubs_epi16(_mm256_set1_epi8(kBias<kType>), x));
+  }
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, multipliers));
+}
+
+HWY_INLINE float Reduce(__m256 a) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// Two accumulators, blocks (or groups of 32) alternating between them: the multiply-adds' latency overlaps. A K
+// block's eight minimum terms in one vector multiply-add; Q4_1/Q5_1's in two scalars, alternating too.
+template <std::uint32_t kType>
+void Int8MatvecRowsX86(const std::byte* packed, std::size_t row_bytes, const std::int8_t* xq, const float* xs,
+                       const float* xsum, float* y, std::size_t in, std::size_t first, std::size_t last,
+                       bool accumulate) {
+  constexpr std::size_t kValues = kBlockValues<kType>, kBytes = kBlockBytes<kType>;
+  const std::size_t blocks = in / kValues;
+  const __m256i one = _mm256_set1_epi16(1);
+  for (std::size_t o = first; o < last; ++o) {
+    const std::byte* row = packed + o * row_bytes;
+    hwy::Prefetch(row + 4 * row_bytes);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+    float min0 = 0.0f, min1 = 0.0f;
+    if constexpr (kValues == 32) {
+      const auto block = [&](std::size_t b, __m256& acc, float& minimum) {
+        const std::byte* src = row + b * kBytes;
+        acc = _mm256_fmadd_ps(Dot32<kType>(src, xq + 32 * b, 0, one), _mm256_set1_ps(HalfToFloat(src) * xs[b]), acc);
+        if constexpr (kType == kQ4_1 || kType == kQ5_1) minimum += HalfToFloat(src + 2) * xsum[b];
+      };
+      std::size_t b = 0;
+      for (; b + 2 <= blocks; b += 2) {
+        block(b, acc0, min0);
+        block(b + 1, acc1, min1);
+      }
+      if (b < blocks) block(b, acc0, min0);
+    } else {
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const std::byte* src = row + b * kBytes;
+        const std::int8_t* xb = xq + b * kValues;
+        const std::size_t g0 = b * kValues / 32;
+        if constexpr (kType == kQ4_K || kType == kQ5_K) {
+          const float dd = HalfToFloat(src), dmin = HalfToFloat(src + 2);
+          alignas(32) float ds[8], ms[8];
+          for (int sb = 0; sb < 8; ++sb) {
+            unsigned sc, m;
+            detail::scale_min(src + 4, sb, sc, m);
+            ds[sb] = dd * static_cast<float>(sc);
+            ms[sb] = dmin * static_cast<float>(m);
+          }
+          for (std::size_t sb = 0; sb < 8; sb += 2) {
+            acc0 = _mm256_fmadd_ps(Dot32<kType>(src, xb, 32 * sb, one), _mm256_set1_ps(ds[sb] * xs[g0 + sb]), acc0);
+            acc1 = _mm256_fmadd_ps(Dot32<kType>(src, xb, 32 * sb + 32, one),
+                                   _mm256_set1_ps(ds[sb + 1] * xs[g0 + sb + 1]), acc1);
+          }
+          mins = _mm256_fmadd_ps(_mm256_load_ps(ms), _mm256_loadu_ps(xsum + g0), mins);
+        } else {  // Q6_K: the two halves' int8 scales as int16 multipliers (|Σ| ≤ 16 · 95 · 127 · 128 < 2^31)
+          static_assert(kType == kQ6_K);
+          const float dd = HalfToFloat(src + 208);
+          const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);
+          const auto half_scales = [&](std::size_t g) {
+            return _mm256_set_m128i(_mm_set1_epi16(scales[2 * g + 1]), _mm_set1_epi16(scales[2 * g]));
+          };
+          for (std::size_t g = 0; g < 8; g += 2) {
+            acc0 =
+                _mm256_fmadd_ps(Dot32<kType>(src, xb, 32 * g, half_scales(g)), _mm256_set1_ps(dd * xs[g0 + g]), acc0);
+            acc1 = _mm256_fmadd_ps(Dot32<kType>(src, xb, 32 * g + 32, half_scales(g + 1)),
+                                   _mm256_set1_ps(dd * xs[g0 + g + 1]), acc1);
+          }
+        }
+      }
+    }
+    const float dot = Reduce(_mm256_add_ps(acc0, acc1)) - Reduce(mins) + (min0 + min1);
+    y[o - first] = accumulate ? y[o - first] + dot : dot;
+  }
+}
+#endif
+
+void Int8MatvecRows(std::uint32_t encoding, const std::byte* packed, std::size_t row_bytes, const std::int8_t* xq,
+                    const float* xs, const float* xsum, float* y, std::size_t in, std::size_t first, std::size_t last,
+                    bool accumulate) {
+  WithEncoding(encoding, [&]<std::uint32_t kType>() {
+    if constexpr (kType != kF16 && kType != kBF16) {
+#ifdef ROPEKIT_INT8_X86
+      Int8MatvecRowsX86<kType>(packed, row_bytes, xq, xs, xsum, y, in, first, last, accumulate);
+#else
+      Int8MatvecRowsFor<kType>(packed, row_bytes, xq, xs, xsum, y, in, first, last, accumulate);
+#endif
+    }
+  });
+#undef ROPEKIT_INT8_X86
+}
+
 double LogSumExp(const float* row, std::size_t n) {
   const hn::ScalableTag<float> d;
   const std::size_t lanes = hn::Lanes(d);
@@ -366,6 +697,8 @@ HWY_EXPORT(MatvecRows);
 HWY_EXPORT(MatvecPackedRows);
 HWY_EXPORT(WidenRows);
 HWY_EXPORT(LogSumExp);
+HWY_EXPORT(Int8MatvecRows);
+HWY_EXPORT(QuantizeInt8);
 
 void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::size_t first, std::size_t last,
                         bool accumulate) {
@@ -383,6 +716,24 @@ void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, flo
 void matvec_rows(const float* w, const float* x, float* y, std::size_t in, std::size_t first, std::size_t last,
                  bool accumulate) {
   HWY_DISPATCH_TABLE(MatvecRows)[cpu::simd_dispatch_index()](w, x, y, in, first, last, accumulate);
+}
+
+bool int8_rows(WeightEncoding encoding) { return detail::quant_type(static_cast<std::uint32_t>(encoding)) != nullptr; }
+
+void quantize_int8(std::span<const float> x, Int8Vector& out) {
+  const std::size_t groups = x.size() / 32;
+  out.q.resize(x.size());
+  out.scale.resize(groups);
+  out.sum.resize(groups);
+  HWY_DISPATCH_TABLE(QuantizeInt8)
+  [cpu::simd_dispatch_index()](x.data(), x.size(), out.q.data(), out.scale.data(), out.sum.data());
+}
+
+void int8_matvec_rows(const WeightMatrix& w, const Int8Vector& x, float* y, std::size_t first, std::size_t last,
+                      bool accumulate) {
+  HWY_DISPATCH_TABLE(Int8MatvecRows)
+  [cpu::simd_dispatch_index()](static_cast<std::uint32_t>(w.encoding), w.packed, w.row_bytes, x.q.data(),
+                               x.scale.data(), x.sum.data(), y, std::size_t(w.cols), first, last, accumulate);
 }
 
 double log_sum_exp(std::span<const float> row) {

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "ropekit/model.hpp"
 
@@ -29,6 +31,34 @@ void matvec_packed_rows(const WeightMatrix& w, const float* x, float* y, std::si
 // Rows [first, first + count) of a packed matrix → float32 (count · cols values): F16/BF16 widened exactly, blocks
 // dequantized with detail::dequantize's products and sums (its bits, without its per-value f16 calls).
 void widen_rows(const WeightMatrix& w, std::size_t first, std::size_t count, float* out);
+
+// A token's activation vector quantized to 8 bits per value for int8_matvec_rows (llama.cpp's trade for decode: its
+// Q8_0 activations): per group g of 32 values, the scale s_g = max_i |x_i| / 127 (float32) and q_i = x_i / s_g rounded
+// to the nearest integer (ties to even), in [−127, 127]; sum_g = s_g · Σ_i q_i in float32 (what a block's minimum
+// multiplies). |x_i − s_g·q_i| ≤ s_g · (1/2 + 2^-16). A group with a value that is
+// not finite gets s_g = NaN (q = 0), so the products it enters are NaN, as float32 ones would be.
+struct Int8Vector {
+  std::vector<std::int8_t> q;
+  std::vector<float> scale, sum;
+};
+// x.size() must be a multiple of 32 (every block-quantized row is).
+void quantize_int8(std::span<const float> x, Int8Vector& out);
+
+// Whether int8_matvec_rows takes matrices of this encoding: the eight ggml block types.
+bool int8_rows(WeightEncoding encoding);
+
+// y[o − first] (+)= Σ_i W[o, i] x̂_i for o in [first, last): W packed in one of the block types (int8_rows), x̂ the
+// quantized vector (x.q.size() == W.cols). The weights' integers (unsigned; Q8_0's signed) multiply x's exactly in
+// integers (AVX2 and up: vpmaddubsw and vpmaddwd, 32 values an instruction, as llama.cpp; other targets: int16
+// products); each 32 values then add (weight scale · s_g) · Σ q_w·q_x to one of two float32 accumulators (fused
+// multiply-adds; Q6_K's per-16 scales and the offsets of Q4_0, Q5_0 and Q6_K enter the integer sums), and a block's
+// minimum times x's group sums a third. Error against the float32 dot product
+// with x (the default decode's): the activations' rounding, at most Σ_g s_g (1/2 + 2^-16) Σ_{i∈g} |W[o, i]|, plus
+// float32 roundings of at most (in/32 + 4) · 2^-23 · Σ_i P_i |x̂_i|, where P_i = |W[o, i]| + 2 |m_i| (m_i the block's
+// minimum: Q4_1/Q5_1 m, Q4_K/Q5_K dmin · m; 0 for the others, whose offsets are taken off in integers). Results depend
+// on the target's vector width, never on threads.
+void int8_matvec_rows(const WeightMatrix& w, const Int8Vector& x, float* y, std::size_t first, std::size_t last,
+                      bool accumulate);
 
 // log Σ_i exp(row[i]): the maximum m (exact), exp(row[i] − m) in float32 (Highway's Exp, 1 ulp, after one rounding
 // of the difference), summed in float32 over blocks of 16 terms per lane, the blocks in float64. Each term is within

@@ -52,7 +52,7 @@ constexpr std::size_t kPanelFloats = std::size_t{1} << 16;
 // tokens' sgemm reads a panel of rows widened into this thread's buffer. Each row's dot product and each output's sum
 // over `in` (sgemm: its blocking follows the shared dimension, which panels do not change) is the one computed over
 // the widened values stored as float32 (tests/model_test.cpp).
-void product_rows(const Product& p, int n, int o0, int o1) {
+void product_rows(const Product& p, int n, int o0, int o1, bool int8) {
   const auto in = std::size_t(p.in);
   // Outputs [r0, r1) of many tokens from the float32 rows w (W's row r0 first).
   const auto sgemm = [&](const float* w, int r0, int r1) {
@@ -65,6 +65,12 @@ void product_rows(const Product& p, int n, int o0, int o1) {
     } else {
       sgemm(w + std::size_t(o0) * in, o0, o1);
     }
+    return;
+  }
+  if (n == 1 && int8 && lab::int8_rows(p.w.encoding)) {  // RunnerOptions::int8_activations
+    thread_local lab::Int8Vector xq;
+    lab::quantize_int8({p.x, in}, xq);
+    lab::int8_matvec_rows(p.w, xq, p.y + o0, std::size_t(o0), std::size_t(o1), p.accumulate);
     return;
   }
   if (n == 1) {  // each row widened in chunks straight into its dot product
@@ -88,9 +94,9 @@ void product_rows(const Product& p, int n, int o0, int o1) {
 // attention, made two threads slower than one (stories15M eval, one method: 9.0 s on one thread, 10.4 s
 // on two with 6.3 s of system time). One region per group, not per product: a decode step on two threads
 // waits at 4 barriers per layer instead of 7.
-void matmuls(std::initializer_list<Product> products, int n, int threads) {
-  const auto block = [n](const Product& p, int o0, int o1) {
-    if (o1 > o0) product_rows(p, n, o0, o1);
+void matmuls(std::initializer_list<Product> products, int n, int threads, bool int8) {
+  const auto block = [n, int8](const Product& p, int o0, int o1) {
+    if (o1 > o0) product_rows(p, n, o0, o1, int8);
   };
   double macs = 0;
   int narrowest = std::numeric_limits<int>::max();
@@ -350,10 +356,10 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   // x += W · in (rows of `width`), normalized by `post` first where the model has such a norm (Gemma).
   const auto add_output = [&](const float* in, const WeightMatrix& weights, int width, const std::vector<float>& post) {
     if (post.empty()) {
-      matmuls({{in, weights, s.x.data(), width, dim, true}}, n, s.threads);
+      matmuls({{in, weights, s.x.data(), width, dim, true}}, n, s.threads, s.options.int8_activations);
       return;
     }
-    matmuls({{in, weights, s.xb.data(), width, dim, false}}, n, s.threads);
+    matmuls({{in, weights, s.xb.data(), width, dim, false}}, n, s.threads, s.options.int8_activations);
     rmsnorm(s.xb.data(), post, s.xb.data(), n, dim, c.norm_eps);
     for (std::size_t i = 0; i < un * std::size_t(dim); ++i) s.x[i] += s.xb[i];
   };
@@ -371,7 +377,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     matmuls({{s.xb.data(), w.wq, s.q.data(), dim, q_dim, false},
              {s.xb.data(), w.wk, s.k.data(), dim, kv_dim, false},
              {s.xb.data(), w.wv, s.v.data(), dim, kv_dim, false}},
-            n, s.threads);
+            n, s.threads, s.options.int8_activations);
     if (!w.bq.empty()) {  // Qwen2's biases (a model has all three or none: the loader checks)
       for (int t = 0; t < n; ++t) {
         float* qt = s.q.data() + std::size_t(t) * q_dim;
@@ -445,7 +451,7 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
     rmsnorm(s.x.data(), w.rms_ffn, s.xb.data(), n, dim, c.norm_eps);
     matmuls(
         {{s.xb.data(), w.w1, s.h1.data(), dim, hidden, false}, {s.xb.data(), w.w3, s.h3.data(), dim, hidden, false}}, n,
-        s.threads);
+        s.threads, s.options.int8_activations);
     if (c.gelu_tanh) {
       for (std::size_t i = 0; i < un * hidden; ++i) {  // GeGLU: gelu(w1 x) ⊙ w3 x, gelu's tanh form (Gemma)
         const float g = s.h1[i];
@@ -463,7 +469,8 @@ void LlamaRunner::forward(const Rope& rope, std::span<const int> tokens, std::sp
   const int first = last_only ? n - 1 : 0;
   const int rows = n - first;
   rmsnorm(s.x.data() + std::size_t(first) * dim, m.rms_final, s.xb.data(), rows, dim, c.norm_eps);
-  matmuls({{s.xb.data(), m.classifier_weights(), logits.data(), dim, vocab, false}}, rows, s.threads);
+  matmuls({{s.xb.data(), m.classifier_weights(), logits.data(), dim, vocab, false}}, rows, s.threads,
+          s.options.int8_activations);
   if (c.final_softcap > 0) {  // Gemma 2: cap·tanh(logits / cap), in float32 as HF computes it
     const float cap = static_cast<float>(c.final_softcap);
     for (float& x : logits) x = cap * std::tanh(x / cap);

@@ -21,6 +21,7 @@ struct GenerateOptions {
   float temperature = 1.0f, topp = 0.9f;
   std::optional<std::uint64_t> seed;
   int threads = 0;
+  bool int8_activations = false;
 };
 
 // run.c's safe_printf: a piece that is one byte, neither printable nor whitespace, is not printed.
@@ -47,7 +48,7 @@ void generate(const GenerateOptions& o, Streams io) {
   const std::vector<int> prompt = tokenizer.encode(o.prompt, /*bos=*/true);
   const std::uint64_t seed = o.seed.value_or(static_cast<std::uint64_t>(std::time(nullptr)));
   Sampler sampler(model.config.vocab_size, o.temperature, o.topp, seed);
-  LlamaRunner runner(model, {.capacity = steps, .threads = o.threads});
+  LlamaRunner runner(model, {.capacity = steps, .threads = o.threads, .int8_activations = o.int8_activations});
   std::vector<float> logits(std::size_t(model.config.vocab_size));
   using clock = std::chrono::steady_clock;
 
@@ -119,6 +120,10 @@ void add_generate(CLI::App& app, Streams io) {
                   "override the model's RoPE with a rope_scaling (or rope_parameters) fragment in config.json syntax, "
                   "e.g. '{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":512}'");
   cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--int8-activations", o->int8_activations,
+                "decode quantized (Q4_0 ... Q6_K) matrices with 8-bit activations and integer dot products, as "
+                "llama.cpp does: faster, within the error bound of docs/numerics.md, no longer the dequantized "
+                "model's float32 numbers");
   cmd->callback([o, io] { generate(*o, io); });
 }
 
