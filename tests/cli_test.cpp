@@ -587,6 +587,11 @@ TEST(CliModel, GenerateAtTemperatureZeroPrintsRunCsText) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, slurp(kRepo + "/tests/data/runc/greedy-200-once-upon-a-time.txt"));
   EXPECT_NE(r.err.find("achieved tok/s"), std::string::npos);
+  // --int8-activations changes only quantized matrices' decode: the float32 model's text is run.c's still.
+  const Result int8 = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "200",
+                           "--prompt", "Once upon a time", "--int8-activations"});
+  ASSERT_EQ(int8.code, 0) << int8.err;
+  EXPECT_EQ(int8.out, r.out);
   // A scaled RoPE runs beyond the trained length; a dynamic one re-rotates as it goes.
   const Result yarn = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "600",
                            "--rope-scaling", R"({"rope_type":"dynamic","factor":2})"});
