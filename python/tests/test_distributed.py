@@ -1,0 +1,76 @@
+"""ropekit.distributed on real gloo process groups (torchrun on 127.0.0.1, a fixed timeout in init_process_group and
+on the run): world sizes 2, 3 (odd) and 4; every sharding, the three attention modes (all-gather, ring, Ulysses), one sequence and packed documents,
+with and without a sliding window. A tiny attention layer's training step (loss and backward) sharded over the ranks
+gives the one-process output and parameter gradients; the mutations users hit (rotating at local positions, a
+zig-zag shard rotated with the contiguous shard's positions) do not; bad arguments raise ropekit.Error on every rank.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4])
+def ranks(request, tmp_path_factory):
+    world = request.param
+    out = tmp_path_factory.mktemp(f"world{world}")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                          "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+                          os.path.join(HERE, "distributed_worker.py"), str(out)],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return world, [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def test_a_sharded_training_step_equals_one_process(ranks):
+    world, results = ranks
+    cases = [k for k in results[0] if k != "errors"]
+    assert len(cases) == 3 * 3 * 2 * 2
+    for r, res in enumerate(results):
+        for case in cases:
+            got = res[case]
+            assert got["out"] <= 1e-6, (world, r, case, got["out"])
+            for name, g in got["grads"].items():
+                assert g <= 1e-5, (world, r, case, name, g)
+
+
+def test_rotating_at_the_wrong_positions_is_caught(ranks):
+    world, results = ranks
+    for res in results:
+        for case, got in res.items():
+            if case == "errors":
+                continue
+            assert "local positions" in got["mutations"]
+            if case.startswith("zigzag/") and "/one/" in case:
+                assert "contiguous positions" in got["mutations"]
+            for name, diff in got["mutations"].items():
+                assert diff > 1e-3, (world, case, name, diff)
+
+
+def test_bad_arguments_raise_on_every_rank(ranks):
+    world, results = ranks
+    for r, res in enumerate(results):
+        e = res["errors"]
+        assert "multiple of" in e["zigzag length"] and "seq_len" in e["zigzag length"], e["zigzag length"]
+        assert "document" in e["packed document"] and "multiple of" in e["packed document"], e["packed document"]
+        assert f"cp_size = {world + 1}" in e["cp_size"] and f"{world} ranks" in e["cp_size"], e["cp_size"]
+        assert "disagree" in e["disagree"], e["disagree"]
+        assert "ring" in e["sharding"], e["sharding"]
+        assert "mode = 'ulysses-typo'" in e["mode"], e["mode"]
+        assert "tensor 0" in e["shard length"] and str(4 * world + 1) in e["shard length"], e["shard length"]
+        assert "5 query tokens" in e["query tokens"], e["query tokens"]
+        assert "heads (5)" in e["ulysses heads"] and f"world size ({world})" in e["ulysses heads"], e["ulysses heads"]
