@@ -31,6 +31,11 @@ sliding window:
                first), attention runs there, and a second one turns the output back; the rotation stays where it
                was, at each token's global position.
 
+Hugging Face models, without editing their code: `with cp.context_parallel(model, shard, mode="ring"):` registers
+ropekit's attention as a transformers attention function (AttentionInterface) for the block; the caller passes the
+shard's tokens and `position_ids=shard.positions[None]` (M-RoPE streams: `cp.shard(shard, ids3, seq_dim=2)`), so
+the model's own rotary embedding (or ropekit.torch.patch's) rotates at global positions.
+
 Errors: arguments that cannot be sharded (a length that is not a multiple of the sharding's unit, an unknown
 sharding, a group whose size is not cp_size) and ranks that disagree on them raise `ropekit.Error` on every rank:
 `layout` checks the ranks' arguments with one small all-gather first (check=True), so no rank waits for one that
@@ -38,7 +43,9 @@ raised.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -48,7 +55,7 @@ import torch.distributed as dist
 
 from ._ropekit import Error, cp_indices, cp_positions
 
-__all__ = ["Layout", "layout", "shard", "unshard", "attention", "SHARDINGS", "MODES"]
+__all__ = ["Layout", "layout", "shard", "unshard", "attention", "context_parallel", "SHARDINGS", "MODES"]
 
 SHARDINGS = ("contiguous", "zigzag", "striped")
 MODES = ("allgather", "ring", "ulysses")
@@ -470,3 +477,54 @@ def attention(lay: Layout, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if mode == "ulysses":
         return _ulysses(lay, q, k, v, causal, int(window), scale)
     return _Attention.apply(q, k, v, lay, mode, causal, int(window), scale)
+
+
+# ------------------------------------------------------------------------------------------------ Hugging Face
+
+_ACTIVE = threading.local()
+_HF_NAME = "ropekit_cp"
+
+
+def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None,
+                  softcap=None, **kwargs):
+    """transformers' attention-function interface (query [b, h, s, d]) → ropekit.distributed.attention under the
+    context_parallel block's layout; returns ([b, s, h, d], None). The model's own mask is not read: the layout's
+    (causal by global index, documents, the layer's sliding window) is the sharded sequence's."""
+    state = getattr(_ACTIVE, "state", None)
+    if state is None:
+        raise Error("ropekit.distributed: the ropekit_cp attention runs only inside context_parallel(model, layout)")
+    lay, mode = state
+    if dropout:
+        raise Error(f"ropekit.distributed: attention dropout = {dropout}: not supported (model.eval() or "
+                    "attention_dropout = 0)")
+    if softcap:
+        raise Error(f"ropekit.distributed: attention logit softcapping = {softcap}: not supported")
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    causal = getattr(module, "is_causal", True)
+    return attention(lay, q, k, v, mode=mode, causal=causal, window=int(sliding_window or 0), scale=scaling), None
+
+
+def _no_mask(*args, **kwargs):
+    return None
+
+
+@contextlib.contextmanager
+def context_parallel(model, lay: Layout, mode: str = "ring"):
+    """Within the block, `model` (a transformers PreTrainedModel) attends through ropekit.distributed.attention with
+    `lay` and `mode`: feed it the shard's tokens (shard) and position_ids = lay.positions (its global positions).
+    The model's attention implementation is restored on exit."""
+    if mode not in MODES:
+        raise Error(f"ropekit.distributed.context_parallel: mode = {mode!r}: one of {', '.join(MODES)}")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(_HF_NAME, _hf_attention)
+    AttentionMaskInterface.register(_HF_NAME, _no_mask)
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(_HF_NAME)
+    _ACTIVE.state = (lay, mode)
+    try:
+        yield model
+    finally:
+        _ACTIVE.state = None
+        model.set_attn_implementation(previous)

@@ -111,6 +111,75 @@ def run_case(world, rank, sharding, mode, packed, window):
     return result
 
 
+def hf_model(family):
+    """A tiny transformers model of the family (12 heads over 2 kv heads, so Ulysses splits them over 2-4 ranks)."""
+    import transformers as t
+    common = dict(vocab_size=64, hidden_size=96, intermediate_size=64, num_hidden_layers=2, num_attention_heads=12,
+                  num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None)
+    torch.manual_seed(7)
+    if family == "llama":
+        model = t.LlamaForCausalLM(t.LlamaConfig(**common))
+    elif family == "qwen3":  # QK-norm
+        model = t.Qwen3ForCausalLM(t.Qwen3Config(head_dim=8, **common))
+    else:  # Qwen2-VL's text model: M-RoPE, position ids [3, batch, seq]
+        model = t.Qwen2VLTextModel(t.Qwen2VLTextConfig(
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}, **common))
+    model.set_attn_implementation("eager")
+    return model
+
+
+def hf_case(world, family, mode, sharding):
+    """A training step of the whole model: the sharded one (context_parallel) against one process (eager)."""
+    import copy
+    seq = 8 * world
+    torch.manual_seed(99)
+    ids = torch.randint(0, 64, (2, seq))
+    if family == "qwen2_vl":  # t, h, w streams: an image-like block of 2 × 3 in the middle of the text
+        pos = torch.arange(seq).repeat(3, 2, 1)
+        pos[1, :, 4:10] = 4 + torch.arange(6) // 3
+        pos[2, :, 4:10] = 4 + torch.arange(6) % 3
+        seq_dim = 2
+    else:
+        pos = torch.arange(seq)[None].repeat(2, 1)
+        seq_dim = 1
+    weights = torch.randn(2, seq, 96)
+    labels = ids.roll(-1, dims=1)
+    labels[:, -1] = -100
+
+    def loss_of(out, lbl, w):
+        if family == "qwen2_vl":
+            return (out.last_hidden_state * w).sum() / weights.numel()
+        return torch.nn.functional.cross_entropy(out.logits.reshape(-1, 64), lbl.reshape(-1), ignore_index=-100,
+                                                 reduction="sum") / (labels != -100).sum()
+
+    def head(out):
+        return out.last_hidden_state if family == "qwen2_vl" else out.logits
+
+    ref = hf_model(family)
+    model = copy.deepcopy(ref)
+    ref_out = ref(input_ids=ids, position_ids=pos)
+    loss_of(ref_out, labels, weights).backward()
+    lay = cp.layout(seq, sharding=sharding)
+    ids_l, lbl_l, w_l = cp.shard(lay, ids, labels, weights)
+    pos_l = cp.shard(lay, pos, seq_dim=seq_dim)
+    with cp.context_parallel(model, lay, mode=mode):
+        out = model(input_ids=ids_l, position_ids=pos_l)
+        loss_of(out, lbl_l, w_l).backward()
+        with torch.no_grad():  # the mutation: every rank's tokens at positions 0 … local − 1
+            local = torch.arange(lay.local_len).expand_as(pos_l) if seq_dim == 1 else \
+                torch.arange(lay.local_len).expand(3, 2, -1)
+            wrong = cp.unshard(lay, head(model(input_ids=ids_l, position_ids=local)))
+    assert model.config._attn_implementation == "eager"
+    grads = {}
+    for name, p in model.named_parameters():
+        dist.all_reduce(p.grad)
+        grads[name] = rel(p.grad, dict(ref.named_parameters())[name].grad)
+    full = cp.unshard(lay, head(out).detach())
+    return {"out": rel(full, head(ref_out).detach()), "grads": grads,
+            "bits_equal_out": bool(torch.equal(full, head(ref_out).detach())),
+            "mutations": {"local positions": rel(wrong, head(ref_out).detach())}}
+
+
 def errors(world, rank):
     """The errors of bad arguments: each raised on every rank, none hangs (the group's timeout bounds a wait)."""
     out = {}
@@ -131,6 +200,9 @@ def errors(world, rank):
     catch("mode", lambda: cp.attention(lay, *[torch.zeros(1, 4, 2, 8)] * 3, mode="ulysses-typo"))
     catch("shard length", lambda: cp.shard(lay, torch.zeros(1, 4 * world + 1)))
     catch("query tokens", lambda: cp.attention(lay, *[torch.zeros(1, 5, 2, 8)] * 3))
+    model = hf_model("llama")
+    catch("hf mode", lambda: cp.context_parallel(model, lay, mode="flash").__enter__())
+    catch("hf outside", lambda: cp._hf_attention(None, *[torch.zeros(1, 2, 4, 8)] * 3, None))
     catch("ulysses heads", lambda: cp.attention(lay, *[torch.zeros(1, 4, 5, 8)] * 3, mode="ulysses"))
     return out
 
@@ -147,6 +219,10 @@ def main():
                 for window in (0, 5):
                     key = f"{sharding}/{mode}/{'packed' if packed else 'one'}/w{window}"
                     results[key] = run_case(world, rank, sharding, mode, packed, window)
+    for family in ("llama", "qwen3", "qwen2_vl"):
+        for mode in cp.MODES:
+            results[f"hf/{family}/{mode}"] = hf_case(world, family, mode, "zigzag")
+    results["hf/llama/ring/striped"] = hf_case(world, "llama", "ring", "striped")
     results["errors"] = errors(world, rank)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -1,7 +1,9 @@
 """ropekit.distributed on real gloo process groups (torchrun on 127.0.0.1, a fixed timeout in init_process_group and
 on the run): world sizes 2, 3 (odd) and 4; every sharding, the three attention modes (all-gather, ring, Ulysses), one sequence and packed documents,
 with and without a sliding window. A tiny attention layer's training step (loss and backward) sharded over the ranks
-gives the one-process output and parameter gradients; the mutations users hit (rotating at local positions, a
+gives the one-process output and parameter gradients, and so does a whole transformers model's under
+context_parallel (Llama; Qwen3, QK-norm; Qwen2-VL's text model, M-RoPE streams sharded with the tokens) against its
+eager attention in one process; the mutations users hit (rotating at local positions, a
 zig-zag shard rotated with the contiguous shard's positions) do not; bad arguments raise ropekit.Error on every rank.
 """
 import json
@@ -39,7 +41,7 @@ def ranks(request, tmp_path_factory):
 def test_a_sharded_training_step_equals_one_process(ranks):
     world, results = ranks
     cases = [k for k in results[0] if k != "errors"]
-    assert len(cases) == 3 * 3 * 2 * 2
+    assert len(cases) == 3 * 3 * 2 * 2 + 3 * 3 + 1
     for r, res in enumerate(results):
         for case in cases:
             got = res[case]
@@ -73,4 +75,6 @@ def test_bad_arguments_raise_on_every_rank(ranks):
         assert "mode = 'ulysses-typo'" in e["mode"], e["mode"]
         assert "tensor 0" in e["shard length"] and str(4 * world + 1) in e["shard length"], e["shard length"]
         assert "5 query tokens" in e["query tokens"], e["query tokens"]
+        assert "mode = 'flash'" in e["hf mode"], e["hf mode"]
+        assert "only inside context_parallel" in e["hf outside"], e["hf outside"]
         assert "heads (5)" in e["ulysses heads"] and f"world size ({world})" in e["ulysses heads"], e["ulysses heads"]
