@@ -55,7 +55,8 @@ import torch.distributed as dist
 
 from ._ropekit import Error, cp_indices, cp_positions
 
-__all__ = ["Layout", "layout", "shard", "unshard", "attention", "context_parallel", "SHARDINGS", "MODES"]
+__all__ = ["Layout", "layout", "shard", "unshard", "attention", "context_parallel", "traffic", "reset_traffic",
+           "SHARDINGS", "MODES"]
 
 SHARDINGS = ("contiguous", "zigzag", "striped")
 MODES = ("allgather", "ring", "ulysses")
@@ -268,6 +269,36 @@ def _block_backward(q, k, v, allowed, scale, lse, do, delta):
     return dq, dk, dv
 
 
+# Scores one tile may hold (query rows × keys × batch × heads, float32): 64 MiB; and at most _TILE_ROWS query rows, so
+# a causal block's tiles skip most of its upper triangle (a tile's rows read the columns up to its last row's).
+_TILE_SCORES = 1 << 24
+_TILE_ROWS = 256
+
+# What this process's calls have moved and computed since reset_traffic(): bytes it sent (each collective counted as
+# its usual algorithm sends them: all-gather and all-to-all (W−1)/W of the gathered or exchanged tensor, all-reduce
+# 2(W−1)/W of it, send/recv each tensor), and the attention score entries it computed (forward and backward).
+traffic = {"bytes_sent": 0, "score_entries": 0}
+
+
+def reset_traffic():
+    traffic["bytes_sent"] = traffic["score_entries"] = 0
+
+
+def _tiles(allowed, per_row: int):
+    """(row indices, column indices) covering every allowed entry of a [q, k] mask: only the rows with an allowed
+    key, in chunks whose scores fit _TILE_SCORES (per_row: scores per row and key), each with only the columns its
+    rows read (a causal block's triangle, zig-zag's empty halves: never computed)."""
+    rows = allowed.any(dim=1).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return
+    step = max(1, min(_TILE_ROWS, _TILE_SCORES // max(1, allowed.shape[1] * per_row)))
+    for i in range(0, rows.numel(), step):
+        rt = rows[i:i + step]
+        ct = allowed.index_select(0, rt).any(dim=0).nonzero().squeeze(1)
+        traffic["score_entries"] += rt.numel() * ct.numel() * per_row
+        yield rt, ct
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lay: Layout, mode: str, causal: bool, window: int, scale: float):
@@ -283,8 +314,10 @@ class _Attention(torch.autograd.Function):
         acc = torch.zeros((b, hk, h // hk, s, v.shape[3]), device=dev)
         for r, kb, vb in _blocks(lay, kf, vf, mode):
             allowed = _mask(q_idx, q_doc, lay.indices_of(r).to(dev), lay.documents_of(r).to(dev), causal, window)
-            if allowed.any():
-                m, l, acc = _block_forward(qf, kb, vb, allowed, scale, m, l, acc)
+            for rt, ct in _tiles(allowed, b * h):
+                mt, lt, at = _block_forward(qf.index_select(1, rt), kb.index_select(1, ct), vb.index_select(1, ct),
+                                            allowed[rt][:, ct], scale, m[..., rt], l[..., rt], acc[..., rt, :])
+                m[..., rt], l[..., rt], acc[..., rt, :] = mt, lt, at
         # A query that reads no key (none: every token reads itself when causal) gets 0 and lse −inf.
         out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], torch.zeros_like(acc))
         lse = torch.where(l > 0, m + torch.log(l.clamp_min(1e-30)), torch.full_like(l, float("-inf")))
@@ -309,17 +342,22 @@ class _Attention(torch.autograd.Function):
         dq = torch.zeros_like(qf)
 
         def block_grads(r, kb, vb):
-            nonlocal dq
             allowed = _mask(q_idx, q_doc, lay.indices_of(r).to(dev), lay.documents_of(r).to(dev), ctx.causal,
                             ctx.window)
-            if not allowed.any():
-                return torch.zeros_like(kb), torch.zeros_like(vb)
-            dqb, dkb, dvb = _block_backward(qf, kb, vb, allowed, ctx.scale, safe_lse, do, delta)
-            dq = dq + dqb
+            dkb, dvb = torch.zeros_like(kb), torch.zeros_like(vb)
+            for rt, ct in _tiles(allowed, b * h):
+                dqt, dkt, dvt = _block_backward(qf.index_select(1, rt), kb.index_select(1, ct), vb.index_select(1, ct),
+                                                allowed[rt][:, ct], ctx.scale, safe_lse[..., rt], do[..., rt, :],
+                                                delta[..., rt])
+                dq.index_add_(1, rt, dqt)
+                dkb.index_add_(1, ct, dkt)
+                dvb.index_add_(1, ct, dvt)
             return dkb, dvb
 
         kf, vf = k.float().contiguous(), v.float().contiguous()
-        if ctx.mode == "allgather":
+        if ctx.mode == "local":
+            dk, dv = block_grads(0, kf, vf)
+        elif ctx.mode == "allgather":
             ks, vs = _gather_all(lay, kf), _gather_all(lay, vf)
             dks, dvs = [], []
             for r in range(lay.world):
@@ -327,33 +365,50 @@ class _Attention(torch.autograd.Function):
                 dks.append(dkb)
                 dvs.append(dvb)
             dk_all, dv_all = torch.stack(dks), torch.stack(dvs)
-            dist.all_reduce(dk_all, group=lay.group)
-            dist.all_reduce(dv_all, group=lay.group)
+            _all_reduce(lay, dk_all)
+            _all_reduce(lay, dv_all)
             dk, dv = dk_all[lay.rank], dv_all[lay.rank]
         else:
             dk, dv = _ring_backward(lay, kf, vf, block_grads)
         return (dq.reshape(b, s, h, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None)
 
 
+def _all_reduce(lay: Layout, x: torch.Tensor):
+    traffic["bytes_sent"] += 2 * (lay.world - 1) * x.nbytes // lay.world
+    dist.all_reduce(x, group=lay.group)
+
+
 def _gather_all(lay: Layout, x: torch.Tensor):
+    traffic["bytes_sent"] += (lay.world - 1) * x.nbytes
     parts = [torch.empty_like(x) for _ in range(lay.world)]
     dist.all_gather(parts, x, group=lay.group)
     return parts
 
 
-def _exchange(lay: Layout, tensors):
-    """Each tensor sent to the next rank and the previous rank's received (one step of the ring)."""
+def _start_exchange(lay: Layout, tensors):
+    """Each tensor sent to the next rank, the previous rank's received into new tensors (one step of the ring),
+    without waiting: returns (received, requests)."""
     nxt, prv = lay.peer((lay.rank + 1) % lay.world), lay.peer((lay.rank - 1) % lay.world)
+    traffic["bytes_sent"] += sum(t.nbytes for t in tensors)
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, nxt, lay.group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, t, prv, lay.group) for t in received]
-    for req in dist.batch_isend_irecv(ops):
+    return received, dist.batch_isend_irecv(ops)
+
+
+def _exchange(lay: Layout, tensors):
+    received, requests = _start_exchange(lay, tensors)
+    for req in requests:
         req.wait()
     return received
 
 
 def _blocks(lay: Layout, k, v, mode: str):
-    """(owner rank, its K, its V) for every rank: gathered at once, or around the ring (step i holds rank − i's)."""
+    """(owner rank, its K, its V) for every rank: gathered at once, or around the ring (step i holds rank − i's; the
+    next step's block travels while this one is computed)."""
+    if mode == "local":
+        yield 0, k, v
+        return
     if mode == "allgather":
         ks, vs = _gather_all(lay, k), _gather_all(lay, v)
         for r in range(lay.world):
@@ -362,28 +417,29 @@ def _blocks(lay: Layout, k, v, mode: str):
     kb, vb = k, v
     for step in range(lay.world):
         owner = (lay.rank - step) % lay.world
-        if step + 1 < lay.world:
-            # Post the exchange for the next step before computing this one would overlap them; gloo's isend
-            # progresses in the background, so the order only costs overlap, not correctness.
-            nxt_k, nxt_v = _exchange(lay, [kb, vb])
+        pending = _start_exchange(lay, [kb, vb]) if step + 1 < lay.world else None
         yield owner, kb, vb
-        if step + 1 < lay.world:
-            kb, vb = nxt_k, nxt_v
+        if pending is not None:
+            for req in pending[1]:
+                req.wait()
+            kb, vb = pending[0]
 
 
 def _ring_backward(lay: Layout, k, v, block_grads):
     """K, V and their gradient accumulators around the ring: after world steps each block's gradients have every
-    rank's contribution and one more step brings them home."""
+    rank's contribution and one more step brings them home. K and V travel while a block's gradients are computed;
+    the gradients, once computed."""
     kb, vb = k, v
     dkb, dvb = torch.zeros_like(k), torch.zeros_like(v)
     for step in range(lay.world):
         owner = (lay.rank - step) % lay.world
+        pending = _start_exchange(lay, [kb, vb]) if step + 1 < lay.world else None
         gk, gv = block_grads(owner, kb, vb)
-        dkb, dvb = dkb + gk, dvb + gv
-        if step + 1 < lay.world:
-            kb, vb, dkb, dvb = _exchange(lay, [kb, vb, dkb, dvb])
-        else:
-            dkb, dvb = _exchange(lay, [dkb, dvb])
+        dkb, dvb = _exchange(lay, [dkb + gk, dvb + gv])
+        if pending is not None:
+            for req in pending[1]:
+                req.wait()
+            kb, vb = pending[0]
     return dkb, dvb
 
 
@@ -421,6 +477,7 @@ def _seq_to_heads(lay: Layout, x):
     w = lay.world
     send = x.reshape(b, s, w, h // w, d).permute(2, 0, 1, 3, 4).contiguous()  # [dest rank, b, s, h/w, d]
     recv = torch.empty_like(send)  # [source rank, b, s, h/w, d]
+    traffic["bytes_sent"] += (w - 1) * send.nbytes // w
     dist.all_to_all_single(recv, send, group=lay.group)
     gathered = recv.permute(1, 0, 2, 3, 4).reshape(b, w * s, h // w, d)  # rank-major token order
     out = torch.empty_like(gathered)
@@ -434,6 +491,7 @@ def _heads_to_seq(lay: Layout, y):
     s = seq // w
     mine = y.index_select(1, _order(lay, y.device)).reshape(b, w, s, hw, d).permute(1, 0, 2, 3, 4).contiguous()
     recv = torch.empty_like(mine)  # [source rank = head group, b, s, h/w, d]
+    traffic["bytes_sent"] += (w - 1) * mine.nbytes // w
     dist.all_to_all_single(recv, mine, group=lay.group)
     return recv.permute(1, 2, 0, 3, 4).reshape(b, s, w * hw, d)
 
@@ -446,16 +504,11 @@ def _ulysses(lay: Layout, q, k, v, causal: bool, window: int, scale: float):
     if hk % lay.world:  # fewer kv heads than ranks can split: each kv head repeated for its query heads first
         k, v = k.repeat_interleave(h // hk, dim=2), v.repeat_interleave(h // hk, dim=2)
     qh, kh, vh = (_SeqToHeads.apply(t, lay) for t in (q, k, v))
-    dev = q.device
-    idx = torch.arange(lay.seq_len, device=dev)
-    allowed = _mask(idx, torch.from_numpy(lay._documents).to(dev), idx, torch.from_numpy(lay._documents).to(dev),
-                    causal, window)
-    b, seq, hq, d = qh.shape
-    g = hq // kh.shape[2]
-    qf = qh.float().reshape(b, seq, kh.shape[2], g, d)
-    scores = _scores(qf, kh.float(), scale).masked_fill(~allowed, float("-inf"))
-    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query that reads no key: 0
-    out = torch.einsum("bhgst,bthd->bshgd", p, vh.float()).reshape(b, seq, hq, v.shape[3]).to(q.dtype)
+    # The whole sequence on this rank, in sequence order: a one-rank layout over it, attention as one local block.
+    whole = np.arange(lay.seq_len, dtype=np.int64)
+    one = Layout(None, 0, 1, "contiguous", lay.seq_len, 1, lay.cu_seqlens, lay.start, (whole,), (whole,),
+                 lay._documents)
+    out = _Attention.apply(qh, kh, vh, one, "local", causal, window, scale)
     return _HeadsToSeq.apply(out, lay)
 
 

@@ -85,6 +85,8 @@ def run_case(world, rank, sharding, mode, packed, window):
     ref_loss.backward()
     ref_grads = {n: p.grad.clone() for n, p in ref_layer.named_parameters()}
 
+    # Tiles of a few query rows (the default holds 2^24 scores): the tiling and its per-tile columns are exercised.
+    cp._TILE_SCORES = 2 * HEADS * 8 * world
     lay = cp.layout(cu_seqlens=cu, sharding=sharding, stripe=2) if packed else \
         cp.layout(seq, sharding=sharding, stripe=2)
     xs, ts = cp.shard(lay, x, target)
@@ -155,6 +157,7 @@ def hf_case(world, family, mode, sharding):
     def head(out):
         return out.last_hidden_state if family == "qwen2_vl" else out.logits
 
+    cp._TILE_SCORES = 1 << 24
     ref = hf_model(family)
     model = copy.deepcopy(ref)
     ref_out = ref(input_ids=ids, position_ids=pos)
