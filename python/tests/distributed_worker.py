@@ -183,6 +183,30 @@ def hf_case(world, family, mode, sharding):
             "mutations": {"local positions": rel(wrong, head(ref_out).detach())}}
 
 
+def traffic_case(world):
+    """Per mode: the bytes this rank sent and the score entries it computed in one forward + backward (zig-zag, 64·W
+    tokens, the default tiles), and the bytes each mode's algorithm sends (docs/distributed.md)."""
+    cp._TILE_SCORES = 1 << 24
+    seq = 64 * world
+    lay = cp.layout(seq, sharding="zigzag")
+    torch.manual_seed(5)
+    q = torch.randn(1, lay.local_len, HEADS, HEAD_DIM)
+    k, v = torch.randn(2, 1, lay.local_len, KV_HEADS, HEAD_DIM)
+    kv = k.nbytes + v.nbytes
+    # Ulysses sends kv heads repeated for their query heads when the ranks cannot split them.
+    kv_heads = kv if KV_HEADS % world == 0 else kv * HEADS // KV_HEADS
+    theory = {"allgather": 4 * (world - 1) * kv, "ring": (3 * world - 2) * kv,
+              "ulysses": 2 * (world - 1) * (2 * q.nbytes + kv_heads) // world}
+    out = {}
+    for mode in cp.MODES:
+        cp.reset_traffic()
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        cp.attention(lay, qq, kk, vv, mode=mode).sum().backward()
+        out[mode] = {"bytes": cp.traffic["bytes_sent"], "theory": theory[mode],
+                     "scores": cp.traffic["score_entries"]}
+    return out
+
+
 def errors(world, rank):
     """The errors of bad arguments: each raised on every rank, none hangs (the group's timeout bounds a wait)."""
     out = {}
@@ -226,6 +250,7 @@ def main():
         for mode in cp.MODES:
             results[f"hf/{family}/{mode}"] = hf_case(world, family, mode, "zigzag")
     results["hf/llama/ring/striped"] = hf_case(world, "llama", "ring", "striped")
+    results["traffic"] = traffic_case(world)
     results["errors"] = errors(world, rank)
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -40,7 +40,7 @@ def ranks(request, tmp_path_factory):
 
 def test_a_sharded_training_step_equals_one_process(ranks):
     world, results = ranks
-    cases = [k for k in results[0] if k != "errors"]
+    cases = [k for k in results[0] if k not in ("errors", "traffic")]
     assert len(cases) == 3 * 3 * 2 * 2 + 3 * 3 + 1
     for r, res in enumerate(results):
         for case in cases:
@@ -54,7 +54,7 @@ def test_rotating_at_the_wrong_positions_is_caught(ranks):
     world, results = ranks
     for res in results:
         for case, got in res.items():
-            if case == "errors":
+            if case in ("errors", "traffic"):
                 continue
             assert "local positions" in got["mutations"]
             if case.startswith("zigzag/") and "/one/" in case:
@@ -78,3 +78,13 @@ def test_bad_arguments_raise_on_every_rank(ranks):
         assert "mode = 'flash'" in e["hf mode"], e["hf mode"]
         assert "only inside context_parallel" in e["hf outside"], e["hf outside"]
         assert "heads (5)" in e["ulysses heads"] and f"world size ({world})" in e["ulysses heads"], e["ulysses heads"]
+
+
+def test_bytes_sent_are_each_modes_theory_and_zigzag_balances_the_work(ranks):
+    world, results = ranks
+    for mode in ("allgather", "ring", "ulysses"):
+        for res in results:
+            t = res["traffic"][mode]
+            assert t["bytes"] == t["theory"], (world, mode, t)
+        scores = [res["traffic"][mode]["scores"] for res in results]
+        assert max(scores) <= 1.05 * sum(scores) / world, (world, mode, scores)
