@@ -373,13 +373,17 @@ class _Attention(torch.autograd.Function):
         return (dq.reshape(b, s, h, d).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None)
 
 
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()  # Tensor.nbytes is torch 2's
+
+
 def _all_reduce(lay: Layout, x: torch.Tensor):
-    traffic["bytes_sent"] += 2 * (lay.world - 1) * x.nbytes // lay.world
+    traffic["bytes_sent"] += 2 * (lay.world - 1) * _nbytes(x) // lay.world
     dist.all_reduce(x, group=lay.group)
 
 
 def _gather_all(lay: Layout, x: torch.Tensor):
-    traffic["bytes_sent"] += (lay.world - 1) * x.nbytes
+    traffic["bytes_sent"] += (lay.world - 1) * _nbytes(x)
     parts = [torch.empty_like(x) for _ in range(lay.world)]
     dist.all_gather(parts, x, group=lay.group)
     return parts
@@ -389,7 +393,7 @@ def _start_exchange(lay: Layout, tensors):
     """Each tensor sent to the next rank, the previous rank's received into new tensors (one step of the ring),
     without waiting: returns (received, requests)."""
     nxt, prv = lay.peer((lay.rank + 1) % lay.world), lay.peer((lay.rank - 1) % lay.world)
-    traffic["bytes_sent"] += sum(t.nbytes for t in tensors)
+    traffic["bytes_sent"] += sum(_nbytes(t) for t in tensors)
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, nxt, lay.group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, t, prv, lay.group) for t in received]
@@ -477,7 +481,7 @@ def _seq_to_heads(lay: Layout, x):
     w = lay.world
     send = x.reshape(b, s, w, h // w, d).permute(2, 0, 1, 3, 4).contiguous()  # [dest rank, b, s, h/w, d]
     recv = torch.empty_like(send)  # [source rank, b, s, h/w, d]
-    traffic["bytes_sent"] += (w - 1) * send.nbytes // w
+    traffic["bytes_sent"] += (w - 1) * _nbytes(send) // w
     dist.all_to_all_single(recv, send, group=lay.group)
     gathered = recv.permute(1, 0, 2, 3, 4).reshape(b, w * s, h // w, d)  # rank-major token order
     out = torch.empty_like(gathered)
@@ -491,7 +495,7 @@ def _heads_to_seq(lay: Layout, y):
     s = seq // w
     mine = y.index_select(1, _order(lay, y.device)).reshape(b, w, s, hw, d).permute(1, 0, 2, 3, 4).contiguous()
     recv = torch.empty_like(mine)  # [source rank = head group, b, s, h/w, d]
-    traffic["bytes_sent"] += (w - 1) * mine.nbytes // w
+    traffic["bytes_sent"] += (w - 1) * _nbytes(mine) // w
     dist.all_to_all_single(recv, mine, group=lay.group)
     return recv.permute(1, 2, 0, 3, 4).reshape(b, s, w * hw, d)
 
