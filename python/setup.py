@@ -6,6 +6,7 @@ ROPEKIT_CMAKE_BUILD_DIR=DIR reuses an already configured build tree instead (the
 build/release, so the install test compiles nothing new).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent.parent
+# The version: CMakeLists.txt's project(ropekit VERSION …), which the C API, the CLI and the module read too.
+VERSION = re.search(r"project\(ropekit VERSION ([0-9]+\.[0-9]+\.[0-9]+)", (ROOT / "CMakeLists.txt").read_text())[1]
 
 
 class CMakeBuild(build_ext):
@@ -37,4 +40,4 @@ class CMakeBuild(build_ext):
         shutil.copyfile(built[-1], target)
 
 
-setup(ext_modules=[Extension("ropekit._ropekit", sources=[])], cmdclass={"build_ext": CMakeBuild})
+setup(version=VERSION, ext_modules=[Extension("ropekit._ropekit", sources=[])], cmdclass={"build_ext": CMakeBuild})

@@ -145,6 +145,13 @@ TEST(Npy, EveryMalformedInputIsNamed) {
       "more than 2^40 elements");
 }
 
+TEST(Cli, VersionIsTheProjects) {
+  const Result r = run({"--version"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("ropekit ") + ROPEKIT_VERSION + "\n");
+  EXPECT_EQ(r.err, "");
+}
+
 TEST(Cli, PresetsListsEveryPreset) {
   const Result r = run({"presets"});
   EXPECT_EQ(r.code, 0) << r.err;

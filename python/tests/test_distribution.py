@@ -31,3 +31,19 @@ def test_wheel_carries_the_apache_licence():
     assert texts, "no LICENSE file in the distribution"
     text = Path(dist.locate_file(texts[0])).read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+def _project_version():
+    import os
+    import re
+    repo = Path(os.environ.get("ROPEKIT_REPO_DIR", Path(__file__).resolve().parents[2]))
+    return re.search(r"project\(ropekit VERSION ([0-9]+\.[0-9]+\.[0-9]+)", (repo / "CMakeLists.txt").read_text())[1]
+
+
+def test_the_module_has_the_projects_version():
+    # One source: CMakeLists.txt's project(); the module, the C API and the CLI are compiled with it.
+    assert ropekit.__version__ == _project_version()
+
+
+def test_the_wheel_has_the_projects_version():
+    assert _installed().version == _project_version()

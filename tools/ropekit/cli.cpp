@@ -112,6 +112,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       "ropekit"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every sub-command");
+  app.set_version_flag("--version", std::string("ropekit ") + ROPEKIT_VERSION, "print ropekit's version and exit");
   Streams io{out, err};
   add_inspect(app, io);
   add_freqs(app, io);
@@ -144,6 +145,9 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return 0;
   } catch (const CLI::CallForAllHelp&) {
     out << app.help("", CLI::AppFormatMode::All);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << '\n';
     return 0;
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
