@@ -45,6 +45,7 @@ class TempDir {
   }
   ~TempDir() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
 
  private:
   fs::path path_;
@@ -415,6 +416,7 @@ void expect_usage_error(const std::vector<std::string>& args, const std::string&
   EXPECT_NE(r.err.find(fragment), std::string::npos) << joined << "\nstderr: " << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err.rfind("ropekit: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.out, "") << joined << ": stdout before the error";
 }
 
 TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
@@ -452,7 +454,14 @@ TEST(CliErrors, EachBadInputExitsTwoWithOneLine) {
                      "tokenize, positions, generate, eval, passkey, chart)");
   expect_usage_error({"freqs", "--json"}, "Exactly 1 option from [--config,--preset,--gguf] is required");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--config", "x.json"}, "2 were given");
-  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len");
+  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "0"}, "--seq-len: value 0 is not in [1, ");
+  expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--seq-len", "abc"},
+                     "--seq-len: value abc is not an integer (see ropekit freqs --help)");
+  expect_usage_error({"generate", "--model", "m", "--topp", "x"}, "--topp: value x is not a number");
+  expect_usage_error({"inspect", "--preset", "llama-3.1-8b", "--layer", "99"}, "layer = 99");
+  expect_usage_error({"positions", dir.file("missing.json")},
+                     "positions " + dir.file("missing.json") + ": cannot open");
+  expect_usage_error({"positions", dir.path()}, "positions " + dir.path() + ": a directory, not a file");
   expect_usage_error({"freqs", "--preset", "llama-3.1-8b", "--pairing", "diagonal"}, "--pairing");
   expect_usage_error({"bench", "--filter", "no-such-case"}, "--filter matches no case");
   expect_usage_error({"apply", "--preset", "llama-3.1-8b", "--q", Q, "--k", Q, "--layout", "sbhd"}, "--layout");

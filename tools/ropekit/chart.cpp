@@ -102,7 +102,7 @@ void add_chart(CLI::App& app, Streams) {
   cmd->add_option("--title", o->title, "the model's name in the title (default: the CSV's file name)");
   cmd->add_option("--trained-length", o->trained_length,
                   "L0 (default: from a row read past it, N / scale; else the longest length)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 47));
+      ->check(in_range(std::int64_t{1}, std::int64_t{1} << 47));
   cmd->callback([o] { run_chart(*o); });
 }
 

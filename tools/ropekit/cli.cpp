@@ -19,11 +19,11 @@ void ModelOptions::add_to(CLI::App& app, bool with_gguf, std::string_view seq_le
   auto* type_opt =
       app.add_option("--layer-type", layer_type, "layer type, for models with several (e.g. sliding_attention)");
   app.add_option("--layer", layer, "one layer's plan, by index (0-based)")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(in_range(0, 1 << 20))
       ->excludes(type_opt);
   app.add_option("--seq-len", seq_len,
                  fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", seq_len_default))
-      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
+      ->check(in_range(std::int64_t{1}, kPositionLimit - 1));
 }
 
 ModelPositions ModelOptions::load() const {
@@ -152,7 +152,10 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
     std::replace(message.begin(), message.end(), '\n', ' ');
-    fmt::print(err, "ropekit: {} (see ropekit --help)\n", message);
+    // The help that answers it: the sub-command's own where one was given.
+    const std::vector<CLI::App*> given = app.get_subcommands();
+    fmt::print(err, "ropekit: {} (see ropekit {}--help)\n", message,
+               given.empty() ? std::string() : given.front()->get_name() + " ");
     return 2;
   } catch (const Error& e) {
     std::string message = e.what();

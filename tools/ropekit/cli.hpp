@@ -10,8 +10,10 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "ropekit/config.hpp"
@@ -19,6 +21,24 @@
 namespace ropekit::cli {
 
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// CLI::Range that says a value is not a number when it is not one (Range alone calls "abc" out of range): the value,
+// then what was expected, in the option's error line.
+template <class T>
+CLI::Validator in_range(T lo, T hi) {
+  std::ostringstream bounds;
+  bounds << '[' << lo << ", " << hi << ']';
+  return CLI::Validator(
+      [lo, hi, b = bounds.str()](std::string& text) -> std::string {
+        T value{};
+        if (!CLI::detail::lexical_cast(text, value)) {
+          return "value " + text + " is not " + (std::is_integral_v<T> ? "an integer" : "a number");
+        }
+        if (value < lo || value > hi) return "value " + text + " is not in " + b;
+        return {};
+      },
+      "in " + bounds.str());
+}
 
 // Where a model's RoPE comes from, shared by the sub-commands that need one.
 struct ModelOptions {

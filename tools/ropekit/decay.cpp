@@ -56,11 +56,11 @@ void add_decay(CLI::App& app, Streams io) {
   cmd->add_option("--config", o->configs, "Hugging Face config.json (repeatable)");
   cmd->add_option("--preset", o->presets, "a built-in preset (repeatable; ropekit presets lists them)");
   cmd->add_option("--max-distance", o->max_distance, "largest relative distance (default 8192)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+      ->check(in_range(std::int64_t{1}, std::int64_t{1} << 24));
   cmd->add_option(
          "--seq-len", o->seq_len,
          fmt::format("current sequence length (dynamic NTK, LongRoPE); default: {}", ModelOptions::kInitialPlan))
-      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
+      ->check(in_range(std::int64_t{1}, kPositionLimit - 1));
   cmd->add_option("--csv", o->csv, "write distance and one column per curve");
   cmd->add_option("--svg", o->svg, "draw the curves (log distance axis) with PLplot");
   cmd->callback([io, o] {

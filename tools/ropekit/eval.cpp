@@ -248,9 +248,9 @@ void add_eval(CLI::App& app, Streams io) {
   cmd->add_option("--tokenizer", o->tokenizer, "with --text: llama2.c tokenizer.bin (GGUF: the model's own)");
   cmd->add_flag("--stories", o->stories, "with --text: one BOS-led sequence per <|endoftext|>-separated story");
   cmd->add_option("--window-size", o->window_size, "tokens per window (default 8·L0)")
-      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 24));
+      ->check(in_range(std::int64_t{2}, std::int64_t{1} << 24));
   cmd->add_option("--windows", o->windows, "number of windows (default: as many as fit)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
+      ->check(in_range(std::int64_t{1}, std::int64_t{1} << 24));
   cmd->add_option("--lengths", o->lengths, "context lengths N (default L0/2, L0, 2·L0, 4·L0, 8·L0)")->delimiter(',');
   cmd->add_option("--buckets", o->buckets, "target-position bucket edges (default 0, L0/2, L0, 2·L0, 4·L0, 8·L0)")
       ->delimiter(',');
@@ -259,8 +259,8 @@ void add_eval(CLI::App& app, Streams io) {
                   "dyn_ntk_stale, llama3, swa, restart) and NAME=JSON rope_scaling fragments (\"factor\": \"s\" is "
                   "the scale)");
   cmd->add_option("--trained-length", o->trained_length, "L0 (default: the model's seq_len / context_length)")
-      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
-  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
+      ->check(in_range(std::int64_t{1}, kPositionLimit - 1));
+  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(in_range(1, 1024));
   cmd->add_option("--csv", o->csv, "write method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl");
   cmd->add_option("--json", o->json, "write the result as JSON");
   cmd->add_option("--attention-stats", o->attention_csv,

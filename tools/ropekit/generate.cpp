@@ -110,16 +110,16 @@ void add_generate(CLI::App& app, Streams io) {
   cmd->add_option("--steps", o->steps,
                   "positions to run, the prompt included (default 256; 0 or beyond the trained length: the trained "
                   "length, unless --rope-scaling)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
-  cmd->add_option("--temperature", o->temperature, "0: greedy (argmax); default 1")->check(CLI::Range(0.0f, 1e6f));
+      ->check(in_range(std::int64_t{0}, std::int64_t{1} << 24));
+  cmd->add_option("--temperature", o->temperature, "0: greedy (argmax); default 1")->check(in_range(0.0f, 1e6f));
   cmd->add_option("--topp", o->topp, "nucleus sampling threshold in [0, 1] (default 0.9; 0 or 1: off)")
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(in_range(0.0f, 1.0f));
   cmd->add_option("--seed", o->seed, "random seed > 0 (default: the time)")
-      ->check(CLI::Range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()));
+      ->check(in_range(std::uint64_t{1}, std::numeric_limits<std::uint64_t>::max()));
   cmd->add_option("--rope-scaling", o->rope_scaling,
                   "override the model's RoPE with a rope_scaling (or rope_parameters) fragment in config.json syntax, "
                   "e.g. '{\"rope_type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":512}'");
-  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(in_range(1, 1024));
   cmd->add_flag("--int8-activations", o->int8_activations,
                 "decode quantized (Q4_0 ... Q6_K) matrices with 8-bit activations and integer dot products, as "
                 "llama.cpp does: faster, within the error bound of docs/numerics.md, no longer the dequantized "

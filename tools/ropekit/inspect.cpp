@@ -100,6 +100,8 @@ void add_inspect(CLI::App& app, Streams io) {
   opts->add_to(*cmd);
   cmd->callback([io, opts] {
     const ModelPositions model = opts->load();
+    // The layers first: a --layer the model does not have is an error before anything reaches stdout.
+    const std::vector<const LayerPositions*> selected = opts->selected_layers(model);
     print_warnings(model, io.err);
     // The per-layer story first (one line per group of layers with one plan), then each selected
     // RoPE group pair by pair.
@@ -108,7 +110,6 @@ void add_inspect(CLI::App& app, Streams io) {
                model.family.empty() ? "" : fmt::format(", family {}", model.family),
                model.num_layers > 0 ? fmt::format("{}", model.num_layers) : "?");
     for (const LayerPositions& g : model.groups) fmt::print(io.out, "  {}\n", describe_group(model, g));
-    const std::vector<const LayerPositions*> selected = opts->selected_layers(model);
     for (const LayerPositions* g : selected) {
       if (g->encoding != PositionEncoding::Rope) continue;
       fmt::print(io.out, "\n");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -37,6 +38,8 @@ void write_tokens(const std::string& path, const std::vector<int>& ids) {
 }
 
 std::string read_text(const std::string& path, std::string_view option) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("{} {}: a directory, not a file", option, path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{} {}: cannot open the file", option, path));
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -96,14 +96,14 @@ void add_passkey(CLI::App& app, Streams io) {
                   "llama3)");
   cmd->add_option("--lengths", o->lengths, "prompt lengths in tokens (default L0/2, L0, 2·L0, 4·L0)")
       ->delimiter(',')
-      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 24));
+      ->check(in_range(std::int64_t{2}, std::int64_t{1} << 24));
   cmd->add_option("--depths", o->depths, "relative depths of the key in the filler (default 0,0.25,0.5,0.75,1)")
       ->delimiter(',');
   cmd->add_option("--keys", o->keys, "keys per (length, depth) cell (default 5)");
   cmd->add_option("--seed", o->seed, "the keys' seed (splitmix64; default 0)");
   cmd->add_option("--trained-length", o->trained_length, "L0 (default: the model's seq_len / context_length)")
-      ->check(CLI::Range(std::int64_t{1}, kPositionLimit - 1));
-  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(CLI::Range(1, 1024));
+      ->check(in_range(std::int64_t{1}, kPositionLimit - 1));
+  cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(in_range(1, 1024));
   cmd->add_option("--csv", o->csv, "write method,length,scale,depth,keys,retrieved,accuracy");
   cmd->add_option("--svg", o->svg, "draw the length x depth accuracy grid, one panel per method (PLplot)");
   cmd->callback([o, io] { run_passkey(*o, io); });

@@ -276,7 +276,7 @@ void add_positions(CLI::App& app, Streams io) {
                   "write the ids as int64 .npy (M-RoPE: [3, batch, seq], vision: [2, n]) instead of printing them");
   cmd->callback([o, io] {
     const std::string text =
-        o->json == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : read_text(o->json, "json");
+        o->json == "-" ? std::string(std::istreambuf_iterator<char>(std::cin), {}) : read_text(o->json, "positions");
     const PositionIds ids = positions_from_json(text, o->json);
     if (!o->out.empty()) {
       NpyArray a{NpyType::I64, ids.shape, std::vector<std::byte>(ids.values.size() * 8)};
