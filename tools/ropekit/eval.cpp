@@ -239,7 +239,10 @@ void add_eval(CLI::App& app, Streams io) {
                                  "the long-context lab: perplexity by target position for context-extension methods "
                                  "side by side (docs/lab.md)");
   auto o = std::make_shared<EvalCliOptions>();
-  cmd->add_option("--model", o->model, "llama2.c checkpoint, GGUF (llama) or Hugging Face model directory (llama)")
+  cmd->add_option("--model", o->model,
+                  "llama2.c checkpoint, GGUF (llama architecture) or Hugging Face model directory (llama, mistral, "
+                  "qwen2, qwen3, "
+                  "smollm3, phi3, gemma2, gemma3_text)")
       ->required();
   auto* input = cmd->add_option_group("input", "the tokens (exactly one)");
   input->add_option("--tokens", o->tokens, "int32 token ids (ropekit tokenize)");

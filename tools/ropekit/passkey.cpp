@@ -89,7 +89,10 @@ void add_passkey(CLI::App& app, Streams io) {
                                  "passkey retrieval per context-extension method on a length x depth grid "
                                  "(docs/lab.md)");
   auto o = std::make_shared<PasskeyCliOptions>();
-  cmd->add_option("--model", o->model, "llama2.c checkpoint, GGUF (llama) or Hugging Face model directory")->required();
+  cmd->add_option("--model", o->model,
+                  "llama2.c checkpoint, GGUF (llama architecture) or Hugging Face model directory (llama, mistral, "
+                  "qwen2, qwen3, smollm3, phi3, gemma2, gemma3_text)")
+      ->required();
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer.bin (GGUF: the model's own)");
   cmd->add_option("--methods", o->methods,
                   "comma-separated methods, as `ropekit eval --methods` (default orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,"
