@@ -27,6 +27,34 @@ std::vector<char> read_bytes(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// The packed encodings the runner's kernels take: the eight block types (first), then F16 and BF16.
+struct Encoding {
+  ropekit::WeightEncoding encoding;
+  std::size_t block_values, block_bytes;
+  std::vector<std::size_t> scales;  // byte offsets of the block's f16 scales
+};
+const std::vector<Encoding> kEncodings = {
+    {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
+    {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q5_0, 32, 22, {0}},
+    {ropekit::WeightEncoding::Q5_1, 32, 24, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
+    {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
+    {ropekit::WeightEncoding::F16, 1, 2, {0}},         {ropekit::WeightEncoding::BF16, 1, 2, {}},
+};
+
+// `values` values of encoding e as random bytes, each block's f16 scales drawn from scale() (a 16-bit pattern).
+template <class Scale>
+std::vector<std::byte> random_blocks(const Encoding& e, std::size_t values, std::mt19937& rng, Scale&& scale) {
+  std::vector<std::byte> packed(values / e.block_values * e.block_bytes);
+  for (std::byte& b : packed) b = std::byte(rng() & 0xFFu);
+  for (std::size_t at = 0; at < packed.size(); at += e.block_bytes) {
+    for (const std::size_t offset : e.scales) {
+      const std::uint16_t h = scale();
+      std::memcpy(&packed[at + offset], &h, 2);
+    }
+  }
+  return packed;
+}
+
 TEST(Quants, DequantizeEqualsGgufPyBitForBit) {
   const std::filesystem::path dir = std::filesystem::path(ROPEKIT_REPO_DIR) / "tests/data/quants";
   int types = 0;
@@ -59,18 +87,7 @@ TEST(Quants, DequantizeEqualsGgufPyBitForBit) {
 // against matvec_rows over the widened rows, bit for bit. Random blocks with every finite f16 scale pattern class
 // (normal, subnormal, ±0), rows of several lengths (F16/BF16 also of lengths that are no vector multiple).
 TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
-  struct Encoding {
-    ropekit::WeightEncoding encoding;
-    std::size_t block_values, block_bytes;
-    std::vector<std::size_t> scales;  // byte offsets of the block's f16 scales
-  };
-  const std::vector<Encoding> encodings = {
-      {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
-      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q5_0, 32, 22, {0}},
-      {ropekit::WeightEncoding::Q5_1, 32, 24, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
-      {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
-      {ropekit::WeightEncoding::F16, 1, 2, {0}},         {ropekit::WeightEncoding::BF16, 1, 2, {}},
-  };
+  const std::vector<Encoding>& encodings = kEncodings;
   std::mt19937 rng(17);
   // A finite f16 (or bf16) pattern: any sign and mantissa, an exponent below all-ones; a quarter are subnormal or 0.
   const auto finite16 = [&](bool bf16) {
@@ -90,14 +107,9 @@ TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
       for (const std::size_t cols : values ? std::vector<std::size_t>{37, 64, 300, 576}
                                            : std::vector<std::size_t>{e.block_values, 3 * e.block_values, 1536}) {
         const std::size_t rows = 7, row_bytes = cols / e.block_values * e.block_bytes;
-        std::vector<std::byte> packed(rows * row_bytes);
-        for (std::byte& b : packed) b = std::byte(rng() & 0xFFu);
-        for (std::size_t at = 0; at < packed.size(); at += e.block_bytes) {
-          for (const std::size_t offset : e.scales) {
-            const std::uint16_t h = finite16(false);
-            std::memcpy(&packed[at + offset], &h, 2);
-          }
-          if (e.encoding == ropekit::WeightEncoding::BF16) {
+        std::vector<std::byte> packed = random_blocks(e, rows * cols, rng, [&] { return finite16(false); });
+        if (e.encoding == ropekit::WeightEncoding::BF16) {
+          for (std::size_t at = 0; at < packed.size(); at += 2) {
             const std::uint16_t h = finite16(true);
             std::memcpy(&packed[at], &h, 2);
           }
@@ -149,17 +161,7 @@ TEST(Quants, PackedRowKernelsEqualTheReferenceOnEveryTarget) {
 // float64 dot product of the dequantized row and x. Then x whose every value is a multiple of its group's scale
 // (s_g = 2^-7: the quantization is exact), where only the float32 roundings remain.
 TEST(Quants, Int8DecodeIsWithinItsStatedBoundOnEveryTarget) {
-  struct Encoding {
-    ropekit::WeightEncoding encoding;
-    std::size_t block_values, block_bytes;
-    std::vector<std::size_t> scales;
-  };
-  const std::vector<Encoding> encodings = {
-      {ropekit::WeightEncoding::Q8_0, 32, 34, {0}},      {ropekit::WeightEncoding::Q4_0, 32, 18, {0}},
-      {ropekit::WeightEncoding::Q4_1, 32, 20, {0, 2}},   {ropekit::WeightEncoding::Q5_0, 32, 22, {0}},
-      {ropekit::WeightEncoding::Q5_1, 32, 24, {0, 2}},   {ropekit::WeightEncoding::Q4_K, 256, 144, {0, 2}},
-      {ropekit::WeightEncoding::Q5_K, 256, 176, {0, 2}}, {ropekit::WeightEncoding::Q6_K, 256, 210, {208}},
-  };
+  const std::vector<Encoding> encodings(kEncodings.begin(), kEncodings.begin() + 8);  // the block types
   EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::F32));
   EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::F16));
   EXPECT_FALSE(ropekit::lab::int8_rows(ropekit::WeightEncoding::BF16));
@@ -180,14 +182,7 @@ TEST(Quants, Int8DecodeIsWithinItsStatedBoundOnEveryTarget) {
       const ropekit::detail::QuantType& type = *ropekit::detail::quant_type(std::uint32_t(e.encoding));
       for (const std::size_t cols : {e.block_values, 3 * e.block_values, std::size_t{1536}}) {
         const std::size_t rows = 7, row_bytes = cols / e.block_values * e.block_bytes;
-        std::vector<std::byte> packed(rows * row_bytes);
-        for (std::byte& b : packed) b = std::byte(rng() & 0xFFu);
-        for (std::size_t at = 0; at < packed.size(); at += e.block_bytes) {
-          for (const std::size_t offset : e.scales) {
-            const std::uint16_t h = scale16();
-            std::memcpy(&packed[at + offset], &h, 2);
-          }
-        }
+        std::vector<std::byte> packed = random_blocks(e, rows * cols, rng, scale16);
         // Each value's dequantized weight and the magnitude of its block's minimum term (Q4_1/Q5_1: m; Q4_K/Q5_K:
         // dmin · m of its sub-block).
         std::vector<float> w(rows * cols), minimum(rows * cols, 0.0f);

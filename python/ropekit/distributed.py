@@ -447,29 +447,18 @@ def _ring_backward(lay: Layout, k, v, block_grads):
     return dkb, dvb
 
 
-class _SeqToHeads(torch.autograd.Function):
-    """[b, local, h, d] sequence shards → [b, seq, h / world, d]: this rank's heads of every token, in sequence
-    order (one all_to_all_single); backward: the inverse."""
+class _Regroup(torch.autograd.Function):
+    """Sequence shards [b, local, h, d] ↔ head shards of every token in sequence order [b, seq, h / world, d] (one
+    all_to_all_single each way); the backward of one direction is the other."""
 
     @staticmethod
-    def forward(ctx, x, lay: Layout):
-        ctx.lay = lay
-        return _seq_to_heads(lay, x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _heads_to_seq(ctx.lay, grad), None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, lay: Layout):
-        ctx.lay = lay
-        return _heads_to_seq(lay, x)
+    def forward(ctx, x, lay: Layout, to_heads: bool):
+        ctx.lay, ctx.to_heads = lay, to_heads
+        return _seq_to_heads(lay, x) if to_heads else _heads_to_seq(lay, x)
 
     @staticmethod
     def backward(ctx, grad):
-        return _seq_to_heads(ctx.lay, grad), None
+        return (_heads_to_seq(ctx.lay, grad) if ctx.to_heads else _seq_to_heads(ctx.lay, grad)), None, None
 
 
 def _order(lay: Layout, device):
@@ -507,13 +496,21 @@ def _ulysses(lay: Layout, q, k, v, causal: bool, window: int, scale: float):
                     f"world size ({lay.world})")
     if hk % lay.world:  # fewer kv heads than ranks can split: each kv head repeated for its query heads first
         k, v = k.repeat_interleave(h // hk, dim=2), v.repeat_interleave(h // hk, dim=2)
-    qh, kh, vh = (_SeqToHeads.apply(t, lay) for t in (q, k, v))
-    # The whole sequence on this rank, in sequence order: a one-rank layout over it, attention as one local block.
-    whole = np.arange(lay.seq_len, dtype=np.int64)
-    one = Layout(None, 0, 1, "contiguous", lay.seq_len, 1, lay.cu_seqlens, lay.start, (whole,), (whole,),
-                 lay._documents)
-    out = _Attention.apply(qh, kh, vh, one, "local", causal, window, scale)
-    return _HeadsToSeq.apply(out, lay)
+    qh, kh, vh = (_Regroup.apply(t, lay, True) for t in (q, k, v))
+    out = _local_attention(_whole(lay.seq_len, lay._documents), qh, kh, vh, causal, window, scale)
+    return _Regroup.apply(out, lay, False)
+
+
+def _whole(seq_len: int, documents: Optional[np.ndarray] = None) -> Layout:
+    """A one-rank layout over a whole sequence in order (Ulysses's head shards; one process's baseline)."""
+    whole = np.arange(seq_len, dtype=np.int64)
+    docs = np.zeros(seq_len, dtype=np.int64) if documents is None else documents
+    return Layout(None, 0, 1, "contiguous", seq_len, 1, None, 0, (whole,), (whole,), docs)
+
+
+def _local_attention(lay: Layout, q, k, v, causal: bool, window: int, scale: float):
+    """attention's tiles over one process's whole sequence (lay: _whole), no collective."""
+    return _Attention.apply(q, k, v, lay, "local", causal, window, scale)
 
 
 def attention(lay: Layout, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mode: str = "ring",

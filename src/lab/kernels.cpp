@@ -616,7 +616,7 @@ void Int8MatvecRowsX86(const std::byte* packed, std::size_t row_bytes, const std
                                    _mm256_set1_ps(ds[sb + 1] * xs[g0 + sb + 1]), acc1);
           }
           mins = _mm256_fmadd_ps(_mm256_load_ps(ms), _mm256_loadu_ps(xsum + g0), mins);
-        } else {  // Q6_K: the two halves' int8 scales as int16 multipliers (|Σ| ≤ 16 · 95 · 127 · 128 < 2^31)
+        } else {  // Q6_K: the two halves' int8 scales as int16 multipliers (|Σ| ≤ 2 · (2 · 32 · 127) · 128 < 2^22)
           static_assert(kType == kQ6_K);
           const float dd = HalfToFloat(src + 208);
           const auto* scales = reinterpret_cast<const std::int8_t*>(src + 192);

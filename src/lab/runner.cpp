@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -52,7 +53,7 @@ constexpr std::size_t kPanelFloats = std::size_t{1} << 16;
 // tokens' sgemm reads a panel of rows widened into this thread's buffer. Each row's dot product and each output's sum
 // over `in` (sgemm: its blocking follows the shared dimension, which panels do not change) is the one computed over
 // the widened values stored as float32 (tests/model_test.cpp).
-void product_rows(const Product& p, int n, int o0, int o1, bool int8) {
+void product_rows(const Product& p, int n, int o0, int o1, const lab::Int8Vector* xq) {
   const auto in = std::size_t(p.in);
   // Outputs [r0, r1) of many tokens from the float32 rows w (W's row r0 first).
   const auto sgemm = [&](const float* w, int r0, int r1) {
@@ -67,10 +68,8 @@ void product_rows(const Product& p, int n, int o0, int o1, bool int8) {
     }
     return;
   }
-  if (n == 1 && int8 && lab::int8_rows(p.w.encoding)) {  // RunnerOptions::int8_activations
-    thread_local lab::Int8Vector xq;
-    lab::quantize_int8({p.x, in}, xq);
-    lab::int8_matvec_rows(p.w, xq, p.y + o0, std::size_t(o0), std::size_t(o1), p.accumulate);
+  if (xq != nullptr) {  // RunnerOptions::int8_activations: x quantized by matmuls
+    lab::int8_matvec_rows(p.w, *xq, p.y + o0, std::size_t(o0), std::size_t(o1), p.accumulate);
     return;
   }
   if (n == 1) {  // each row widened in chunks straight into its dot product
@@ -95,8 +94,29 @@ void product_rows(const Product& p, int n, int o0, int o1, bool int8) {
 // on two with 6.3 s of system time). One region per group, not per product: a decode step on two threads
 // waits at 4 barriers per layer instead of 7.
 void matmuls(std::initializer_list<Product> products, int n, int threads, bool int8) {
-  const auto block = [n, int8](const Product& p, int o0, int o1) {
-    if (o1 > o0) product_rows(p, n, o0, o1, int8);
+  // With int8 activations, a single token's input to block-quantized matrices is quantized once here, on the calling
+  // thread, for every product that reads it (q, k and v read one x) and every thread that splits their rows.
+  constexpr std::size_t kMaxProducts = 3;
+  thread_local std::array<lab::Int8Vector, kMaxProducts> quantized;
+  std::array<const lab::Int8Vector*, kMaxProducts> xq{};
+  if (products.size() > kMaxProducts) throw Error(fmt::format("matmuls: {} products in one group", products.size()));
+  if (n == 1 && int8) {
+    std::size_t i = 0;
+    for (const Product& p : products) {
+      if (lab::int8_rows(p.w.encoding)) {
+        for (std::size_t j = 0; j < i && xq[i] == nullptr; ++j) {
+          if (xq[j] != nullptr && products.begin()[j].x == p.x && products.begin()[j].in == p.in) xq[i] = xq[j];
+        }
+        if (xq[i] == nullptr) {
+          lab::quantize_int8({p.x, std::size_t(p.in)}, quantized[i]);
+          xq[i] = &quantized[i];
+        }
+      }
+      ++i;
+    }
+  }
+  const auto block = [&](std::size_t i, int o0, int o1) {
+    if (o1 > o0) product_rows(products.begin()[i], n, o0, o1, xq[i]);
   };
   double macs = 0;
   int narrowest = std::numeric_limits<int>::max();
@@ -106,16 +126,17 @@ void matmuls(std::initializer_list<Product> products, int n, int threads, bool i
   }
   const int parts = macs >= 2 * kWorkPerThread ? std::max(1, std::min(threads, narrowest / 16)) : 1;
   if (parts == 1) {
-    for (const Product& p : products) block(p, 0, p.out);
+    for (std::size_t i = 0; i < products.size(); ++i) block(i, 0, products.begin()[i].out);
     return;
   }
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
 #endif
   for (int part = 0; part < parts; ++part) {
-    for (const Product& p : products) {
-      const auto edge = [&](int i) { return i == parts ? p.out : (p.out / parts * i) / 16 * 16; };
-      block(p, edge(part), edge(part + 1));
+    for (std::size_t i = 0; i < products.size(); ++i) {
+      const int out = products.begin()[i].out;
+      const auto edge = [&](int e) { return e == parts ? out : (out / parts * e) / 16 * 16; };
+      block(i, edge(part), edge(part + 1));
     }
   }
 }
