@@ -15,6 +15,7 @@ endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release
     "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
+    "-DCMAKE_C_FLAGS=${CXX_FLAGS}"
     "-DROPEKIT_CONSUMER=${CONSUMER}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build" --verbose)
 set(build_log "${last_output}")
@@ -27,7 +28,8 @@ set(forbidden_core openblas OPENBLAS nlohmann_json)
 set(forbidden_config openblas OPENBLAS)
 set(forbidden_positions openblas OPENBLAS nlohmann_json)
 set(forbidden_engine openblas OPENBLAS nlohmann_json)
-set(forbidden_c openblas OPENBLAS)
+# The C API is one shared library: its consumer finds and links none of the C++ stack's packages.
+set(forbidden_c openblas OPENBLAS nlohmann_json hwy "libfmt|fmt_DIR")
 if(DEFINED forbidden_${CONSUMER})
   file(READ "${WORK_DIR}/build/CMakeCache.txt" cache)
   foreach(forbidden IN LISTS forbidden_${CONSUMER})
