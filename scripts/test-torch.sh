@@ -12,7 +12,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=$repo/build/torch-venv
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/pip" install -q "torch==2.9.1" "transformers==5.15.0" "numpy>=2" pytest hypothesis \
-  "scikit-build-core>=0.10" "pybind11>=2.12" "gguf==0.17.1" "accelerate==1.15.0"
+  "scikit-build-core>=0.10" "pybind11>=2.12" "gguf==0.17.1" "accelerate==1.15.0" "pybind11-stubgen==2.5.5" \
+  "mypy==1.18.2"
 # Without build isolation, so that the build sees this PyTorch and compiles the C++ operator library against it
 # (python/torch_ops); an isolated build has no PyTorch and ropekit.ops would register the operators from Python.
 # Without the CUDA kernels: nothing here has a GPU to run them on, and the release part has compiled them already.
@@ -20,6 +21,11 @@ venv=$repo/build/torch-venv
   --config-settings=build-dir="$repo/build/wheel" --config-settings=cmake.define.ROPEKIT_CUDA=OFF "$repo"
 cd "$(mktemp -d)"
 "$venv/bin/python" -m ropekit --version
+# Typed Python: the compiled module's committed stubs equal what pybind11-stubgen makes of the installed module, and
+# a typed user script passes mypy --strict against the installed package (and runs).
+"$venv/bin/python" "$repo/scripts/python-stubs.py" --check
+"$venv/bin/mypy" --strict --no-incremental "$repo/examples/python/typed_usage.py"
+"$venv/bin/python" "$repo/examples/python/typed_usage.py" >/dev/null
 ROPEKIT_REPO_DIR=$repo ROPEKIT_EXPECT_OPS=c++ "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests"
 # The Python registration of the same operators (what an isolated wheel or another PyTorch gets), same tests.
 ROPEKIT_REPO_DIR=$repo ROPEKIT_TORCH_OPS=python ROPEKIT_EXPECT_OPS=python "$venv/bin/python" -m pytest -q \

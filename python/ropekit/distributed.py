@@ -96,12 +96,15 @@ class Layout:
         return self.seq_len // self.world
 
     def indices_of(self, r: int) -> torch.Tensor:
+        """The global token indices rank r holds, in its local order."""
         return torch.from_numpy(self._all_indices[r])
 
     def positions_of(self, r: int) -> torch.Tensor:
+        """The RoPE positions of the tokens rank r holds."""
         return torch.from_numpy(self._all_positions[r])
 
     def documents_of(self, r: int) -> torch.Tensor:
+        """The document ids of the tokens rank r holds (0 without cu_seqlens)."""
         return torch.from_numpy(self._documents[self._all_indices[r]])
 
     def peer(self, r: int) -> int:
@@ -280,7 +283,8 @@ _TILE_ROWS = 256
 traffic = {"bytes_sent": 0, "score_entries": 0}
 
 
-def reset_traffic():
+def reset_traffic() -> None:
+    """Zeroes the `traffic` counters (bytes sent between ranks, attention score entries computed)."""
     traffic["bytes_sent"] = traffic["score_entries"] = 0
 
 

@@ -45,6 +45,8 @@ CSV_HEADER = "method,N,scale,bucket_lo,bucket_hi,tokens,mean_nll,ppl"
 
 @dataclass
 class Row:
+    """One line of the perplexity table: a method at evaluation length n (scale = n / trained length), the targets
+    at positions [bucket_lo, bucket_hi) of every window, their count, mean negative log-likelihood and perplexity."""
     method: str
     n: int
     scale: float
@@ -830,6 +832,7 @@ PASSKEY_CSV_HEADER = "method,length,scale,depth,keys,retrieved,accuracy"
 
 @dataclass
 class PasskeyCell:
+    """One cell of the passkey grid: a method at a prompt length and needle depth, keys tried and retrieved."""
     method: str
     length: int
     scale: float
@@ -852,6 +855,7 @@ class PasskeyResult(_Written):
     model: str = ""
 
     def csv(self) -> str:
+        """The C++ lab's CSV (`ropekit passkey --csv`): the same columns, the same number formats."""
         lines = [PASSKEY_CSV_HEADER]
         for c in self.cells:
             lines.append(f"{_field(c.method)},{c.length},{_g(c.scale)},{_g(c.depth)},{c.keys},{c.retrieved},"
@@ -859,6 +863,7 @@ class PasskeyResult(_Written):
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict:
+        """The C++ lab's JSON (`ropekit passkey --json`)."""
         return {"model": self.model, "trained_length": self.trained_length, "seconds": self.seconds,
                 "methods": [{"name": n, "fragment": f} for n, f in self.methods],
                 "cells": [{"method": c.method, "length": c.length, "scale": c.scale, "depth": c.depth,
@@ -1046,6 +1051,8 @@ def _ints(text: Optional[str], what: str) -> list:
 
 
 def main(argv=None) -> int:
+    """`python -m ropekit.lab eval|passkey ...`: the lab on any transformers model (argv: the arguments, None:
+    sys.argv's); returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m ropekit.lab", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="perplexity by target position per method (docs/lab.md's protocol)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 import torch
@@ -60,8 +60,23 @@ class RotaryFunction(torch.autograd.Function):
         return None, None, None, None, gq, gk
 
 
-def apply_rotary(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, positions=None, *,
-                 layout: str = "bshd", angles: str = "accurate"):
+# What positions may be: a tensor, an array or a sequence of ints (None: 0 … seq−1).
+Positions = Union[torch.Tensor, np.ndarray, Sequence[int], None]
+
+
+@overload
+def apply_rotary(rope: Rope, q: torch.Tensor, k: None = None, positions: Positions = None, *, layout: str = "bshd",
+                 angles: str = "accurate") -> torch.Tensor: ...
+
+
+@overload
+def apply_rotary(rope: Rope, q: torch.Tensor, k: torch.Tensor, positions: Positions = None, *, layout: str = "bshd",
+                 angles: str = "accurate") -> Tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def apply_rotary(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, positions: Positions = None, *,
+                 layout: str = "bshd",
+                 angles: str = "accurate") -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """q (and k) rotated by ropekit's kernel with autograd: returns new tensors (q', k') or q'.
 
     layout: "bshd" [batch, seq, heads, head_dim] (flash-attn), "bhsd" [batch, heads, seq, head_dim]
@@ -114,8 +129,9 @@ class RotaryEmbedding(torch.nn.Module):
     switches `rope` to the set's Rope for the new length and never changes a Rope in place.
     """
 
-    def __init__(self, config, *, layer_type: Optional[str] = None, angles: str = "accurate",
-                 pairing: Optional[str] = None, device=None, follow_length: bool = True):
+    def __init__(self, config: Union[str, os.PathLike[str], dict[str, Any], Rope], *, layer_type: Optional[str] = None,
+                 angles: str = "accurate", pairing: Optional[str] = None,
+                 device: Union[torch.device, str, None] = None, follow_length: bool = True) -> None:
         super().__init__()
         if angles not in ("accurate", "hf"):
             raise Error(f'angles = "{angles}": must be "accurate" or "hf"')
@@ -217,7 +233,7 @@ class RotaryEmbedding(torch.nn.Module):
         return out.to(x.device)
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor):
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         if self._follow and position_ids.numel() > 0:
             self._follow_hf_length(position_ids)
         if self.angles == "hf":

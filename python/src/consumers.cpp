@@ -106,7 +106,10 @@ void bind_consumers(py::module_& m) {
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("rope") = nullptr, py::arg("q_positions") = py::none(),
       py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
       py::arg("window") = 0, py::arg("softmax_scale") = py::none(), py::arg("alibi_slopes") = py::none(),
-      py::arg("angles") = "accurate", py::arg("table") = kNoTable);
+      py::arg("angles") = "accurate", py::arg("table") = kNoTable,
+      "Softmax attention (ropekit/attention.hpp) with RoPE fused into the Q/K loads (rope None: no rotation): GQA/MQA, "
+      "causal by position, window > 0 a sliding window, ALiBi slopes; float32 arithmetic, bit-identical to "
+      "Rope.apply followed by attention on the rotated copies");
   m.def(
       "linear_attention",
       [](const PyRope& rope, py::handle q, py::handle k, py::handle v, py::handle qp, py::handle kp,
@@ -116,7 +119,9 @@ void bind_consumers(py::module_& m) {
       },
       py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_positions") = py::none(),
       py::arg("k_positions") = py::none(), py::kw_only(), py::arg("layout") = "bshd", py::arg("causal") = true,
-      py::arg("form") = "recurrent", py::arg("angles") = "accurate");
+      py::arg("form") = "recurrent", py::arg("angles") = "accurate",
+      "RoFormer's linear attention with RoPE (ropekit/linear_attention.hpp), in the 'recurrent' or 'parallel' "
+      "form");
 }
 
 }  // namespace ropekit::python

@@ -214,24 +214,35 @@ py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py
 
 void bind_kv_caches(py::module_& m) {
   const auto* const kNoTable = static_cast<const PyCosSinTable*>(nullptr);  // table=None: the Rope's angles
-  py::class_<PyKvCache>(m, "KvCache")
+  py::class_<PyKvCache>(m, "KvCache",
+                        "One sequence's KV cache of rotated keys (ropekit/kv_cache.hpp): slots in append order, each "
+                        "with its position; K-shift as a pure rotation, re-rotation on a plan change")
       .def(py::init(&make_cache), py::arg("rope"), py::arg("capacity"), py::arg("kv_heads"), py::kw_only(),
-           py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate")
+           py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate",
+           "A cache of `capacity` slots of kv_heads keys (rope.head_dim) and values (v_head_dim, 0: head_dim), stored "
+           "as dtype 'float32', 'bfloat16' or 'float16'")
       .def("append", &cache_append, py::arg("rope"), py::arg("k"), py::arg("v"), py::arg("positions") = py::none(),
-           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+           py::kw_only(), py::arg("layout") = "thd", py::arg("angles") = "accurate", py::arg("table") = kNoTable,
+           "Rotates k at positions (None: following the last slot's) and appends it with v, one rounding to storage")
       .def("attention", &cache_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::kw_only(),
            py::arg("layout") = "thd", py::arg("causal") = true, py::arg("window") = 0,
-           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+           py::arg("softmax_scale") = py::none(), py::arg("angles") = "accurate", py::arg("table") = kNoTable,
+           "Softmax attention of q (rotated on load at positions) over the cached keys and values; causal by "
+           "position, window > 0 a sliding window; returns the output as q's kind of array")
       .def(
           "shift",
           [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) {
             c.cache->shift(first, last, delta);
           },
-          py::arg("first"), py::arg("last"), py::arg("delta"))
+          py::arg("first"), py::arg("last"), py::arg("delta"),
+          "K-shift: slots [first, last) move by delta positions, their keys turned by R(delta); a refused shift (a "
+          "position below 0 or at 2^47) changes nothing")
       .def(
           "erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
-          py::arg("first"), py::arg("last"))
-      .def("clear", [](PyKvCache& c) { c.cache->clear(); })
+          py::arg("first"), py::arg("last"),
+          "Removes slots [first, last); later slots move down keeping their positions (llama.cpp's seq_rm)")
+      .def(
+          "clear", [](PyKvCache& c) { c.cache->clear(); }, "Removes every slot")
       .def(
           "rerotate",
           [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
@@ -239,38 +250,59 @@ void bind_kv_caches(py::module_& m) {
             py::gil_scoped_release release;
             return c.cache->rerotate(*held);
           },
-          py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+          py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate",
+          "Re-rotates the cached keys from their plan to rope's (dynamic NTK, LongRoPE); False, changing nothing, "
+          "when the plans agree")
       .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
       .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })
       .def("__len__", [](const PyKvCache& c) { return c.cache->size(); })
-      .def("keys", [](const PyKvCache& c) { return widened(c.cache->keys(), c.head_dim); })
-      .def("values", [](const PyKvCache& c) { return widened(c.cache->values(), c.v_head_dim); })
-      .def("positions", [](const PyKvCache& c) {
-        std::vector<std::int64_t> p(static_cast<std::size_t>(c.cache->size()));
-        for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
-        return py::array_t<std::int64_t>(p.size(), p.data());
-      });
+      .def(
+          "keys", [](const PyKvCache& c) { return widened(c.cache->keys(), c.head_dim); },
+          "The stored (rotated) keys as float32 [size, kv_heads, head_dim], a copy")
+      .def(
+          "values", [](const PyKvCache& c) { return widened(c.cache->values(), c.v_head_dim); },
+          "The stored values as float32 [size, kv_heads, v_head_dim], a copy")
+      .def(
+          "positions",
+          [](const PyKvCache& c) {
+            std::vector<std::int64_t> p(static_cast<std::size_t>(c.cache->size()));
+            for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
+            return py::array_t<std::int64_t>(p.size(), p.data());
+          },
+          "Each slot's position, int64");
 
-  py::class_<PyPagedKvCache>(m, "PagedKvCache")
+  py::class_<PyPagedKvCache>(m, "PagedKvCache",
+                             "A paged KV cache of rotated keys for many sequences (ropekit/paged_kv_cache.hpp): pages "
+                             "in FlashInfer's layout, llama.cpp's sequence operations, fp8/bf16/fp16 storage")
       .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"),
            py::arg("kv_heads"), py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32",
            py::arg("layout") = "nhd", py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
-           py::arg("angles") = "accurate")
+           py::arg("angles") = "accurate",
+           "num_pages pages of page_size tokens for up to max_sequences sequences; dtype 'float32', 'bfloat16', "
+           "'float16' or 'fp8_e4m3' (k_scale, v_scale: the fp8 scales), page layout 'nhd' or 'hnd'")
       .def("append", &paged_append, py::arg("rope"), py::arg("seq_ids"), py::arg("k"), py::arg("v"),
            py::arg("positions") = py::none(), py::kw_only(), py::arg("angles") = "accurate",
-           py::arg("table") = kNoTable)
+           py::arg("table") = kNoTable,
+           "Rotates each token's k at its position (None: following its sequence's last) and appends it with v to "
+           "the sequence seq_ids names, taking pages from the free list")
       .def("attention", &paged_attention, py::arg("rope"), py::arg("q"), py::arg("positions"), py::arg("seq_ids"),
            py::kw_only(), py::arg("causal") = true, py::arg("window") = 0, py::arg("softmax_scale") = py::none(),
-           py::arg("angles") = "accurate", py::arg("table") = kNoTable)
+           py::arg("angles") = "accurate", py::arg("table") = kNoTable,
+           "Softmax attention of each query token (rotated on load at its position) over its sequence's cached keys "
+           "and values; causal by position, window > 0 a sliding window")
       .def(
           "erase", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->erase(seq, p0, p1); },
-          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1,
+          "Removes seq's entries at positions [p0, p1) (p0 < 0: from 0, p1 < 0: to the end); later entries keep "
+          "their positions; pages no longer needed are freed")
       .def(
           "shift",
           [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
             c.cache->shift(seq, p0, p1, delta);
           },
-          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"),
+          "K-shift: seq's entries at positions [p0, p1) move by delta, their keys turned by R(delta); a refused "
+          "shift changes nothing")
       // llama.cpp's names, kept for one version (docs/conventions.md): a DeprecationWarning, then the operation.
       .def(
           "seq_rm",
@@ -280,7 +312,7 @@ void bind_kv_caches(py::module_& m) {
             }
             c.cache->erase(seq, p0, p1);
           },
-          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1)
+          py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1, "Deprecated name of erase (llama.cpp's)")
       .def(
           "seq_add",
           [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
@@ -289,15 +321,17 @@ void bind_kv_caches(py::module_& m) {
             }
             c.cache->shift(seq, p0, p1, delta);
           },
-          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"))
+          py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"), "Deprecated name of shift (llama.cpp's)")
       .def(
           "seq_cp",
           [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
             c.cache->seq_cp(src, dst, p0, p1);
           },
-          py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1)
+          py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1,
+          "Copies src's entries at positions [p0, p1) to the end of dst (dst adopts src's plan when empty)")
       .def(
-          "seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"))
+          "seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"),
+          "Removes every entry of seq, and its plan")
       .def(
           "rerotate",
           [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
@@ -305,23 +339,26 @@ void bind_kv_caches(py::module_& m) {
             py::gil_scoped_release release;
             return c.cache->rerotate(seq, *held);
           },
-          py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate")
+          py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate",
+          "Re-rotates seq's keys from its plan to rope's; False (adopting the plan) when they agree, the keys are "
+          "stored unrotated or the sequence is empty")
       .def(
-          "length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"))
+          "length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"),
+          "How many entries seq holds")
       .def(
           "positions",
           [](const PyPagedKvCache& c, int seq) {
             const std::span<const std::int64_t> p = c.cache->positions(seq);
             return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
           },
-          py::arg("seq"))
+          py::arg("seq"), "seq's entries' positions in entry order, int64")
       .def(
           "pages",
           [](const PyPagedKvCache& c, int seq) {
             const std::span<const std::int32_t> p = c.cache->pages(seq);
             return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
           },
-          py::arg("seq"))
+          py::arg("seq"), "The pages seq occupies, in order, int32")
       .def_property_readonly("free_pages", [](const PyPagedKvCache& c) { return c.cache->free_pages(); })
       .def(
           "page_table",
@@ -333,7 +370,9 @@ void bind_kv_caches(py::module_& m) {
             };
             return py::make_tuple(array(indices), array(indptr), array(last));
           },
-          py::arg("seqs"));
+          py::arg("seqs"),
+          "FlashInfer's page table of the sequences seqs: (indices, indptr, last_page_len), int32 arrays, for an "
+          "engine's own attention kernel");
 }
 
 }  // namespace ropekit::python

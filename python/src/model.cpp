@@ -179,11 +179,13 @@ py::dict eval_table(const PyModel& self, const std::vector<int>& tokens, const s
 }  // namespace
 
 void bind_model(py::module_& m) {
-  py::class_<PyModel>(m, "Model")
+  py::class_<PyModel>(m, "Model",
+                      "The lab's Llama runner (ropekit/model.hpp): a llama2.c checkpoint, a GGUF file or a Hugging "
+                      "Face safetensors directory, run on the CPU with any RoPE")
       .def(py::init([](const std::filesystem::path& path) {
              return PyModel{std::make_shared<const LlamaModel>(load_model_file(path))};
            }),
-           py::arg("path"))
+           py::arg("path"), "Loads a model file or directory (the format read from its contents)")
       .def_property_readonly("config",
                              [](const PyModel& self) {
                                const LlamaConfig& c = self.model->config;
@@ -208,19 +210,29 @@ void bind_model(py::module_& m) {
             return std::make_shared<PyRope>(spec_with_scaling(*self.model, text, "rope_scaling", trained_length),
                                             std::nullopt, "rope_with_scaling");
           },
-          py::arg("rope_scaling"), py::kw_only(), py::arg("trained_length") = py::none())
+          py::arg("rope_scaling"), py::kw_only(), py::arg("trained_length") = py::none(),
+          "The model's RoPE under a context-extension method: rope_scaling in config.json syntax, trained_length the "
+          "original context (default: the model's)")
       .def("logits", &model_logits, py::arg("tokens"), py::arg("positions") = py::none(), py::kw_only(),
-           py::arg("rope") = nullptr, py::arg("window") = 0, py::arg("threads") = 0)
+           py::arg("rope") = nullptr, py::arg("window") = 0, py::arg("threads") = 0,
+           "float32 logits [len(tokens), vocab_size] of one forward pass at positions (None: 0 … n-1), with rope "
+           "(None: the model's) and window > 0 a sliding window")
       .def("generate", &model_generate, py::arg("prompt"), py::arg("steps"), py::kw_only(),
            py::arg("temperature") = 0.0f, py::arg("topp") = 0.9f, py::arg("seed") = 1, py::arg("rope") = nullptr,
-           py::arg("threads") = 0);
+           py::arg("threads") = 0,
+           "The prompt's tokens followed by up to `steps` generated ones: greedy at temperature 0, else top-p "
+           "sampling from seed");
 
-  py::class_<Tokenizer>(m, "Tokenizer")
-      .def(py::init([](const std::filesystem::path& path) { return Tokenizer::from_file(path); }), py::arg("path"))
+  py::class_<Tokenizer>(m, "Tokenizer",
+                        "The runner's tokenizer (ropekit/tokenizer.hpp): llama2.c's tokenizer.bin or a GGUF file's "
+                        "vocabulary")
+      .def(py::init([](const std::filesystem::path& path) { return Tokenizer::from_file(path); }), py::arg("path"),
+           "Reads a tokenizer file (tokenizer.bin or a .gguf)")
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
       .def_property_readonly("bos_id", &Tokenizer::bos_id)
       .def_property_readonly("eos_id", &Tokenizer::eos_id)
-      .def("encode", &Tokenizer::encode, py::arg("text"), py::kw_only(), py::arg("bos") = true, py::arg("eos") = false)
+      .def("encode", &Tokenizer::encode, py::arg("text"), py::kw_only(), py::arg("bos") = true, py::arg("eos") = false,
+           "The token ids of text, with BOS first and EOS last when asked")
       .def(
           "encode_stories", [](const Tokenizer& t, std::string_view text) { return encode_stories(t, text); },
           py::arg("text"), "`ropekit tokenize --stories`: each story (split at <|endoftext|>) from a BOS")
@@ -234,12 +246,15 @@ void bind_model(py::module_& m) {
             }
             return py::bytes(text).attr("decode")("utf-8", "replace");
           },
-          py::arg("tokens"), py::kw_only(), py::arg("prev") = 1);
+          py::arg("tokens"), py::kw_only(), py::arg("prev") = 1,
+          "The text of tokens, each decoded after the one before (prev: the token before the first)");
 
   m.def("eval", &eval_table, py::arg("model"), py::arg("tokens"), py::kw_only(),
         py::arg("methods") = "orig,pi,yarn,swa", py::arg("lengths") = std::vector<std::int64_t>{512, 2048},
         py::arg("buckets") = py::none(), py::arg("window_size") = 2048, py::arg("windows") = py::none(),
-        py::arg("trained_length") = py::none(), py::arg("threads") = 0, py::arg("attention_stats") = false);
+        py::arg("trained_length") = py::none(), py::arg("threads") = 0, py::arg("attention_stats") = false,
+        "`ropekit eval`: perplexity by position bucket of each method at each evaluation length over windows of "
+        "tokens (docs/lab.md), as a dict of NumPy arrays");
   // The lab's methods for the Python lab (ropekit.lab): the C++ parser and each method's reading, so both labs share
   // one definition of every method, its parameters and its errors.
   m.def(
@@ -357,7 +372,9 @@ void bind_model(py::module_& m) {
       py::arg("model"), py::arg("tokenizer"), py::kw_only(),
       py::arg("methods") = "orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3",
       py::arg("lengths") = std::vector<std::int64_t>{}, py::arg("depths") = std::vector<double>{}, py::arg("keys") = 5,
-      py::arg("seed") = 0, py::arg("trained_length") = py::none(), py::arg("threads") = 0);
+      py::arg("seed") = 0, py::arg("trained_length") = py::none(), py::arg("threads") = 0,
+      "`ropekit passkey`: retrieval of a random key hidden at each depth of a prompt of each length, per method "
+      "(docs/lab.md): a dict of cells (method, length, scale, depth, keys, retrieved), trained_length, seconds");
   // The regimes' positions as the fused attention takes them (ropekit/attention.hpp), for the Python lab's tests:
   // [len(i), len(j)] regime ids and each regime's query and key positions.
   m.def(
@@ -390,11 +407,14 @@ void bind_model(py::module_& m) {
         return py::make_tuple(which, qp, kp);
       },
       py::arg("regimes"), py::arg("i"), py::arg("j"));
-  m.def("eval_methods", [] {
-    py::list out;
-    for (const EvalMethod& e : builtin_methods()) out.append(e.name);
-    return out;
-  });
+  m.def(
+      "eval_methods",
+      [] {
+        py::list out;
+        for (const EvalMethod& e : builtin_methods()) out.append(e.name);
+        return out;
+      },
+      "The lab's built-in method names (orig, pi, ntk, yarn, ...), for eval and passkey's methods=");
 }
 
 }  // namespace ropekit::python

@@ -623,25 +623,38 @@ PYBIND11_MODULE(_ropekit, m) {
       .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });
   py::class_<PyRotateCall, std::shared_ptr<PyRotateCall>>(
       m, "RotateCall", "Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp)")
-      .def("run", &PyRotateCall::run)
-      .def("set_positions", &PyRotateCall::set_positions, py::arg("positions"));
-  py::class_<PyRope, std::shared_ptr<PyRope>>(m, "Rope")
+      .def("run", &PyRotateCall::run,
+           "Rotates the prepared q (and k) and returns what Rope.apply returns; no argument is checked again")
+      .def("set_positions", &PyRotateCall::set_positions, py::arg("positions"),
+           "Moves the call to new positions of the same tokens, checked as prepare checks them (the call unchanged "
+           "on an error)");
+  py::class_<PyRope, std::shared_ptr<PyRope>>(
+      m, "Rope",
+      "One RoPE plan (ropekit/rope.hpp): the spec a model's config gives, its inverse frequencies and magnitudes for "
+      "a current length, and the kernels that rotate query/key arrays and tensors with it. Immutable but for the "
+      "deprecated set_current_length; shared freely between threads.")
       .def(py::init(&rope_from_keywords), py::arg("head_dim"), py::kw_only(), py::arg("rotary_dim") = py::none(),
            py::arg("base") = 10000.0, py::arg("pairing") = "half", py::arg("rope_scaling") = py::none(),
            py::arg("max_position_embeddings") = py::none(), py::arg("mrope_section") = py::none(),
-           py::arg("mrope_interleaved") = false, py::arg("current_length") = py::none())
+           py::arg("mrope_interleaved") = false, py::arg("current_length") = py::none(),
+           "A Rope from keywords: rope_scaling in config.json syntax (read by the config reader), pairing 'half' "
+           "(HF rotate_half) or 'interleaved' (GPT-J); rotary_dim defaults to head_dim")
       .def_static(
           "from_config",
           [](py::handle config, std::optional<std::string> layer_type, std::optional<int> layer,
              std::optional<std::string> pairing) { return ropes_of(read_model(config, pairing), layer_type, layer); },
           py::arg("config"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
-          py::arg("pairing") = py::none())
+          py::arg("pairing") = py::none(),
+          "The model's RoPE from its config.json (a path or a dict), resolved as transformers does; layer_type= or "
+          "layer= picks one where the layers have several RoPE plans (without it such a model gives a dict "
+          "{layer_type: Rope}, deprecated)")
       .def_static(
           "from_preset",
           [](const std::string& name, std::optional<std::string> layer_type, std::optional<int> layer) {
             return ropes_of(read_preset(name), layer_type, layer);
           },
-          py::arg("name"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none())
+          py::arg("name"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
+          "The RoPE of a built-in preset (ropekit.presets()), as from_config gives it")
       .def_static(
           "from_gguf",
           [](py::handle path, std::optional<std::string> layer_type, std::optional<int> layer,
@@ -650,7 +663,8 @@ PYBIND11_MODULE(_ropekit, m) {
             return ropes_of(read_gguf_file(p, config_options(pairing)), layer_type, layer);
           },
           py::arg("path"), py::kw_only(), py::arg("layer_type") = py::none(), py::arg("layer") = py::none(),
-          py::arg("pairing") = py::none())
+          py::arg("pairing") = py::none(),
+          "The RoPE of a GGUF file's llama.cpp metadata (only the header is read), as from_config gives it")
       .def_property_readonly("head_dim", [](const PyRope& r) { return r.spec().head_dim; })
       .def_property_readonly("rotary_dim", [](const PyRope& r) { return r.spec().rotary_dim; })
       .def_property_readonly("num_pairs", [](const PyRope& r) { return r.spec().num_pairs(); })
@@ -674,10 +688,16 @@ PYBIND11_MODULE(_ropekit, m) {
       .def_property_readonly("current_length", &PyRope::current_length)
       .def_property_readonly("uses_long_factors", [](const PyRope& r) { return r.plan().uses_long_factors; })
       .def_property_readonly("depends_on_length", [](const PyRope& r) { return depends_on_length(r.spec()); })
-      .def("set_current_length", &PyRope::set_current_length, py::arg("length"))
-      .def("bands", &bands, py::arg("context") = py::none())
+      .def("set_current_length", &PyRope::set_current_length, py::arg("length"),
+           "Deprecated: re-plans this Rope in place for a current length (dynamic NTK, LongRoPE) and returns whether "
+           "the plan changed; take RopeSet(rope).at(length) instead")
+      .def("bands", &bands, py::arg("context") = py::none(),
+           "Each pair's frequency band for a context length: wavelength, rotations over the context and whether the "
+           "scaling keeps, blends or interpolates it (ropekit/analysis.hpp)")
       .def("export_cos_sin_cache", &cos_sin_cache, py::arg("num_positions"), py::kw_only(),
-           py::arg("angles") = "accurate")
+           py::arg("angles") = "accurate",
+           "ropekit's coefficients in vLLM's cos_sin_cache layout: float32 [num_positions, rotary_dim], m·cos half "
+           "then m·sin half (FlashInfer takes the same)")
       // The name until 2026-11-29, kept for one version (docs/conventions.md): a DeprecationWarning, then the export.
       .def(
           "cos_sin_cache",
@@ -687,29 +707,46 @@ PYBIND11_MODULE(_ropekit, m) {
             }
             return cos_sin_cache(self, num_positions, angles);
           },
-          py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate")
-      .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6)
-      .def("import_cos_sin_cache", &import_cache, py::arg("cache"))
+          py::arg("num_positions"), py::kw_only(), py::arg("angles") = "accurate",
+          "Deprecated name of export_cos_sin_cache (until 2026-11-29): warns, then exports")
+      .def("check_cos_sin_cache", &check_cache, py::arg("cache"), py::kw_only(), py::arg("tolerance") = 1e-6,
+           "How far an engine's cos/sin cache is from the accurate angles: a dict of max_error, worst_position, "
+           "worst_pair, worst_is_sin, first_position_over (the first row past tolerance, -1 if none), accurate_bound")
+      .def("import_cos_sin_cache", &import_cache, py::arg("cache"),
+           "An engine's float32 [n, rotary_dim] cos/sin cache copied once into a CosSinTable, which apply(..., "
+           "table=) and the caches' append/attention then rotate with, value for value")
       .def("cos_sin", &cos_sin, py::arg("positions"), py::kw_only(), py::arg("layout") = "hf",
-           py::arg("angles") = "accurate")
+           py::arg("angles") = "accurate",
+           "float32 (cos, sin) of shape positions.shape + (width,): layout 'hf' is HF's duplicated rotary_dim-wide "
+           "row, 'half' flash-attn's rotary_dim/2 values; the magnitude included as HF includes it; M-RoPE positions "
+           "[3, ...] give each pair its stream's value")
       .def("apply", &apply, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(), py::kw_only(),
            py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
            py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
-           py::arg("table") = static_cast<const PyCosSinTable*>(nullptr))
+           py::arg("table") = static_cast<const PyCosSinTable*>(nullptr),
+           "Rotates q (and k) at positions (None: 0 … seq-1): NumPy arrays, torch CPU or CUDA tensors in layout "
+           "'bshd', 'bhsd' or 'thd'; in place by default, direction 'forward', 'inverse' or 'backward'; angles "
+           "'accurate' (correctly rounded) or 'hf' (HF's float32 angles). Returns (q, k), or the one given — the "
+           "same objects when in place. Float32 arithmetic, one rounding to storage (docs/numerics.md)")
       .def("prepare", &prepare, py::arg("q"), py::arg("k") = py::none(), py::arg("positions") = py::none(),
            py::kw_only(), py::arg("layout") = "bshd", py::arg("inplace") = true, py::arg("direction") = "forward",
            py::arg("angles") = "accurate", py::arg("dtype") = "", py::arg("threads") = 0,
            py::arg("table") = static_cast<const PyCosSinTable*>(nullptr),
            "apply()'s call validated and resolved once (ropekit/call.hpp's RotateCall): run() rotates (and returns "
            "what apply returns), set_positions(positions) moves it to new positions of the same tokens")
-      .def("verify", &verify_checks)
+      .def("verify", &verify_checks,
+           "`ropekit verify`'s self-checks of this RoPE against each function's contract (angles vs a float64 "
+           "oracle, inverse∘forward, K-shift, fused attention, ...): dicts of name, what, figure, bound, passed, "
+           "skipped, detail")
       .def(
           "decay_bound",
           [](const PyRope& r, std::int64_t max_distance) {
             const std::vector<double> d = decay_bound(r.plan(), max_distance);
             return py::array_t<double>(d.size(), d.data());
           },
-          py::arg("max_distance"))
+          py::arg("max_distance"),
+          "RoFormer's long-term decay bound (1/(d/2))·Σ|S_j| for relative distances 0 … max_distance, as float64 "
+          "(ropekit/analysis.hpp)")
       .def("__repr__", &repr);
 
   py::class_<PyModelPositions>(m, "ModelPositions",
@@ -720,16 +757,19 @@ PYBIND11_MODULE(_ropekit, m) {
           [](py::handle config, std::optional<std::string> pairing) {
             return PyModelPositions(read_model(config, pairing));
           },
-          py::arg("config"), py::kw_only(), py::arg("pairing") = py::none())
+          py::arg("config"), py::kw_only(), py::arg("pairing") = py::none(),
+          "A model's positions from its config.json (a path or a dict), resolved as transformers does")
       .def_static(
-          "from_preset", [](const std::string& name) { return PyModelPositions(read_preset(name)); }, py::arg("name"))
+          "from_preset", [](const std::string& name) { return PyModelPositions(read_preset(name)); }, py::arg("name"),
+          "A built-in preset's positions (ropekit.presets())")
       .def_static(
           "from_gguf",
           [](py::handle path, std::optional<std::string> pairing) {
             const auto p = py::module_::import("os").attr("fspath")(path).cast<std::string>();
             return PyModelPositions(read_gguf_file(p, config_options(pairing)));
           },
-          py::arg("path"), py::kw_only(), py::arg("pairing") = py::none())
+          py::arg("path"), py::kw_only(), py::arg("pairing") = py::none(),
+          "A GGUF file's positions from its llama.cpp metadata (only the header is read)")
       .def_property_readonly("source", [](const PyModelPositions& p) { return p.get().source; })
       .def_property_readonly("model_type", [](const PyModelPositions& p) { return p.get().model_type; })
       .def_property_readonly("family", [](const PyModelPositions& p) { return p.get().family; })
@@ -756,26 +796,30 @@ PYBIND11_MODULE(_ropekit, m) {
   m.def(
       "model_positions",
       [](py::handle config, std::optional<std::string> pairing) { return positions_dict(read_model(config, pairing)); },
-      py::arg("config"), py::kw_only(), py::arg("pairing") = py::none());
+      py::arg("config"), py::kw_only(), py::arg("pairing") = py::none(),
+      "A model's per-layer positional plan (docs/config.md) from its config.json (a path or a dict), as a dict");
   m.def(
       "model_positions_preset", [](const std::string& name) { return positions_dict(read_preset(name)); },
-      py::arg("name"));
+      py::arg("name"), "model_positions of a built-in preset");
   m.def(
       "model_positions_gguf",
       [](py::handle path) {
         return positions_dict(read_gguf_file(py::module_::import("os").attr("fspath")(path).cast<std::string>()));
       },
-      py::arg("path"));
-  m.def("presets", [] {
-    py::list out;
-    for (const Preset& p : presets()) {
-      py::dict d;
-      d["name"] = std::string(p.name);
-      d["model"] = std::string(p.model);
-      out.append(d);
-    }
-    return out;
-  });
+      py::arg("path"), "model_positions of a GGUF file's llama.cpp metadata");
+  m.def(
+      "presets",
+      [] {
+        py::list out;
+        for (const Preset& p : presets()) {
+          py::dict d;
+          d["name"] = std::string(p.name);
+          d["model"] = std::string(p.model);
+          out.append(d);
+        }
+        return out;
+      },
+      "The built-in presets (docs/config.md) as dicts of name and model");
   m.def(
       "model_families",
       [] {
@@ -796,12 +840,15 @@ PYBIND11_MODULE(_ropekit, m) {
   m.def("scaling_variants", &scaling_variants,
         "Every scaling variant's description: rope_type, formula, and each field's config key, source "
         "(rope, model, file) and presence (required, default, optional)");
-  m.def("simd_target", &simd_target);
-  m.def("simd_targets", &simd_targets);
+  m.def("simd_target", &simd_target, "The SIMD target the kernels run on (the CPU's best unless set_simd_target)");
+  m.def("simd_targets", &simd_targets, "Every SIMD target this CPU runs and the build compiled, best first");
   m.def(
-      "set_simd_target", [](const std::string& name) { set_simd_target(name); }, py::arg("name"));
-  m.def("default_threads", &default_threads);
-  m.def("set_default_threads", &set_default_threads, py::arg("threads"));
+      "set_simd_target", [](const std::string& name) { set_simd_target(name); }, py::arg("name"),
+      "Restricts calls prepared from now on to one of simd_targets() (every target gives the same bits); '' "
+      "restores the best");
+  m.def("default_threads", &default_threads, "How many threads a call with threads=0 uses");
+  m.def("set_default_threads", &set_default_threads, py::arg("threads"),
+        "Sets how many threads a call with threads=0 uses (>= 1)");
   m.def("_time_apply", &time_apply, py::arg("rope"), py::arg("q"), py::arg("k"), py::arg("positions"),
         py::arg("layout"), py::arg("iterations"), py::arg("threads") = 0);
 

@@ -111,7 +111,9 @@ void bind_positions(py::module_& m) {
       [](std::int64_t delta, std::int64_t cached, std::int64_t count) {
         return to_array(mrope_decode_positions(delta, cached, count));
       },
-      py::arg("delta"), py::arg("cached"), py::arg("count"));
+      py::arg("delta"), py::arg("cached"), py::arg("count"),
+      "Decoding after a multimodal prompt: int64 [3, count] positions of count new tokens after `cached`, each "
+      "cache position + delta (HF's arange(past, past + n) + rope_deltas)");
   // Vision encoders: stream-major [axes, n] int64 coordinates (HF's get_vision_position_ids returns the transpose,
   // (n, 2)); Rope.apply / cos_sin of the encoder's Rope (vision_rope) take them as they are.
   auto streams = [](const std::vector<std::int64_t>& v, py::ssize_t axes) {
@@ -203,7 +205,8 @@ void bind_positions(py::module_& m) {
   m.def(
       "verify_positions",
       [](std::int64_t cached, std::int64_t count) { return to_array(verify_positions(cached, count)); },
-      py::arg("cached"), py::arg("count"));
+      py::arg("cached"), py::arg("count"),
+      "A speculative verify window: positions cached … cached + count - 1 (the last accepted token and the drafts)");
   m.def(
       "tree_positions",
       [](const std::vector<std::int64_t>& parents, std::int64_t root_position) {

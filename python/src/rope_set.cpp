@@ -77,12 +77,14 @@ void bind_rope_set(py::module_& m) {
                         "once per distinct plan and shared: RopeSet(rope).at(length) is the Rope a sequence of that "
                         "length uses (ropekit/rope_set.hpp).")
       .def(py::init<const PyRope&, std::int64_t, std::int64_t>(), py::arg("rope"), py::kw_only(),
-           py::arg("length_bucket") = 1, py::arg("max_ropes") = 64)
+           py::arg("length_bucket") = 1, py::arg("max_ropes") = 64,
+           "The set of rope's plans: current lengths rounded up to length_bucket, at most max_ropes kept")
       .def("at", &PyRopeSet::at, py::arg("length"),
            "The Rope planned for a sequence of current length `length` (the same object for every length with the "
            "same plan while the set keeps it).")
       .def_property_readonly("initial", &PyRopeSet::initial, "The Rope without a current length (HF's seq_len=None).")
-      .def("planned_length", &PyRopeSet::planned_length, py::arg("length"))
+      .def("planned_length", &PyRopeSet::planned_length, py::arg("length"),
+           "The length a current length is planned at: rounded up to length_bucket, capped below 2^47")
       .def("__len__", &PyRopeSet::size)
       .def("__repr__", [](const PyRopeSet& s) {
         return fmt::format("ropekit.RopeSet({} plans, length_bucket={})", s.size(), s.set().options().length_bucket);
