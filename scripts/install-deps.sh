@@ -16,6 +16,7 @@ packages=(
   clang libclang-rt-dev  # libFuzzer targets for the parsers of untrusted bytes
   clang-format clang-tidy  # scripts/check-format.sh (the test command), scripts/tidy.sh
   abi-dumper abi-compliance-checker  # ctest's abi.c_api: the C ABI against its recorded baseline
+  doxygen             # scripts/reference.sh: the HTML reference (ctest's docs.reference)
   # The Python module (python/): pybind11, Debian's Python 3.11 headers, pip + setuptools + wheel to
   # install it, NumPy and PyTorch (CPU) for its arrays, pytest + Hypothesis for its tests, matplotlib
   # for examples/python.

@@ -17,8 +17,8 @@ def text(path):
 
 
 def readme_layout():
-    """The README's layout block (the code block after '## Layout')."""
-    after = text("README.md").split("## Layout", 1)[1]
+    """The guide's layout block (the code block after '## Layout' in docs/guide.md)."""
+    after = text("docs/guide.md").split("## Layout", 1)[1]
     return after.split("```", 2)[1]
 
 
@@ -67,3 +67,33 @@ def test_every_preset_is_documented():
     config = text("docs/config.md")
     missing = [p for p in presets if p not in config]
     assert not missing, missing
+
+
+def readme_block(language):
+    blocks = re.findall(rf"^```{language}\n(.*?)^```", text("README.md"), re.M | re.S)
+    assert len(blocks) == 1, f"the README has {len(blocks)} {language} blocks"
+    return blocks[0]
+
+
+def test_the_readme_cpp_example_is_the_built_one():
+    # examples/quickstart.cpp is compiled and run by ctest (examples.quickstart); the README shows it verbatim.
+    assert readme_block("cpp") == text("examples/quickstart.cpp")
+
+
+def test_the_readme_python_example_runs(capsys):
+    exec(compile(readme_block("python"), "README.md", "exec"), {})
+    assert "(4, 128)" in capsys.readouterr().out
+
+
+def test_the_readme_models_table_counts_what_the_readers_read():
+    import ropekit
+
+    families = ropekit.model_families()
+    readme = " ".join(text("README.md").split())
+    assert (f"{len(families)} model types in {len({f['family'] for f in families})} families") in readme
+    presets = list((REPO / "presets").glob("*.json"))
+    assert f"{len(presets)} models' RoPE" in readme
+    table = text("src/lab/hf_model.cpp").split("constexpr Family kFamilies[] = {", 1)[1].split("};", 1)[0]
+    runner = re.findall(r'\{"(\w+)",', table)
+    listed = re.search(r"Hugging Face safetensors directories of ([\w, ]+)", readme)
+    assert listed and sorted(f.strip() for f in listed[1].split(",")) == sorted(runner)
