@@ -24,6 +24,8 @@ def readme_layout():
 
 def test_the_readme_counts_the_fuzz_targets():
     targets = re.findall(r"^ropekit_fuzzer\((\w+)", text("tests/fuzz/CMakeLists.txt"), re.M)
+    assert "cache_ops_fuzz" in targets  # not a parser: the README names it on its own
+    targets.remove("cache_ops_fuzz")
     assert len(targets) >= 1
     assert f"libFuzzer targets for the {WORDS[len(targets)]} parsers" in text("README.md"), len(targets)
 
