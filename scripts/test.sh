@@ -7,6 +7,9 @@
 #            default generator (Unix Makefiles) like a plain `cmake -S . -B build && cmake --build build`: the unit
 #            and target labels (the slow one ran in release), the case tables' attention rows shrunk by 4
 #            (ROPEKIT_CASE_SHRINK: every row kept, tests/targets.hpp), the CUDA kernels for sm_90 alone
+#   tsan     clang ThreadSanitizer without OpenMP (Highway's static target only: the races are not per target): the
+#            concurrency tests, one per thread-safety sentence of the headers and the C API, and a control race that
+#            must be reported
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
@@ -35,6 +38,7 @@ part format ./scripts/check-format.sh
 part release cmake --workflow --preset release
 part tidy ./scripts/tidy.sh
 part dev cmake --workflow --preset dev
+part tsan cmake --workflow --preset tsan
 part fuzz cmake --workflow --preset fuzz
 part torch ./scripts/test-torch.sh
 part arm64 ./scripts/test-arm64.sh
