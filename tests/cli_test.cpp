@@ -608,6 +608,11 @@ TEST(CliModel, GenerateAtTemperatureZeroPrintsRunCsText) {
                            "--prompt", "Once upon a time", "--int8-activations"});
   ASSERT_EQ(int8.code, 0) << int8.err;
   EXPECT_EQ(int8.out, r.out);
+  // --no-mmap (model.hpp's LoadOptions) reads the file into memory: the same text.
+  const Result copied = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "200",
+                             "--prompt", "Once upon a time", "--no-mmap"});
+  ASSERT_EQ(copied.code, 0) << copied.err;
+  EXPECT_EQ(copied.out, r.out);
   // A scaled RoPE runs beyond the trained length; a dynamic one re-rotates as it goes.
   const Result yarn = run({"generate", "--model", kModel, "--tokenizer", kTok, "--temperature", "0", "--steps", "600",
                            "--rope-scaling", R"({"rope_type":"dynamic","factor":2})"});

@@ -406,6 +406,35 @@ TEST(Model, QuantizedGgufWeightsAreTheirBlocksDequantized) {
     ropekit::LlamaRunner(mapped, {.capacity = 8}).forward(ropekit::Rope(mapped.rope.layer().spec), tokens, pos, c);
     EXPECT_EQ(c, a);
   }
+  // A file that changes under the model (model.hpp's LoadOptions): read into memory (map = false), the model runs on
+  // after the file is truncated; mapped, the next read past the new end raises SIGBUS — the documented contract,
+  // shown here in a child process.
+  {
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("ropekit_q8_trunc_" + std::to_string(::getpid()) + ".gguf");
+    const std::vector<std::byte> bytes = w.bytes();
+    const auto write = [&] {
+      std::ofstream(path, std::ios::binary)
+          .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    };
+    const auto run = [&](const ropekit::LlamaModel& model) {
+      std::vector<float> c(tokens.size() * vocab);
+      ropekit::LlamaRunner(model, {.capacity = 8, .threads = 1})
+          .forward(ropekit::Rope(model.rope.layer().spec), tokens, pos, c);
+      return c;
+    };
+    write();
+    const ropekit::LlamaModel copied = ropekit::load_model_file(path, {.map = false});
+    ASSERT_TRUE(copied.layers[0].w2.is_packed());
+    std::filesystem::resize_file(path, 0);
+    EXPECT_EQ(run(copied), a);
+    write();
+    const ropekit::LlamaModel mapped = ropekit::load_model_file(path);
+    std::filesystem::resize_file(path, 0);
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(run(mapped), "");
+    std::filesystem::remove(path);
+  }
   // A copy of the model shares its packed bytes; they outlive the loader's input.
   const ropekit::LlamaModel copy = loaded;
   EXPECT_EQ(copy.storage, loaded.storage);

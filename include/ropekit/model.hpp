@@ -203,9 +203,22 @@ LlamaModel load_gguf_model(std::span<const std::byte> bytes, std::string_view or
 // checked against config.json, tied embeddings (tie_word_embeddings). RoPE from the same config.json (read_config): HF
 // stores q/k rows for its rotate_half, so the pairing is Half. Logits equal transformers' (tests/hf_model_test.cpp).
 LlamaModel load_hf_model(const std::filesystem::path& dir);
+// How load_model_file reads a file.
+struct LoadOptions {
+  // A GGUF file is memory-mapped and its packed matrices are read from the map for as long as the model (or a copy)
+  // lives: resident memory about the file's size, not twice it — but the file must then not be truncated or rewritten
+  // while the model lives. Where that cannot be promised, map = false reads the whole file into memory first
+  // (llama.cpp's
+  // --no-mmap): the model is then independent of the file. The contract of the map, as for llama.cpp and any mmap
+  // reader: a truncation under it makes the next read of a page past the new end raise SIGBUS, which ropekit does not
+  // catch (tests/model_test.cpp shows both). llama2.c checkpoints are always read into memory; a Hugging Face
+  // directory's shards are mapped only while loading (the weights are copied out of them).
+  bool map = true;
+};
+
 // A directory → load_hf_model; a file by content: "GGUF" → GGUF, "ak42" → llama2.c version 1, anything else → the
 // legacy llama2.c header.
-LlamaModel load_model_file(const std::filesystem::path& path);
+LlamaModel load_model_file(const std::filesystem::path& path, const LoadOptions& options = {});
 
 // A Spec for `model` with its rope_scaling / rope_parameters replaced by `fragment` (config.json
 // syntax, read by read_config with the model's head_dim, base, pairing, and max_position_embeddings

@@ -182,10 +182,12 @@ void bind_model(py::module_& m) {
   py::class_<PyModel>(m, "Model",
                       "The lab's Llama runner (ropekit/model.hpp): a llama2.c checkpoint, a GGUF file or a Hugging "
                       "Face safetensors directory, run on the CPU with any RoPE")
-      .def(py::init([](const std::filesystem::path& path) {
-             return PyModel{std::make_shared<const LlamaModel>(load_model_file(path))};
+      .def(py::init([](const std::filesystem::path& path, bool mmap) {
+             return PyModel{std::make_shared<const LlamaModel>(load_model_file(path, {.map = mmap}))};
            }),
-           py::arg("path"), "Loads a model file or directory (the format read from its contents)")
+           py::arg("path"), py::kw_only(), py::arg("mmap") = true,
+           "Loads a model file or directory (the format read from its contents); mmap=False reads a GGUF file into "
+           "memory instead of mapping it, so that the file may change while the model lives")
       .def_property_readonly("config",
                              [](const PyModel& self) {
                                const LlamaConfig& c = self.model->config;

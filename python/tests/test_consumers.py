@@ -107,6 +107,13 @@ def test_model_positions_and_analysis():
     assert checks and all(c["passed"] or c["skipped"] for c in checks)
 
 
+def test_a_gguf_model_read_into_memory_equals_the_mapped_one():
+    path = str(REPO / "tests" / "data" / "hf_models" / "llama_f32.gguf")
+    tokens = [1, 5, 9, 33, 7]
+    mapped, copied = ropekit.Model(path), ropekit.Model(path, mmap=False)
+    assert np.array_equal(mapped.logits(tokens), copied.logits(tokens))
+
+
 def test_model_runner_and_lab():
     model = ropekit.Model(str(REPO / "models" / "tinystories-260k.bin"))
     tok = ropekit.Tokenizer(str(REPO / "models" / "tok512.bin"))

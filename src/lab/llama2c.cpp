@@ -261,14 +261,19 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path, std::s
 
 }  // namespace detail
 
-LlamaModel load_model_file(const std::filesystem::path& path) {
+LlamaModel load_model_file(const std::filesystem::path& path, const LoadOptions& options) {
   if (std::filesystem::is_directory(path)) return load_hf_model(path);
   {
     // GGUF: mapped, its packed matrices read in place for as long as the model lives (peak resident memory about
-    // the file's size, not twice it); a model of float32 matrices only lets the map go.
+    // the file's size, not twice it); a model of float32 matrices only lets the map go. Without the map: the bytes in
+    // memory, held by the model the same way.
     std::ifstream in(path, std::ios::binary);
     char magic[4] = {};
     if (in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0) {
+      if (!options.map) {
+        auto bytes = std::make_shared<const std::vector<std::byte>>(detail::read_whole_file(path, "model"));
+        return detail::load_gguf_model(*bytes, path.string(), bytes);
+      }
       auto map = std::make_shared<detail::MappedFile>(path);
       return detail::load_gguf_model(map->bytes(), path.string(), map);
     }

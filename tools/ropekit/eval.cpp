@@ -28,6 +28,7 @@ namespace {
 struct EvalCliOptions {
   std::string model, tokens, text, tokenizer, methods, csv, json, svg, plans, attention_csv, attention_svg;
   bool stories = false;
+  bool no_mmap = false;
   std::optional<std::int64_t> window_size, windows, trained_length;
   std::vector<std::int64_t> lengths, buckets;  // empty: the protocol's multiples of L0
   int threads = 0;
@@ -79,7 +80,7 @@ void print_table(std::ostream& out, const EvalResult& result, const std::vector<
 void run_eval(const EvalCliOptions& o, Streams io) {
   require_plots(o.svg);
   require_plots(o.attention_svg);
-  const LlamaModel model = load_model_file(o.model);
+  const LlamaModel model = load_model_file(o.model, {.map = !o.no_mmap});
   std::vector<int> tokens;
   if (!o.tokens.empty()) {
     tokens = read_tokens(o.tokens);
@@ -276,6 +277,9 @@ void add_eval(CLI::App& app, Streams io) {
                   "write each method's plan pair by pair at each N (method,N,scale,pair,inv_freq,wavelength,turns_L0,"
                   "divisor,band,kept): what it does to every frequency");
   cmd->add_option("--svg", o->svg, "plot PPL against position at the largest N, one curve per method (PLplot)");
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "read a GGUF file into memory instead of mapping it (llama.cpp's --no-mmap): the file may then change "
+                "while the model runs");
   cmd->callback([o, io] { run_eval(*o, io); });
 }
 

@@ -22,6 +22,7 @@ struct GenerateOptions {
   std::optional<std::uint64_t> seed;
   int threads = 0;
   bool int8_activations = false;
+  bool no_mmap = false;
 };
 
 // run.c's safe_printf: a piece that is one byte, neither printable nor whitespace, is not printed.
@@ -35,7 +36,7 @@ void print_piece(std::ostream& out, const std::string& piece) {
 }
 
 void generate(const GenerateOptions& o, Streams io) {
-  const LlamaModel model = load_model_file(o.model);
+  const LlamaModel model = load_model_file(o.model, {.map = !o.no_mmap});
   const Tokenizer tokenizer = load_tokenizer_for(model, o.model, o.tokenizer);
   const Spec spec = o.rope_scaling.empty() ? model.rope_layer().spec : spec_with_scaling(model, o.rope_scaling);
   // run.c: 0 or more than the trained length means the trained length; a scaled RoPE may go beyond it.
@@ -124,6 +125,9 @@ void add_generate(CLI::App& app, Streams io) {
                 "decode quantized (Q4_0 ... Q6_K) matrices with 8-bit activations and integer dot products, as "
                 "llama.cpp does: faster, within the error bound of docs/numerics.md, no longer the dequantized "
                 "model's float32 numbers");
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "read a GGUF file into memory instead of mapping it (llama.cpp's --no-mmap): the file may then change "
+                "while the model runs");
   cmd->callback([o, io] { generate(*o, io); });
 }
 

@@ -21,6 +21,7 @@ namespace {
 
 struct PasskeyCliOptions {
   std::string model, tokenizer, methods, csv, svg;
+  bool no_mmap = false;
   std::vector<std::int64_t> lengths;
   std::vector<double> depths;
   std::int64_t keys = 5;
@@ -31,7 +32,7 @@ struct PasskeyCliOptions {
 
 void run_passkey(const PasskeyCliOptions& o, Streams io) {
   require_plots(o.svg);
-  const LlamaModel model = load_model_file(o.model);
+  const LlamaModel model = load_model_file(o.model, {.map = !o.no_mmap});
   const Tokenizer tokenizer = load_tokenizer_for(model, o.model, o.tokenizer);
   PasskeyOptions options;
   options.methods = parse_methods(o.methods.empty() ? "orig,pi,ntk,yarn,yarn_notemp,dyn_ntk,llama3" : o.methods);
@@ -109,6 +110,9 @@ void add_passkey(CLI::App& app, Streams io) {
   cmd->add_option("--threads", o->threads, "threads (default: ropekit's default)")->check(in_range(1, 1024));
   cmd->add_option("--csv", o->csv, "write method,length,scale,depth,keys,retrieved,accuracy");
   cmd->add_option("--svg", o->svg, "draw the length x depth accuracy grid, one panel per method (PLplot)");
+  cmd->add_flag("--no-mmap", o->no_mmap,
+                "read a GGUF file into memory instead of mapping it (llama.cpp's --no-mmap): the file may then change "
+                "while the model runs");
   cmd->callback([o, io] { run_passkey(*o, io); });
 }
 
