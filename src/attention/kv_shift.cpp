@@ -146,8 +146,9 @@ void PagedKvCache::State::rerotate_keys(Sequence& s, const Rope& old_rope, const
   const RotateCall redo = prepare_turns(rope, positions, cache.kv_heads, Direction::Forward, row);
   // Un-rotate and rotate in float32, one rounding to storage at the end (float32 keys: in place).
   const RotateCall* calls[] = {&undo, &redo};
+  Plan next = rope.plan();  // copied first: nothing after the keys turn may fail
   turn_entries(s, entries, calls);
-  s.plan = rope.plan();
+  s.plan = std::move(next);
 }
 
 }  // namespace ropekit

@@ -229,12 +229,23 @@ void PagedKvCache::append(const Rope& rope, std::span<const std::int32_t> seq_of
   detail::AppendAccess::run_once(  // validates everything else
       rope, stored_args, st.cache,
       st.storage == KeyStorage::Unrotated ? detail::KeyWrite::Unrotated : detail::KeyWrite::Rotated, std::move(table));
-  // Commit.
+  // Everything the commit needs is allocated first, so that it cannot throw: an allocation failing up to here leaves
+  // the cache as it was (its new entries were written into pages still on the free list).
+  std::vector<std::optional<Plan>> adopted(st.sequences.size());
+  for (std::size_t s = 0; s < st.sequences.size(); ++s) {
+    State::Sequence& seq = st.sequences[s];
+    if (count[s] == 0) continue;
+    seq.pages.reserve(seq.pages.size() + new_pages[s].size());
+    seq.positions.reserve(seq.positions.size() + std::size_t(count[s]));
+    if (!stored.empty()) seq.stored.reserve(seq.stored.size() + std::size_t(count[s]));
+    if (!seq.plan || st.storage == KeyStorage::Unrotated) adopted[s] = rope.plan();
+  }
+  // Commit (no allocation from here on).
   st.free.resize(st.free.size() - taken);
   for (std::size_t s = 0; s < st.sequences.size(); ++s) {
     State::Sequence& seq = st.sequences[s];
     seq.pages.insert(seq.pages.end(), new_pages[s].begin(), new_pages[s].end());
-    if (count[s] > 0 && (!seq.plan || st.storage == KeyStorage::Unrotated)) seq.plan = rope.plan();
+    if (adopted[s]) seq.plan = std::move(adopted[s]);
   }
   for (std::int64_t t = 0; t < tokens; ++t) {
     State::Sequence& seq = st.sequences[std::size_t(seq_of[std::size_t(t)])];
@@ -306,13 +317,18 @@ void PagedKvCache::seq_cp(int src, int dst, std::int64_t p0, std::int64_t p1) {
                     src, plan_name(*from.plan), dst, plan_name(*to.plan)));
   }
   const std::int64_t first = std::int64_t(to.positions.size());
+  // Allocated before anything changes, so that the copy below cannot throw half-way.
+  std::optional<Plan> adopted;
+  if (!to.plan) adopted = from.plan;
+  to.positions.reserve(to.positions.size() + entries.size());
+  if (!from.stored.empty()) to.stored.reserve(to.stored.size() + entries.size());
   st.grow(to, first + std::int64_t(entries.size()), "PagedKvCache::seq_cp");
   for (std::size_t k = 0; k < entries.size(); ++k) {
     st.copy_entry(st.slot(from, std::int64_t(entries[k])), st.slot(to, first + std::int64_t(k)));
     to.positions.push_back(from.positions[entries[k]]);
     if (!from.stored.empty()) to.stored.push_back(from.stored[entries[k]]);
   }
-  if (!to.plan) to.plan = from.plan;
+  if (adopted) to.plan = std::move(adopted);
 }
 
 void PagedKvCache::seq_clear(int seq) {
@@ -329,7 +345,8 @@ bool PagedKvCache::rerotate(int seq, const Rope& rope) {
   State::Sequence& s = state_->sequences[std::size_t(seq)];
   if (s.positions.empty()) return false;
   if (!needs_rerotation(*s.plan, rope.plan()) || state_->storage == KeyStorage::Unrotated) {
-    s.plan = rope.plan();
+    Plan next = rope.plan();  // a failed copy leaves the old plan whole
+    s.plan = std::move(next);
     return false;
   }
   const Rope old_rope(state_->spec, *s.plan, state_->mode);
@@ -348,7 +365,8 @@ bool PagedKvCache::rerotate(int seq, const Rope& from, const Rope& to) {
                             plan_name(from.plan()), seq, plan_name(*s.plan)));
   }
   if (!needs_rerotation(*s.plan, to.plan()) || state_->storage == KeyStorage::Unrotated) {
-    s.plan = to.plan();
+    Plan next = to.plan();
+    s.plan = std::move(next);
     return false;
   }
   state_->rerotate_keys(s, from, to);

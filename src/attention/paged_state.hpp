@@ -145,6 +145,7 @@ struct PagedKvCache::State {
     if (needed > std::int64_t(free.size())) {
       throw Error(fmt::format("{}: needs {} more pages, {} are free", caller, needed, free.size()));
     }
+    if (needed > 0) s.pages.reserve(s.pages.size() + std::size_t(needed));  // the moves below cannot throw then
     for (std::int64_t i = 0; i < needed; ++i) {
       s.pages.push_back(free.back());
       free.pop_back();
