@@ -73,9 +73,9 @@ class Model:
     """
     The lab's Llama runner (ropekit/model.hpp): a llama2.c checkpoint, a GGUF file or a Hugging Face safetensors directory, run on the CPU with any RoPE
     """
-    def __init__(self, path: os.PathLike | str | bytes) -> None:
+    def __init__(self, path: os.PathLike | str | bytes, *, mmap: bool = True) -> None:
         """
-        Loads a model file or directory (the format read from its contents)
+        Loads a model file or directory (the format read from its contents); mmap=False reads a GGUF file into memory instead of mapping it, so that the file may change while the model lives
         """
     def generate(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], steps: typing.SupportsInt | typing.SupportsIndex, *, temperature: typing.SupportsFloat | typing.SupportsIndex = 0.0, topp: typing.SupportsFloat | typing.SupportsIndex = 0.8999999761581421, seed: typing.SupportsInt | typing.SupportsIndex = 1, rope: Rope | None = None, threads: typing.SupportsInt | typing.SupportsIndex = 0) -> list[int]:
         """
