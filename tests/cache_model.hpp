@@ -165,6 +165,17 @@ class Harness {
   }
   bool is_16_or_8_bit() const { return shape_.dtype != CacheDType::F32; }
 
+  // One entry's K-shift: false when it would fall below position 0 (the whole operation is then refused).
+  bool shift(Entry& e, std::int64_t delta) const {
+    if (e.pos + delta < 0) return false;
+    e.pos += delta;
+    if (delta != 0) {
+      e.eps_units += 2.5;
+      e.roundings += is_16_or_8_bit() ? 1 : 0;
+    }
+    return true;
+  }
+
   // The model's update; returns whether the operation must succeed.
   std::optional<bool> apply_to_model(const Op& op) {
     before_ = model_;
@@ -201,13 +212,7 @@ class Harness {
       }
       case Op::Shift: {
         for (Entry& e : model_[std::size_t(op.seq)].entries) {
-          if (!in_range(e.pos, op.p0, op.p1)) continue;
-          if (e.pos + op.delta < 0) return false;
-          e.pos += op.delta;
-          if (op.delta != 0) {
-            e.eps_units += 2.5;
-            e.roundings += is_16_or_8_bit() ? 1 : 0;
-          }
+          if (in_range(e.pos, op.p0, op.p1) && !shift(e, op.delta)) return false;
         }
         return true;
       }
@@ -237,13 +242,7 @@ class Harness {
           return true;
         }
         for (std::int64_t i = op.p0; i < op.p1; ++i) {
-          Entry& e = v[std::size_t(i)];
-          if (e.pos + op.delta < 0) return false;
-          e.pos += op.delta;
-          if (op.delta != 0) {
-            e.eps_units += 2.5;
-            e.roundings += is_16_or_8_bit() ? 1 : 0;
-          }
+          if (!shift(v[std::size_t(i)], op.delta)) return false;
         }
         return true;
       }

@@ -8,28 +8,12 @@
 #include <cstring>
 #include <vector>
 
+#include "bytes.hpp"
 #include "ropekit/append.hpp"
 #include "ropekit/cos_sin_cache.hpp"
 #include "ropekit/error.hpp"
 
-namespace {
-
-// Reads little fields off the front of the input; zeros once it runs out.
-struct Bytes {
-  const std::uint8_t* data;
-  std::size_t size;
-  template <class T>
-  T take() {
-    T value{};
-    const std::size_t n = std::min(sizeof(T), size);
-    if (n > 0) std::memcpy(&value, data, n);
-    data += n;
-    size -= n;
-    return value;
-  }
-};
-
-}  // namespace
+using fuzz::Bytes;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace ropekit;

@@ -10,25 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bytes.hpp"
 #include "cache_model.hpp"
 
-namespace {
-
-struct Bytes {
-  const std::uint8_t* data;
-  std::size_t size;
-  template <class T>
-  T take() {
-    T value{};
-    const std::size_t n = std::min(sizeof(T), size);
-    if (n > 0) std::memcpy(&value, data, n);
-    data += n;
-    size -= n;
-    return value;
-  }
-};
-
-}  // namespace
+using fuzz::Bytes;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace ropekit;
