@@ -208,11 +208,10 @@ struct LoadOptions {
   // A GGUF file is memory-mapped and its packed matrices are read from the map for as long as the model (or a copy)
   // lives: resident memory about the file's size, not twice it — but the file must then not be truncated or rewritten
   // while the model lives. Where that cannot be promised, map = false reads the whole file into memory first
-  // (llama.cpp's
-  // --no-mmap): the model is then independent of the file. The contract of the map, as for llama.cpp and any mmap
-  // reader: a truncation under it makes the next read of a page past the new end raise SIGBUS, which ropekit does not
-  // catch (tests/model_test.cpp shows both). llama2.c checkpoints are always read into memory; a Hugging Face
-  // directory's shards are mapped only while loading (the weights are copied out of them).
+  // (llama.cpp's --no-mmap): the model is then independent of the file. The contract of the map, as for llama.cpp and
+  // any mmap reader: a truncation under it makes the next read of a page past the new end raise SIGBUS, which
+  // ropekit does not catch (tests/model_test.cpp shows both). llama2.c checkpoints are always read into memory; a
+  // Hugging Face directory's shards are mapped only while loading (the weights are copied out of them).
   bool map = true;
 };
 
