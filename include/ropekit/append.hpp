@@ -142,7 +142,10 @@ struct AppendArgs {
 // One fused append, validated and resolved once (like RotateCall): views, positions, slots and page
 // tables checked, the slot of every token resolved, the table pinned, the kernels chosen. Running it
 // does no checks, locks or allocations beyond a per-thread buffer, so an engine splits rows() (the
-// tokens) over its own threads; disjoint ranges may run concurrently.
+// tokens) over its own threads; disjoint ranges may run concurrently. The buffer: prepare_append grows
+// the preparing thread's; another thread's first run(first, last) of a call this size grows its own,
+// and running out of memory there ends the process (noexcept). run() allocates what its threads need
+// before writing anything, so out of memory is a std::bad_alloc with nothing written.
 class AppendCall {
  public:
   AppendCall();

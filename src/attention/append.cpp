@@ -67,6 +67,17 @@ struct AppendCall::Resolved {
     this->args.slots = {};
   }
 
+  // The rows' scratch: float32 heads (normed q/k) and rotated keys in k's type before their conversion.
+  struct Scratch {
+    std::vector<float> buffer;
+    std::vector<std::byte> rows;
+  };
+  std::size_t scratch_floats() const { return std::size_t(std::max(args.q.heads, args.k.heads) * head_dim); }
+  std::size_t scratch_bytes() const { return std::size_t(args.k.heads * head_dim * element_size(args.k.dtype)); }
+  // This thread's scratch, grown to the call's sizes (std::bad_alloc) — before a token is written.
+  Scratch& thread_scratch() const;
+  void run_rows(std::int64_t first, std::int64_t last, Scratch& scratch) const noexcept;
+
   void run(std::int64_t first, std::int64_t last) const noexcept;  // AppendCall::run(first, last)
   void run() const;                                                // every token on the library's threads
   void token(std::int64_t t, std::vector<float>& buffer, std::vector<std::byte>& rows) const;
@@ -211,27 +222,46 @@ void AppendCall::Resolved::prefetch_entries(std::int64_t t) const {
   }
 }
 
-void AppendCall::Resolved::run(std::int64_t first, std::int64_t last) const noexcept {
-  if (first >= last) return;
-  // Per-thread buffers, grown once per thread: the engine's threads may split the tokens any way.
-  thread_local std::vector<float> buffer;
-  thread_local std::vector<std::byte> rows;
-  const std::int64_t d = head_dim;
-  const std::int64_t heads = std::max(args.q.heads, args.k.heads);
-  const std::size_t floats = std::size_t(heads * d);
-  const std::size_t bytes = std::size_t(args.k.heads * d * element_size(args.k.dtype));
-  if (buffer.size() < floats) buffer.resize(floats);
-  if (rows.size() < bytes) rows.resize(bytes);
+// Per-thread scratch, grown once per thread: the engine's threads may split the tokens any way.
+AppendCall::Resolved::Scratch& AppendCall::Resolved::thread_scratch() const {
+  thread_local Scratch scratch;
+  if (scratch.buffer.size() < scratch_floats()) scratch.buffer.resize(scratch_floats());
+  if (scratch.rows.size() < scratch_bytes()) scratch.rows.resize(scratch_bytes());
+  return scratch;
+}
+
+void AppendCall::Resolved::run_rows(std::int64_t first, std::int64_t last, Scratch& scratch) const noexcept {
   for (std::int64_t t = first; t < last; ++t) {
     if (t + 1 < last) prefetch_entries(t + 1);
-    token(t, buffer, rows);
+    token(t, scratch.buffer, scratch.rows);
   }
 }
 
+void AppendCall::Resolved::run(std::int64_t first, std::int64_t last) const noexcept {
+  if (first >= last) return;
+  // prepare grew the preparing thread's scratch; another thread's first run of a call this size grows its own here,
+  // where running out of memory ends the process (noexcept: append.hpp).
+  run_rows(first, last, thread_scratch());
+}
+
+// Every scratch a run needs is allocated before the first token is written, so running out of memory is a
+// std::bad_alloc that leaves the cache untouched (the caches' appends rely on it): the calling thread's own when it
+// runs alone, else one per worker for this run.
 void AppendCall::Resolved::run() const {
   const auto tokens = std::int64_t(slots.size());
   const int n = static_cast<int>(std::min<std::int64_t>(threads_for_bytes(threads, bytes_moved), tokens));
-  detail::parallel_ranges(n, tokens, [&](std::int64_t first, std::int64_t last) { run(first, last); });
+  if (n <= 1 || tokens <= 1) {
+    if (tokens > 0) run_rows(0, tokens, thread_scratch());
+    return;
+  }
+  std::vector<Scratch> workers(static_cast<std::size_t>(n));
+  for (Scratch& w : workers) {
+    w.buffer.resize(scratch_floats());
+    w.rows.resize(scratch_bytes());
+  }
+  detail::parallel_ranges_indexed(n, tokens, [&](int worker, std::int64_t first, std::int64_t last) {
+    run_rows(first, last, workers[static_cast<std::size_t>(worker)]);
+  });
 }
 
 void AppendCall::run(std::int64_t first, std::int64_t last) const noexcept {
@@ -326,6 +356,7 @@ AppendCall detail::AppendAccess::prepare(const Rope& rope, const AppendArgs& arg
     call.r_.reset(new AppendCall::Resolved(std::forward<decltype(a)>(a)...));
     return *call.r_;
   });
+  call.r_->thread_scratch();  // an engine that prepares and runs on one thread allocates nothing in run()
   return call;
 }
 

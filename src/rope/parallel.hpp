@@ -14,10 +14,10 @@
 
 namespace ropekit::detail {
 
-// Runs f(first, last) over [0, n) split into `threads` contiguous ranges (one per thread, sizes
-// differing by at most one). f must not throw.
+// Runs f(worker, first, last) over [0, n) split into `threads` contiguous ranges (one per thread, sizes differing by
+// at most one), worker in [0, threads) naming the thread's own state. f must not throw.
 template <class F>
-void parallel_ranges(int threads, std::int64_t n, F f) {
+void parallel_ranges_indexed(int threads, std::int64_t n, F f) {
 #ifdef _OPENMP
   if (threads > 1 && n > 1) {
 #pragma omp parallel num_threads(threads)
@@ -25,13 +25,19 @@ void parallel_ranges(int threads, std::int64_t n, F f) {
       const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       const std::int64_t per = n / nt, extra = n % nt;
       const std::int64_t first = t * per + std::min(t, extra);
-      f(first, first + per + (t < extra ? 1 : 0));
+      f(static_cast<int>(t), first, first + per + (t < extra ? 1 : 0));
     }
     return;
   }
 #endif
   (void)threads;
-  f(std::int64_t{0}, n);
+  f(0, std::int64_t{0}, n);
+}
+
+// The same without the worker: f(first, last).
+template <class F>
+void parallel_ranges(int threads, std::int64_t n, F f) {
+  parallel_ranges_indexed(threads, n, [&f](int, std::int64_t first, std::int64_t last) { f(first, last); });
 }
 
 // Runs body(i, state) for i in [0, items) on up to `threads` threads (dynamic schedule), each thread
