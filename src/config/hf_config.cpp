@@ -356,7 +356,8 @@ class ModelReader {
 }  // namespace
 
 ModelPositions read_config(std::string_view json_text, const ConfigOptions& options, std::string_view origin) {
-  const json root = detail::parse_json(json_text, origin);
+  const detail::Document document = detail::parse_json(json_text, origin);
+  const json& root = *document;
   return ModelReader(root, options, std::string(origin)).read();
 }
 

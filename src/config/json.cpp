@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -85,12 +87,55 @@ void restore_nonfinite(json& root) {
 
 }  // namespace
 
-json parse_json(std::string_view text, std::string_view origin) {
+void release(json& root) noexcept {
+  // Each step removes the last child of the deepest container on the path of last children: a scalar or an empty
+  // container, whose destructor needs no memory. The path is kept in a fixed window (no allocation); past its depth
+  // the walk starts again from the root (deep documents: quadratic in depth / window, linear in size otherwise).
+  constexpr std::size_t kWindow = 128;
+  std::array<json*, kWindow> path{};
+  std::size_t depth = 0;
+  bool clipped = false;  // the window dropped the path's top: walk down again from the root when it empties
+  path[depth++] = &root;
+  while (depth > 0) {
+    json& c = *path[depth - 1];
+    const bool has_children = c.is_structured() && !c.empty();
+    if (!has_children) {
+      if (--depth == 0 && clipped) {
+        clipped = false;
+        path[depth++] = &root;
+      }
+      continue;
+    }
+    json& last =
+        c.is_array() ? c.get_ref<json::array_t&>().back() : std::prev(c.get_ref<json::object_t&>().end())->second;
+    if (last.is_structured() && !last.empty()) {
+      if (depth == kWindow) {
+        path[0] = &last;  // the window's new top; the ancestors are found again from the root
+        depth = 1;
+        clipped = true;
+      } else {
+        path[depth++] = &last;
+      }
+      continue;
+    }
+    if (c.is_array()) {
+      c.get_ref<json::array_t&>().pop_back();
+    } else {
+      auto& object = c.get_ref<json::object_t&>();
+      object.erase(std::prev(object.end()));
+    }
+  }
+}
+
+Document parse_json(std::string_view text, std::string_view origin) {
   const std::optional<Rewritten> rewritten = rewrite_nonfinite(text);
   const std::string_view parsed = rewritten ? std::string_view(rewritten->text) : text;
+  Document root;
   try {
-    json root = json::parse(parsed.begin(), parsed.end());
-    if (rewritten) restore_nonfinite(root);
+    // json::parse would build into its own value and free it by the allocating destructor on a failure part-way.
+    nlohmann::detail::json_sax_dom_parser<json> builder(*root, /*allow_exceptions=*/true);
+    json::sax_parse(parsed.begin(), parsed.end(), &builder);
+    if (rewritten) restore_nonfinite(*root);
     return root;
   } catch (const json::parse_error& e) {
     // nlohmann's message names the byte and what it expected; keep it on one line. The byte is the input's, before

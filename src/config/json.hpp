@@ -8,15 +8,47 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ropekit::detail {
 
 using json = nlohmann::json;
 
+// Frees `value`'s children without allocating and leaves it an empty container (or as it was, a scalar).
+// nlohmann-json's value destructor (noexcept) allocates a stack to free nested values, so a document freed while memory
+// is short would call std::terminate; freed here first, its destructor has nothing left that needs memory.
+void release(json& value) noexcept;
+
+// A JSON document freed by release(): what parse_json returns and what the readers build, so that running out of
+// memory while a config is read is a std::bad_alloc, never std::terminate (tests/alloc_failure_test.cpp).
+class Document {
+ public:
+  Document() = default;
+  explicit Document(json value) noexcept : value_(std::move(value)) {}
+  Document(Document&& other) noexcept : value_(std::move(other.value_)) {}
+  Document& operator=(Document&& other) noexcept {
+    release(value_);
+    value_ = std::move(other.value_);
+    return *this;
+  }
+  Document(const Document&) = delete;
+  Document& operator=(const Document&) = delete;
+  ~Document() { release(value_); }
+
+  json& operator*() noexcept { return value_; }
+  const json& operator*() const noexcept { return value_; }
+  json* operator->() noexcept { return &value_; }
+  const json* operator->() const noexcept { return &value_; }
+
+ private:
+  json value_;
+};
+
 // Parses JSON text; invalid JSON (with the byte nlohmann names) or numbers beyond double become a
-// ropekit::Error naming `origin`.
-json parse_json(std::string_view text, std::string_view origin);
+// ropekit::Error naming `origin`. Parsed into the Document itself, so that a failure part-way frees what was read
+// by release() too.
+Document parse_json(std::string_view text, std::string_view origin);
 
 // A short rendering of a JSON value for error messages.
 std::string show(const json& value);

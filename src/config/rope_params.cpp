@@ -72,9 +72,10 @@ void RopeReader::read_params() {
   if ((info.flags & kMainCompressParams) != 0 && !nested_) synthesize_deepseek_v4();
   if (flag(info, kGlobalHeadDim) && !params_.dict) {
     // Gemma4TextConfig's default rope_parameters.
-    synthesized_ = json::parse(R"({"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}})");
-    params_ = {&synthesized_, "rope_parameters (Gemma4TextConfig default)"};
+    synthesized_ = parse_json(R"({"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+      "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}})",
+                              "Gemma4TextConfig's default rope_parameters");
+    params_ = {&*synthesized_, "rope_parameters (Gemma4TextConfig default)"};
     nested_ = true;
   }
 }
@@ -82,7 +83,8 @@ void RopeReader::read_params() {
 // DeepseekV4Config.__post_init__: "main" = default RoPE at rope_theta; "compress" = the config's
 // rope_scaling (YaRN, attention_factor 1 unless given) at compress_rope_theta.
 void RopeReader::synthesize_deepseek_v4() {
-  json main = json::object(), compress = json::object();
+  Document main_doc(json::object()), compress_doc(json::object());
+  json &main = *main_doc, &compress = *compress_doc;
   main["rope_type"] = "default";
   if (params_.dict) {
     for (const auto& [k, v] : params_.dict->items()) compress[k] = v;
@@ -99,8 +101,11 @@ void RopeReader::synthesize_deepseek_v4() {
   else if (type->is_string() && type->get<std::string>() == "yarn" && !compress.contains("attention_factor")) {
     compress["attention_factor"] = 1.0;
   }
-  synthesized_ = json::object({{"main", main}, {"compress", compress}});
-  params_ = {&synthesized_, params_.dict ? params_.path : std::string("rope_parameters")};
+  Document both(json::object());
+  (*both)["main"] = std::move(main);  // moved: no copy to free
+  (*both)["compress"] = std::move(compress);
+  synthesized_ = std::move(both);
+  params_ = {&*synthesized_, params_.dict ? params_.path : std::string("rope_parameters")};
   nested_ = true;
 }
 

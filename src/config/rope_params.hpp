@@ -70,7 +70,7 @@ class RopeReader {
 
   RopeParams params_;
   bool nested_ = false;
-  json synthesized_;
+  Document synthesized_;  // freed without allocating (json.hpp)
 };
 
 }  // namespace ropekit::detail

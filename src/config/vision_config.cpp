@@ -98,7 +98,8 @@ std::string_view to_string(VisionFamily family) {
 }
 
 VisionRope read_vision_config(std::string_view json_text, std::string_view origin) {
-  const json root = detail::parse_json(json_text, origin);
+  const detail::Document document = detail::parse_json(json_text, origin);
+  const json& root = *document;
   const Reader r(root, std::string(origin));
   const json* vision = Reader::member(root, "vision_config");
   if (vision != nullptr && !vision->is_object()) r.fail("vision_config", *vision, "must be an object");

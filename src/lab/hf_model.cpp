@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/json.hpp"
 #include "lab/loader.hpp"
 #include "ropekit/config.hpp"
 #include "ropekit/dtype.hpp"
@@ -38,13 +39,14 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_
                             bytes.size()));
   }
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, static_cast<std::size_t>(header_size));
-  nlohmann::json header;
+  detail::Document document;  // freed without allocating (config/json.hpp)
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    document = detail::parse_json(text, "the header");
+  } catch (const Error& e) {
     throw Error(
         fmt::format("{}: the JSON header (bytes 8 to {}) does not parse: {}", origin, 8 + header_size, e.what()));
   }
+  const nlohmann::json& header = *document;
   if (!header.is_object()) throw Error(fmt::format("{}: the JSON header is not an object", origin));
   SafetensorsFile file;
   file.data_start = 8 + header_size;
@@ -137,12 +139,13 @@ class Weights {
   explicit Weights(const std::filesystem::path& dir) {
     const auto index = dir / "model.safetensors.index.json";
     if (std::filesystem::exists(index)) {
-      nlohmann::json j;
+      detail::Document document;
       try {
-        j = nlohmann::json::parse(read_text(index));
-      } catch (const nlohmann::json::exception& e) {
+        document = detail::parse_json(read_text(index), "the index");
+      } catch (const Error& e) {
         throw Error(fmt::format("{}: does not parse: {}", index.string(), e.what()));
       }
+      const nlohmann::json& j = *document;
       const auto map = j.find("weight_map");
       if (map == j.end() || !map->is_object()) {
         throw Error(fmt::format("{}: \"weight_map\" is missing or not an object", index.string()));
@@ -319,12 +322,13 @@ LlamaModel load_hf_model(const std::filesystem::path& dir) {
   const auto config_path = dir / "config.json";
   const std::string origin = config_path.string();
   const std::string text = read_text(config_path);
-  nlohmann::json j;
+  detail::Document document;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    document = detail::parse_json(text, "the file");
+  } catch (const Error& e) {
     throw Error(fmt::format("{}: does not parse: {}", origin, e.what()));
   }
+  const nlohmann::json& j = *document;
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", origin));
   const std::string model_type = text_key(j, origin, "model_type", "");
   const Family* family = nullptr;
