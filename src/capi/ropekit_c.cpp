@@ -10,6 +10,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "ropekit/append.hpp"
 #include "ropekit/attention.hpp"
@@ -74,6 +75,19 @@ namespace {
 using namespace ropekit;
 
 thread_local std::string last_error;
+// Set when recording a message itself ran out of memory: rk_last_error says so rather than a stale message.
+thread_local const char* last_error_lost = nullptr;
+
+// Records `message` as the thread's last error, never throwing: out of memory, a fixed message instead.
+template <class Message>
+void set_error(Message&& message) noexcept {
+  try {
+    last_error = std::forward<Message>(message)();
+    last_error_lost = nullptr;
+  } catch (...) {
+    last_error_lost = "out of memory (while recording an error's message)";
+  }
+}
 
 // Runs f, which may throw anything; the status says what kind of failure it was.
 template <class F>
@@ -82,16 +96,16 @@ rk_status guarded(F&& f) noexcept {
     f();
     return RK_OK;
   } catch (const Error& e) {
-    last_error = e.what();
+    set_error([&] { return std::string(e.what()); });
     return RK_INVALID_ARGUMENT;
   } catch (const std::bad_alloc&) {
-    last_error = "out of memory";
+    set_error([] { return std::string("out of memory"); });
     return RK_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
-    last_error = fmt::format("internal error: {}", e.what());
+    set_error([&] { return fmt::format("internal error: {}", e.what()); });
     return RK_INTERNAL;
   } catch (...) {
-    last_error = "internal error: an unknown exception";
+    set_error([] { return std::string("internal error: an unknown exception"); });
     return RK_INTERNAL;
   }
 }
@@ -137,7 +151,10 @@ void destroy(T* p, const char* name) {
   try {
     check_kind(p, name);
   } catch (const Error& e) {
-    last_error = e.what();
+    set_error([&] { return std::string(e.what()); });
+    return;
+  } catch (...) {  // out of memory while naming the wrong kind: still not this kind
+    set_error([] { return std::string("out of memory"); });
     return;
   }
   delete p;
@@ -316,7 +333,7 @@ rk_status run_all(const Handle* call) {
 
 extern "C" {
 
-const char* rk_last_error(void) { return last_error.c_str(); }
+const char* rk_last_error(void) { return last_error_lost != nullptr ? last_error_lost : last_error.c_str(); }
 
 const char* rk_status_name(rk_status status) {
   switch (status) {
