@@ -19,7 +19,7 @@ class Error(ValueError):
     pass
 class KvCache:
     """
-    One sequence's KV cache of rotated keys (ropekit/kv_cache.hpp): slots in append order, each with its position; K-shift as a pure rotation, re-rotation on a plan change
+    One sequence's KV cache of rotated keys (ropekit/kv_cache.hpp): slots in append order, each with its position; K-shift as a pure rotation, re-rotation on a plan change. Threads may share it: a change runs alone, reads (attention among them) together.
     """
     def __init__(self, rope: Rope, capacity: typing.SupportsInt | typing.SupportsIndex, kv_heads: typing.SupportsInt | typing.SupportsIndex, *, dtype: str = 'float32', v_head_dim: typing.SupportsInt | typing.SupportsIndex = 0, angles: str = 'accurate') -> None:
         """
@@ -155,7 +155,7 @@ class ModelPositions:
         ...
 class PagedKvCache:
     """
-    A paged KV cache of rotated keys for many sequences (ropekit/paged_kv_cache.hpp): pages in FlashInfer's layout, llama.cpp's sequence operations, fp8/bf16/fp16 storage
+    A paged KV cache of rotated keys for many sequences (ropekit/paged_kv_cache.hpp): pages in FlashInfer's layout, llama.cpp's sequence operations, fp8/bf16/fp16 storage. Threads may share it: a change runs alone, reads (attention among them) together.
     """
     def __init__(self, rope: Rope, num_pages: typing.SupportsInt | typing.SupportsIndex, page_size: typing.SupportsInt | typing.SupportsIndex, kv_heads: typing.SupportsInt | typing.SupportsIndex, max_sequences: typing.SupportsInt | typing.SupportsIndex, *, dtype: str = 'float32', layout: str = 'nhd', k_scale: typing.SupportsFloat | typing.SupportsIndex = 1.0, v_scale: typing.SupportsFloat | typing.SupportsIndex = 1.0, v_head_dim: typing.SupportsInt | typing.SupportsIndex = 0, angles: str = 'accurate') -> None:
         """
@@ -354,7 +354,7 @@ class RopeSet:
         """
 class RotateCall:
     """
-    Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp)
+    Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp). Threads sharing one call run its methods one at a time.
     """
     def run(self) -> typing.Any:
         """

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string_view>
+#include <utility>
 
 namespace ropekit {
 class Rope;
@@ -18,6 +21,35 @@ class DeviceRope;
 namespace ropekit::python {
 
 class PyRope;
+
+// Python threads may share every ropekit object (docs/python.md, "Threads"). The ones whose methods change them
+// while the GIL is released (a RotateCall, the caches) hold a reader/writer lock: write() runs a change exclusively,
+// read() runs alongside other reads (attention readers together; an append waits for them). Either runs `f` without
+// the GIL and under the lock, and `f` is C++ alone — inputs are read from Python before, results made into Python
+// objects after — so no Python code (a finalizer, an __array__) ever runs holding the lock: no lock order with the
+// GIL, no deadlock.
+class Guarded {
+ public:
+  Guarded() = default;
+  Guarded(Guarded&&) noexcept {}  // a new object's lock: moved only as it is made, never while in use
+  Guarded& operator=(Guarded&&) = delete;
+
+  template <class F>
+  auto write(F&& f) const {
+    const pybind11::gil_scoped_release release;
+    const std::unique_lock lock(mutex_);
+    return std::forward<F>(f)();
+  }
+  template <class F>
+  auto read(F&& f) const {
+    const pybind11::gil_scoped_release release;
+    const std::shared_lock lock(mutex_);
+    return std::forward<F>(f)();
+  }
+
+ private:
+  mutable std::shared_mutex mutex_;
+};
 
 // RopeSet: immutable Ropes per current length, shared (rope_set.cpp).
 void bind_rope_set(pybind11::module_& m);

@@ -27,11 +27,22 @@ DType parse_dtype(std::string_view text) {
   throw Error(fmt::format("dtype = \"{}\": must be \"float32\", \"bfloat16\" or \"float16\"", text));
 }
 
-// An array's values widened to float32, as a new NumPy array of `shape` (the view's elements in
-// token-major order).
-py::array_t<float> widened(const Heads& h, int head_dim) {
-  py::array_t<float> out(std::vector<py::ssize_t>{h.seq, h.heads, head_dim});
-  float* o = out.mutable_data();
+// A cache's keys or values widened to float32 in token-major order, read under its lock (no Python), and made into
+// a NumPy array [seq, heads, head_dim] after.
+struct Widened {
+  std::vector<float> values;
+  std::int64_t seq = 0, heads = 0;
+  int head_dim = 0;
+  py::array_t<float> array() const {
+    py::array_t<float> out(std::vector<py::ssize_t>{seq, heads, head_dim});
+    std::copy(values.begin(), values.end(), out.mutable_data());
+    return out;
+  }
+};
+
+Widened widened(const Heads& h, int head_dim) {
+  Widened w{std::vector<float>(static_cast<std::size_t>(h.seq * h.heads * head_dim)), h.seq, h.heads, head_dim};
+  float* o = w.values.data();
   for (std::int64_t s = 0; s < h.seq; ++s) {
     for (std::int64_t head = 0; head < h.heads; ++head) {
       const void* row = h.row(0, s, head);
@@ -46,7 +57,7 @@ py::array_t<float> widened(const Heads& h, int head_dim) {
       }
     }
   }
-  return out;
+  return w;
 }
 
 // A cache attention's options from its Python keywords (KvCache.attention, PagedKvCache.attention).
@@ -55,9 +66,11 @@ AttentionOptions attention_options(bool causal, std::int64_t window, std::option
   return {.causal = causal, .window = window, .softmax_scale = softmax_scale, .table = table_of(table)};
 }
 
+// Every use of `cache` runs under `guard` (bindings.hpp): Python threads may share the object.
 struct PyKvCache {
   std::unique_ptr<KvCache> cache;
   int head_dim = 0, v_head_dim = 0;
+  Guarded guard;
 };
 
 PyKvCache make_cache(const PyRope& rope, std::int64_t capacity, std::int64_t kv_heads, std::string_view dtype,
@@ -78,17 +91,18 @@ void cache_append(PyKvCache& self, const PyRope& py_rope, py::handle k_obj, py::
   const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
   const Heads kv = heads_view(k, layout, rope.spec().head_dim, "k"), vv = heads_view(v, layout, 0, "v");
   if (kv.batch != 1) throw Error(fmt::format("k: batch = {}; a KvCache holds one sequence (batch 1)", kv.batch));
-  PositionsBuffer pos;
-  if (positions.is_none()) {  // after the cached tokens
-    const std::int64_t start = self.cache->size() == 0 ? 0 : self.cache->position(self.cache->size() - 1) + 1;
-    pos.owned.resize(static_cast<std::size_t>(kv.seq));
-    for (std::int64_t i = 0; i < kv.seq; ++i) pos.owned[static_cast<std::size_t>(i)] = start + i;
-    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
-  } else {
-    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
-  }
-  py::gil_scoped_release release;
-  self.cache->append(rope, kv, vv, pos.view, table_of(table));
+  const bool follow = positions.is_none();  // after the cached tokens
+  const PositionsBuffer given = follow ? PositionsBuffer{} : read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  self.guard.write([&] {
+    std::vector<std::int64_t> next;
+    if (follow) {
+      const std::int64_t start = self.cache->size() == 0 ? 0 : self.cache->position(self.cache->size() - 1) + 1;
+      next.resize(static_cast<std::size_t>(kv.seq));
+      for (std::int64_t i = 0; i < kv.seq; ++i) next[static_cast<std::size_t>(i)] = start + i;
+    }
+    self.cache->append(rope, kv, vv, follow ? ropekit::positions(std::span<const std::int64_t>(next)) : given.view,
+                       table_of(table));
+  });
 }
 
 py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
@@ -104,10 +118,7 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
   const Heads ov = heads_view(out, layout, static_cast<int>(v_head_dim), "out");
   const PositionsBuffer pos = read_positions(positions, qv.batch, qv.seq, 1, "positions", "q");
   const AttentionOptions options = attention_options(causal, window, softmax_scale, table);
-  {
-    py::gil_scoped_release release;
-    attention(rope, qv, pos.view, *self.cache, ov, options);
-  }
+  self.guard.read([&] { attention(rope, qv, pos.view, *self.cache, ov, options); });
   return out.owner;
 }
 
@@ -115,6 +126,7 @@ py::object cache_attention(const PyKvCache& self, const PyRope& py_rope, py::han
 // heads, lanes], each token's sequence in seq_ids.
 struct PyPagedKvCache {
   std::unique_ptr<PagedKvCache> cache;
+  Guarded guard;  // every use of `cache` runs under it (bindings.hpp)
 };
 
 CacheDType parse_cache_dtype(std::string_view text) {
@@ -171,24 +183,25 @@ void paged_append(PyPagedKvCache& self, const PyRope& py_rope, py::handle seq_id
   const Array k = float_array(k_obj, "k", ""), v = float_array(v_obj, "v", "");
   const Heads kv = heads_view(k, Layout::THD, rope->spec().head_dim, "k"), vv = heads_view(v, Layout::THD, 0, "v");
   const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, kv.seq);
-  PositionsBuffer pos;
-  if (positions.is_none()) {  // each token after its sequence's last cached one
-    std::map<std::int32_t, std::int64_t> next;
-    pos.owned.resize(seq_of.size());
-    for (std::size_t t = 0; t < seq_of.size(); ++t) {
-      auto it = next.find(seq_of[t]);
-      if (it == next.end()) {
-        const std::span<const std::int64_t> cached = self.cache->positions(seq_of[t]);
-        it = next.emplace(seq_of[t], cached.empty() ? 0 : cached.back() + 1).first;
+  const bool follow = positions.is_none();  // each token after its sequence's last cached one
+  const PositionsBuffer given = follow ? PositionsBuffer{} : read_positions(positions, 1, kv.seq, 1, "positions", "k");
+  self.guard.write([&] {
+    std::vector<std::int64_t> owned;
+    if (follow) {
+      std::map<std::int32_t, std::int64_t> next;
+      owned.resize(seq_of.size());
+      for (std::size_t t = 0; t < seq_of.size(); ++t) {
+        auto it = next.find(seq_of[t]);
+        if (it == next.end()) {
+          const std::span<const std::int64_t> cached = self.cache->positions(seq_of[t]);
+          it = next.emplace(seq_of[t], cached.empty() ? 0 : cached.back() + 1).first;
+        }
+        owned[t] = it->second++;
       }
-      pos.owned[t] = it->second++;
     }
-    pos.view = ropekit::positions(std::span<const std::int64_t>(pos.owned));
-  } else {
-    pos = read_positions(positions, 1, kv.seq, 1, "positions", "k");
-  }
-  py::gil_scoped_release release;
-  self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos.view}, table_of(table));
+    const Positions pos = follow ? ropekit::positions(std::span<const std::int64_t>(owned)) : given.view;
+    self.cache->append(*rope, seq_of, {.k = kv, .v = vv, .positions = pos}, table_of(table));
+  });
 }
 
 py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py::handle q_obj, py::handle positions,
@@ -203,10 +216,7 @@ py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py
   const PositionsBuffer pos = read_positions(positions, 1, qv.seq, 1, "positions", "q");
   const std::vector<std::int32_t> seq_of = read_seq_ids(seq_ids, qv.seq);
   const AttentionOptions options = attention_options(causal, window, softmax_scale, table);
-  {
-    py::gil_scoped_release release;
-    attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options);
-  }
+  self.guard.read([&] { attention(*rope, qv, pos.view, seq_of, *self.cache, ov, options); });
   return out.owner;
 }
 
@@ -214,9 +224,11 @@ py::object paged_attention(const PyPagedKvCache& self, const PyRope& py_rope, py
 
 void bind_kv_caches(py::module_& m) {
   const auto* const kNoTable = static_cast<const PyCosSinTable*>(nullptr);  // table=None: the Rope's angles
-  py::class_<PyKvCache>(m, "KvCache",
-                        "One sequence's KV cache of rotated keys (ropekit/kv_cache.hpp): slots in append order, each "
-                        "with its position; K-shift as a pure rotation, re-rotation on a plan change")
+  py::class_<PyKvCache>(
+      m, "KvCache",
+      "One sequence's KV cache of rotated keys (ropekit/kv_cache.hpp): slots in append order, each "
+      "with its position; K-shift as a pure rotation, re-rotation on a plan change. Threads may share it: a change "
+      "runs alone, reads (attention among them) together.")
       .def(py::init(&make_cache), py::arg("rope"), py::arg("capacity"), py::arg("kv_heads"), py::kw_only(),
            py::arg("dtype") = "float32", py::arg("v_head_dim") = 0, py::arg("angles") = "accurate",
            "A cache of `capacity` slots of kv_heads keys (rope.head_dim) and values (v_head_dim, 0: head_dim), stored "
@@ -232,48 +244,59 @@ void bind_kv_caches(py::module_& m) {
       .def(
           "shift",
           [](PyKvCache& c, std::int64_t first, std::int64_t last, std::int64_t delta) {
-            c.cache->shift(first, last, delta);
+            c.guard.write([&] { c.cache->shift(first, last, delta); });
           },
           py::arg("first"), py::arg("last"), py::arg("delta"),
           "K-shift: slots [first, last) move by delta positions, their keys turned by R(delta); a refused shift (a "
           "position below 0 or at 2^47) changes nothing")
       .def(
-          "erase", [](PyKvCache& c, std::int64_t first, std::int64_t last) { c.cache->erase(first, last); },
+          "erase",
+          [](PyKvCache& c, std::int64_t first, std::int64_t last) {
+            c.guard.write([&] { c.cache->erase(first, last); });
+          },
           py::arg("first"), py::arg("last"),
           "Removes slots [first, last); later slots move down keeping their positions (llama.cpp's seq_rm)")
       .def(
-          "clear", [](PyKvCache& c) { c.cache->clear(); }, "Removes every slot")
+          "clear", [](PyKvCache& c) { c.guard.write([&] { c.cache->clear(); }); }, "Removes every slot")
       .def(
           "rerotate",
           [](PyKvCache& c, const PyRope& rope, std::string_view angles) {
             const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
-            py::gil_scoped_release release;
-            return c.cache->rerotate(*held);
+            return c.guard.write([&] { return c.cache->rerotate(*held); });
           },
           py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate",
           "Re-rotates the cached keys from their plan to rope's (dynamic NTK, LongRoPE); False, changing nothing, "
           "when the plans agree")
-      .def_property_readonly("size", [](const PyKvCache& c) { return c.cache->size(); })
-      .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })
-      .def("__len__", [](const PyKvCache& c) { return c.cache->size(); })
+      .def_property_readonly("size", [](const PyKvCache& c) { return c.guard.read([&] { return c.cache->size(); }); })
+      .def_property_readonly("capacity", [](const PyKvCache& c) { return c.cache->capacity(); })  // never changes
+      .def("__len__", [](const PyKvCache& c) { return c.guard.read([&] { return c.cache->size(); }); })
       .def(
-          "keys", [](const PyKvCache& c) { return widened(c.cache->keys(), c.head_dim); },
+          "keys",
+          [](const PyKvCache& c) { return c.guard.read([&] { return widened(c.cache->keys(), c.head_dim); }).array(); },
           "The stored (rotated) keys as float32 [size, kv_heads, head_dim], a copy")
       .def(
-          "values", [](const PyKvCache& c) { return widened(c.cache->values(), c.v_head_dim); },
+          "values",
+          [](const PyKvCache& c) {
+            return c.guard.read([&] { return widened(c.cache->values(), c.v_head_dim); }).array();
+          },
           "The stored values as float32 [size, kv_heads, v_head_dim], a copy")
       .def(
           "positions",
           [](const PyKvCache& c) {
-            std::vector<std::int64_t> p(static_cast<std::size_t>(c.cache->size()));
-            for (std::int64_t i = 0; i < c.cache->size(); ++i) p[static_cast<std::size_t>(i)] = c.cache->position(i);
-            return py::array_t<std::int64_t>(p.size(), p.data());
+            const std::vector<std::int64_t> p = c.guard.read([&] {
+              std::vector<std::int64_t> v(static_cast<std::size_t>(c.cache->size()));
+              for (std::size_t i = 0; i < v.size(); ++i) v[i] = c.cache->position(static_cast<std::int64_t>(i));
+              return v;
+            });
+            return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
           },
           "Each slot's position, int64");
 
-  py::class_<PyPagedKvCache>(m, "PagedKvCache",
-                             "A paged KV cache of rotated keys for many sequences (ropekit/paged_kv_cache.hpp): pages "
-                             "in FlashInfer's layout, llama.cpp's sequence operations, fp8/bf16/fp16 storage")
+  py::class_<PyPagedKvCache>(
+      m, "PagedKvCache",
+      "A paged KV cache of rotated keys for many sequences (ropekit/paged_kv_cache.hpp): pages "
+      "in FlashInfer's layout, llama.cpp's sequence operations, fp8/bf16/fp16 storage. Threads may "
+      "share it: a change runs alone, reads (attention among them) together.")
       .def(py::init(&make_paged_cache), py::arg("rope"), py::arg("num_pages"), py::arg("page_size"),
            py::arg("kv_heads"), py::arg("max_sequences"), py::kw_only(), py::arg("dtype") = "float32",
            py::arg("layout") = "nhd", py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, py::arg("v_head_dim") = 0,
@@ -291,14 +314,17 @@ void bind_kv_caches(py::module_& m) {
            "Softmax attention of each query token (rotated on load at its position) over its sequence's cached keys "
            "and values; causal by position, window > 0 a sliding window")
       .def(
-          "erase", [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) { c.cache->erase(seq, p0, p1); },
+          "erase",
+          [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1) {
+            c.guard.write([&] { c.cache->erase(seq, p0, p1); });
+          },
           py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1,
           "Removes seq's entries at positions [p0, p1) (p0 < 0: from 0, p1 < 0: to the end); later entries keep "
           "their positions; pages no longer needed are freed")
       .def(
           "shift",
           [](PyPagedKvCache& c, int seq, std::int64_t p0, std::int64_t p1, std::int64_t delta) {
-            c.cache->shift(seq, p0, p1, delta);
+            c.guard.write([&] { c.cache->shift(seq, p0, p1, delta); });
           },
           py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"),
           "K-shift: seq's entries at positions [p0, p1) move by delta, their keys turned by R(delta); a refused "
@@ -310,7 +336,7 @@ void bind_kv_caches(py::module_& m) {
             if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_rm is renamed erase", 1) != 0) {
               throw py::error_already_set();
             }
-            c.cache->erase(seq, p0, p1);
+            c.guard.write([&] { c.cache->erase(seq, p0, p1); });
           },
           py::arg("seq"), py::arg("p0") = -1, py::arg("p1") = -1, "Deprecated name of erase (llama.cpp's)")
       .def(
@@ -319,52 +345,58 @@ void bind_kv_caches(py::module_& m) {
             if (PyErr_WarnEx(PyExc_DeprecationWarning, "PagedKvCache.seq_add is renamed shift", 1) != 0) {
               throw py::error_already_set();
             }
-            c.cache->shift(seq, p0, p1, delta);
+            c.guard.write([&] { c.cache->shift(seq, p0, p1, delta); });
           },
           py::arg("seq"), py::arg("p0"), py::arg("p1"), py::arg("delta"), "Deprecated name of shift (llama.cpp's)")
       .def(
           "seq_cp",
           [](PyPagedKvCache& c, int src, int dst, std::int64_t p0, std::int64_t p1) {
-            c.cache->seq_cp(src, dst, p0, p1);
+            c.guard.write([&] { c.cache->seq_cp(src, dst, p0, p1); });
           },
           py::arg("src"), py::arg("dst"), py::arg("p0") = -1, py::arg("p1") = -1,
           "Copies src's entries at positions [p0, p1) to the end of dst (dst adopts src's plan when empty)")
       .def(
-          "seq_clear", [](PyPagedKvCache& c, int seq) { c.cache->seq_clear(seq); }, py::arg("seq"),
-          "Removes every entry of seq, and its plan")
+          "seq_clear", [](PyPagedKvCache& c, int seq) { c.guard.write([&] { c.cache->seq_clear(seq); }); },
+          py::arg("seq"), "Removes every entry of seq, and its plan")
       .def(
           "rerotate",
           [](PyPagedKvCache& c, int seq, const PyRope& rope, std::string_view angles) {
             const std::shared_ptr<const Rope> held = rope.rope(parse_angles(angles));  // with the GIL
-            py::gil_scoped_release release;
-            return c.cache->rerotate(seq, *held);
+            return c.guard.write([&] { return c.cache->rerotate(seq, *held); });
           },
           py::arg("seq"), py::arg("rope"), py::kw_only(), py::arg("angles") = "accurate",
           "Re-rotates seq's keys from its plan to rope's; False (adopting the plan) when they agree, the keys are "
           "stored unrotated or the sequence is empty")
       .def(
-          "length", [](const PyPagedKvCache& c, int seq) { return c.cache->length(seq); }, py::arg("seq"),
-          "How many entries seq holds")
+          "length", [](const PyPagedKvCache& c, int seq) { return c.guard.read([&] { return c.cache->length(seq); }); },
+          py::arg("seq"), "How many entries seq holds")
       .def(
           "positions",
           [](const PyPagedKvCache& c, int seq) {
-            const std::span<const std::int64_t> p = c.cache->positions(seq);
+            const auto p = c.guard.read([&] {
+              const std::span<const std::int64_t> v = c.cache->positions(seq);
+              return std::vector<std::int64_t>(v.begin(), v.end());
+            });
             return py::array_t<std::int64_t>(static_cast<py::ssize_t>(p.size()), p.data());
           },
           py::arg("seq"), "seq's entries' positions in entry order, int64")
       .def(
           "pages",
           [](const PyPagedKvCache& c, int seq) {
-            const std::span<const std::int32_t> p = c.cache->pages(seq);
+            const auto p = c.guard.read([&] {
+              const std::span<const std::int32_t> v = c.cache->pages(seq);
+              return std::vector<std::int32_t>(v.begin(), v.end());
+            });
             return py::array_t<std::int32_t>(static_cast<py::ssize_t>(p.size()), p.data());
           },
           py::arg("seq"), "The pages seq occupies, in order, int32")
-      .def_property_readonly("free_pages", [](const PyPagedKvCache& c) { return c.cache->free_pages(); })
+      .def_property_readonly(
+          "free_pages", [](const PyPagedKvCache& c) { return c.guard.read([&] { return c.cache->free_pages(); }); })
       .def(
           "page_table",
           [](const PyPagedKvCache& c, const std::vector<std::int32_t>& seqs) {
             std::vector<std::int32_t> indices, indptr, last;
-            c.cache->page_table(seqs, indices, indptr, last);
+            c.guard.read([&] { c.cache->page_table(seqs, indices, indptr, last); });
             const auto array = [](const std::vector<std::int32_t>& v) {
               return py::array_t<std::int32_t>(static_cast<py::ssize_t>(v.size()), v.data());
             };

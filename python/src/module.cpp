@@ -347,12 +347,10 @@ struct PyRotateCall {
   std::string for_what;
   std::int64_t batch = 0, seq = 0;  // the tokens the positions map onto
   std::optional<RotateCall> call;
+  Guarded guard;  // run and set_positions from threads sharing the call: one at a time (bindings.hpp)
 
   py::object run() const {
-    {
-      py::gil_scoped_release release;
-      call->run();
-    }
+    guard.write([&] { call->run(); });
     py::object q_result = !has_q ? py::none() : inplace ? q.owner : q_out.owner;
     py::object k_result = !has_k ? py::none() : inplace ? k.owner : k_out.owner;
     if (!has_k) return q_result;
@@ -364,8 +362,11 @@ struct PyRotateCall {
   // checks them, the call unchanged on an error.
   void set_positions(py::handle positions_obj) {
     PositionsBuffer next = read_positions(positions_obj, batch, seq, rope->pair_map().num_axes, "positions", for_what);
-    call->set_positions(next.view);
-    positions = std::move(next);
+    // Swapped under the lock (pointers alone move); the old positions are released after it, with the GIL.
+    guard.write([&] {
+      call->set_positions(next.view);
+      std::swap(positions, next);
+    });
   }
 };
 
@@ -622,7 +623,9 @@ PYBIND11_MODULE(_ropekit, m) {
       m, "CosSinTable", "An engine's cos/sin cache imported by Rope.import_cos_sin_cache, for Rope.apply(..., table=)")
       .def_property_readonly("num_positions", [](const PyCosSinTable& t) { return t.table->num_positions(); });
   py::class_<PyRotateCall, std::shared_ptr<PyRotateCall>>(
-      m, "RotateCall", "Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp)")
+      m, "RotateCall",
+      "Rope.prepare's call: run() per step, set_positions() between steps (ropekit/call.hpp). Threads sharing one "
+      "call run its methods one at a time.")
       .def("run", &PyRotateCall::run,
            "Rotates the prepared q (and k) and returns what Rope.apply returns; no argument is checked again")
       .def("set_positions", &PyRotateCall::set_positions, py::arg("positions"),
