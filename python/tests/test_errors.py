@@ -110,3 +110,47 @@ def test_torch_tensor_off_the_cpu_or_requiring_grad(rope):
     meta = torch.zeros(1, 2, 1, 64, device="meta")
     with pytest.raises(ropekit.Error, match="meta"):
         rope.apply(meta)
+
+
+OUT_OF_MEMORY = r"""
+import resource, sys
+import numpy as np
+import ropekit
+
+rope = ropekit.Rope(64)
+status = [l for l in open("/proc/self/status") if l.startswith("VmSize")][0]
+in_use = int(status.split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (in_use + (256 << 20), resource.RLIM_INFINITY))
+made = []
+for name, make in [
+    ("KvCache", lambda: ropekit.KvCache(rope, 1 << 18, 8)),  # 1 GiB of keys and values
+    ("PagedKvCache", lambda: ropekit.PagedKvCache(rope, 1 << 12, 64, 8, 4)),
+]:
+    try:
+        made.append(make())
+        print(name, "made")
+    except MemoryError as e:
+        print(name, "MemoryError", e)
+    made.clear()
+# The interpreter and the module go on: a cache that fits is made and used.
+cache = ropekit.KvCache(rope, 64, 2)
+k = np.ones((4, 2, 64), np.float32)
+cache.append(rope, k, k)
+print("after", len(cache))
+"""
+
+
+def test_out_of_memory_is_a_memory_error_and_the_module_goes_on():
+    """std::bad_alloc reaches Python as MemoryError (in a child whose address space is capped 256 MiB above what it
+    uses), and the module works after it."""
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "KvCache MemoryError std::bad_alloc" in lines, run.stdout
+    assert "PagedKvCache MemoryError std::bad_alloc" in lines, run.stdout
+    assert lines[-1] == "after 4", run.stdout
