@@ -8,8 +8,9 @@
 #            and target labels (the slow one ran in release), the case tables' attention rows shrunk by 4
 #            (ROPEKIT_CASE_SHRINK: every row kept, tests/targets.hpp), the CUDA kernels for sm_90 alone
 #   tsan     clang ThreadSanitizer without OpenMP (Highway's static target only: the races are not per target): the
-#            concurrency tests, one per thread-safety sentence of the headers and the C API, and a control race that
-#            must be reported
+#            concurrency tests, one per thread-safety sentence of the headers and the C API, the Python module's
+#            (python/tests/test_threads.py in the instrumented module, the runtime preloaded into CPython), and a
+#            control race for each that must be reported
 #   fuzz     clang libFuzzer targets for the parsers of untrusted bytes, 20 s each with ASan + UBSan
 #   torch    the Python module as a wheel (scikit-build-core) under PyTorch 2.9 and transformers 5.15 from the
 #            package index, in build/torch-venv (scripts/test-torch.sh)
