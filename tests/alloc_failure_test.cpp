@@ -423,11 +423,13 @@ TEST(AllocationFailure, TheCApiReturnsAStatus) {
   sweep_c(
       "rk_paged_kv_cache_create", [&] { return rk_paged_kv_cache_create(rope, &shape, &cache); },
       [&](long) { ASSERT_EQ(cache, nullptr); });
-  std::vector<float> k = attn_oracle::normal(q0.size(), 7), v = attn_oracle::normal(q0.size(), 8);
+  const int cache_d = rk_spec_head_dim(spec);  // the preset's rope, which the cache rotates with
+  std::vector<float> k = attn_oracle::normal(std::size_t(seq * heads * cache_d), 7),
+                     v = attn_oracle::normal(k.size(), 8);
   const std::vector<std::int32_t> seq_of(std::size_t(seq), 1);
   rk_append_args a{};
-  a.k = rk_bshd(k.data(), RK_F32, 1, seq, heads, d);
-  a.v = rk_bshd(v.data(), RK_F32, 1, seq, heads, d);
+  a.k = rk_bshd(k.data(), RK_F32, 1, seq, heads, cache_d);
+  a.v = rk_bshd(v.data(), RK_F32, 1, seq, heads, cache_d);
   a.positions = rk_positions_i64(pos.data(), seq);
   a.threads = 1;
   sweep_c(
