@@ -4,9 +4,11 @@
 // table or on the fly; decode (1 token per sequence, batch 1 to 256) against the launch latency (an empty kernel's
 // round trip is not measured here: the ratio to the copy of the same bytes is reported, and µs per call); then the
 // launch's choices compared on FlashInfer's shape: the access width, and the head groups (a token's rows per thread);
-// the fused append; and the angles' accuracy at positions up to 2^21 against a double-precision oracle. Built with
-// FlashInfer's headers (-DROPEKIT_FLASHINFER_DIR, bench/flashinfer_peer.hpp), FlashInfer's own kernels run on the
-// same tensors in the same run ("flashinfer ..." rows) and in the accuracy rows.
+// the fused append, and its decode step captured in a CUDA graph; and the angles' accuracy at positions up to 2^21
+// against a double-precision oracle. Built with FlashInfer's headers (-DROPEKIT_FLASHINFER_DIR,
+// bench/flashinfer_peer.hpp), FlashInfer's own kernels run on the same tensors in the same run ("flashinfer ..." rows:
+// its rotation, and its rotation then append_paged_kv_cache's kernel beside the fused append) and in the accuracy
+// rows.
 //
 //   build/gpu/bench/cuda_bench [--json FILE]         (scripts/gpu-check.sh runs it and keeps the JSON)
 //
@@ -359,10 +361,14 @@ int main(int argc, char** argv) {
   choices = {};
   // The fused rotate-and-append (ropekit::cuda::append): bf16 q rotated in place, bf16 k rotated into a bf16 NHD
   // paged cache (pages of 16), v copied beside it; 32 q / 8 kv heads × 128. The copy moves the same bytes: q, k and
-  // v each read once and written once (to the cache for k and v).
+  // v each read once and written once (to the cache for k and v). Token t goes to slot t. Graph: the call captured
+  // once in a CUDA graph (an engine's decode step), the graph's launches timed. FlashInfer: what an engine on
+  // FlashInfer runs instead — its rotation (q in place, k into a buffer) then append_paged_kv_cache's kernel — with
+  // each sequence's page table and entries chosen to write the same slots.
+  enum class AppendMode { Direct, Graph, FlashInfer };
   const auto run_append = [&](const std::string& name, const Rope& rope, std::int64_t batch, std::int64_t seq,
                               std::int64_t first_position, PageLayout layout = PageLayout::NHD,
-                              CacheDType cache_dtype = CacheDType::BF16) {
+                              CacheDType cache_dtype = CacheDType::BF16, AppendMode mode = AppendMode::Direct) {
     const cuda::DeviceRope gpu(rope, 0, 65536);
     const std::int64_t hq = 32, hk = 8, d = 128, tokens = batch * seq, page_size = 16;
     const std::int64_t pages = (tokens + page_size - 1) / page_size;
@@ -399,8 +405,63 @@ int main(int argc, char** argv) {
                            .kv_heads = hk,
                            .head_dim = int(d),
                            .v_head_dim = int(d)};
-    const double us = time_us(
-        stream, [&] { detail::DeviceAccess::append(gpu, args, cache, {.device = 0, .stream = stream}, choices); });
+    const auto append = [&] {
+      detail::DeviceAccess::append(gpu, args, cache, {.device = 0, .stream = stream}, choices);
+    };
+    double us = 0;
+    if (mode == AppendMode::Graph) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+      append();
+      check(cudaStreamEndCapture(stream, &graph), "capture");
+      check(cudaGraphInstantiate(&exec, graph, 0), "graph");
+      us = time_us(stream, [&] { check(cudaGraphLaunch(exec, stream), "graph launch"); });
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else if (mode == AppendMode::FlashInfer) {
+#ifdef ROPEKIT_HAVE_FLASHINFER
+      // Sequence b holds tokens [b·seq, (b+1)·seq) at slots of the same numbers: its pages from its first slot's,
+      // its entries counted from that page's start.
+      std::vector<std::int32_t> indices, indptr{0}, last, of_token, entry;
+      for (std::int64_t b = 0; b < batch; ++b) {
+        const std::int64_t first = b * seq, page0 = first / page_size, page1 = (first + seq - 1) / page_size;
+        for (std::int64_t p = page0; p <= page1; ++p) indices.push_back(std::int32_t(p));
+        indptr.push_back(std::int32_t(indices.size()));
+        last.push_back(std::int32_t((first + seq - 1) % page_size + 1));
+        for (std::int64_t t = first; t < first + seq; ++t) {
+          of_token.push_back(std::int32_t(b));
+          entry.push_back(std::int32_t(t - page0 * page_size));
+        }
+      }
+      std::int32_t* table = nullptr;  // indices, indptr, last, of_token, entry back to back
+      const std::size_t n = indices.size() + indptr.size() + last.size() + of_token.size() + entry.size();
+      check(cudaMalloc(&table, n * 4), "page table");
+      std::int32_t* at = table;
+      std::int32_t* parts[5];
+      int part = 0;
+      for (const std::vector<std::int32_t>* v : {&indices, &indptr, &last, &of_token, &entry}) {
+        check(cudaMemcpy(at, v->data(), v->size() * 4, cudaMemcpyHostToDevice), "page table");
+        parts[part++] = at;
+        at += v->size();
+      }
+      void* k_rotated = nullptr;
+      check(cudaMalloc(&k_rotated, k_bytes), "rotated keys");
+      float* cos_sin = device_cos_sin_cache(rope, first_position + seq);
+      us = time_us(stream, [&] {
+        check(flashinfer_peer::rotate_then_append_bf16(
+                  q, k, v, k_rotated, kc, vc, static_cast<const std::int64_t*>(pos), parts[0], parts[1], parts[2],
+                  parts[3], parts[4], std::uint32_t(batch), std::uint32_t(tokens), std::uint32_t(hq), std::uint32_t(hk),
+                  std::uint32_t(d), std::uint32_t(page_size), cos_sin, stream),
+              "flashinfer append");
+      });
+      cudaFree(table);
+      cudaFree(k_rotated);
+      cudaFree(cos_sin);
+#endif
+    } else {
+      us = time_us(stream, append);
+    }
     const double copy_us = time_us(stream, [&] {
       cudaMemcpyAsync(scratch, q, q_bytes, cudaMemcpyDeviceToDevice, stream);
       cudaMemcpyAsync(static_cast<char*>(scratch) + q_bytes, k, k_bytes, cudaMemcpyDeviceToDevice, stream);
@@ -428,6 +489,19 @@ int main(int argc, char** argv) {
                CacheDType::F8E4M3);
     for (const std::int64_t batch : {1, 64, 256})
       run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD", batch), rope, batch, 1, 4095);
+    // A decode step as an engine runs it, captured in a CUDA graph: time per replay (issue 67).
+    for (const std::int64_t batch : {1, 16, 64, 256}) {
+      run_append(fmt::format("append decode batch {} bf16 half -> bf16 NHD, CUDA graph", batch), rope, batch, 1, 4095,
+                 PageLayout::NHD, CacheDType::BF16, AppendMode::Graph);
+    }
+#ifdef ROPEKIT_HAVE_FLASHINFER
+    run_append("flashinfer rotate + append prefill 1x8192 bf16 half -> bf16 NHD", rope, 1, 8192, 0, PageLayout::NHD,
+               CacheDType::BF16, AppendMode::FlashInfer);
+    for (const std::int64_t batch : {1, 64, 256}) {
+      run_append(fmt::format("flashinfer rotate + append decode batch {} bf16 half -> bf16 NHD", batch), rope, batch, 1,
+                 4095, PageLayout::NHD, CacheDType::BF16, AppendMode::FlashInfer);
+    }
+#endif
     // The launches: up to 64 sequences the decode append above is one launch (detail::choose_append_launch), from 256
     // a launch per body; each timed the other way too.
     for (const auto& [mode, what] : {std::pair{detail::AppendLaunches::PerBody, "a launch per body"},

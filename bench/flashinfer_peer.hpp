@@ -22,4 +22,18 @@ cudaError_t rotate(Type type, void* q, void* k, void* q_out, void* k_out, const 
                    std::uint32_t tokens, std::uint32_t q_heads, std::uint32_t k_heads, std::uint32_t head_dim,
                    bool interleave, float theta, const float* cos_sin, cudaStream_t stream);
 
+// What an engine on FlashInfer runs for the fused rotate-and-append (bf16 q, k, v into a bf16 NHD paged cache): the
+// rotation from the cos/sin cache with q in place and k into `k_rotated` (BatchQKApplyRotaryPosIdsCosSinCache), then
+// append_paged_kv_cache's kernel (AppendPagedKVCache) writing k_rotated and v into the pages. The page table is
+// FlashInfer's: page_indices / page_indptr (batch + 1) / last_page_len (batch), int32 on the device; each token's
+// sequence (batch_indices) and entry within it (entry_positions), int32 on the device; positions (the rotation's)
+// int64.
+cudaError_t rotate_then_append_bf16(void* q, void* k, void* v, void* k_rotated, void* k_cache, void* v_cache,
+                                    const std::int64_t* positions, const std::int32_t* page_indices,
+                                    const std::int32_t* page_indptr, const std::int32_t* last_page_len,
+                                    const std::int32_t* batch_indices, const std::int32_t* entry_positions,
+                                    std::uint32_t batch, std::uint32_t tokens, std::uint32_t q_heads,
+                                    std::uint32_t kv_heads, std::uint32_t head_dim, std::uint32_t page_size,
+                                    const float* cos_sin, cudaStream_t stream);
+
 }  // namespace flashinfer_peer
